@@ -1,0 +1,158 @@
+# Shale — developer entry points. Needs only Go (see go.mod for the version)
+# and make. `make help` lists the targets.
+#
+# Knobs (override on the command line, e.g. `make fuzz FUZZTIME=2m`):
+#   GO            the go command                          (go)
+#   GOFLAGS       passed through to every go command      (your environment's)
+#   RACE          race-detector flag for `make test`      (-race when cgo works)
+#   TEST_TIMEOUT  go test -timeout for `make test`        (35m)
+#   FUZZTIME      time per fuzz target for `make fuzz`     (30s)
+#   FUZZ_PKGS     packages searched for Fuzz* targets     (./storage/...)
+#   SOAK_TIMEOUT  go test -timeout for `make soak`        (6h)
+#   SOAK_PKGS     packages tested by `make soak`          (./...)
+#   BENCH_DIR     data directory for shale-bench          (./data/bench)
+#   BENCH_ENGINES engines compared by `make bench`        (shale,pebble,goleveldb)
+#   BENCH_ARGS    extra arguments for shale-bench          (none)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
+# GOFLAGS from the environment or the make command line reaches every go
+# command unchanged; the targets add only the flags they need (-race, -tags,
+# -timeout, -trimpath) on the command line, where they take precedence.
+
+BIN := $(CURDIR)/bin
+TEST_TIMEOUT ?= 35m
+FUZZTIME ?= 30s
+FUZZ_PKGS ?= ./storage/...
+SOAK_TIMEOUT ?= 6h
+SOAK_PKGS ?= ./...
+BENCH_DIR ?= ./data/bench
+BENCH_ENGINES ?= shale,pebble,goleveldb
+BENCH_ARGS ?=
+
+# The race detector needs cgo (a C compiler). On a machine without one, Go
+# turns cgo off and `make test` runs without -race (with a warning) rather
+# than failing. Set RACE= to turn it off explicitly.
+CGO_ON := $(shell $(GO) env CGO_ENABLED 2>/dev/null)
+ifeq ($(CGO_ON),1)
+RACE ?= -race
+else
+RACE ?=
+endif
+
+# Binaries: every cmd/<name>/ directory holding Go files (none exist before
+# the first binary lands, and the wildcard keeps `make build` working then).
+CMD_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard cmd/*/*.go))))
+
+# shale-bench lives in bench/, a separate module so that the peer engines it
+# compares against (Pebble, goleveldb, etcd) never enter the main module.
+BENCH_MAIN := bench/cmd/shale-bench
+HAVE_BENCH := $(and $(wildcard bench/go.mod),$(wildcard $(BENCH_MAIN)/*.go))
+
+.PHONY: help
+help: ## List the targets.
+	@echo "Shale make targets:"
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-11s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## Download the module dependencies (main module and bench/).
+	$(GO) mod download
+	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) mod download"; cd bench && $(GO) mod download; fi
+
+.PHONY: build
+build: ## Compile every package (CGO_ENABLED=0) and put the binaries in ./bin.
+	CGO_ENABLED=0 $(GO) build ./...
+ifneq ($(CMD_DIRS),)
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(CMD_DIRS))
+else
+	@echo "build: no binaries under cmd/ yet; compiled the packages only"
+endif
+
+.PHONY: test
+test: deps ## go vet, the lint tests, then all tests with -race (and bench/'s tests).
+ifeq ($(RACE),)
+	@echo "test: WARNING: running without the race detector (it needs cgo and a C compiler; CGO_ENABLED=$(CGO_ON))" >&2
+endif
+	$(GO) vet ./...
+	$(GO) test -count=1 ./internal/lint/
+	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
+	@if [ -f bench/go.mod ]; then \
+		echo "cd bench && $(GO) vet ./... && $(GO) test ./..."; \
+		cd bench && $(GO) vet ./... && $(GO) test ./...; \
+	fi
+
+.PHONY: test-short
+test-short: ## Quick tests: go test -short ./... (no race detector).
+	$(GO) test -short -timeout 10m ./...
+
+.PHONY: lint
+lint: ## gofmt (generated *.pb.go excepted), go vet, and the lint tests.
+	@unformatted="$$(find . \( -path ./.git -o -path ./bin -o -path ./data -o -name testdata \) -prune \
+		-o -name '*.go' -not -name '*.pb.go' -print0 | xargs -0 -r $(GOFMT) -l)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo "lint: these files need gofmt -w:"; echo "$$unformatted"; exit 1; \
+	fi
+	$(GO) vet ./...
+	$(GO) test -count=1 ./internal/lint/
+
+.PHONY: run
+run: ## Until a cluster exists: a quick storage benchmark of the Shale engine.
+ifeq ($(HAVE_BENCH),)
+	@echo "run: shale-bench ($(BENCH_MAIN), module bench/) does not exist yet."
+	@echo "run: it arrives with the storage-engine benchmark work; until then try 'make test'."
+	@exit 1
+else
+	@mkdir -p $(BIN) $(BENCH_DIR)
+	cd bench && $(GO) build -trimpath -o $(BIN)/shale-bench ./cmd/shale-bench
+	$(BIN)/shale-bench storage --quick --engines shale --dir $(BENCH_DIR) $(BENCH_ARGS)
+endif
+
+.PHONY: bench
+bench: ## Storage benchmark of Shale against its peers; prints a table.
+ifeq ($(HAVE_BENCH),)
+	@echo "bench: shale-bench ($(BENCH_MAIN), module bench/) does not exist yet."
+	@exit 1
+else
+	@mkdir -p $(BIN) $(BENCH_DIR)
+	cd bench && $(GO) build -trimpath -o $(BIN)/shale-bench ./cmd/shale-bench
+	$(BIN)/shale-bench storage --engines $(BENCH_ENGINES) --dir $(BENCH_DIR) $(BENCH_ARGS)
+endif
+
+.PHONY: fuzz
+fuzz: ## Run every Fuzz* target under ./storage for FUZZTIME each (default 30s).
+	@pkgs="$$($(GO) list $(FUZZ_PKGS))"; n=0; \
+	for pkg in $$pkgs; do \
+		listed="$$($(GO) test -run '^$$' -list '^Fuzz' "$$pkg")"; \
+		targets="$$(grep -E '^Fuzz' <<<"$$listed" || true)"; \
+		for target in $$targets; do \
+			echo "fuzz: $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+			n=$$((n+1)); \
+		done; \
+	done; \
+	echo "fuzz: ran $$n target(s) for $(FUZZTIME) each"
+
+.PHONY: soak
+soak: ## Long tests: -tags soak, SHALE_SOAK=1 (crash tests run more iterations).
+	SHALE_SOAK=1 $(GO) test $(RACE) -tags soak -count=1 -timeout $(SOAK_TIMEOUT) $(SOAK_PKGS)
+
+.PHONY: chaos
+chaos: ## Placeholder: container-based chaos tests arrive with issue 5.
+	@echo "chaos: not implemented yet; the container-based fault tests with a"
+	@echo "chaos: linearizability checker arrive with issue 5 (see docs/architecture.md)."
+
+.PHONY: proto
+proto: ## Placeholder: .proto files and generated code arrive with the cluster issue.
+	@echo "proto: nothing to generate yet; proto/ (package shale.v1) arrives with the"
+	@echo "proto: cluster issue, with its generated Go code committed."
+
+.PHONY: clean
+clean: ## Remove ./bin, ./data and the test cache.
+	rm -rf $(BIN) ./data
+	$(GO) clean -testcache

@@ -1,0 +1,12 @@
+module github.com/shale-db/shale
+
+go 1.26.8
+
+require (
+	github.com/cockroachdb/datadriven v1.0.3
+	github.com/golang/snappy v1.0.0
+	github.com/klauspost/compress v1.20.3
+	go.uber.org/goleak v1.3.0
+)
+
+require github.com/pmezard/go-difflib v1.0.0 // indirect

@@ -1,0 +1,289 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/shale-db/shale/storage/manifest"
+	"github.com/shale-db/shale/storage/vfs"
+	"github.com/shale-db/shale/storage/wal"
+)
+
+// CheckpointInfo describes a finished checkpoint.
+type CheckpointInfo struct {
+	// SeqNum is the last sequence number the checkpoint contains: opening
+	// it gives exactly the writes at or below SeqNum, and
+	// UpdatesSince(SeqNum+1) on the source replays everything after.
+	SeqNum SeqNum
+	// Files are the names of the files written into the checkpoint.
+	Files []string
+}
+
+// Checkpoint writes an openable copy of the DB into destDir, which must not
+// exist. SSTs are hard-linked when the filesystem allows (copied otherwise);
+// the WAL files still needed are copied up to the checkpoint's cut; a new
+// MANIFEST describes exactly the live files. Writes continue during the
+// checkpoint except for a brief pause while the cut is taken.
+func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
+	if _, err := d.fs.Stat(destDir); err == nil {
+		return nil, fmt.Errorf("checkpoint %s: destination already exists", destDir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
+	}
+
+	// Take the cut between commit groups: every batch at or below seq is in
+	// the WAL files below, at the recorded sizes.
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, ErrClosed
+	}
+	barrier := d.acquireCommitBarrierLocked()
+	type walCut struct {
+		num  manifest.FileNum
+		size int64
+	}
+	var wals []walCut
+	var cutErr error
+	if d.logWriter != nil {
+		cutErr = d.logWriter.Flush()
+	}
+	seq := d.logSeq
+	v := d.refVersionLocked()
+	minUnflushed := d.minUnflushed
+	nextFileNum := d.nextFileNum
+	d.noDeletions++
+	if cutErr == nil && !d.readOnly {
+		var names []string
+		names, cutErr = d.fs.List(d.dirname)
+		for _, name := range names {
+			ft, num, ok := manifest.ParseFilename(name)
+			if !ok || ft != manifest.FileTypeLog || num < minUnflushed {
+				continue
+			}
+			fi, err := d.fs.Stat(d.fs.Join(d.dirname, name))
+			if err != nil {
+				cutErr = err
+				break
+			}
+			wals = append(wals, walCut{num, fi.Size()})
+		}
+	}
+	d.releaseCommitBarrierLocked(barrier)
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.noDeletions--
+		d.unrefVersionLocked(v)
+		d.deleteObsoleteFilesLocked()
+		d.mu.Unlock()
+	}()
+	if cutErr != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", destDir, cutErr)
+	}
+
+	info := &CheckpointInfo{SeqNum: seq}
+	fail := func(err error) (*CheckpointInfo, error) {
+		_ = d.fs.RemoveAll(destDir)
+		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
+	}
+	if err := d.fs.MkdirAll(destDir, 0o755); err != nil {
+		return fail(err)
+	}
+	for level := range v.Levels {
+		for _, f := range v.Levels[level] {
+			name := manifest.MakeFilename(manifest.FileTypeTable, f.FileNum)
+			src, dst := d.fs.Join(d.dirname, name), d.fs.Join(destDir, name)
+			if err := d.fs.Link(src, dst); err != nil {
+				if err := copyFile(d.fs, src, dst, -1); err != nil {
+					return fail(err)
+				}
+			}
+			info.Files = append(info.Files, name)
+		}
+	}
+	for _, w := range wals {
+		name := manifest.MakeFilename(manifest.FileTypeLog, w.num)
+		if err := copyFile(d.fs, d.fs.Join(d.dirname, name), d.fs.Join(destDir, name), w.size); err != nil {
+			return fail(err)
+		}
+		info.Files = append(info.Files, name)
+	}
+	// The MANIFEST: a snapshot of the version at the cut.
+	manifestNum := nextFileNum
+	snap := &manifest.VersionEdit{
+		ComparatorName:     comparatorName,
+		MinUnflushedLogNum: minUnflushed,
+		NextFileNum:        manifestNum + 1,
+		LastSeqNum:         seq,
+	}
+	for level := range v.Levels {
+		for _, f := range v.Levels[level] {
+			snap.NewFiles = append(snap.NewFiles, manifest.NewFileEntry{Level: level, Meta: f})
+		}
+	}
+	mname := manifest.MakeFilename(manifest.FileTypeManifest, manifestNum)
+	mf, err := d.fs.Create(d.fs.Join(destDir, mname))
+	if err != nil {
+		return fail(err)
+	}
+	mw := wal.NewWriter(mf)
+	if err = writeEdit(mw, snap); err == nil {
+		if err = mw.Flush(); err == nil {
+			err = mf.Sync()
+		}
+	}
+	if cerr := mf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(err)
+	}
+	info.Files = append(info.Files, mname)
+	if err := syncDir(d.fs, destDir); err != nil {
+		return fail(err)
+	}
+	if err := manifest.SetCurrentFile(d.fs, destDir, manifestNum); err != nil {
+		return fail(err)
+	}
+	info.Files = append(info.Files, "CURRENT")
+	return info, nil
+}
+
+// copyFile copies the first n bytes of src (all when n < 0) to a new synced
+// file dst.
+func copyFile(fs vfs.FS, src, dst string, n int64) error {
+	in, err := fs.Open(src)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := fs.Create(dst)
+	if err != nil {
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	var r io.Reader = in
+	if n >= 0 {
+		r = io.LimitReader(in, n)
+	}
+	if _, err = io.Copy(out, r); err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// DisableFileDeletions stops the DB from deleting or archiving obsolete
+// files (SSTs, WALs, MANIFESTs) until a matching EnableFileDeletions, so that
+// a backup can copy the files LiveFiles and WALFiles name. Calls nest.
+func (d *DB) DisableFileDeletions() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	d.noDeletions++
+	return nil
+}
+
+// EnableFileDeletions undoes one DisableFileDeletions; when the last one is
+// undone, obsolete files are deleted.
+func (d *DB) EnableFileDeletions() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.noDeletions == 0 {
+		return errors.New("storage: EnableFileDeletions without DisableFileDeletions")
+	}
+	d.noDeletions--
+	if d.noDeletions == 0 && !d.closed {
+		d.deleteObsoleteFilesLocked()
+	}
+	return nil
+}
+
+// LiveFile describes one SST of the current version.
+type LiveFile struct {
+	Name                    string // file name within the DB directory
+	FileNum                 uint64
+	Level                   int
+	Size                    uint64
+	Smallest, Largest       []byte // user-key bounds (Largest may be exclusive, see LargestExclusive)
+	LargestExclusive        bool   // Largest is a range tombstone's exclusive end
+	SmallestSeq, LargestSeq SeqNum
+}
+
+// LiveFiles returns the SSTs of the current version, by level, and the name
+// of the current MANIFEST. With file deletions disabled the files stay on
+// disk until re-enabled.
+func (d *DB) LiveFiles() (files []LiveFile, manifestName string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, "", ErrClosed
+	}
+	for level := range d.vers.Levels {
+		for _, f := range d.vers.Levels[level] {
+			files = append(files, LiveFile{
+				Name:             manifest.MakeFilename(manifest.FileTypeTable, f.FileNum),
+				FileNum:          uint64(f.FileNum),
+				Level:            level,
+				Size:             f.Size,
+				Smallest:         append([]byte(nil), f.Smallest.UserKey...),
+				Largest:          append([]byte(nil), f.Largest.UserKey...),
+				LargestExclusive: f.Largest.IsExclusiveSentinel(),
+				SmallestSeq:      f.SmallestSeq,
+				LargestSeq:       f.LargestSeq,
+			})
+		}
+	}
+	return files, manifest.MakeFilename(manifest.FileTypeManifest, d.manifestNum), nil
+}
+
+// WALFile describes a WAL file, live or archived.
+type WALFile struct {
+	Name     string // file name
+	Path     string // path (under the archive directory when archived)
+	Num      uint64
+	Size     int64
+	Archived bool
+}
+
+// WALFiles returns the WAL files on disk, oldest first: archived ones (kept
+// for UpdatesSince) and live ones (still needed for recovery).
+func (d *DB) WALFiles() ([]WALFile, error) {
+	var out []WALFile
+	for _, archived := range []bool{true, false} {
+		dir := d.dirname
+		if archived {
+			dir = d.fs.Join(d.dirname, archiveDirName)
+		}
+		names, err := d.fs.List(dir)
+		if err != nil {
+			if archived && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("list wal files: %w", err)
+		}
+		for _, name := range names {
+			ft, num, ok := manifest.ParseFilename(name)
+			if !ok || ft != manifest.FileTypeLog {
+				continue
+			}
+			path := d.fs.Join(dir, name)
+			fi, err := d.fs.Stat(path)
+			if err != nil {
+				continue // archived or pruned meanwhile
+			}
+			out = append(out, WALFile{Name: name, Path: path, Num: uint64(num), Size: fi.Size(), Archived: archived})
+		}
+	}
+	sortWALFiles(out)
+	return out, nil
+}

@@ -1,0 +1,272 @@
+package storage
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// commitWriter is one Apply call waiting in the commit queue.
+type commitWriter struct {
+	// barrier marks a pseudo-writer that holds the head of the queue so
+	// that no group is in flight (see acquireCommitBarrierLocked).
+	barrier bool
+	batch   *Batch
+	opts    WriteOptions
+	done    bool
+	err     error
+}
+
+// maxGroupBytes bounds the size of a commit group, so one huge group does
+// not delay a small synced write for long.
+const maxGroupBytes = 1 << 20
+
+// Apply applies the batch atomically: after it returns nil every record is
+// visible to new reads, and, with opts.Sync, durable. On error nothing of the
+// batch is acknowledged; an I/O error puts the DB in the background-error
+// state (see Metrics().BackgroundError) and every later write fails.
+//
+// Concurrent Apply calls are committed in groups: one writer (the leader)
+// writes the batches of every writer queued behind it to the WAL with a
+// single write and at most one sync.
+func (d *DB) Apply(b *Batch, opts WriteOptions) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.Len() > maxBatchSize {
+		return fmt.Errorf("%w: %d bytes", ErrBatchTooLarge, b.Len())
+	}
+	if b.Empty() {
+		return nil
+	}
+	w := &commitWriter{batch: b, opts: opts}
+
+	// Pace before queueing, outside every lock: a paced writer never holds up
+	// the group it would otherwise join.
+	if !d.opts.DisableWritePacing {
+		if delay := d.wc.delay(b.Len(), time.Now()); delay > 0 {
+			time.Sleep(delay)
+		}
+	}
+
+	d.mu.Lock()
+	if err := d.checkWritableLocked(); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	d.writers = append(d.writers, w)
+	for !w.done && d.writers[0] != w {
+		d.cond.Wait()
+	}
+	if w.done {
+		d.mu.Unlock()
+		return w.err
+	}
+
+	// w leads a group.
+	err := d.makeRoomForWriteLocked(batchFootprint(b))
+	group := d.writers[:1]
+	var groupBytes int
+	if err == nil {
+		groupBytes = b.Len()
+		for _, o := range d.writers[1:] {
+			if o.barrier {
+				break
+			}
+			if groupBytes+o.batch.Len() > maxGroupBytes || !d.mem.hasRoom(d.groupFootprint(group)+batchFootprint(o.batch)) {
+				break
+			}
+			groupBytes += o.batch.Len()
+			group = d.writers[:len(group)+1]
+		}
+		err = d.commitGroupLocked(group)
+	}
+	for _, o := range group {
+		o.done, o.err = true, err
+	}
+	d.writers = d.writers[len(group):]
+	if len(d.writers) == 0 {
+		d.writers = nil
+	}
+	d.cond.Broadcast()
+	d.mu.Unlock()
+	return err
+}
+
+func (d *DB) groupFootprint(group []*commitWriter) uint64 {
+	var n uint64
+	for _, w := range group {
+		n += batchFootprint(w.batch)
+	}
+	return n
+}
+
+// commitGroupLocked writes the group to the WAL and the memtable and
+// publishes it. It releases d.mu while doing I/O; only the leader runs it, so
+// the WAL writer and the mutable memtable are not touched by anyone else
+// meanwhile (rotation also happens only in the leader).
+func (d *DB) commitGroupLocked(group []*commitWriter) error {
+	seq := d.logSeq + 1
+	var sync, anyWAL bool
+	for _, w := range group {
+		w.batch.setSeqNum(seq)
+		seq += SeqNum(w.batch.count)
+		if !w.opts.DisableWAL {
+			anyWAL = true
+			sync = sync || w.opts.Sync
+		}
+	}
+	last := seq - 1
+	mem, logW, logF := d.mem, d.logWriter, d.logFile
+	d.mu.Unlock()
+
+	var err error
+	if anyWAL {
+		for _, w := range group {
+			if w.opts.DisableWAL {
+				continue
+			}
+			if _, err = logW.WriteRecord(w.batch.Repr()); err != nil {
+				break
+			}
+			d.walBytes.Add(uint64(w.batch.Len()))
+		}
+		if err == nil {
+			err = logW.Flush()
+		}
+		if err == nil && sync {
+			err = logF.Sync()
+			d.walSyncs.Add(1)
+		}
+		if err != nil {
+			err = fmt.Errorf("write wal: %w", err)
+		}
+	}
+	if err == nil {
+		for _, w := range group {
+			if err = mem.apply(w.batch, w.batch.SeqNum()); err != nil {
+				err = fmt.Errorf("apply to memtable: %w", err)
+				break
+			}
+		}
+	}
+
+	d.mu.Lock()
+	if err != nil {
+		// The WAL may hold part of the group; the DB can no longer tell
+		// which writes are durable, so it refuses all further writes.
+		d.setBackgroundErrorLocked(err)
+		return err
+	}
+	d.logSeq = last
+	d.visibleSeq.Store(uint64(last))
+	return nil
+}
+
+// makeRoomForWriteLocked ensures the mutable memtable can take a batch of
+// the given footprint, rotating it (and the WAL) when full and waiting at the
+// hard limits. Called by the commit leader with d.mu held.
+func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
+	var stallStart time.Time
+	defer func() {
+		if !stallStart.IsZero() {
+			d.metrics.stallTime += time.Since(stallStart)
+			d.metrics.stalls++
+		}
+	}()
+	for {
+		if err := d.checkWritableLocked(); err != nil {
+			return err
+		}
+		overBudget := d.shared.overBudget() && d.mem.reserved > d.mem.capacity/8
+		if d.mem.hasRoom(footprint) && !overBudget {
+			return nil
+		}
+		if d.mem.empty() && !overBudget {
+			// A batch larger than a memtable gets a memtable of its own.
+			d.mem.release()
+			d.mem = newMemTable(footprint, d.logNum, d.shared)
+			d.updateReadStateLocked()
+			return nil
+		}
+		if len(d.imm)+1 >= d.opts.MaxMemTables || len(d.vers.Levels[0]) >= d.opts.L0StopTrigger {
+			// The hard limit. Pacing exists so that this is rare.
+			if stallStart.IsZero() {
+				stallStart = time.Now()
+				d.log.Warn("write stall", "immutable_memtables", len(d.imm), "l0_files", len(d.vers.Levels[0]))
+			}
+			d.maybeScheduleFlushLocked()
+			d.maybeScheduleCompactionLocked()
+			d.cond.Wait()
+			continue
+		}
+		if err := d.rotateMemTableLocked(max(d.opts.MemTableSize, footprint)); err != nil {
+			d.setBackgroundErrorLocked(err)
+			return err
+		}
+	}
+}
+
+// rotateMemTableLocked seals the mutable memtable, starts a new WAL and a new
+// memtable of the given capacity, and schedules a flush.
+func (d *DB) rotateMemTableLocked(capacity uint64) error {
+	if err := d.newLogLocked(); err != nil {
+		return err
+	}
+	d.mem.immutable.Store(true)
+	d.imm = append(d.imm, d.mem)
+	d.mem = newMemTable(capacity, d.logNum, d.shared)
+	d.updateReadStateLocked()
+	d.maybeScheduleFlushLocked()
+	d.updatePacingLocked()
+	return nil
+}
+
+// acquireCommitBarrierLocked waits until every commit group queued before it
+// has finished and holds the head of the commit queue: until the barrier is
+// released no batch is written, so the WAL, the memtable and the sequence
+// number are quiescent (d.mu may still be released and retaken meanwhile).
+func (d *DB) acquireCommitBarrierLocked() *commitWriter {
+	w := &commitWriter{barrier: true}
+	d.writers = append(d.writers, w)
+	for d.writers[0] != w {
+		d.cond.Wait()
+	}
+	return w
+}
+
+// releaseCommitBarrierLocked lets queued writers proceed.
+func (d *DB) releaseCommitBarrierLocked(w *commitWriter) {
+	if i := slices.Index(d.writers, w); i >= 0 {
+		d.writers = slices.Delete(d.writers, i, i+1)
+	}
+	d.cond.Broadcast()
+}
+
+// Set writes key=value (a one-record batch).
+func (d *DB) Set(key, value []byte, opts WriteOptions) error {
+	b := NewBatch()
+	b.Set(key, value)
+	return d.Apply(b, opts)
+}
+
+// Delete removes key (a one-record batch).
+func (d *DB) Delete(key []byte, opts WriteOptions) error {
+	b := NewBatch()
+	b.Delete(key)
+	return d.Apply(b, opts)
+}
+
+// DeleteRange removes every key in [start, end) (a one-record batch).
+func (d *DB) DeleteRange(start, end []byte, opts WriteOptions) error {
+	b := NewBatch()
+	b.DeleteRange(start, end)
+	return d.Apply(b, opts)
+}
+
+// Merge adds a merge operand for key (a one-record batch).
+func (d *DB) Merge(key, operand []byte, opts WriteOptions) error {
+	b := NewBatch()
+	b.Merge(key, operand)
+	return d.Apply(b, opts)
+}

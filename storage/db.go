@@ -1,0 +1,567 @@
+// Package storage is Shale's LSM storage engine, built after RocksDB: a WAL
+// with group commit, pipelined skiplist memtables, checksummed SST files,
+// a MANIFEST of version edits, and leveled compaction with dynamic level
+// sizing, paced writes and resources shared between many DB instances.
+//
+// A DB is safe for concurrent use by many goroutines. Writes are applied
+// atomically in batches; reads see a consistent snapshot.
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shale-db/shale/storage/internal/base"
+	"github.com/shale-db/shale/storage/internal/compact"
+	"github.com/shale-db/shale/storage/manifest"
+	"github.com/shale-db/shale/storage/vfs"
+	"github.com/shale-db/shale/storage/wal"
+)
+
+// ErrNotFound is returned by Get for a key with no value.
+var ErrNotFound = errors.New("storage: not found")
+
+// ErrClosed is returned by calls on a closed DB.
+var ErrClosed = errors.New("storage: closed")
+
+// ErrReadOnly is returned by writes to a DB opened with OpenReadOnly.
+var ErrReadOnly = errors.New("storage: read-only")
+
+// archiveDirName is the subdirectory holding obsolete WAL files kept for
+// UpdatesSince.
+const archiveDirName = "archive"
+
+// DB is an open database.
+type DB struct {
+	dirname  string
+	opts     *Options
+	fs       vfs.FS
+	shared   *Shared
+	ownsShrd bool
+	cacheID  uint64
+	lock     io.Closer
+	readOnly bool
+	log      *slog.Logger
+	picker   *compact.Picker
+	wc       *writeController
+
+	// visibleSeq is the highest sequence number readers may see: every
+	// batch at or below it is fully applied.
+	visibleSeq atomic.Uint64
+
+	// rsMu guards readState, the consistent set of memtables and version
+	// that readers take a reference on.
+	rsMu      sync.RWMutex
+	readState *readState
+
+	// manifestMu serialises version edits (held around MANIFEST I/O, never
+	// while waiting for mu to be released by someone holding manifestMu).
+	manifestMu sync.Mutex
+
+	// mu guards everything below.
+	mu   sync.Mutex
+	cond *sync.Cond // broadcast when background work finishes or fails
+
+	// commit pipeline
+	writers     []*commitWriter // queue; the head is the leader
+	logSeq      SeqNum          // last sequence number assigned
+	logNum      manifest.FileNum
+	logFile     vfs.File
+	logWriter   *wal.Writer
+	logSize     int64 // bytes in logWriter not yet synced past syncedSize
+	walBytes    atomic.Uint64
+	walSyncs    atomic.Uint64
+	mem         *memTable
+	imm         []*memTable // oldest first
+	nextFileNum manifest.FileNum
+
+	vers          *manifest.Version
+	liveVersions  map[*manifest.Version]int // version -> references
+	manifestNum   manifest.FileNum
+	manifestFile  vfs.File
+	manifestW     *wal.Writer
+	minUnflushed  manifest.FileNum
+	pendingOut    map[manifest.FileNum]struct{}
+	snapshots     snapshotList
+	flushing      bool
+	compactions   []*compact.Compaction
+	bgErr         error
+	noDeletions   int // DisableFileDeletions depth
+	closed        bool
+	bgRunning     int // scheduled or running background jobs
+	manualWaiters int
+
+	metrics    dbMetrics
+	tombstones tombstoneCache
+}
+
+// Open opens the database in dirname, creating it unless
+// opts.ErrorIfNotExists. It recovers from the MANIFEST and replays the WAL,
+// so every write acknowledged with Sync before a crash is present. Only one
+// DB may have a directory open for writing at a time.
+func Open(dirname string, opts *Options) (*DB, error) {
+	return open(dirname, opts, false)
+}
+
+// OpenReadOnly opens an existing database for reading. It writes nothing to
+// the directory: WAL contents are replayed into memory. Writes, flushes and
+// compactions return ErrReadOnly.
+func OpenReadOnly(dirname string, opts *Options) (*DB, error) {
+	return open(dirname, opts, true)
+}
+
+func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
+	opts := o.ensureDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("open %s: invalid options: %w", dirname, err)
+	}
+	d := &DB{
+		dirname:      dirname,
+		opts:         opts,
+		fs:           opts.FS,
+		shared:       opts.Shared,
+		readOnly:     readOnly,
+		log:          opts.Logger.With("db", dirname),
+		liveVersions: make(map[*manifest.Version]int),
+		pendingOut:   make(map[manifest.FileNum]struct{}),
+	}
+	d.cond = sync.NewCond(&d.mu)
+	d.snapshots.init()
+	if d.shared == nil {
+		d.shared = NewShared(nil)
+		d.ownsShrd = true
+	}
+	d.cacheID = d.shared.BlockCache.NewID()
+	d.picker = compact.NewPicker(d.compactOptions())
+	d.wc = newWriteController(opts.MaxConcurrentCompactions)
+	defer func() {
+		if err != nil {
+			d.abandon()
+		}
+	}()
+
+	if !readOnly {
+		if err := d.fs.MkdirAll(dirname, 0o755); err != nil {
+			return nil, fmt.Errorf("open %s: create directory: %w", dirname, err)
+		}
+		lock, err := d.fs.Lock(d.fs.Join(dirname, "LOCK"))
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", dirname, err)
+		}
+		d.lock = lock
+	}
+
+	_, statErr := d.fs.Stat(d.fs.Join(dirname, "CURRENT"))
+	exists := statErr == nil
+	switch {
+	case exists && opts.ErrorIfExists:
+		return nil, fmt.Errorf("open %s: database already exists", dirname)
+	case !exists && (opts.ErrorIfNotExists || readOnly):
+		return nil, fmt.Errorf("open %s: no database (CURRENT missing): %w", dirname, statErr)
+	case !exists:
+		if err := d.createNew(); err != nil {
+			return nil, fmt.Errorf("open %s: create: %w", dirname, err)
+		}
+	}
+	if err := d.recover(); err != nil {
+		return nil, fmt.Errorf("open %s: %w", dirname, err)
+	}
+	d.mu.Lock()
+	d.updateReadStateLocked()
+	if !readOnly {
+		d.deleteObsoleteFilesLocked()
+		d.maybeScheduleFlushLocked()
+		d.maybeScheduleCompactionLocked()
+	}
+	d.updatePacingLocked()
+	d.mu.Unlock()
+	return d, nil
+}
+
+// abandon releases what a failed open acquired.
+func (d *DB) abandon() {
+	d.mu.Lock()
+	d.closed = true
+	for d.bgRunning > 0 {
+		d.cond.Wait()
+	}
+	d.mu.Unlock()
+	if d.logFile != nil {
+		_ = d.logFile.Close()
+	}
+	if d.manifestFile != nil {
+		_ = d.manifestFile.Close()
+	}
+	d.shared.tables.evictDB(d.cacheID)
+	if d.lock != nil {
+		_ = d.lock.Close()
+	}
+	if d.ownsShrd {
+		_ = d.shared.Close()
+	}
+}
+
+// createNew writes the first MANIFEST and CURRENT of an empty database.
+func (d *DB) createNew() error {
+	const manifestNum = 1
+	ve := &manifest.VersionEdit{
+		ComparatorName: comparatorName,
+		NextFileNum:    manifestNum + 1,
+	}
+	path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeManifest, manifestNum))
+	f, err := d.fs.Create(path)
+	if err != nil {
+		return err
+	}
+	w := wal.NewWriter(f)
+	if err := writeEdit(w, ve); err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := syncDir(d.fs, d.dirname); err != nil {
+		return err
+	}
+	return manifest.SetCurrentFile(d.fs, d.dirname, manifestNum)
+}
+
+// comparatorName is recorded in every MANIFEST and SST.
+const comparatorName = "shale.bytewise"
+
+func writeEdit(w *wal.Writer, ve *manifest.VersionEdit) error {
+	var buf bytesBuffer
+	if err := ve.Encode(&buf); err != nil {
+		return err
+	}
+	_, err := w.WriteRecord(buf.b)
+	return err
+}
+
+// bytesBuffer is a minimal io.Writer into a slice.
+type bytesBuffer struct{ b []byte }
+
+func (b *bytesBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }
+
+func syncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// recover loads the MANIFEST named by CURRENT, replays the WAL files it does
+// not cover, and (unless read-only) flushes what it replayed and starts a
+// fresh WAL and MANIFEST.
+func (d *DB) recover() error {
+	manifestNum, err := manifest.ReadCurrentFile(d.fs, d.dirname)
+	if err != nil {
+		return err
+	}
+	mpath := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeManifest, manifestNum))
+	v, summary, err := manifest.ReplayManifest(d.fs, mpath)
+	if err != nil {
+		return err
+	}
+	if summary.ComparatorName != "" && summary.ComparatorName != comparatorName {
+		return fmt.Errorf("database uses comparator %q, this engine has %q", summary.ComparatorName, comparatorName)
+	}
+	d.mu.Lock()
+	d.vers = v
+	d.liveVersions[v]++
+	d.nextFileNum = max(summary.NextFileNum, manifestNum+1)
+	d.logSeq = summary.LastSeqNum
+	d.minUnflushed = summary.MinUnflushedLogNum
+	d.manifestNum = manifestNum
+	d.mu.Unlock()
+
+	// Find WAL files to replay and the highest file number in use.
+	names, err := d.fs.List(d.dirname)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", d.dirname, err)
+	}
+	var logs []manifest.FileNum
+	for _, name := range names {
+		ft, num, ok := manifest.ParseFilename(name)
+		if !ok {
+			continue
+		}
+		if num >= d.nextFileNum {
+			d.nextFileNum = num + 1
+		}
+		if ft == manifest.FileTypeLog && num >= d.minUnflushed {
+			logs = append(logs, num)
+		}
+	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i] < logs[j] })
+
+	// Replay into memtables. Recovery applies the WAL's writes in order;
+	// full memtables are flushed to L0 as they fill (not in read-only mode,
+	// where they simply queue in memory).
+	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared)
+	var edit manifest.VersionEdit
+	for i, num := range logs {
+		last := i == len(logs)-1
+		if err := d.replayWAL(num, last, &edit); err != nil {
+			return err
+		}
+	}
+	d.visibleSeq.Store(uint64(d.logSeq))
+	if d.readOnly {
+		return nil
+	}
+
+	// Persist what was replayed: flush the recovered memtables to L0,
+	// then a new WAL and a new MANIFEST (a full snapshot of the version)
+	// that no longer needs the replayed logs.
+	mems := append(d.imm, d.mem)
+	d.imm = nil
+	for _, m := range mems {
+		if m.empty() {
+			m.release()
+			continue
+		}
+		meta, err := d.writeL0(m)
+		if err != nil {
+			return err
+		}
+		if meta != nil {
+			edit.NewFiles = append(edit.NewFiles, manifest.NewFileEntry{Level: 0, Meta: meta})
+		}
+		m.release()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.newLogLocked(); err != nil {
+		return err
+	}
+	d.mem = newMemTable(d.opts.MemTableSize, d.logNum, d.shared)
+	edit.MinUnflushedLogNum = d.logNum
+	nv, err := applyEdit(d.vers, &edit)
+	if err != nil {
+		return fmt.Errorf("recovery edit: %w", err)
+	}
+	if err := d.writeNewManifestLocked(nv, &edit); err != nil {
+		return err
+	}
+	d.installVersionLocked(nv)
+	d.minUnflushed = d.logNum
+	for _, e := range edit.NewFiles {
+		delete(d.pendingOut, e.Meta.FileNum)
+	}
+	return nil
+}
+
+// replayWAL applies the batches of log num to the memtables. A damaged tail
+// of the last log (what a crash leaves) ends replay; damage anywhere else is
+// a corruption error.
+func (d *DB) replayWAL(num manifest.FileNum, last bool, edit *manifest.VersionEdit) error {
+	name := manifest.MakeFilename(manifest.FileTypeLog, num)
+	path := d.fs.Join(d.dirname, name)
+	f, err := d.fs.Open(path)
+	if err != nil {
+		return fmt.Errorf("open wal %s: %w", name, err)
+	}
+	defer f.Close()
+	r := wal.NewReader(f, path)
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, wal.ErrTornTail) {
+				return nil
+			}
+			if last && !r.ValidRecordFollows() {
+				d.log.Warn("ignoring damaged tail of last WAL (crash during write)", "wal", name, "err", err)
+				return nil
+			}
+			return fmt.Errorf("replay wal %s: %w", name, err)
+		}
+		b, err := decodeBatch(append([]byte(nil), rec...))
+		if err != nil {
+			return base.Corruptf(path, -1, "batch: %v", err)
+		}
+		seq := b.SeqNum()
+		if b.count == 0 {
+			continue
+		}
+		if !d.mem.hasRoom(batchFootprint(b)) && !d.mem.empty() {
+			d.mem.immutable.Store(true)
+			d.imm = append(d.imm, d.mem)
+			if !d.readOnly {
+				// Bound recovery memory: flush as we go.
+				for _, m := range d.imm {
+					meta, err := d.writeL0(m)
+					if err != nil {
+						return err
+					}
+					if meta != nil {
+						edit.NewFiles = append(edit.NewFiles, manifest.NewFileEntry{Level: 0, Meta: meta})
+					}
+					m.release()
+				}
+				d.imm = nil
+			}
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared)
+		}
+		if err := d.mem.apply(b, seq); err != nil {
+			return fmt.Errorf("replay wal %s: %w", name, err)
+		}
+		if end := seq + SeqNum(b.count) - 1; end > d.logSeq {
+			d.logSeq = end
+		}
+	}
+}
+
+// newLogLocked creates a new WAL file and makes it the current one. The
+// previous WAL is synced first, so a crash can never keep later synced
+// writes while losing earlier unsynced ones.
+func (d *DB) newLogLocked() error {
+	if d.logWriter != nil {
+		if err := d.logWriter.Flush(); err != nil {
+			return fmt.Errorf("flush wal %s: %w", d.logNum, err)
+		}
+		if err := d.logFile.Sync(); err != nil {
+			return fmt.Errorf("sync wal %s: %w", d.logNum, err)
+		}
+		d.walSyncs.Add(1)
+		if err := d.logFile.Close(); err != nil {
+			return fmt.Errorf("close wal %s: %w", d.logNum, err)
+		}
+	}
+	num := d.nextFileNum
+	d.nextFileNum++
+	path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num))
+	f, err := d.fs.Create(path)
+	if err != nil {
+		return fmt.Errorf("create wal: %w", err)
+	}
+	if err := syncDir(d.fs, d.dirname); err != nil {
+		_ = f.Close()
+		return err
+	}
+	d.logNum, d.logFile, d.logWriter = num, f, wal.NewWriter(f)
+	return nil
+}
+
+// Close flushes nothing: it waits for background work, then releases the
+// directory. Data written without Sync stays in the WAL and is recovered by
+// the next Open. Iterators and snapshots must be closed first.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.closed = true
+	d.cond.Broadcast()
+	for d.bgRunning > 0 || len(d.writers) > 0 {
+		d.cond.Wait()
+	}
+	var errs []error
+	if d.logWriter != nil {
+		if err := d.logWriter.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("flush wal: %w", err))
+		} else if err := d.logFile.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("sync wal: %w", err))
+		}
+		if err := d.logFile.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		d.logWriter, d.logFile = nil, nil
+	}
+	if d.manifestFile != nil {
+		if err := d.manifestFile.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	mems := append([]*memTable{d.mem}, d.imm...)
+	d.mu.Unlock()
+	for _, m := range mems {
+		if m != nil {
+			m.release()
+		}
+	}
+	d.rsMu.Lock()
+	if d.readState != nil {
+		d.readState = nil
+	}
+	d.rsMu.Unlock()
+	d.shared.tables.evictDB(d.cacheID)
+	if d.lock != nil {
+		if err := d.lock.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.ownsShrd {
+		_ = d.shared.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// compactOptions translates Options into the picker's options.
+func (d *DB) compactOptions() compact.Options {
+	o := compact.Options{
+		L0CompactionTrigger:      d.opts.L0CompactionTrigger,
+		L0SlowdownTrigger:        d.opts.L0SlowdownTrigger,
+		L0StopTrigger:            d.opts.L0StopTrigger,
+		LBaseMaxBytes:            d.opts.LBaseMaxBytes,
+		LevelMultiplier:          d.opts.LevelMultiplier,
+		DynamicLevelBytes:        !d.opts.DisableDynamicLevelBytes,
+		MaxConcurrentCompactions: d.opts.MaxConcurrentCompactions,
+	}
+	for i := range o.TargetFileSize {
+		o.TargetFileSize[i] = d.opts.Levels[i].TargetFileSize
+	}
+	o.EnsureDefaults()
+	return o
+}
+
+// checkWritable returns the error a write must fail with, if any.
+func (d *DB) checkWritableLocked() error {
+	switch {
+	case d.closed:
+		return ErrClosed
+	case d.readOnly:
+		return ErrReadOnly
+	case d.bgErr != nil:
+		return d.bgErr
+	}
+	return nil
+}
+
+// setBackgroundErrorLocked puts the DB in the failed state: every later
+// write returns err. It is called when a WAL, MANIFEST or SST write fails,
+// after which no write can be acknowledged safely.
+func (d *DB) setBackgroundErrorLocked(err error) {
+	if d.bgErr == nil {
+		d.bgErr = fmt.Errorf("storage: background error, writes refused until reopen: %w", err)
+		d.log.Error("background error", "err", err)
+	}
+	d.cond.Broadcast()
+}
+
+// sinceMillis is a helper for logging durations.
+func sinceMillis(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -1,0 +1,285 @@
+// Package memtable implements the in-memory write buffer of the storage
+// engine: an arena-backed skiplist of internal keys.
+//
+// The skiplist supports one writer at a time (callers serialize Add) running
+// concurrently with any number of readers and iterators. Readers never block
+// and never observe a partially inserted entry: a node is fully written
+// before it is published with an atomic store, and links are published bottom
+// level first, so every level a reader can reach is a sorted subsequence of
+// the level below it.
+//
+// All nodes, keys and values live in one fixed-size, pointer-free arena
+// allocated up front, so inserting costs no Go allocation and the skiplist
+// adds nothing to GC scanning work regardless of its size.
+package memtable
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"math/rand/v2"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/shale-db/shale/storage/internal/base"
+)
+
+// ErrRecordExists is returned by Skiplist.Add when an entry with an identical
+// internal key (same user key and trailer) is already present. Nothing is
+// inserted in that case.
+var ErrRecordExists = errors.New("memtable: record with this internal key already exists")
+
+// maxHeight is the maximum tower height. With p = 1/4 it comfortably covers
+// 4^20 entries, far more than any arena can hold.
+const maxHeight = 20
+
+// node is the in-arena layout of one entry. Only the first height elements of
+// tower are allocated. The key bytes immediately precede the node (the gap
+// to the node is alignment padding); the value lives in the arena's top
+// region.
+//
+// prev and tower hold arena offsets and are accessed atomically; the other
+// fields are written once before the node is published and are read-only
+// afterwards.
+type node struct {
+	keySize     uint32
+	valueOffset uint32
+	valueSize   uint32
+	prev        uint32 // level-0 back link
+	trailer     uint64
+	prefix      uint64 // keyPrefix(user key): decides most comparisons without touching the key bytes
+	tower       [maxHeight]uint32
+}
+
+const (
+	maxNodeSize  = uint32(unsafe.Sizeof(node{}))
+	nodeHeadSize = uint64(unsafe.Offsetof(node{}.tower))
+	linkSize     = uint64(unsafe.Sizeof(uint32(0)))
+)
+
+// Skiplist is a sorted set of (internal key, value) entries ordered by
+// base.CompareInternal. See the package documentation for the concurrency
+// contract. The zero value is not usable; create one with NewSkiplist.
+type Skiplist struct {
+	arena  *arena
+	head   uint32 // sentinel before every entry
+	tail   uint32 // sentinel after every entry
+	height atomic.Uint32
+	count  atomic.Int64
+	rng    uint64 // xorshift state; only the writer touches it
+}
+
+// NewSkiplist returns an empty skiplist whose arena of arenaSize bytes is
+// allocated immediately and never grows. An entry costs its key and value
+// plus 32 + 4*height bytes (height is 1.33 on average) plus up to 7 bytes of
+// alignment padding. The arena is enlarged to hold at least the two sentinel
+// nodes (about 250 bytes), so Size may exceed a tiny arenaSize; sizes near
+// 4 GiB are clamped to what 32-bit offsets can address.
+func NewSkiplist(arenaSize uint32) *Skiplist {
+	sentinels := 2 * (uint64(maxNodeSize) + nodeAlign)
+	if uint64(arenaSize) < sentinels+nodeAlign {
+		arenaSize = uint32(sentinels + nodeAlign)
+	}
+	s := &Skiplist{arena: newArena(arenaSize), rng: rand.Uint64() | 1}
+	s.head = s.newSentinel()
+	s.tail = s.newSentinel()
+	head, tail := s.node(s.head), s.node(s.tail)
+	for i := range maxHeight {
+		head.tower[i] = s.tail
+	}
+	tail.prev = s.head
+	s.height.Store(1)
+	return s
+}
+
+func (s *Skiplist) newSentinel() uint32 {
+	off, _, _ := s.arena.allocEntry(0, uint64(maxNodeSize), 0) // room is guaranteed by NewSkiplist
+	return off
+}
+
+// Size returns the number of arena bytes in use, sentinels included. It is
+// safe to call concurrently with Add.
+func (s *Skiplist) Size() uint32 { return s.arena.size() }
+
+// Empty reports whether no entry has been added. It is safe to call
+// concurrently with Add.
+func (s *Skiplist) Empty() bool {
+	return atomic.LoadUint32(&s.node(s.head).tower[0]) == s.tail
+}
+
+// Count returns the number of entries added so far. It is safe to call
+// concurrently with Add.
+func (s *Skiplist) Count() int { return int(s.count.Load()) }
+
+// node returns the node stored at arena offset off.
+func (s *Skiplist) node(off uint32) *node {
+	return (*node)(unsafe.Add(s.arena.base, off))
+}
+
+func (s *Skiplist) next(off uint32, level int) uint32 {
+	return atomic.LoadUint32(&s.node(off).tower[level])
+}
+
+// userKey returns the user key of the node nd stored at offset off.
+func (s *Skiplist) userKey(off uint32, nd *node) []byte {
+	return s.arena.bytes(off-nd.keySize, nd.keySize)
+}
+
+func (s *Skiplist) value(nd *node) []byte {
+	return s.arena.bytes(nd.valueOffset, nd.valueSize)
+}
+
+// keyPrefix packs the first 8 bytes of k big-endian, zero-padded. Two keys
+// whose prefixes differ order as their prefixes do; equal prefixes decide
+// nothing (e.g. "a" and "a\x00").
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var p uint64
+	for i, c := range k {
+		p |= uint64(c) << (56 - 8*i)
+	}
+	return p
+}
+
+// compare orders key (whose keyPrefix is prefix) against the entry stored at
+// offset off, like base.CompareInternal(key, that entry's key).
+func (s *Skiplist) compare(key base.InternalKey, prefix uint64, off uint32) int {
+	nd := s.node(off)
+	if prefix != nd.prefix {
+		if prefix < nd.prefix {
+			return -1
+		}
+		return 1
+	}
+	if c := bytes.Compare(key.UserKey, s.userKey(off, nd)); c != 0 {
+		return c
+	}
+	t := uint64(key.Trailer)
+	switch {
+	case t > nd.trailer:
+		return -1
+	case t < nd.trailer:
+		return 1
+	}
+	return 0
+}
+
+func (s *Skiplist) randomHeight() int {
+	x := s.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	s.rng = x
+	// Each pair of zero low bits adds a level: P(height > h) = 4^-h.
+	h := bits.TrailingZeros64(x|1<<(2*maxHeight))/2 + 1
+	return min(h, maxHeight)
+}
+
+// Add inserts key with value. Both are copied into the arena, so the caller
+// may reuse them afterwards. It returns ErrRecordExists if an entry with the
+// identical internal key exists and ErrArenaFull if the entry does not fit;
+// in both cases the skiplist is unchanged.
+//
+// Add must not be called concurrently with another Add; it may run
+// concurrently with any number of readers and iterators.
+func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
+	var prev, next [maxHeight]uint32
+	listHeight := int(s.height.Load())
+	prefix := keyPrefix(key.UserKey)
+
+	p := s.head
+	for i := listHeight - 1; i >= 0; i-- {
+		n := s.next(p, i)
+		for n != s.tail {
+			// n was already compared one level up and found greater.
+			if i+1 < listHeight && n == next[i+1] {
+				break
+			}
+			c := s.compare(key, prefix, n)
+			if c == 0 {
+				return ErrRecordExists
+			}
+			if c < 0 {
+				break
+			}
+			p = n
+			n = s.next(p, i)
+		}
+		prev[i], next[i] = p, n
+	}
+
+	height := s.randomHeight()
+	for i := listHeight; i < height; i++ {
+		prev[i], next[i] = s.head, s.tail
+	}
+
+	ks, vs := uint64(len(key.UserKey)), uint64(len(value))
+	nodeSize := nodeHeadSize + uint64(height)*linkSize
+	off, voff, ok := s.arena.allocEntry(ks, nodeSize, vs)
+	if !ok {
+		return ErrArenaFull
+	}
+	nd := s.node(off)
+	nd.keySize = uint32(ks)
+	nd.valueOffset = voff
+	nd.valueSize = uint32(vs)
+	nd.trailer = uint64(key.Trailer)
+	nd.prefix = prefix
+	copy(s.userKey(off, nd), key.UserKey)
+	copy(s.value(nd), value)
+
+	// Publish bottom-up: once a reader can reach nd on level i it is
+	// already linked on every level below.
+	atomic.StoreUint32(&nd.prev, prev[0])
+	for i := range height {
+		atomic.StoreUint32(&nd.tower[i], next[i])
+		atomic.StoreUint32(&s.node(prev[i]).tower[i], off)
+	}
+	atomic.StoreUint32(&s.node(next[0]).prev, off)
+
+	if height > listHeight {
+		s.height.Store(uint32(height))
+	}
+	s.count.Add(1)
+	return nil
+}
+
+// seek returns the last node < key (or s.head) and the first node >= key (or
+// s.tail) on level 0.
+func (s *Skiplist) seek(key base.InternalKey) (before, after uint32) {
+	prefix := keyPrefix(key.UserKey)
+	p, ge := s.head, s.tail
+	for i := int(s.height.Load()) - 1; i >= 0; i-- {
+		n := s.next(p, i)
+		// ge has already been found >= key one level up.
+		for n != ge && s.compare(key, prefix, n) > 0 {
+			p = n
+			n = s.next(p, i)
+		}
+		ge = n
+	}
+	return p, ge
+}
+
+// NewIter returns an iterator over the entries whose user keys lie in
+// [lower, upper); a nil bound means unbounded. The iterator implements
+// base.InternalIterator and sees entries added concurrently on a best-effort
+// basis: every entry it returns is complete, and the entries it returns are
+// always in sorted order, but entries added after it was positioned may or
+// may not be observed. The bounds are retained, not copied.
+func (s *Skiplist) NewIter(lower, upper []byte) *Iterator {
+	return &Iterator{list: s, lower: lower, upper: upper}
+}
+
+func (s *Skiplist) seekGE(key base.InternalKey) uint32 {
+	_, n := s.seek(key)
+	return n
+}
+
+func (s *Skiplist) seekLT(key base.InternalKey) uint32 {
+	p, _ := s.seek(key)
+	return p
+}

@@ -1,0 +1,308 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shale-db/shale/storage/internal/base"
+	"github.com/shale-db/shale/storage/manifest"
+	"github.com/shale-db/shale/storage/sstable"
+	"github.com/shale-db/shale/storage/vfs"
+)
+
+// SeqNum is a sequence number: every write consumes one, and a snapshot sees
+// the writes with sequence numbers at or below its own.
+type SeqNum = base.SeqNum
+
+// Kind says what a batch record does (set, delete, merge, range delete, log
+// data).
+type Kind = base.Kind
+
+// The record kinds a Batch holds.
+const (
+	KindSet         = base.KindSet
+	KindDelete      = base.KindDelete
+	KindMerge       = base.KindMerge
+	KindRangeDelete = base.KindRangeDelete
+	KindLogData     = base.KindLogData
+)
+
+// MergeOperator folds Merge operands into values; see base.Merger for the
+// contract.
+type MergeOperator = base.Merger
+
+// CompactionFilter decides, during compactions, whether to keep, drop or
+// rewrite values; see base.CompactionFilter for the contract.
+type CompactionFilter = base.CompactionFilter
+
+// The decisions a CompactionFilter returns.
+const (
+	FilterKeep        = base.FilterKeep
+	FilterRemove      = base.FilterRemove
+	FilterChangeValue = base.FilterChangeValue
+)
+
+// Compression selects how SST blocks are compressed.
+type Compression = sstable.Compression
+
+// The block compression algorithms.
+const (
+	NoCompression     = sstable.NoCompression
+	SnappyCompression = sstable.SnappyCompression
+	ZstdCompression   = sstable.ZstdCompression
+)
+
+// PrefixExtractor maps a key to its prefix, for prefix bloom filters and
+// prefix iteration. Prefix returns nil when the key has no prefix (it is
+// outside the extractor's domain). It must be deterministic: it is recorded
+// by Name in every SST.
+type PrefixExtractor interface {
+	Name() string
+	Prefix(key []byte) []byte
+}
+
+// FixedPrefix is a PrefixExtractor taking the first N bytes of keys that
+// have at least N bytes.
+type FixedPrefix int
+
+// Name returns "fixed:N".
+func (p FixedPrefix) Name() string { return fmt.Sprintf("fixed:%d", int(p)) }
+
+// Prefix returns key[:N], or nil when the key is shorter.
+func (p FixedPrefix) Prefix(key []byte) []byte {
+	if len(key) < int(p) {
+		return nil
+	}
+	return key[:int(p)]
+}
+
+// LevelOptions are the SST settings of one level.
+type LevelOptions struct {
+	// BlockSize is the target uncompressed size of data blocks. Default 4 KiB.
+	BlockSize int
+	// BlockRestartInterval is the number of keys between restart points in
+	// data blocks. Default 16.
+	BlockRestartInterval int
+	// Compression is the block compression. Default snappy.
+	Compression Compression
+	// FilterBitsPerKey sizes the bloom filter; 0 disables it. Default 10.
+	// Set it negative to disable the filter explicitly (the zero value means
+	// "default").
+	FilterBitsPerKey int
+	// TargetFileSize is the size at which compaction output files are cut.
+	// Default 2 MiB at L0/L1, doubling per level.
+	TargetFileSize uint64
+}
+
+// Options configure a DB. The zero value is usable: every field documents its
+// default, applied by Open.
+type Options struct {
+	// FS is the filesystem. Default: the operating system's.
+	FS vfs.FS
+	// Shared holds the resources this DB shares with other DBs in the process
+	// (block cache, table cache, background workers, memtable budget).
+	// Default: a private set sized by NewShared's defaults.
+	Shared *Shared
+	// ErrorIfNotExists makes Open fail when no database exists in the
+	// directory. Default false: a missing database is created.
+	ErrorIfNotExists bool
+	// ErrorIfExists makes Open fail when a database already exists.
+	ErrorIfExists bool
+	// MemTableSize is the size of one memtable. Default 64 MiB.
+	MemTableSize uint64
+	// MaxMemTables is the number of memtables (mutable plus those waiting to
+	// flush) before writes are held until a flush completes. Writes are
+	// paced long before that point. Default 4.
+	MaxMemTables int
+	// L0CompactionTrigger is the number of L0 files that starts an L0
+	// compaction. Default 4.
+	L0CompactionTrigger int
+	// L0SlowdownTrigger is the number of L0 files at which write pacing
+	// reaches its strongest delay. Default 20.
+	L0SlowdownTrigger int
+	// L0StopTrigger is the number of L0 files at which writes wait for
+	// compactions (the last resort; pacing is meant to avoid it). Default 36.
+	L0StopTrigger int
+	// LBaseMaxBytes is the target size of the base level. Default 64 MiB.
+	LBaseMaxBytes uint64
+	// LevelMultiplier is the size ratio between adjacent levels. Default 10.
+	LevelMultiplier float64
+	// DisableDynamicLevelBytes turns off the paper's dynamic level sizing
+	// (targets computed from the last level down). Default false (dynamic).
+	DisableDynamicLevelBytes bool
+	// MaxConcurrentCompactions bounds this DB's simultaneous compactions.
+	// Default 2.
+	MaxConcurrentCompactions int
+	// Levels holds per-level SST settings; Levels[0] also applies to flushes.
+	// Zero fields take the defaults described in LevelOptions; a level whose
+	// options are entirely zero inherits the previous level's.
+	Levels [manifest.NumLevels]LevelOptions
+	// PrefixExtractor enables prefix bloom filters and prefix iteration.
+	// Default nil (none).
+	PrefixExtractor PrefixExtractor
+	// MergeOperator is required to read or compact Merge records. Default nil.
+	MergeOperator MergeOperator
+	// CompactionFilter is consulted during compactions. Default nil.
+	CompactionFilter CompactionFilter
+	// WALArchiveMaxBytes bounds the total size of archived WAL files kept for
+	// UpdatesSince; the oldest are removed first. Default 256 MiB; negative
+	// disables archiving (obsolete WALs are deleted at once).
+	WALArchiveMaxBytes int64
+	// WALArchiveTTL removes archived WAL files older than this. Default 1 h.
+	WALArchiveTTL time.Duration
+	// WALBytesPerSync, when > 0, syncs the WAL in the background every that
+	// many bytes so a later Sync has less to write. Default 0 (off).
+	WALBytesPerSync int
+	// DisableWritePacing turns off the write controller's pacing (writes
+	// still wait at the hard limits). Default false.
+	DisableWritePacing bool
+	// Logger receives the DB's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ensureDefaults returns a copy of o with every zero field defaulted.
+func (o *Options) ensureDefaults() *Options {
+	var n Options
+	if o != nil {
+		n = *o
+	}
+	if n.FS == nil {
+		n.FS = vfs.Default
+	}
+	if n.MemTableSize == 0 {
+		n.MemTableSize = 64 << 20
+	}
+	if n.MaxMemTables == 0 {
+		n.MaxMemTables = 4
+	}
+	if n.L0CompactionTrigger == 0 {
+		n.L0CompactionTrigger = 4
+	}
+	if n.L0SlowdownTrigger == 0 {
+		n.L0SlowdownTrigger = 20
+	}
+	if n.L0StopTrigger == 0 {
+		n.L0StopTrigger = 36
+	}
+	if n.LBaseMaxBytes == 0 {
+		n.LBaseMaxBytes = 64 << 20
+	}
+	if n.LevelMultiplier == 0 {
+		n.LevelMultiplier = 10
+	}
+	if n.MaxConcurrentCompactions == 0 {
+		n.MaxConcurrentCompactions = 2
+	}
+	for i := range n.Levels {
+		l := &n.Levels[i]
+		if *l == (LevelOptions{}) && i > 0 {
+			*l = n.Levels[i-1]
+			if l.TargetFileSize != 0 {
+				l.TargetFileSize *= 2
+			}
+			continue
+		}
+		if l.BlockSize == 0 {
+			l.BlockSize = 4 << 10
+		}
+		if l.BlockRestartInterval == 0 {
+			l.BlockRestartInterval = 16
+		}
+		if l.Compression == 0 {
+			l.Compression = SnappyCompression
+		}
+		if l.FilterBitsPerKey == 0 {
+			l.FilterBitsPerKey = 10
+		}
+	}
+	for i := range n.Levels {
+		if n.Levels[i].TargetFileSize == 0 {
+			if i == 0 {
+				n.Levels[i].TargetFileSize = 2 << 20
+			} else {
+				n.Levels[i].TargetFileSize = n.Levels[i-1].TargetFileSize * 2
+				if i == 1 {
+					n.Levels[i].TargetFileSize = n.Levels[0].TargetFileSize
+				}
+			}
+		}
+	}
+	if n.WALArchiveMaxBytes == 0 {
+		n.WALArchiveMaxBytes = 256 << 20
+	}
+	if n.WALArchiveTTL == 0 {
+		n.WALArchiveTTL = time.Hour
+	}
+	if n.Logger == nil {
+		n.Logger = slog.Default()
+	}
+	return &n
+}
+
+// validate reports option combinations that cannot work.
+func (o *Options) validate() error {
+	var errs []error
+	if o.MemTableSize < 64<<10 {
+		errs = append(errs, fmt.Errorf("MemTableSize %d is below the 64 KiB minimum", o.MemTableSize))
+	}
+	if o.MemTableSize > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("MemTableSize %d exceeds 4 GiB", o.MemTableSize))
+	}
+	if o.MaxMemTables < 2 {
+		errs = append(errs, fmt.Errorf("MaxMemTables %d: need at least 2", o.MaxMemTables))
+	}
+	if !(o.L0CompactionTrigger < o.L0SlowdownTrigger && o.L0SlowdownTrigger < o.L0StopTrigger) {
+		errs = append(errs, fmt.Errorf("L0 triggers must satisfy compaction (%d) < slowdown (%d) < stop (%d)",
+			o.L0CompactionTrigger, o.L0SlowdownTrigger, o.L0StopTrigger))
+	}
+	if o.LevelMultiplier < 2 {
+		errs = append(errs, fmt.Errorf("LevelMultiplier %.1f: need at least 2", o.LevelMultiplier))
+	}
+	for i, l := range o.Levels {
+		if l.BlockSize < 1 || l.BlockRestartInterval < 1 {
+			errs = append(errs, fmt.Errorf("Levels[%d]: block size and restart interval must be positive", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// filterBits returns the bloom bits per key of level, 0 meaning none.
+func (l LevelOptions) filterBits() int {
+	if l.FilterBitsPerKey < 0 {
+		return 0
+	}
+	return l.FilterBitsPerKey
+}
+
+// WriteOptions are per-write settings.
+type WriteOptions struct {
+	// Sync makes Apply return only once the batch is durable in the WAL.
+	Sync bool
+	// DisableWAL skips the WAL: the batch lives only in the memtable until
+	// flushed and is lost by a crash before that. Such batches are not seen
+	// by UpdatesSince.
+	DisableWAL bool
+}
+
+// Sync is the WriteOptions for a durable write.
+var Sync = WriteOptions{Sync: true}
+
+// NoSync is the WriteOptions for a write that is durable only after a later
+// synced write or flush.
+var NoSync = WriteOptions{}
+
+// IterOptions configure an iterator.
+type IterOptions struct {
+	// LowerBound is the inclusive lower bound; nil = unbounded.
+	LowerBound []byte
+	// UpperBound is the exclusive upper bound; nil = unbounded.
+	UpperBound []byte
+	// Prefix restricts the iterator to keys starting with Prefix (combined
+	// with the bounds). When it equals what the DB's PrefixExtractor returns
+	// for those keys, prefix bloom filters skip files without the prefix.
+	Prefix []byte
+	// Snapshot reads at the snapshot instead of the latest state.
+	Snapshot *Snapshot
+}

@@ -1,0 +1,274 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/shale-db/shale/storage/internal/base"
+)
+
+// ErrTornTail is matched (errors.Is) by the error Reader.Next returns when
+// the log ends in the middle of a record: inside a chunk header, inside a
+// chunk payload, or after a First or Middle chunk whose record never got its
+// Last chunk. The returned error wraps ErrTornTail with the file name and the
+// offset of the incomplete record (or chunk). A crash during an append leaves
+// exactly this behind, so recovery may tolerate it at the end of the last
+// log.
+var ErrTornTail = errors.New("log ends inside a record (torn tail)")
+
+// scan positions for ValidRecordFollows.
+const (
+	scanNextBlock = -1 // resume at the next block boundary
+	scanNever     = -2 // the stream cannot be scanned (read error)
+)
+
+// Reader reads the records of a log written by Writer. See the package
+// documentation for the format and for the meaning of the errors.
+//
+// Once Next returns an error (including io.EOF), every later call returns the
+// same error. A Reader is not safe for concurrent use.
+type Reader struct {
+	r    io.Reader
+	name string
+	err  error // terminal result, sticky
+
+	started    bool  // a block has been read
+	blockStart int64 // file offset of buf[0]
+	n          int   // valid bytes in buf; < BlockSize means the final block
+	pos        int   // next unread byte of buf
+
+	rec       []byte // assembly buffer for fragmented records
+	lastStart int64  // offset of the record last returned
+	lastEnd   int64  // offset just past the record last returned
+
+	scanPos  int  // where ValidRecordFollows starts in buf (or scanNextBlock/scanNever)
+	scanDone bool // ValidRecordFollows already ran
+	scanRes  bool
+
+	buf [BlockSize]byte
+}
+
+// NewReader returns a Reader for the log read from r, which must be
+// positioned at the start of the log. name identifies the log in errors.
+func NewReader(r io.Reader, name string) *Reader {
+	return &Reader{r: r, name: name, lastStart: -1}
+}
+
+// Next returns the payload of the next record. The slice is valid only until
+// the next call to Next or ValidRecordFollows; callers that keep it must copy.
+//
+// At the clean end of the log Next returns io.EOF. It returns an error
+// matching ErrTornTail when the log ends inside a record, a
+// *base.CorruptionError naming the file and the offset of the damaged chunk
+// when a chunk is invalid, and a wrapped I/O error when reading fails. It
+// never returns a payload whose chunks did not all pass their checksums.
+func (r *Reader) Next() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	rec, err := r.next()
+	if err != nil {
+		r.err = err
+		return nil, err
+	}
+	return rec, nil
+}
+
+// LastRecordOffset returns the file offset of the first chunk header of the
+// record most recently returned by Next, or -1 if none was returned.
+func (r *Reader) LastRecordOffset() int64 { return r.lastStart }
+
+// ValidOffset returns the file offset just past the last chunk of the record
+// most recently returned by Next (0 if none was returned): the length of the
+// log's intact prefix as far as it has been read.
+func (r *Reader) ValidOffset() int64 { return r.lastEnd }
+
+func (r *Reader) torn(off int64) error {
+	return fmt.Errorf("wal: %s: record at offset %d: %w", r.name, off, ErrTornTail)
+}
+
+func (r *Reader) corrupt(off int64, resume int, format string, args ...any) error {
+	r.scanPos = resume
+	return base.Corruptf(r.name, off, "wal: "+format, args...)
+}
+
+// readBlock reads the next block into buf. A short block marks the end of
+// the stream.
+func (r *Reader) readBlock() error {
+	if r.started {
+		r.blockStart += int64(r.n)
+	}
+	r.started = true
+	r.pos = 0
+	n, err := io.ReadFull(r.r, r.buf[:])
+	r.n = n
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		r.n = 0
+		r.scanPos = scanNever
+		return fmt.Errorf("wal: reading %s at offset %d: %w", r.name, r.blockStart+int64(n), err)
+	}
+	return nil
+}
+
+// finalBlock reports whether buf holds the last block of the stream.
+func (r *Reader) finalBlock() bool { return r.started && r.n < BlockSize }
+
+func (r *Reader) next() ([]byte, error) {
+	r.rec = r.rec[:0]
+	inRec := false
+	recStart := int64(-1)
+	for {
+		if r.n-r.pos < HeaderSize {
+			if !r.finalBlock() {
+				// Block trailer (padding) or no block yet: move on.
+				if err := r.readBlock(); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			off := r.blockStart + int64(r.pos)
+			r.scanPos = scanNextBlock
+			if inRec {
+				return nil, r.torn(recStart)
+			}
+			for _, b := range r.buf[r.pos:r.n] {
+				if b != 0 {
+					return nil, r.torn(off)
+				}
+			}
+			return nil, io.EOF
+		}
+
+		off := r.blockStart + int64(r.pos)
+		h := r.buf[r.pos : r.pos+HeaderSize]
+		sum := binary.LittleEndian.Uint32(h[0:4])
+		length := int(binary.LittleEndian.Uint16(h[4:6]))
+		typ := h[6]
+		if sum == 0 && length == 0 && typ == 0 {
+			// Zeroed space: the end of the written data.
+			r.scanPos = scanNextBlock
+			if inRec {
+				return nil, r.torn(recStart)
+			}
+			return nil, io.EOF
+		}
+		if typ < chunkFull || typ > chunkLast {
+			return nil, r.corrupt(off, scanNextBlock, "invalid chunk type %d", typ)
+		}
+		end := r.pos + HeaderSize + length
+		if end > r.n {
+			if r.finalBlock() && end <= BlockSize {
+				r.scanPos = scanNextBlock
+				if inRec {
+					return nil, r.torn(recStart)
+				}
+				return nil, r.torn(off)
+			}
+			return nil, r.corrupt(off, scanNextBlock,
+				"chunk length %d exceeds the %d bytes left in its block", length, BlockSize-r.pos-HeaderSize)
+		}
+		payload := r.buf[r.pos+HeaderSize : end]
+		if chunkChecksum(typ, payload) != sum {
+			return nil, r.corrupt(off, end, "chunk checksum mismatch (type %d, length %d)", typ, length)
+		}
+
+		// The chunk is intact; check that it belongs where it is. On a
+		// sequencing error the chunk itself is valid data after the damage,
+		// so ValidRecordFollows starts at it.
+		switch typ {
+		case chunkFull:
+			if inRec {
+				return nil, r.corrupt(off, r.pos, "Full chunk inside the record that started at offset %d", recStart)
+			}
+			r.pos = end
+			r.lastStart, r.lastEnd = off, r.blockStart+int64(end)
+			return payload, nil
+		case chunkFirst:
+			if inRec {
+				return nil, r.corrupt(off, r.pos, "First chunk inside the record that started at offset %d", recStart)
+			}
+			inRec, recStart = true, off
+			r.rec = append(r.rec, payload...)
+		case chunkMiddle:
+			if !inRec {
+				return nil, r.corrupt(off, r.pos, "Middle chunk without a First chunk")
+			}
+			r.rec = append(r.rec, payload...)
+		case chunkLast:
+			if !inRec {
+				return nil, r.corrupt(off, r.pos, "Last chunk without a First chunk")
+			}
+			r.rec = append(r.rec, payload...)
+			r.pos = end
+			r.lastStart, r.lastEnd = recStart, r.blockStart+int64(end)
+			return r.rec, nil
+		}
+		r.pos = end
+	}
+}
+
+// ValidRecordFollows reports whether, after the point where Next stopped
+// (with an error or io.EOF), the rest of the log contains any chunk with a
+// valid checksum. Recovery uses it to tell a torn or garbage tail left by a
+// crash (false: nothing intact follows) from damage in the middle of the log
+// (true).
+//
+// It scans the chunks of the remaining blocks from each block boundary (every
+// block starts with a chunk header), and the chunk right after the damaged
+// one when its length was plausible. It consumes the rest of the stream;
+// afterwards Next keeps returning its earlier error. It returns false if Next
+// has not failed yet or failed with an I/O error, or if reading fails during
+// the scan. Calling it again returns the same answer.
+func (r *Reader) ValidRecordFollows() bool {
+	if r.err == nil {
+		return false
+	}
+	if r.scanDone {
+		return r.scanRes
+	}
+	r.scanDone = true
+	r.scanRes = r.scan()
+	return r.scanRes
+}
+
+func (r *Reader) scan() bool {
+	pos := r.scanPos
+	if pos == scanNever {
+		return false
+	}
+	for {
+		if pos >= 0 && r.validChunkFrom(pos) {
+			return true
+		}
+		if r.finalBlock() {
+			return false
+		}
+		if err := r.readBlock(); err != nil {
+			return false
+		}
+		pos = 0
+	}
+}
+
+// validChunkFrom walks the chunks of buf starting at pos and reports whether
+// one of them is valid. It stops at the first invalid or zeroed header, since
+// the position of the following chunk is then unknown.
+func (r *Reader) validChunkFrom(pos int) bool {
+	for r.n-pos >= HeaderSize {
+		h := r.buf[pos : pos+HeaderSize]
+		sum := binary.LittleEndian.Uint32(h[0:4])
+		length := int(binary.LittleEndian.Uint16(h[4:6]))
+		typ := h[6]
+		end := pos + HeaderSize + length
+		if typ < chunkFull || typ > chunkLast || end > r.n {
+			return false
+		}
+		if chunkChecksum(typ, r.buf[pos+HeaderSize:end]) == sum {
+			return true
+		}
+		pos = end
+	}
+	return false
+}
