@@ -38,6 +38,8 @@ type Batch struct {
 	hasRangeDel bool
 	// err is the first invalid record added (e.g. an empty range).
 	err error
+	// commit is the batch's entry in the commit queue while it is applied.
+	commit commitWriter
 }
 
 // NewBatch returns an empty batch.
@@ -89,8 +91,14 @@ func (b *Batch) DeleteRange(start, end []byte) {
 }
 
 // LogData records a blob that is written to the WAL (and so seen by
-// UpdatesSince) but not to the database. It consumes no sequence number.
+// UpdatesSince) but not to the database. It consumes no sequence number,
+// except that a batch holding only LogData consumes one (so that every batch
+// has a position of its own in the sequence).
 func (b *Batch) LogData(blob []byte) { b.appendRecord(base.KindLogData, blob, nil, false) }
+
+// seqSpan is the number of sequence numbers the batch consumes: its count,
+// or one for a batch of LogData alone.
+func (b *Batch) seqSpan() SeqNum { return SeqNum(max(b.count, 1)) }
 
 // Count returns the number of records that consume sequence numbers.
 func (b *Batch) Count() uint32 { return b.count }

@@ -33,6 +33,14 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
 	}
 
+	// Writes made with DisableWAL live only in memtables: flush them so
+	// the checkpoint holds every write at or below its sequence number.
+	if d.hasUnloggedWrites() {
+		if err := d.Flush(); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: flush unlogged writes: %w", destDir, err)
+		}
+	}
+
 	// Take the cut between commit groups: every batch at or below seq is in
 	// the WAL files below, at the recorded sizes.
 	d.mu.Lock()
@@ -47,15 +55,13 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	}
 	var wals []walCut
 	var cutErr error
-	if d.logWriter != nil {
-		cutErr = d.logWriter.Flush()
-	}
+	cutErr = d.flushWAL()
 	seq := d.logSeq
 	v := d.refVersionLocked()
 	minUnflushed := d.minUnflushed
 	nextFileNum := d.nextFileNum
 	d.noDeletions++
-	if cutErr == nil && !d.readOnly {
+	if cutErr == nil {
 		var names []string
 		names, cutErr = d.fs.List(d.dirname)
 		for _, name := range names {
@@ -89,7 +95,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		_ = d.fs.RemoveAll(destDir)
 		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
 	}
-	if err := d.fs.MkdirAll(destDir, 0o755); err != nil {
+	if err := mkdirAllDurable(d.fs, destDir); err != nil {
 		return fail(err)
 	}
 	for level := range v.Levels {
@@ -150,6 +156,21 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	}
 	info.Files = append(info.Files, "CURRENT")
 	return info, nil
+}
+
+// hasUnloggedWrites reports whether a memtable holds DisableWAL writes.
+func (d *DB) hasUnloggedWrites() bool {
+	rs := d.loadReadState()
+	if rs == nil {
+		return false
+	}
+	defer rs.unref()
+	for _, m := range rs.mems {
+		if m.unlogged.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // copyFile copies the first n bytes of src (all when n < 0) to a new synced
@@ -259,7 +280,11 @@ type WALFile struct {
 // for UpdatesSince) and live ones (still needed for recovery).
 func (d *DB) WALFiles() ([]WALFile, error) {
 	var out []WALFile
-	for _, archived := range []bool{true, false} {
+	// List the DB directory before the archive: WALs only ever move from
+	// the former to the latter, so a WAL archived while we list is seen at
+	// least once (listing the archive first could miss it entirely). One
+	// seen in both places is kept once, as archived.
+	for _, archived := range []bool{false, true} {
 		dir := d.dirname
 		if archived {
 			dir = d.fs.Join(d.dirname, archiveDirName)
@@ -285,5 +310,16 @@ func (d *DB) WALFiles() ([]WALFile, error) {
 		}
 	}
 	sortWALFiles(out)
-	return out, nil
+	// Drop the live entry of a WAL also listed as archived.
+	dedup := out[:0]
+	for _, f := range out {
+		if n := len(dedup); n > 0 && dedup[n-1].Num == f.Num {
+			if f.Archived {
+				dedup[n-1] = f
+			}
+			continue
+		}
+		dedup = append(dedup, f)
+	}
+	return dedup, nil
 }

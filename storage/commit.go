@@ -39,11 +39,15 @@ func (d *DB) Apply(b *Batch, opts WriteOptions) error {
 	if b.Empty() {
 		return nil
 	}
-	w := &commitWriter{batch: b, opts: opts}
+	// The queue entry lives in the batch: no allocation per write. A batch
+	// must not be applied twice concurrently (it is not safe for concurrent
+	// use anyway).
+	w := &b.commit
+	*w = commitWriter{batch: b, opts: opts}
 
 	// Pace before queueing, outside every lock: a paced writer never holds up
 	// the group it would otherwise join.
-	if !d.opts.DisableWritePacing {
+	if !d.opts.DisableWritePacing && d.wc.active.Load() {
 		if delay := d.wc.delay(b.Len(), time.Now()); delay > 0 {
 			time.Sleep(delay)
 		}
@@ -107,48 +111,38 @@ func (d *DB) groupFootprint(group []*commitWriter) uint64 {
 // meanwhile (rotation also happens only in the leader).
 func (d *DB) commitGroupLocked(group []*commitWriter) error {
 	seq := d.logSeq + 1
+	mem := d.mem
 	var sync, anyWAL bool
 	for _, w := range group {
 		w.batch.setSeqNum(seq)
-		seq += SeqNum(w.batch.count)
+		seq += w.batch.seqSpan()
 		if !w.opts.DisableWAL {
 			anyWAL = true
 			sync = sync || w.opts.Sync
+		} else {
+			mem.unlogged.Store(true)
 		}
 	}
 	last := seq - 1
-	mem, logW, logF := d.mem, d.logWriter, d.logFile
 	d.mu.Unlock()
 
+	syncDone, walErr := d.writeWAL(group, anyWAL, sync)
 	var err error
-	if anyWAL {
-		for _, w := range group {
-			if w.opts.DisableWAL {
-				continue
-			}
-			if _, err = logW.WriteRecord(w.batch.Repr()); err != nil {
-				break
-			}
-			d.walBytes.Add(uint64(w.batch.Len()))
-		}
-		if err == nil {
-			err = logW.Flush()
-		}
-		if err == nil && sync {
-			err = logF.Sync()
-			d.walSyncs.Add(1)
-		}
-		if err != nil {
-			err = fmt.Errorf("write wal: %w", err)
-		}
-	}
-	if err == nil {
+	if walErr == nil {
 		for _, w := range group {
 			if err = mem.apply(w.batch, w.batch.SeqNum()); err != nil {
 				err = fmt.Errorf("apply to memtable: %w", err)
 				break
 			}
 		}
+	}
+	if syncDone != nil {
+		if serr := <-syncDone; serr != nil && walErr == nil {
+			walErr = fmt.Errorf("sync wal: %w", serr)
+		}
+	}
+	if walErr != nil {
+		err = walErr
 	}
 
 	d.mu.Lock()
@@ -161,6 +155,45 @@ func (d *DB) commitGroupLocked(group []*commitWriter) error {
 	d.logSeq = last
 	d.visibleSeq.Store(uint64(last))
 	return nil
+}
+
+// writeWAL writes the group's logged batches to the WAL. With sync it
+// flushes them and starts the fsync in the background, returning a channel
+// that yields its result: the caller inserts into the memtable meanwhile and
+// acknowledges nothing before the sync succeeds. The file cannot be rotated
+// during the sync: only a commit leader or a holder of the commit barrier
+// rotates, and the caller leads. Called by the leader without d.mu.
+func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, error) {
+	if !anyWAL {
+		return nil, nil
+	}
+	d.walMu.Lock()
+	defer d.walMu.Unlock()
+	for _, w := range group {
+		if w.opts.DisableWAL {
+			continue
+		}
+		if _, err := d.logWriter.WriteRecord(w.batch.Repr()); err != nil {
+			return nil, fmt.Errorf("write wal: %w", err)
+		}
+		d.walBytes.Add(uint64(w.batch.Len()))
+	}
+	if !sync {
+		// Hand the write system call to the background flusher.
+		select {
+		case d.walFlushC <- struct{}{}:
+		default:
+		}
+		return nil, nil
+	}
+	if err := d.logWriter.Flush(); err != nil {
+		return nil, fmt.Errorf("write wal: %w", err)
+	}
+	done := make(chan error, 1)
+	f := d.logFile
+	go func() { done <- f.Sync() }()
+	d.walSyncs.Add(1)
+	return done, nil
 }
 
 // makeRoomForWriteLocked ensures the mutable memtable can take a batch of
@@ -178,18 +211,25 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 		if err := d.checkWritableLocked(); err != nil {
 			return err
 		}
-		overBudget := d.shared.overBudget() && d.mem.reserved > d.mem.capacity/8
-		if d.mem.hasRoom(footprint) && !overBudget {
+		// Over the shared memtable budget, a DB with no flush pending seals
+		// its memtable early to give memory back; one with a flush pending
+		// keeps filling its current memtable (that costs no memory) and,
+		// once it is full, waits for the flush instead of allocating
+		// another: rotating would only grow the memory over the budget.
+		overBudget := d.shared.overBudget()
+		flushEarly := overBudget && len(d.imm) == 0 && d.mem.used() > d.mem.capacity/8
+		if d.mem.hasRoom(footprint) && !flushEarly {
 			return nil
 		}
-		if d.mem.empty() && !overBudget {
+		if d.mem.empty() && !flushEarly {
 			// A batch larger than a memtable gets a memtable of its own.
 			d.mem.release()
 			d.mem = newMemTable(footprint, d.logNum, d.shared)
 			d.updateReadStateLocked()
 			return nil
 		}
-		if len(d.imm)+1 >= d.opts.MaxMemTables || len(d.vers.Levels[0]) >= d.opts.L0StopTrigger {
+		if len(d.imm)+1 >= d.opts.MaxMemTables || len(d.vers.Levels[0]) >= d.opts.L0StopTrigger ||
+			(overBudget && len(d.imm) > 0) {
 			// The hard limit. Pacing exists so that this is rare.
 			if stallStart.IsZero() {
 				stallStart = time.Now()
@@ -243,30 +283,37 @@ func (d *DB) releaseCommitBarrierLocked(w *commitWriter) {
 	d.cond.Broadcast()
 }
 
+// applyOne applies a pooled one-record batch built by fill.
+func (d *DB) applyOne(opts WriteOptions, fill func(b *Batch)) error {
+	b, _ := d.batchPool.Get().(*Batch)
+	if b == nil {
+		b = NewBatch()
+	}
+	fill(b)
+	err := d.Apply(b, opts)
+	if cap(b.data) <= 64<<10 {
+		b.Reset()
+		d.batchPool.Put(b)
+	}
+	return err
+}
+
 // Set writes key=value (a one-record batch).
 func (d *DB) Set(key, value []byte, opts WriteOptions) error {
-	b := NewBatch()
-	b.Set(key, value)
-	return d.Apply(b, opts)
+	return d.applyOne(opts, func(b *Batch) { b.Set(key, value) })
 }
 
 // Delete removes key (a one-record batch).
 func (d *DB) Delete(key []byte, opts WriteOptions) error {
-	b := NewBatch()
-	b.Delete(key)
-	return d.Apply(b, opts)
+	return d.applyOne(opts, func(b *Batch) { b.Delete(key) })
 }
 
 // DeleteRange removes every key in [start, end) (a one-record batch).
 func (d *DB) DeleteRange(start, end []byte, opts WriteOptions) error {
-	b := NewBatch()
-	b.DeleteRange(start, end)
-	return d.Apply(b, opts)
+	return d.applyOne(opts, func(b *Batch) { b.DeleteRange(start, end) })
 }
 
 // Merge adds a merge operand for key (a one-record batch).
 func (d *DB) Merge(key, operand []byte, opts WriteOptions) error {
-	b := NewBatch()
-	b.Merge(key, operand)
-	return d.Apply(b, opts)
+	return d.applyOne(opts, func(b *Batch) { b.Merge(key, operand) })
 }

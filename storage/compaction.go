@@ -244,7 +244,9 @@ func (d *DB) runFlush() {
 			ve.MinUnflushedLogNum = d.mem.logNum
 		}
 		d.mu.Unlock()
-		err = d.logAndApply(ve)
+		err = d.logAndApply(ve, func() {
+			d.imm = d.imm[len(mems):]
+		})
 	}
 
 	d.mu.Lock()
@@ -261,11 +263,9 @@ func (d *DB) runFlush() {
 		d.cond.Broadcast()
 		return
 	}
-	d.imm = d.imm[len(mems):]
 	for _, m := range mems {
 		m.release()
 	}
-	d.updateReadStateLocked()
 	dur := time.Since(start)
 	d.metrics.flushes++
 	d.metrics.flushInBytes += memBytes
@@ -368,7 +368,7 @@ func (d *DB) runCompaction(c *compact.Compaction, done chan error) {
 		}
 	}
 	if err == nil {
-		err = d.logAndApply(ve)
+		err = d.logAndApply(ve, nil)
 	}
 
 	d.mu.Lock()
@@ -546,7 +546,11 @@ func (d *DB) CompactRange(start, end []byte) error {
 		d.maybeScheduleCompactionLocked()
 		d.mu.Unlock()
 	}()
-	for level := 0; level < manifest.NumLevels-1; level++ {
+	// Level by level, top down: PickManual hands out the level's files in
+	// pieces of bounded size and returns nil once none overlaps the range.
+	// The last level is rewritten in place (dropping what compactions
+	// above could not, like tombstones with nothing left to delete).
+	for level := 0; level < manifest.NumLevels; level++ {
 		for {
 			if err := d.checkWritableLocked(); err != nil {
 				return err
@@ -570,10 +574,9 @@ func (d *DB) CompactRange(start, end []byte) error {
 			if err != nil {
 				return err
 			}
-			if c.OutputLevel > level+1 {
-				level = c.OutputLevel - 1
+			if c.OutputLevel == c.StartLevel {
+				break // an in-place rewrite of the last level covers it whole
 			}
-			break
 		}
 	}
 	return nil

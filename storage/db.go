@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -55,6 +57,14 @@ type DB struct {
 	// batch at or below it is fully applied.
 	visibleSeq atomic.Uint64
 
+	// walMu serialises I/O on the current WAL between the commit leader,
+	// the background WAL flusher and rotation.
+	walMu sync.Mutex
+	// walFlushC wakes the background WAL flusher (capacity 1).
+	walFlushC chan struct{}
+	// flusherDone is closed when the flusher exits.
+	flusherDone chan struct{}
+
 	// rsMu guards readState, the consistent set of memtables and version
 	// that readers take a reference on.
 	rsMu      sync.RWMutex
@@ -69,12 +79,13 @@ type DB struct {
 	cond *sync.Cond // broadcast when background work finishes or fails
 
 	// commit pipeline
-	writers     []*commitWriter // queue; the head is the leader
-	logSeq      SeqNum          // last sequence number assigned
-	logNum      manifest.FileNum
+	writers []*commitWriter // queue; the head is the leader
+	logSeq  SeqNum          // last sequence number assigned
+	logNum  manifest.FileNum
+	// logFile and logWriter are swapped under both mu and walMu; their I/O
+	// happens under walMu alone (never take mu while holding walMu).
 	logFile     vfs.File
 	logWriter   *wal.Writer
-	logSize     int64 // bytes in logWriter not yet synced past syncedSize
 	walBytes    atomic.Uint64
 	walSyncs    atomic.Uint64
 	mem         *memTable
@@ -96,6 +107,10 @@ type DB struct {
 	closed        bool
 	bgRunning     int // scheduled or running background jobs
 	manualWaiters int
+
+	// batchPool recycles the one-record batches of Set, Delete,
+	// DeleteRange and Merge.
+	batchPool sync.Pool
 
 	metrics    dbMetrics
 	tombstones tombstoneCache
@@ -146,8 +161,14 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		}
 	}()
 
+	if !readOnly && opts.ErrorIfNotExists {
+		// Check before creating anything, so a mistyped path leaves nothing.
+		if _, err := d.fs.Stat(d.fs.Join(dirname, "CURRENT")); err != nil {
+			return nil, fmt.Errorf("open %s: no database (CURRENT missing): %w", dirname, err)
+		}
+	}
 	if !readOnly {
-		if err := d.fs.MkdirAll(dirname, 0o755); err != nil {
+		if err := mkdirAllDurable(d.fs, dirname); err != nil {
 			return nil, fmt.Errorf("open %s: create directory: %w", dirname, err)
 		}
 		lock, err := d.fs.Lock(d.fs.Join(dirname, "LOCK"))
@@ -172,10 +193,15 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 	if err := d.recover(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", dirname, err)
 	}
+	if !readOnly {
+		d.walFlushC = make(chan struct{}, 1)
+		d.flusherDone = make(chan struct{})
+		go d.walFlusher()
+	}
 	d.mu.Lock()
 	d.updateReadStateLocked()
 	if !readOnly {
-		d.deleteObsoleteFilesLocked()
+		d.deleteObsoleteFiles(true)
 		d.maybeScheduleFlushLocked()
 		d.maybeScheduleCompactionLocked()
 	}
@@ -255,6 +281,33 @@ type bytesBuffer struct{ b []byte }
 
 func (b *bytesBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }
 
+// mkdirAllDurable is MkdirAll that also syncs the parent of every directory
+// it creates: a new directory's entry survives a crash only once its parent
+// is synced, and without it a crash could lose the whole new database.
+func mkdirAllDurable(fs vfs.FS, dir string) error {
+	var created []string
+	for p := filepath.Clean(dir); ; {
+		if _, err := fs.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		created = append(created, p)
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := syncDir(fs, filepath.Dir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func syncDir(fs vfs.FS, dir string) error {
 	f, err := fs.OpenDir(dir)
 	if err != nil {
@@ -320,9 +373,35 @@ func (d *DB) recover() error {
 	// where they simply queue in memory).
 	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared)
 	var edit manifest.VersionEdit
+	// The last log is the last one holding anything: recovery that crashed
+	// after creating its new, empty log leaves the previous last log (and
+	// its possibly torn tail) before it.
+	lastData := 0
 	for i, num := range logs {
-		last := i == len(logs)-1
-		if err := d.replayWAL(num, last, &edit); err != nil {
+		fi, err := d.fs.Stat(d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num)))
+		if err != nil {
+			return fmt.Errorf("stat wal %s: %w", num, err)
+		}
+		if fi.Size() > 0 {
+			lastData = i
+		}
+	}
+	for i, num := range logs {
+		// Only the tail of the last log holding data may be torn by a
+		// crash, and not even that one if the DB was closed cleanly with
+		// this log complete: then it must be read intact.
+		tolerateTail := i >= lastData
+		if summary.CleanCloseLogNum == num {
+			tolerateTail = false
+			path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num))
+			if fi, err := d.fs.Stat(path); err != nil {
+				return fmt.Errorf("stat wal %s: %w", num, err)
+			} else if uint64(fi.Size()) != summary.CleanCloseLogSize {
+				return base.Corruptf(path, fi.Size(), "log was closed cleanly at %d bytes but is now %d bytes",
+					summary.CleanCloseLogSize, fi.Size())
+			}
+		}
+		if err := d.replayWAL(num, tolerateTail, &edit); err != nil {
 			return err
 		}
 	}
@@ -372,10 +451,11 @@ func (d *DB) recover() error {
 	return nil
 }
 
-// replayWAL applies the batches of log num to the memtables. A damaged tail
-// of the last log (what a crash leaves) ends replay; damage anywhere else is
-// a corruption error.
-func (d *DB) replayWAL(num manifest.FileNum, last bool, edit *manifest.VersionEdit) error {
+// replayWAL applies the batches of log num to the memtables. With
+// tolerateTail, a damaged tail (what a crash leaves in the last log) ends
+// replay; damage followed by intact records, or any damage without
+// tolerateTail, is a corruption error naming the file.
+func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.VersionEdit) error {
 	name := manifest.MakeFilename(manifest.FileTypeLog, num)
 	path := d.fs.Join(d.dirname, name)
 	f, err := d.fs.Open(path)
@@ -387,15 +467,25 @@ func (d *DB) replayWAL(num manifest.FileNum, last bool, edit *manifest.VersionEd
 	for {
 		rec, err := r.Next()
 		if err == io.EOF {
+			if r.ValidRecordFollows() {
+				return base.Corruptf(path, r.ValidOffset(), "zeroed chunk header before intact records")
+			}
 			return nil
 		}
 		if err != nil {
-			if errors.Is(err, wal.ErrTornTail) {
+			// Only the tail of the last log may be torn or garbled (by a
+			// crash during an append), and only if nothing intact follows.
+			// Anywhere else it is corruption, and an I/O error is never a
+			// tail to ignore.
+			torn := errors.Is(err, wal.ErrTornTail)
+			if (torn || errors.Is(err, base.ErrCorruption)) && tolerateTail && !r.ValidRecordFollows() {
+				if !torn {
+					d.log.Warn("ignoring damaged tail of last WAL (crash during write)", "wal", name, "err", err)
+				}
 				return nil
 			}
-			if last && !r.ValidRecordFollows() {
-				d.log.Warn("ignoring damaged tail of last WAL (crash during write)", "wal", name, "err", err)
-				return nil
+			if torn {
+				err = base.Corruptf(path, r.ValidOffset(), "%v", err)
 			}
 			return fmt.Errorf("replay wal %s: %w", name, err)
 		}
@@ -405,9 +495,17 @@ func (d *DB) replayWAL(num manifest.FileNum, last bool, edit *manifest.VersionEd
 		}
 		seq := b.SeqNum()
 		if b.count == 0 {
+			// LogData alone: nothing for the memtable, one sequence number.
+			d.logSeq = max(d.logSeq, seq)
 			continue
 		}
-		if !d.mem.hasRoom(batchFootprint(b)) && !d.mem.empty() {
+		if !d.mem.hasRoom(batchFootprint(b)) && d.mem.empty() {
+			// A batch larger than a memtable gets a memtable of its own,
+			// as when it was committed.
+			d.mem.release()
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared)
+		}
+		if !d.mem.hasRoom(batchFootprint(b)) {
 			d.mem.immutable.Store(true)
 			d.imm = append(d.imm, d.mem)
 			if !d.readOnly {
@@ -439,6 +537,8 @@ func (d *DB) replayWAL(num manifest.FileNum, last bool, edit *manifest.VersionEd
 // previous WAL is synced first, so a crash can never keep later synced
 // writes while losing earlier unsynced ones.
 func (d *DB) newLogLocked() error {
+	d.walMu.Lock()
+	defer d.walMu.Unlock()
 	if d.logWriter != nil {
 		if err := d.logWriter.Flush(); err != nil {
 			return fmt.Errorf("flush wal %s: %w", d.logNum, err)
@@ -450,6 +550,7 @@ func (d *DB) newLogLocked() error {
 		if err := d.logFile.Close(); err != nil {
 			return fmt.Errorf("close wal %s: %w", d.logNum, err)
 		}
+		d.logWriter, d.logFile = nil, nil
 	}
 	num := d.nextFileNum
 	d.nextFileNum++
@@ -466,9 +567,37 @@ func (d *DB) newLogLocked() error {
 	return nil
 }
 
-// Close flushes nothing: it waits for background work, then releases the
-// directory. Data written without Sync stays in the WAL and is recovered by
-// the next Open. Iterators and snapshots must be closed first.
+// walFlusher writes buffered WAL data of unsynced commits to the file in the
+// background, so the commit leader does not make a write system call per
+// group. It exits when walFlushC is closed.
+func (d *DB) walFlusher() {
+	defer close(d.flusherDone)
+	for range d.walFlushC {
+		if err := d.flushWAL(); err != nil {
+			d.mu.Lock()
+			d.setBackgroundErrorLocked(err)
+			d.mu.Unlock()
+		}
+	}
+}
+
+// flushWAL writes the WAL writer's buffered bytes to the file (no sync).
+func (d *DB) flushWAL() error {
+	d.walMu.Lock()
+	defer d.walMu.Unlock()
+	if d.logWriter == nil {
+		return nil
+	}
+	if err := d.logWriter.Flush(); err != nil {
+		return fmt.Errorf("write wal %s: %w", d.logNum, err)
+	}
+	return nil
+}
+
+// Close waits for background work, writes and syncs the WAL (memtables are
+// not flushed: the next Open replays them from the WAL), records the clean
+// close in the MANIFEST, then releases the directory. Iterators and
+// snapshots must be closed first.
 func (d *DB) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -481,17 +610,40 @@ func (d *DB) Close() error {
 		d.cond.Wait()
 	}
 	var errs []error
+	d.mu.Unlock()
+	if d.flusherDone != nil {
+		close(d.walFlushC)
+		<-d.flusherDone
+	}
+	d.mu.Lock()
+	d.walMu.Lock()
 	if d.logWriter != nil {
 		if err := d.logWriter.Flush(); err != nil {
 			errs = append(errs, fmt.Errorf("flush wal: %w", err))
 		} else if err := d.logFile.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("sync wal: %w", err))
 		}
+		cleanSize := uint64(d.logWriter.Size())
 		if err := d.logFile.Close(); err != nil {
 			errs = append(errs, err)
 		}
+		if len(errs) == 0 && d.bgErr == nil && d.manifestW != nil {
+			// Record that this WAL is complete, so the next Open treats any
+			// damage to it as corruption instead of a crash's torn tail.
+			d.manifestMu.Lock()
+			err := d.appendManifest(&manifest.VersionEdit{
+				LastSeqNum:        d.logSeq,
+				CleanCloseLogNum:  d.logNum,
+				CleanCloseLogSize: cleanSize,
+			})
+			d.manifestMu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
 		d.logWriter, d.logFile = nil, nil
 	}
+	d.walMu.Unlock()
 	if d.manifestFile != nil {
 		if err := d.manifestFile.Close(); err != nil {
 			errs = append(errs, err)

@@ -303,7 +303,7 @@ func (d *DB) ingestLocked(files []*ingestFile) error {
 			d.logSeq = seq // logAndApply records it as LastSeqNum
 		}
 		d.mu.Unlock()
-		err = d.logAndApply(ve)
+		err = d.logAndApply(ve, nil)
 	}
 	d.mu.Lock()
 	for _, n := range nums {

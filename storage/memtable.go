@@ -15,6 +15,12 @@ import (
 // batch never runs out of arena space half applied.
 const maxNodeOverhead = 24 + 2*4*20
 
+// skiplistFixedOverhead is the arena space a skiplist uses before its first
+// entry (the reserved nil offset and two full-height sentinel nodes, about
+// 250 bytes). Arenas get it on top of the capacity the room checks count, so
+// a batch admitted into an empty memtable sized for it always fits.
+const skiplistFixedOverhead = 512
+
 // memTable is one in-memory write buffer: point entries and range tombstones
 // in two skiplists, and the WAL file holding the same writes. A single
 // writer (the commit leader) inserts; readers never block.
@@ -23,18 +29,22 @@ type memTable struct {
 	rangeDels atomic.Pointer[memtable.Skiplist]
 	logNum    manifest.FileNum
 	capacity  uint64
-	// reserved counts the worst-case bytes of batches admitted into it.
-	reserved uint64
-	shared   *Shared
+	shared    *Shared
 	// cachedDels is the fragmented tombstone list of an immutable memtable.
 	cachedDels atomic.Pointer[rangedel.List]
 	immutable  atomic.Bool
 	released   atomic.Bool
+	// unlogged is set once a batch written with DisableWAL lands here: its
+	// data is then only in memory until flushed.
+	unlogged atomic.Bool
+	// rangeDelArena is the capacity of the range-tombstone skiplist, once
+	// created (charged to the shared budget too).
+	rangeDelArena atomic.Int64
 }
 
 func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared) *memTable {
 	m := &memTable{
-		points:   memtable.NewSkiplist(uint32(capacity)),
+		points:   memtable.NewSkiplist(uint32(capacity + skiplistFixedOverhead)),
 		logNum:   logNum,
 		capacity: capacity,
 		shared:   shared,
@@ -46,7 +56,7 @@ func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared) *memT
 // release returns the memtable's bytes to the shared budget (once).
 func (m *memTable) release() {
 	if m.released.CompareAndSwap(false, true) {
-		m.shared.memUsed.Add(-int64(m.capacity))
+		m.shared.memUsed.Add(-int64(m.capacity) - m.rangeDelArena.Load())
 	}
 }
 
@@ -55,9 +65,20 @@ func batchFootprint(b *Batch) uint64 {
 	return uint64(len(b.data)) + uint64(b.count)*maxNodeOverhead
 }
 
-// hasRoom reports whether a batch with the given footprint fits.
+// used returns the arena bytes in use by the fuller of the two skiplists.
+func (m *memTable) used() uint64 {
+	n := uint64(m.points.Size())
+	if rd := m.rangeDels.Load(); rd != nil {
+		n = max(n, uint64(rd.Size()))
+	}
+	return n
+}
+
+// hasRoom reports whether a batch with the given worst-case footprint fits.
+// It compares with the space actually used, so a memtable fills up to its
+// capacity however small the real nodes are.
 func (m *memTable) hasRoom(footprint uint64) bool {
-	return m.reserved+footprint <= m.capacity
+	return m.used()+footprint <= m.capacity+skiplistFixedOverhead
 }
 
 // empty reports whether nothing was written to the memtable.
@@ -68,7 +89,6 @@ func (m *memTable) empty() bool {
 // apply inserts the batch's records with consecutive sequence numbers.
 // The caller is the single writer.
 func (m *memTable) apply(b *Batch, seq SeqNum) error {
-	m.reserved += batchFootprint(b)
 	r := b.Reader()
 	for {
 		kind, key, value, ok := r.Next()
@@ -83,7 +103,7 @@ func (m *memTable) apply(b *Batch, seq SeqNum) error {
 			if rd == nil {
 				// Same arena size as the points: the room check in hasRoom then
 				// guarantees both skiplists fit any admitted batch.
-				rd = memtable.NewSkiplist(uint32(m.capacity))
+				rd = memtable.NewSkiplist(uint32(m.capacity + skiplistFixedOverhead))
 				m.rangeDels.Store(rd)
 			}
 			if err := rd.Add(base.MakeInternalKey(key, seq, kind), value); err != nil {
@@ -101,8 +121,8 @@ func (m *memTable) apply(b *Batch, seq SeqNum) error {
 
 func (m *memTable) addErr(err error) error {
 	if errors.Is(err, memtable.ErrRecordExists) {
-		// Replaying a WAL record already applied (recovery from a WAL whose
-		// data also reached an SST) inserts identical entries: harmless.
+		// The identical entry is already there (the same batch applied
+		// twice); the second copy adds nothing.
 		return nil
 	}
 	return err

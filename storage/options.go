@@ -152,9 +152,6 @@ type Options struct {
 	WALArchiveMaxBytes int64
 	// WALArchiveTTL removes archived WAL files older than this. Default 1 h.
 	WALArchiveTTL time.Duration
-	// WALBytesPerSync, when > 0, syncs the WAL in the background every that
-	// many bytes so a later Sync has less to write. Default 0 (off).
-	WALBytesPerSync int
 	// DisableWritePacing turns off the write controller's pacing (writes
 	// still wait at the hard limits). Default false.
 	DisableWritePacing bool

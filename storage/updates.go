@@ -67,6 +67,10 @@ func (d *DB) UpdatesSince(seq SeqNum) (*UpdatesIterator, error) {
 	if seq > limit {
 		return it, nil // nothing yet
 	}
+	// Make every visible batch readable from the WAL file.
+	if err := d.flushWAL(); err != nil {
+		return nil, err
+	}
 	files, err := d.WALFiles()
 	if err != nil {
 		return nil, err
@@ -169,11 +173,7 @@ func (it *UpdatesIterator) Next() bool {
 		if seq > it.limit {
 			return false
 		}
-		end := seq
-		if b.count > 0 {
-			end = seq + SeqNum(b.count) - 1
-		}
-		if end < it.start {
+		if end := seq + b.seqSpan() - 1; end < it.start {
 			continue
 		}
 		it.batch = b

@@ -11,7 +11,7 @@ import (
 
 // maxManifestSize is the size past which the MANIFEST is rewritten as a
 // fresh snapshot of the current version.
-const maxManifestSize = 64 << 20
+var maxManifestSize int64 = 64 << 20 // a var so crash tests can force frequent rotations
 
 // readState is what a reader needs for a consistent view: the memtables
 // (newest first) and the version. Readers hold a reference while reading.
@@ -98,7 +98,13 @@ func applyEdit(v *manifest.Version, ve *manifest.VersionEdit) (*manifest.Version
 // logAndApply records ve in the MANIFEST (synced) and installs the resulting
 // version. The caller must not hold d.mu. On a MANIFEST write failure the DB
 // enters the background-error state: the edit's files are not installed.
-func (d *DB) logAndApply(ve *manifest.VersionEdit) error {
+//
+// onInstall, if not nil, runs under d.mu just before the new version is
+// published, so that changes it makes (a flush dropping the memtables it
+// wrote) reach readers in the same read state as the version. Publishing them
+// separately would let a reader see the same entries twice, which double
+// counts merge operands.
+func (d *DB) logAndApply(ve *manifest.VersionEdit, onInstall func()) error {
 	d.manifestMu.Lock()
 	defer d.manifestMu.Unlock()
 
@@ -144,12 +150,23 @@ func (d *DB) logAndApply(ve *manifest.VersionEdit) error {
 	if ve.MinUnflushedLogNum > d.minUnflushed {
 		d.minUnflushed = ve.MinUnflushedLogNum
 	}
+	if onInstall != nil {
+		onInstall()
+	}
 	d.installVersionLocked(nv)
 	return nil
 }
 
 // appendManifest appends one synced edit to the current MANIFEST.
 func (d *DB) appendManifest(ve *manifest.VersionEdit) error {
+	if len(ve.NewFiles) > 0 {
+		// The new files' directory entries must be durable before the
+		// edit naming them is, or a crash could leave the MANIFEST
+		// pointing at files that are gone.
+		if err := syncDir(d.fs, d.dirname); err != nil {
+			return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
+		}
+	}
 	if err := writeEdit(d.manifestW, ve); err != nil {
 		return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
 	}
@@ -245,9 +262,19 @@ func (d *DB) allocFileNumLocked() manifest.FileNum {
 // deleteObsoleteFilesLocked removes SSTs no live version uses, MANIFESTs
 // other than the current one, and moves fully flushed WALs to the archive
 // (or deletes them when archiving is off). Nothing is removed while file
-// deletions are disabled.
+// deletions are disabled, nor after a background error: a failed MANIFEST
+// write or sync may still have reached the disk, naming outputs that no
+// version in memory holds, so until the next Open decides from the files
+// what is live, no file is obsolete.
 func (d *DB) deleteObsoleteFilesLocked() {
-	if d.noDeletions > 0 || d.readOnly {
+	d.deleteObsoleteFiles(false)
+}
+
+// deleteObsoleteFiles is deleteObsoleteFilesLocked; atOpen also removes
+// leftover temporary files, which at any other time may belong to a
+// MANIFEST switch in progress. Called with d.mu held.
+func (d *DB) deleteObsoleteFiles(atOpen bool) {
+	if d.noDeletions > 0 || d.readOnly || d.bgErr != nil {
 		return
 	}
 	live := make(map[manifest.FileNum]struct{})
@@ -303,6 +330,9 @@ func (d *DB) deleteObsoleteFilesLocked() {
 				continue
 			}
 		case manifest.FileTypeTemp:
+			if !atOpen {
+				continue
+			}
 		default:
 			continue
 		}
@@ -318,7 +348,7 @@ func (d *DB) deleteObsoleteFilesLocked() {
 // archiveWAL moves an obsolete WAL into the archive directory.
 func (d *DB) archiveWAL(name string) error {
 	dir := d.fs.Join(d.dirname, archiveDirName)
-	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAllDurable(d.fs, dir); err != nil {
 		return err
 	}
 	return d.fs.Rename(d.fs.Join(d.dirname, name), d.fs.Join(dir, name))

@@ -3,6 +3,7 @@ package storage
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +26,10 @@ import (
 // Delays are applied through a token bucket, so each write waits in
 // proportion to its size and no one-second interval is left empty.
 type writeController struct {
-	mu sync.Mutex
+	// active is true while pressure > 0, letting writers skip the
+	// controller entirely (no lock, no clock read) when it is idle.
+	active atomic.Bool
+	mu     sync.Mutex
 	// flushBW and compactBW are smoothed throughputs (bytes/s) of flushes
 	// (memtable bytes in) and compactions (input bytes).
 	flushBW   float64
@@ -43,6 +47,11 @@ type writeController struct {
 // minPacedRate is the floor of the allowed rate, in bytes per second, when
 // nothing has been measured yet.
 const minPacedRate = 1 << 20
+
+// maxPacingDebt bounds how far ahead of now the token bucket may run: the
+// bytes that capped delays leave unpaid are carried to later writes only up
+// to this much time.
+const maxPacingDebt = time.Second
 
 func newWriteController(slots int) *writeController {
 	return &writeController{writeAmp: 1, compactionSlots: float64(max(1, slots))}
@@ -80,6 +89,7 @@ func (c *writeController) reportCompaction(n uint64, d time.Duration) {
 func (c *writeController) setState(pressure, writeAmp float64) {
 	c.mu.Lock()
 	c.pressure = math.Max(0, math.Min(1, pressure))
+	c.active.Store(c.pressure > 0)
 	if writeAmp >= 1 {
 		c.writeAmp = math.Min(writeAmp, 30)
 	}
@@ -121,6 +131,11 @@ func (c *writeController) delay(n int, now time.Time) time.Duration {
 		c.next = now
 	}
 	c.next = c.next.Add(time.Duration(float64(n) / rate * float64(time.Second)))
+	if limit := now.Add(maxPacingDebt); c.next.After(limit) {
+		// Writers outrun even capped delays: forget the older debt, or it
+		// would hold every write at the cap long after the pressure eased.
+		c.next = limit
+	}
 	d := c.next.Sub(now)
 	if d < time.Millisecond {
 		return 0

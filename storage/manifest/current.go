@@ -112,6 +112,10 @@ type VersionEditSummary struct {
 	TornTail bool
 	// ValidSize is the offset just past the last complete edit.
 	ValidSize int64
+	// CleanCloseLogNum and CleanCloseLogSize are set when the last edit
+	// recorded a clean close (see VersionEdit); 0 otherwise.
+	CleanCloseLogNum  FileNum
+	CleanCloseLogSize uint64
 }
 
 // ReplayManifest reads the MANIFEST at path and applies its edits in order
@@ -144,6 +148,11 @@ func ReplayManifest(fs vfs.FS, path string) (*Version, VersionEditSummary, error
 			break
 		}
 		if errors.Is(err, wal.ErrTornTail) {
+			if r.ValidRecordFollows() {
+				// Intact data after the "torn" record: a damaged chunk
+				// header, not an interrupted append.
+				return nil, sum, base.Corruptf(path, r.ValidOffset(), "damaged record: %v", err)
+			}
 			sum.TornTail = true
 			break
 		}
@@ -173,6 +182,8 @@ func ReplayManifest(fs vfs.FS, path string) (*Version, VersionEditSummary, error
 		if ve.LastSeqNum != 0 {
 			sum.LastSeqNum = ve.LastSeqNum
 		}
+		// Only a clean close recorded by the very last edit counts.
+		sum.CleanCloseLogNum, sum.CleanCloseLogSize = ve.CleanCloseLogNum, ve.CleanCloseLogSize
 		sum.NumEdits++
 		sum.ValidSize = r.ValidOffset()
 	}

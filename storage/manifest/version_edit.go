@@ -31,6 +31,9 @@ import (
 //	6    new file            uvarint level, uvarint file number, uvarint size,
 //	                         key smallest, key largest, uvarint smallest seq,
 //	                         uvarint largest seq, then optional file fields
+//	7|TagSafeToIgnore        bytes holding uvarint WAL number, uvarint size:
+//	     clean close         the DB closed cleanly with that WAL complete at
+//	                         that size
 //
 // Optional file fields follow the fixed fields of a new file: a sequence of
 // (uvarint subtag, bytes payload) pairs ended by subtag 0. Subtag 1 is
@@ -63,6 +66,12 @@ type VersionEdit struct {
 	// before its additions, so deleting a file from one level and adding it
 	// to another moves it.
 	NewFiles []NewFileEntry
+	// CleanCloseLogNum and CleanCloseLogSize, when set, record that the DB
+	// was closed cleanly: its last WAL is CleanCloseLogNum and is complete
+	// at CleanCloseLogSize bytes, so recovery must read it intact (a damaged
+	// tail is then corruption, not an interrupted write).
+	CleanCloseLogNum  FileNum
+	CleanCloseLogSize uint64
 }
 
 // DeletedFileEntry names a file removed from a level.
@@ -89,6 +98,8 @@ const (
 	tagLastSeqNum         = 4
 	tagDeletedFile        = 5
 	tagNewFile            = 6
+
+	tagCleanClose = 7 | TagSafeToIgnore
 
 	subtagEnd          = 0
 	subtagCreationTime = 1
@@ -196,6 +207,13 @@ func (ve *VersionEdit) AppendEncoded(dst []byte) ([]byte, error) {
 			b = appendBytes(b, tmp[:n])
 		}
 		b = binary.AppendUvarint(b, subtagEnd)
+	}
+	if ve.CleanCloseLogNum != 0 {
+		var p []byte
+		p = binary.AppendUvarint(p, uint64(ve.CleanCloseLogNum))
+		p = binary.AppendUvarint(p, ve.CleanCloseLogSize)
+		b = binary.AppendUvarint(b, tagCleanClose)
+		b = appendBytes(b, p)
 	}
 	return b, nil
 }
@@ -351,6 +369,20 @@ func (ve *VersionEdit) decode(d *decoder) error {
 				return fmt.Errorf("new file at byte %d: %w", tagOff, err)
 			}
 			ve.NewFiles = append(ve.NewFiles, nf)
+		case tagCleanClose:
+			p, err := d.bytes("clean close")
+			if err != nil {
+				return err
+			}
+			num, n := binary.Uvarint(p)
+			if n <= 0 || num == 0 {
+				return fmt.Errorf("malformed clean-close field at byte %d", tagOff)
+			}
+			size, m := binary.Uvarint(p[n:])
+			if m <= 0 || n+m != len(p) {
+				return fmt.Errorf("malformed clean-close field at byte %d", tagOff)
+			}
+			ve.CleanCloseLogNum, ve.CleanCloseLogSize = FileNum(num), size
 		default:
 			if tag&TagSafeToIgnore == 0 {
 				return fmt.Errorf("unknown tag %d at byte %d", tag, tagOff)
@@ -433,6 +465,9 @@ func (ve *VersionEdit) String() string {
 	}
 	if ve.NextFileNum != 0 {
 		b = fmt.Appendf(b, "next-file: %s\n", ve.NextFileNum)
+	}
+	if ve.CleanCloseLogNum != 0 {
+		b = fmt.Appendf(b, "clean-close: wal %s at %d bytes\n", ve.CleanCloseLogNum, ve.CleanCloseLogSize)
 	}
 	if ve.LastSeqNum != 0 {
 		b = fmt.Appendf(b, "last-seq: %d\n", ve.LastSeqNum)

@@ -46,6 +46,9 @@ type Reader struct {
 	scanPos  int  // where ValidRecordFollows starts in buf (or scanNextBlock/scanNever)
 	scanDone bool // ValidRecordFollows already ran
 	scanRes  bool
+	// lenFlip is set when the chunk Next stopped at checks out under a
+	// length one bit away from its stored one: its length field is damaged.
+	lenFlip bool
 
 	buf [BlockSize]byte
 }
@@ -154,24 +157,40 @@ func (r *Reader) next() ([]byte, error) {
 			}
 			return nil, io.EOF
 		}
-		if typ < chunkFull || typ > chunkLast {
-			return nil, r.corrupt(off, scanNextBlock, "invalid chunk type %d", typ)
-		}
 		end := r.pos + HeaderSize + length
+		if typ < chunkFull || typ > chunkLast {
+			// The type byte may be the damage: the chunks after this one
+			// are still found if its length is intact.
+			resume := scanNextBlock
+			if end <= r.n {
+				resume = end
+			}
+			return nil, r.corrupt(off, resume, "invalid chunk type %d", typ)
+		}
 		if end > r.n {
+			resume := scanNextBlock
+			if e, ok := r.lengthFlipEnd(typ, sum, length); ok {
+				// Not a torn write: the header's length field is damaged
+				// (ValidRecordFollows reports it).
+				r.lenFlip, resume = true, e
+			}
 			if r.finalBlock() && end <= BlockSize {
-				r.scanPos = scanNextBlock
+				r.scanPos = resume
 				if inRec {
 					return nil, r.torn(recStart)
 				}
 				return nil, r.torn(off)
 			}
-			return nil, r.corrupt(off, scanNextBlock,
+			return nil, r.corrupt(off, resume,
 				"chunk length %d exceeds the %d bytes left in its block", length, BlockSize-r.pos-HeaderSize)
 		}
 		payload := r.buf[r.pos+HeaderSize : end]
 		if chunkChecksum(typ, payload) != sum {
-			return nil, r.corrupt(off, end, "chunk checksum mismatch (type %d, length %d)", typ, length)
+			resume := end
+			if e, ok := r.lengthFlipEnd(typ, sum, length); ok {
+				r.lenFlip, resume = true, e
+			}
+			return nil, r.corrupt(off, resume, "chunk checksum mismatch (type %d, length %d)", typ, length)
 		}
 
 		// The chunk is intact; check that it belongs where it is. On a
@@ -215,6 +234,12 @@ func (r *Reader) next() ([]byte, error) {
 // crash (false: nothing intact follows) from damage in the middle of the log
 // (true).
 //
+// It also reports true when the chunk Next stopped at (with ErrTornTail or a
+// corruption error) has a valid checksum under a payload length that differs
+// from its stored length in a single bit: the length field is damaged, which
+// a crash does not do, and the chunks after it (which such a length may hide
+// past the apparent end of the log) are scanned from its true end.
+//
 // It scans the chunks of the remaining blocks from each block boundary (every
 // block starts with a chunk header), and the chunk right after the damaged
 // one when its length was plausible. It consumes the rest of the stream;
@@ -238,6 +263,9 @@ func (r *Reader) scan() bool {
 	if pos == scanNever {
 		return false
 	}
+	if r.lenFlip {
+		return true
+	}
 	for {
 		if pos >= 0 && r.validChunkFrom(pos) {
 			return true
@@ -250,6 +278,20 @@ func (r *Reader) scan() bool {
 		}
 		pos = 0
 	}
+}
+
+// lengthFlipEnd reports whether the chunk whose header is at r.pos has a
+// valid checksum under a payload length one bit away from length, and where
+// the chunk then ends in buf.
+func (r *Reader) lengthFlipEnd(typ byte, sum uint32, length int) (int, bool) {
+	start := r.pos + HeaderSize
+	for b := 0; b < 16; b++ {
+		l := length ^ 1<<b
+		if start+l <= r.n && chunkChecksum(typ, r.buf[start:start+l]) == sum {
+			return start + l, true
+		}
+	}
+	return 0, false
 }
 
 // validChunkFrom walks the chunks of buf starting at pos and reports whether

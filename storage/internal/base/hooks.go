@@ -5,8 +5,8 @@ package base
 // deterministic and safe for concurrent use; they must not retain or modify
 // their argument slices.
 type Merger interface {
-	// Name identifies the operator. It is recorded so that a database written
-	// with one operator is not silently read with another.
+	// Name identifies the operator in logs and errors. It is not recorded in
+	// the database: reading with a different operator is not detected.
 	Name() string
 	// FullMerge returns the value that results from applying operands (oldest
 	// first) to existing. hasExisting is false when the key had no value (it

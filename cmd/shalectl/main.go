@@ -1,0 +1,135 @@
+// Command shalectl is Shale's command-line tool. Today it has the debug
+// commands, modelled on RocksDB's sst_dump and ldb, that inspect and edit
+// a storage engine directory or a single SST file offline:
+//
+//	shalectl debug sst-dump FILE
+//	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
+//	                            compact|checkpoint|updates-since|metrics|live-files
+//
+// Every command prints its results to stdout and its errors to stderr, and
+// exits with status 0 on success and 1 on any error (including a key that is
+// not found). See docs/shalectl.md for the full reference.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shale-db/shale/cmd/shalectl/internal/output"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes shalectl with args and returns the process exit status: 0 on
+// success, 1 on any error (after printing it to stderr).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	errw := &output.SyncWriter{W: stderr}
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(errw)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(errw, "shalectl: %v\n", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(errw, "Run '%s --help' for usage.\n", ue.cmd.CommandPath())
+	}
+	return 1
+}
+
+// globalFlags are the flags every command inherits from the root.
+type globalFlags struct {
+	output string
+}
+
+// format returns the validated -o/--output format.
+func (g *globalFlags) format() (output.Format, error) {
+	return output.ParseFormat(g.output)
+}
+
+// textOnly fails when -o json was requested from a command without JSON
+// output.
+func (g *globalFlags) textOnly(cmd *cobra.Command) error {
+	f, err := g.format()
+	if err != nil {
+		return err
+	}
+	if f != output.Text {
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("%s does not support -o %s", cmd.CommandPath(), f)}
+	}
+	return nil
+}
+
+// newRootCmd builds the shalectl command tree. Each call returns a fresh
+// tree with its own flag state, so tests can run commands in-process.
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "shalectl",
+		Short: "Shale's command-line tool",
+		Long: `shalectl operates Shale databases.
+
+The debug commands inspect and edit a storage engine directory or an SST file
+offline, in the manner of RocksDB's sst_dump and ldb.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE:          groupHelp,
+	}
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", string(output.Text),
+		"output format: text or json (json is supported by get, scan, live-files, updates-since and sst-dump)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{cmd: cmd, msg: err.Error()}
+	})
+	root.AddCommand(newDebugCmd(g))
+	return root
+}
+
+// usageError is a command-line mistake (wrong arguments, bad flags); run
+// follows it with a pointer to the command's help.
+type usageError struct {
+	cmd *cobra.Command
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+// exactArgs is cobra.ExactArgs naming the expected arguments in its error.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return &usageError{cmd: cmd, msg: fmt.Sprintf("%s takes %d argument(s), %s; got %d",
+				cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))}
+		}
+		return nil
+	}
+}
+
+// noArgs rejects positional arguments (an unknown subcommand of a group
+// lands here).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return &usageError{cmd: cmd, msg: fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())}
+		}
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+	}
+	return nil
+}
+
+// groupHelp is the RunE of command groups: run bare, they print their
+// help.
+func groupHelp(cmd *cobra.Command, args []string) error {
+	return cmd.Help()
+}

@@ -1,0 +1,219 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shale-db/shale/storage/internal/base"
+	"github.com/shale-db/shale/storage/vfs"
+)
+
+// apiTTLFilter removes values containing "EXPIRED" (as a TTL filter drops
+// values past their deadline) and rewrites values starting with "CHANGE:".
+type apiTTLFilter struct {
+	mu     sync.Mutex
+	levels map[int]int
+	calls  int
+}
+
+func (*apiTTLFilter) Name() string { return "api-ttl" }
+
+func (f *apiTTLFilter) Filter(level int, key, value []byte) (base.FilterDecision, []byte) {
+	f.mu.Lock()
+	if f.levels == nil {
+		f.levels = map[int]int{}
+	}
+	f.levels[level]++
+	f.calls++
+	f.mu.Unlock()
+	switch {
+	case bytes.Contains(value, []byte("EXPIRED")):
+		return FilterRemove, nil
+	case bytes.HasPrefix(value, []byte("CHANGE:")):
+		return FilterChangeValue, append([]byte("changed:"), value[len("CHANGE:"):]...)
+	}
+	return FilterKeep, nil
+}
+
+// TestAPIMergeAndCompactionFilter: merges are resolved and the filter
+// applied through flushes and compactions; values visible to an open
+// snapshot are not filtered until it closes.
+func TestAPIMergeAndCompactionFilter(t *testing.T) {
+	fs := vfs.NewMem()
+	filter := &apiTTLFilter{}
+	opts := apiSmallOptions(fs)
+	opts.CompactionFilter = filter
+	d := apiMustOpen(t, "db", opts)
+	defer func() { _ = d.Close() }()
+	// Only CompactRange compacts, so the filter's effect is deterministic.
+	release := apiHoldCompactions(d)
+
+	model := oracle{}
+	apply := func(f func(b *Batch)) {
+		t.Helper()
+		b := NewBatch()
+		f(b)
+		if err := d.Apply(b, NoSync); err != nil {
+			t.Fatal(err)
+		}
+		model.apply(b)
+	}
+	// Background volume so that flushes and automatic compactions happen.
+	for i := 0; i < 4000; i += 50 {
+		apply(func(b *Batch) {
+			for j := i; j < i+50; j++ {
+				b.Set(fmt.Appendf(nil, "bulk%05d", j), bytes.Repeat([]byte{'b'}, 50))
+			}
+		})
+	}
+	apply(func(b *Batch) {
+		b.Set([]byte("plain"), []byte("keep"))
+		b.Set([]byte("expired"), []byte("EXPIRED-1"))
+		b.Set([]byte("old-expired"), []byte("EXPIRED-old"))
+		b.Set([]byte("change"), []byte("CHANGE:me"))
+		b.Set([]byte("merge-base"), []byte("a"))
+		b.Set([]byte("merge-expire"), []byte("a"))
+		b.Merge([]byte("merge-only"), []byte("x"))
+	})
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	apply(func(b *Batch) {
+		b.Set([]byte("old-expired"), []byte("fresh"))      // newer value survives
+		b.Set([]byte("new-expired"), []byte("v"))          // becomes expired below
+		b.Merge([]byte("merge-base"), []byte("b"))         // a,b
+		b.Merge([]byte("merge-expire"), []byte("EXPIRED")) // a,EXPIRED: dropped after merging
+		b.Merge([]byte("merge-only"), []byte("y"))         // x,y
+	})
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	apply(func(b *Batch) {
+		b.Merge([]byte("merge-base"), []byte("c")) // stays in the memtable until CompactRange
+		b.Set([]byte("new-expired"), []byte("EXPIRED-2"))
+	})
+
+	// Before any compaction reaches these keys, reads see the raw values.
+	snap := d.NewSnapshot()
+	snapModel := model.clone()
+	apiCheckEqual(t, "before compaction", apiDump(t, d, nil), model)
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot still sees everything it saw.
+	apiCheckEqual(t, "snapshot after compaction", apiDump(t, d, snap), snapModel)
+	if err := snap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	want := model.clone()
+	delete(want, "expired")
+	delete(want, "new-expired")
+	delete(want, "merge-expire")
+	want["change"] = "changed:me"
+	if want["old-expired"] != "fresh" || want["merge-base"] != "a,b,c" || want["merge-only"] != "x,y" {
+		t.Fatalf("model: %q %q %q", want["old-expired"], want["merge-base"], want["merge-only"])
+	}
+	got := apiDump(t, d, nil)
+	apiCheckEqual(t, "after compaction with the filter", got, want)
+	filter.mu.Lock()
+	levels := fmt.Sprint(filter.levels)
+	_, atL0 := filter.levels[0]
+	filter.mu.Unlock()
+	if atL0 {
+		t.Errorf("filter consulted for L0 output (flushes): levels %s", levels)
+	}
+	if m := d.Metrics(); m.Compactions == 0 {
+		t.Fatal("no compactions ran")
+	}
+	// Survives a reopen.
+	release()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d = apiMustOpen(t, "db", opts)
+	apiCheckEqual(t, "after reopen", apiDump(t, d, nil), want)
+}
+
+func apiTotalSize(t testing.TB, d *DB) (total uint64, files int) {
+	t.Helper()
+	live, _, err := d.LiveFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range live {
+		total += f.Size
+	}
+	return total, len(live)
+}
+
+// TestAPIDeleteRangeReclaimsSpace: after a range deletion and a compaction
+// the deleted data is gone from the SSTs (but not while a snapshot that can
+// see it is open).
+func TestAPIDeleteRangeReclaimsSpace(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := apiSmallOptions(fs)
+	opts.Levels[0].Compression = NoCompression
+	d := apiMustOpen(t, "db", opts)
+	defer d.Close()
+	val := bytes.Repeat([]byte("x"), 100)
+	const n = 20000
+	for i := 0; i < n; i += 100 {
+		b := NewBatch()
+		for j := i; j < i+100; j++ {
+			b.Set(fmt.Appendf(nil, "key%06d", j), val)
+		}
+		if err := d.Apply(b, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	full, fullFiles := apiTotalSize(t, d)
+
+	snap := d.NewSnapshot() // sees the data the range deletion removes
+	if err := d.DeleteRange([]byte("key000000"), []byte("key018000"), NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pinned, _ := apiTotalSize(t, d)
+	if pinned < full*9/10 {
+		t.Fatalf("with a snapshot open the deleted data was dropped: %d bytes, was %d", pinned, full)
+	}
+	if v, err := snap.Get([]byte("key000500")); err != nil || !bytes.Equal(v, val) {
+		t.Fatalf("snapshot lost deleted data: %q %v", v, err)
+	}
+	snap.Close()
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, afterFiles := apiTotalSize(t, d)
+	t.Logf("live SST bytes: %d in %d files before, %d with a snapshot, %d in %d files after", full, fullFiles, pinned, after, afterFiles)
+	if after > full/5 {
+		t.Fatalf("DeleteRange of 90%% of the keys + compaction left %d of %d bytes", after, full)
+	}
+	live, _, _ := d.LiveFiles()
+	for _, f := range live {
+		if string(f.Smallest) < "key018000" {
+			t.Errorf("file %s still starts at %q, inside the deleted range", f.Name, f.Smallest)
+		}
+	}
+	got := apiDump(t, d, nil)
+	if len(got) != n-18000 {
+		t.Fatalf("%d keys left, want %d", len(got), n-18000)
+	}
+	for k := range got {
+		if !strings.HasPrefix(k, "key01") || k < "key018000" {
+			t.Fatalf("deleted key %s still readable", k)
+		}
+	}
+}
