@@ -1,8 +1,6 @@
 package storage
 
 import (
-	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -61,13 +59,10 @@ func apiWaitFor(t testing.TB, what string, cond func() bool) {
 // [a, z] is picked and held at its output creation; the ingestion then
 // installs [m, n] in L6; finally the compaction installs [a, z] in L6.
 //
-// Known engine bug (reported, not fixed here): the compaction's version
-// edit fails the L6 ordering check and the DB enters the background-error
-// state, refusing all writes. Run with SHALE_KNOWN_BUGS=1 to see it.
+// The bug this reproduced: the compaction's version edit failed the L6
+// ordering check and the DB entered the background-error state, refusing
+// all writes. Compactions now wait while an ingestion places files.
 func TestAPIIngestRacesWithCompactionPick(t *testing.T) {
-	if os.Getenv("SHALE_KNOWN_BUGS") == "" {
-		t.Skip("known engine bug: compaction picked during IngestSST I/O can overlap the ingested file (set SHALE_KNOWN_BUGS=1)")
-	}
 	mem := vfs.NewMem()
 	gate := &apiGate{}
 	opts := apiSmallOptions(errorfs.Wrap(mem, gate))
@@ -130,18 +125,18 @@ func TestAPIIngestRacesWithCompactionPick(t *testing.T) {
 	if err := <-flushErr; err != nil {
 		t.Fatal(err)
 	}
-	// The flush schedules an L0->L6 compaction of [a, z]: either a rewrite
-	// (held at its output) or a move (no output file; it completes).
-	apiWaitFor(t, "the compaction to be held or to finish", func() bool {
+	// Before the fix, the flush scheduled an L0->L6 compaction of [a, z]
+	// here, picked without seeing the file being ingested. Now compactions
+	// wait for the ingestion, so give one half a second to (wrongly) start.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
 		select {
 		case <-compactHeld:
-			return true
+			t.Fatal("a compaction started while an ingestion was placing its files")
 		default:
 		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.compactions) == 0 && len(d.vers.Levels[0]) == 0
-	})
+		time.Sleep(5 * time.Millisecond)
+	}
 	close(ingestGo)
 	ingErr := <-ingestErr
 	close(compactGo)
@@ -173,14 +168,10 @@ func TestAPIIngestRacesWithCompactionPick(t *testing.T) {
 // goes in at sequence number 0) must not start seeing the file's keys when
 // the ingestion completes: a snapshot's view never changes.
 //
-// Known engine bug (reported, not fixed here): ingestLocked decides
-// needSeq before releasing d.mu for the link, and NewSnapshot does not
-// wait for the commit barrier the ingestion holds; the seq-0 file then
-// shows through every snapshot. Run with SHALE_KNOWN_BUGS=1 to see it.
+// The bug this reproduced: ingestLocked decided needSeq before releasing
+// d.mu for the link, and NewSnapshot did not wait; the seq-0 file then
+// showed through every snapshot. NewSnapshot now waits for ingestions.
 func TestAPISnapshotDuringIngestLink(t *testing.T) {
-	if os.Getenv("SHALE_KNOWN_BUGS") == "" {
-		t.Skip("known engine bug: snapshot taken during IngestSST's link sees the ingested data later (set SHALE_KNOWN_BUGS=1)")
-	}
 	mem := vfs.NewMem()
 	gate := &apiGate{}
 	d := apiMustOpen(t, "db", apiSmallOptions(errorfs.Wrap(mem, gate)))
@@ -202,17 +193,30 @@ func TestAPISnapshotDuringIngestLink(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- d.IngestSST([]string{"ext.sst"}) }()
 	<-held
-	snap := d.NewSnapshot()
-	defer snap.Close()
-	before := apiDump(t, d, snap)
+	// A snapshot requested now waits for the ingestion: whether the file
+	// needed a sequence number was decided from the snapshots open when it
+	// started.
+	snapc := make(chan *Snapshot, 1)
+	go func() { snapc <- d.NewSnapshot() }()
+	select {
+	case <-snapc:
+		t.Fatal("NewSnapshot returned while an ingestion was placing its files")
+	case <-time.After(200 * time.Millisecond):
+	}
 	close(resume)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	snap := <-snapc
+	defer snap.Close()
+	before := apiDump(t, d, snap)
 	gate.set(nil)
+	if err := d.Set([]byte("x"), []byte("later"), NoSync); err != nil {
+		t.Fatal(err)
+	}
 	after := apiDump(t, d, snap)
-	apiCheckEqual(t, "snapshot view after the ingestion completed", after, before)
-	if _, err := snap.Get([]byte("x")); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("snapshot taken during the ingestion sees its key: %v", err)
+	apiCheckEqual(t, "snapshot view after a later write", after, before)
+	if v, err := snap.Get([]byte("x")); err != nil || string(v) != "ingested" {
+		t.Fatalf("snapshot taken after the ingestion: x = %q, %v; want the ingested value", v, err)
 	}
 }

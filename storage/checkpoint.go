@@ -33,14 +33,6 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
 	}
 
-	// Writes made with DisableWAL live only in memtables: flush them so
-	// the checkpoint holds every write at or below its sequence number.
-	if d.hasUnloggedWrites() {
-		if err := d.Flush(); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: flush unlogged writes: %w", destDir, err)
-		}
-	}
-
 	// Take the cut between commit groups: every batch at or below seq is in
 	// the WAL files below, at the recorded sizes.
 	d.mu.Lock()
@@ -49,6 +41,14 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		return nil, ErrClosed
 	}
 	barrier := d.acquireCommitBarrierLocked()
+	// Writes made with DisableWAL live only in memtables: flush them, under
+	// the barrier so no new ones commit meanwhile, so that the checkpoint
+	// holds every write at or below its sequence number.
+	if err := d.flushUnloggedLocked(); err != nil {
+		d.releaseCommitBarrierLocked(barrier)
+		d.mu.Unlock()
+		return nil, fmt.Errorf("checkpoint %s: flush unlogged writes: %w", destDir, err)
+	}
 	type walCut struct {
 		num  manifest.FileNum
 		size int64
@@ -158,19 +158,31 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	return info, nil
 }
 
-// hasUnloggedWrites reports whether a memtable holds DisableWAL writes.
-func (d *DB) hasUnloggedWrites() bool {
-	rs := d.loadReadState()
-	if rs == nil {
-		return false
-	}
-	defer rs.unref()
-	for _, m := range rs.mems {
-		if m.unlogged.Load() {
-			return true
+// flushUnloggedLocked flushes every memtable holding DisableWAL writes and
+// waits for it. The caller holds d.mu and the commit barrier.
+func (d *DB) flushUnloggedLocked() error {
+	if d.mem.unlogged.Load() {
+		if err := d.rotateMemTableLocked(d.nextMemTableSizeLocked()); err != nil {
+			d.setBackgroundErrorLocked(err)
+			return err
 		}
 	}
-	return false
+	for {
+		pending := false
+		for _, m := range d.imm {
+			pending = pending || m.unlogged.Load()
+		}
+		switch {
+		case !pending:
+			return nil
+		case d.bgErr != nil:
+			return d.bgErr
+		case d.closed:
+			return ErrClosed
+		}
+		d.maybeScheduleFlushLocked()
+		d.cond.Wait()
+	}
 }
 
 // copyFile copies the first n bytes of src (all when n < 0) to a new synced

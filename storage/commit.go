@@ -178,6 +178,11 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 		}
 		d.walBytes.Add(uint64(w.batch.Len()))
 	}
+	// Move the framed bytes into the WAL buffer (a memory copy); the write
+	// system call happens in drain, outside walMu.
+	if err := d.logWriter.Flush(); err != nil {
+		return nil, fmt.Errorf("write wal: %w", err)
+	}
 	if !sync {
 		// Hand the write system call to the background flusher.
 		select {
@@ -186,12 +191,9 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 		}
 		return nil, nil
 	}
-	if err := d.logWriter.Flush(); err != nil {
-		return nil, fmt.Errorf("write wal: %w", err)
-	}
 	done := make(chan error, 1)
-	f := d.logFile
-	go func() { done <- f.Sync() }()
+	buf := d.logBuf
+	go func() { done <- buf.sync() }()
 	d.walSyncs.Add(1)
 	return done, nil
 }
@@ -240,11 +242,28 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 			d.cond.Wait()
 			continue
 		}
-		if err := d.rotateMemTableLocked(max(d.opts.MemTableSize, footprint)); err != nil {
+		if err := d.rotateMemTableLocked(max(d.nextMemTableSizeLocked(), footprint)); err != nil {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
 	}
+}
+
+// minMemTableSize is the size of a DB's first memtable when MemTableSize is
+// larger; see nextMemTableSizeLocked.
+const minMemTableSize = 1 << 20
+
+// nextMemTableSizeLocked returns the capacity of the next memtable. Sizes
+// ramp up from MemTableSize/16 (at least 1 MiB), doubling per memtable, to
+// MemTableSize: a small or new DB does not reserve a full-size memtable, and
+// inserts into the early, smaller skiplists stay cache-friendly.
+func (d *DB) nextMemTableSizeLocked() uint64 {
+	if d.memRamp == 0 {
+		d.memRamp = min(d.opts.MemTableSize, max(d.opts.MemTableSize/16, minMemTableSize))
+	}
+	size := d.memRamp
+	d.memRamp = min(d.memRamp*2, d.opts.MemTableSize)
+	return size
 }
 
 // rotateMemTableLocked seals the mutable memtable, starts a new WAL and a new

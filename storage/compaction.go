@@ -289,7 +289,7 @@ func levelsView(v *manifest.Version) *compact.LevelsView {
 // maybeScheduleCompactionLocked starts compactions while the picker finds
 // work and this DB has free compaction slots.
 func (d *DB) maybeScheduleCompactionLocked() {
-	if d.closed || d.readOnly || d.bgErr != nil || d.manualWaiters > 0 {
+	if d.closed || d.readOnly || d.bgErr != nil || d.manualWaiters > 0 || d.ingesting > 0 {
 		return
 	}
 	for len(d.compactions) < d.opts.MaxConcurrentCompactions {
@@ -500,7 +500,7 @@ func (d *DB) Flush() error {
 	var err error
 	if !d.mem.empty() {
 		if err = d.checkWritableLocked(); err == nil {
-			if err = d.rotateMemTableLocked(d.opts.MemTableSize); err != nil {
+			if err = d.rotateMemTableLocked(d.nextMemTableSizeLocked()); err != nil {
 				d.setBackgroundErrorLocked(err)
 			}
 		}
@@ -554,6 +554,10 @@ func (d *DB) CompactRange(start, end []byte) error {
 		for {
 			if err := d.checkWritableLocked(); err != nil {
 				return err
+			}
+			if d.ingesting > 0 {
+				d.cond.Wait() // an ingestion is placing files
+				continue
 			}
 			c, err := d.picker.PickManual(levelsView(d.vers), level, start, end, d.compactions)
 			if errors.Is(err, compact.ErrConflict) {

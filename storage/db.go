@@ -85,11 +85,13 @@ type DB struct {
 	// logFile and logWriter are swapped under both mu and walMu; their I/O
 	// happens under walMu alone (never take mu while holding walMu).
 	logFile     vfs.File
+	logBuf      *walBuffer // between logWriter and logFile
 	logWriter   *wal.Writer
 	walBytes    atomic.Uint64
 	walSyncs    atomic.Uint64
 	mem         *memTable
 	imm         []*memTable // oldest first
+	memRamp     uint64      // capacity of the next memtable (see nextMemTableSizeLocked)
 	nextFileNum manifest.FileNum
 
 	vers          *manifest.Version
@@ -107,6 +109,7 @@ type DB struct {
 	closed        bool
 	bgRunning     int // scheduled or running background jobs
 	manualWaiters int
+	ingesting     int // IngestSST calls placing files; compactions and snapshots wait
 
 	// batchPool recycles the one-record batches of Set, Delete,
 	// DeleteRange and Merge.
@@ -434,7 +437,7 @@ func (d *DB) recover() error {
 	if err := d.newLogLocked(); err != nil {
 		return err
 	}
-	d.mem = newMemTable(d.opts.MemTableSize, d.logNum, d.shared)
+	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared)
 	edit.MinUnflushedLogNum = d.logNum
 	nv, err := applyEdit(d.vers, &edit)
 	if err != nil {
@@ -543,14 +546,14 @@ func (d *DB) newLogLocked() error {
 		if err := d.logWriter.Flush(); err != nil {
 			return fmt.Errorf("flush wal %s: %w", d.logNum, err)
 		}
-		if err := d.logFile.Sync(); err != nil {
+		if err := d.logBuf.sync(); err != nil {
 			return fmt.Errorf("sync wal %s: %w", d.logNum, err)
 		}
 		d.walSyncs.Add(1)
 		if err := d.logFile.Close(); err != nil {
 			return fmt.Errorf("close wal %s: %w", d.logNum, err)
 		}
-		d.logWriter, d.logFile = nil, nil
+		d.logWriter, d.logBuf, d.logFile = nil, nil, nil
 	}
 	num := d.nextFileNum
 	d.nextFileNum++
@@ -563,7 +566,8 @@ func (d *DB) newLogLocked() error {
 		_ = f.Close()
 		return err
 	}
-	d.logNum, d.logFile, d.logWriter = num, f, wal.NewWriter(f)
+	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f)
+	d.logWriter = wal.NewWriter(d.logBuf)
 	return nil
 }
 
@@ -581,15 +585,22 @@ func (d *DB) walFlusher() {
 	}
 }
 
-// flushWAL writes the WAL writer's buffered bytes to the file (no sync).
+// flushWAL writes every committed WAL byte to the file (no sync). The write
+// system call happens outside walMu, so commits proceed meanwhile.
 func (d *DB) flushWAL() error {
 	d.walMu.Lock()
-	defer d.walMu.Unlock()
 	if d.logWriter == nil {
+		d.walMu.Unlock()
 		return nil
 	}
-	if err := d.logWriter.Flush(); err != nil {
-		return fmt.Errorf("write wal %s: %w", d.logNum, err)
+	err := d.logWriter.Flush()
+	buf, num := d.logBuf, d.logNum
+	d.walMu.Unlock()
+	if err == nil {
+		err = buf.drain()
+	}
+	if err != nil {
+		return fmt.Errorf("write wal %s: %w", num, err)
 	}
 	return nil
 }
@@ -620,7 +631,7 @@ func (d *DB) Close() error {
 	if d.logWriter != nil {
 		if err := d.logWriter.Flush(); err != nil {
 			errs = append(errs, fmt.Errorf("flush wal: %w", err))
-		} else if err := d.logFile.Sync(); err != nil {
+		} else if err := d.logBuf.sync(); err != nil {
 			errs = append(errs, fmt.Errorf("sync wal: %w", err))
 		}
 		cleanSize := uint64(d.logWriter.Size())
@@ -641,7 +652,7 @@ func (d *DB) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		d.logWriter, d.logFile = nil, nil
+		d.logWriter, d.logBuf, d.logFile = nil, nil, nil
 	}
 	d.walMu.Unlock()
 	if d.manifestFile != nil {

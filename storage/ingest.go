@@ -150,6 +150,7 @@ func (d *DB) IngestSST(paths []string) error {
 			continue
 		}
 		err := d.ingestLocked(files)
+		d.maybeScheduleCompactionLocked()
 		d.releaseCommitBarrierLocked(barrier)
 		d.mu.Unlock()
 		return err
@@ -256,6 +257,15 @@ func endsAfterFile(k []byte, f *ingestFile) bool {
 // ingestLocked places files into the LSM. Called with d.mu and the commit
 // barrier held; it releases d.mu around I/O.
 func (d *DB) ingestLocked(files []*ingestFile) error {
+	// While the files are placed, no compaction may start (it would not see
+	// them and could write overlapping files into their level) and no
+	// snapshot may be taken (whether the files need a sequence number was
+	// decided from the snapshots open now).
+	d.ingesting++
+	defer func() {
+		d.ingesting--
+		d.cond.Broadcast()
+	}()
 	seq := d.logSeq + 1
 	needSeq := d.snapshots.l.Len() > 0
 	levels := make([]int, len(files))
@@ -316,7 +326,6 @@ func (d *DB) ingestLocked(files []*ingestFile) error {
 		d.visibleSeq.Store(uint64(seq))
 	}
 	d.metrics.ingestedBytes += ingested
-	d.maybeScheduleCompactionLocked()
 	return nil
 }
 

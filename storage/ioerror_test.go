@@ -61,8 +61,9 @@ type ioeHarness struct {
 	// failed is the oracle after the acknowledged batches plus the batch
 	// whose Apply failed (nil if none did): a failed batch may or may not
 	// survive.
-	failed oracle
-	n      int // batches written, for keys and values
+	failed   oracle
+	n        int // records written, for keys and values
+	valueLen int // extra bytes per value
 }
 
 // newIOEHarness opens a DB whose operations matched by pred fail with err
@@ -99,7 +100,7 @@ func (h *ioeHarness) write(n int, opts WriteOptions) error {
 			}
 			fallthrough
 		default:
-			b.Set(k, []byte(fmt.Sprintf("value-%d-%s", h.n, strings.Repeat("x", h.n%100))))
+			b.Set(k, []byte(fmt.Sprintf("value-%d-%s", h.n, strings.Repeat("x", h.n%100+h.valueLen))))
 		}
 	}
 	err := h.d.Apply(b, opts)
@@ -510,7 +511,13 @@ func ioeRandomRun(t *testing.T, seed uint64) bool {
 	if h.d.Metrics().BackgroundError == nil {
 		t.Fatalf("%s: %v surfaced but the DB is not in the background-error state", what, opErr)
 	}
-	crash := h.mem.CrashClone()
+	var crash *vfs.MemFS
+	if seed%2 == 0 {
+		crash = h.mem.CrashClone()
+	} else {
+		// Unsynced writes partly on disk as well.
+		crash = h.mem.CrashClone(vfs.WithRandomTail(rand.New(rand.NewPCG(seed, 3))))
+	}
 	h.tog.Disable()
 	failed := h.failed
 	if err := h.write(1, Sync); err == nil {
@@ -522,6 +529,97 @@ func ioeRandomRun(t *testing.T, seed uint64) bool {
 	h.checkRecovered(crash, h.synced, what+": crash at the fault")
 	h.checkRecovered(h.mem, h.synced, what+": reopen after close")
 	return true
+}
+
+// TestIOErrorReads fails reads of SSTs at random: a read may fail, but it
+// never returns a wrong value or reports an existing key missing, and the
+// DB stays writable (read errors are not background errors).
+func TestIOErrorReads(t *testing.T) {
+	h := newIOEHarness(t, ioeFileOp(".sst", errorfs.OpRead, errorfs.OpOpen), errorfs.ErrEIO)
+	for i := 0; i < 4; i++ {
+		h.mustWrite(100, 4, NoSync)
+		h.mustFlush()
+	}
+	if err := h.d.Close(); err != nil { // a cold cache for the reads below
+		t.Fatal(err)
+	}
+	inj := errorfs.Random(1, 0.3, errorfs.ErrEIO, ioeFileOp(".sst", errorfs.OpRead, errorfs.OpOpen))
+	d, err := Open("db", ioeOpts(errorfs.Wrap(h.mem, inj)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	want := h.model()
+	var failed, served int
+	for i := 0; i < 3000; i++ {
+		k := fmt.Sprintf("key%05d", i)
+		v, err := d.Get([]byte(k))
+		w, ok := want[k]
+		switch {
+		case err != nil && !errors.Is(err, ErrNotFound):
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Get(%s): %v, want the injected EIO", k, err)
+			}
+			failed++
+		case err != nil && ok:
+			t.Fatalf("Get(%s): not found, want %q", k, w)
+		case err == nil && (!ok || string(v) != w):
+			t.Fatalf("Get(%s) = %q, want %q (exists %v)", k, v, w, ok)
+		default:
+			served++
+		}
+	}
+	for j := 0; j < 20; j++ {
+		it, err := d.NewIter(nil)
+		if err != nil {
+			failed++
+			continue
+		}
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			k := string(it.Key())
+			if string(it.Value()) != want[k] {
+				t.Fatalf("scan: %s = %.20q, want %.20q", k, it.Value(), want[k])
+			}
+			n++
+		}
+		if err := it.Close(); err != nil {
+			failed++
+		} else if n != len(want) {
+			t.Fatalf("scan returned %d keys without error, want %d", n, len(want))
+		}
+	}
+	if failed == 0 || served == 0 {
+		t.Fatalf("%d reads failed and %d were served; want both", failed, served)
+	}
+	if bg := d.Metrics().BackgroundError; bg != nil {
+		t.Fatalf("read errors set the background error: %v", bg)
+	}
+}
+
+// TestIOErrorRecoveryRead fails a read of the WAL during recovery, after
+// its first block: Open must fail rather than take the unread rest of the
+// log for a torn tail and drop acknowledged writes.
+func TestIOErrorRecoveryRead(t *testing.T) {
+	h := newIOEHarness(t, ioeFileOp(".log", errorfs.OpRead), errorfs.ErrEIO)
+	h.valueLen = 400
+	h.mustWrite(28, 4, Sync)
+	if m := h.d.Metrics(); m.WALBytes < 34<<10 || m.MemTables != 1 {
+		t.Fatalf("the WAL holds %d bytes; want more than one 32 KiB block", h.d.Metrics().WALBytes)
+	}
+	crash := h.mem.CrashClone()
+	_ = h.d.Close()
+	inj := errorfs.Filter(ioeFileOp(".log", errorfs.OpRead), errorfs.FromIndex(1, errorfs.ErrEIO))
+	d, err := Open("db", ioeOpts(errorfs.Wrap(crash, inj)))
+	if err == nil {
+		got, _ := ioeDump(d)
+		d.Close()
+		t.Fatalf("open succeeded although reading the WAL failed (%d of %d keys): %s", len(got), len(h.model()), ioeDiff(got, h.model()))
+	}
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("open: %v, want the injected EIO", err)
+	}
+	h.checkRecovered(crash, len(h.history)-1, "reopen without the fault")
 }
 
 // TestConcurrentSnapshotConsistency runs writers (batches with sets,

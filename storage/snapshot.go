@@ -32,6 +32,9 @@ func (s *snapshotList) seqs() []SeqNum {
 func (d *DB) NewSnapshot() *Snapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for d.ingesting > 0 {
+		d.cond.Wait() // see ingestLocked
+	}
 	s := &Snapshot{db: d, seq: SeqNum(d.visibleSeq.Load())}
 	s.elem = d.snapshots.l.PushBack(s)
 	return s

@@ -20,6 +20,9 @@ func shaleOptions(s Settings) *storage.Options {
 	o := &storage.Options{
 		MemTableSize: uint64(s.MemTableBytes),
 		Shared:       storage.NewShared(&storage.SharedOptions{BlockCacheBytes: s.BlockCacheBytes}),
+		// The peers delete WAL files once flushed; Shale keeps an archive of
+		// them for UpdatesSince by default. Compare like with like.
+		WALArchiveMaxBytes: -1,
 	}
 	for i := range o.Levels {
 		o.Levels[i].Compression = storage.SnappyCompression

@@ -474,11 +474,11 @@ func TestRandomHeightDistribution(t *testing.T) {
 		}
 		hist[h]++
 	}
-	// P(h=1) = 3/4, P(h=2) = 3/16.
-	if f := float64(hist[1]) / n; f < 0.74 || f > 0.76 {
+	// p = 1/e: P(h=1) = 1-1/e ~ 0.632, P(h=2) = (1/e)(1-1/e) ~ 0.233.
+	if f := float64(hist[1]) / n; f < 0.625 || f > 0.64 {
 		t.Fatalf("P(h=1) = %f", f)
 	}
-	if f := float64(hist[2]) / n; f < 0.18 || f > 0.195 {
+	if f := float64(hist[2]) / n; f < 0.226 || f > 0.24 {
 		t.Fatalf("P(h=2) = %f", f)
 	}
 }

@@ -1,0 +1,91 @@
+package storage
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/shale-db/shale/storage/vfs"
+)
+
+// walBuffer sits between the WAL's record framing and its file. Commits
+// append framed bytes to it (a memory copy under a short lock); drain writes
+// what is pending to the file. Commit leaders therefore never wait for a
+// write system call made on behalf of earlier commits: the background
+// flusher, or a synced commit, drains while the next group is framed.
+type walBuffer struct {
+	f vfs.File
+
+	mu      sync.Mutex // guards pending, spare and err
+	pending []byte
+	spare   []byte
+	err     error
+
+	// drainMu serialises drains so bytes reach the file in order.
+	drainMu sync.Mutex
+	written int64 // bytes written to the file, under drainMu
+}
+
+func newWALBuffer(f vfs.File) *walBuffer {
+	return &walBuffer{f: f, pending: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10)}
+}
+
+// Write appends p to the pending bytes. It fails once a drain has failed:
+// nothing appended after a failed file write could ever be made durable in
+// order.
+func (b *walBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return 0, b.err
+	}
+	b.pending = append(b.pending, p...)
+	return len(p), nil
+}
+
+// drain writes every byte appended so far to the file (no sync).
+func (b *walBuffer) drain() error {
+	b.drainMu.Lock()
+	defer b.drainMu.Unlock()
+	b.mu.Lock()
+	if b.err != nil || len(b.pending) == 0 {
+		err := b.err
+		b.mu.Unlock()
+		return err
+	}
+	data := b.pending
+	b.pending, b.spare = b.spare[:0], nil
+	b.mu.Unlock()
+
+	n, err := b.f.Write(data)
+	b.written += int64(n)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.err = fmt.Errorf("write wal at offset %d: %w", b.written, err)
+		return b.err
+	}
+	if cap(data) <= 1<<20 {
+		b.spare = data[:0] // reuse unless a burst made it huge
+	} else {
+		b.spare = make([]byte, 0, 64<<10)
+	}
+	return nil
+}
+
+// sync drains and then syncs the file: on success everything appended
+// before the call is durable.
+func (b *walBuffer) sync() error {
+	if err := b.drain(); err != nil {
+		return err
+	}
+	if err := b.f.Sync(); err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = fmt.Errorf("sync wal: %w", err)
+		}
+		b.mu.Unlock()
+		return err
+	}
+	return nil
+}
