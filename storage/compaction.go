@@ -313,6 +313,7 @@ func (d *DB) startCompactionWithDone(c *compact.Compaction, done chan error) {
 		}
 	}
 	d.compactions = append(d.compactions, c)
+	d.metrics.peakCompactions = max(d.metrics.peakCompactions, len(d.compactions))
 	d.bgRunning++
 	prio := priorityCompaction
 	if c.StartLevel == 0 {

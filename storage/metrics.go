@@ -28,6 +28,7 @@ type dbMetrics struct {
 	compactInBytes         uint64
 	compactOutBytes        uint64
 	pendingCompactionBytes uint64
+	peakCompactions        int
 	ingestedBytes          uint64
 	levels                 [manifest.NumLevels]levelCounters
 }
@@ -65,15 +66,17 @@ type Metrics struct {
 	// BaseLevel is the level L0 compacts into (dynamic level sizing).
 	BaseLevel int
 
-	Flushes                int64
-	FlushBytesIn           uint64 // memtable bytes flushed
-	FlushBytesOut          uint64 // SST bytes written by flushes
-	Compactions            int64
-	CompactionMoves        int64
-	CompactionBytesIn      uint64
-	CompactionBytesOut     uint64
-	CompactionsRunning     int
-	PendingCompactionBytes uint64
+	Flushes            int64
+	FlushBytesIn       uint64 // memtable bytes flushed
+	FlushBytesOut      uint64 // SST bytes written by flushes
+	Compactions        int64
+	CompactionMoves    int64
+	CompactionBytesIn  uint64
+	CompactionBytesOut uint64
+	CompactionsRunning int
+	// PeakConcurrentCompactions is the most compactions that ran at once.
+	PeakConcurrentCompactions int
+	PendingCompactionBytes    uint64
 	// WriteAmp is (flush + compaction bytes written) / flush bytes written.
 	WriteAmp float64
 
@@ -144,6 +147,7 @@ func (d *DB) Metrics() *Metrics {
 	m.Compactions, m.CompactionMoves = dm.compactions, dm.moves
 	m.CompactionBytesIn, m.CompactionBytesOut = dm.compactInBytes, dm.compactOutBytes
 	m.CompactionsRunning = len(d.compactions)
+	m.PeakConcurrentCompactions = dm.peakCompactions
 	m.PendingCompactionBytes = dm.pendingCompactionBytes
 	m.WriteAmp = dm.writeAmp()
 	m.WritePressure, m.PacingAbsorbRate, m.PacingDelay = d.wc.stats()
