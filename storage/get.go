@@ -11,8 +11,12 @@ import (
 
 // Get returns a copy of the value of key, or ErrNotFound.
 func (d *DB) Get(key []byte) ([]byte, error) {
-	return d.getAt(key, SeqNum(d.visibleSeq.Load()))
+	return d.getAt(key, latestSeq)
 }
+
+// latestSeq is the seq argument of getAt and newIterAt that means "the
+// latest state" (no snapshot can have it: a snapshot at seq 0 is real).
+const latestSeq = base.MaxSeqNum
 
 // getter accumulates the state of one point lookup as it walks the sources
 // of a key from newest to oldest.
@@ -82,12 +86,20 @@ func (g *getter) finish(baseValue []byte, hasBase bool) {
 	g.value, g.found = v, true
 }
 
+// getAt reads key at snapshot seq, or at the latest state for latestSeq.
 func (d *DB) getAt(key []byte, seq SeqNum) ([]byte, error) {
 	rs := d.loadReadState()
 	if rs == nil {
 		return nil, ErrClosed
 	}
 	defer rs.unref()
+	if seq == latestSeq {
+		// Pin the read state first, then take the sequence number: the
+		// pinned memtables and version hold every version the number can
+		// see. Taken the other way round, a newer write plus a flush and a
+		// compaction in between could drop the version it needs.
+		seq = SeqNum(d.visibleSeq.Load())
+	}
 	g := getter{key: key, seq: seq, merger: d.opts.MergeOperator}
 
 	for _, m := range rs.mems {

@@ -29,7 +29,7 @@ func (d *DB) NewIter(opts *IterOptions) (*Iterator, error) {
 	if opts != nil {
 		o = *opts
 	}
-	seq := SeqNum(d.visibleSeq.Load())
+	seq := latestSeq
 	if o.Snapshot != nil {
 		if o.Snapshot.db != d {
 			return nil, errors.New("storage: snapshot belongs to another DB")
@@ -70,6 +70,9 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 	rs := d.loadReadState()
 	if rs == nil {
 		return nil, ErrClosed
+	}
+	if seq == latestSeq {
+		seq = SeqNum(d.visibleSeq.Load()) // after pinning: see getAt
 	}
 	var children []base.InternalIterator
 	var tombs []rangedel.Tombstone

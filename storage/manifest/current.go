@@ -145,6 +145,11 @@ func ReplayManifest(fs vfs.FS, path string) (*Version, VersionEditSummary, error
 	for {
 		rec, err := r.Next()
 		if err == io.EOF {
+			if r.ValidRecordFollows() {
+				// A zeroed chunk header with intact edits after it: damage,
+				// not the end of the file.
+				return nil, sum, base.Corruptf(path, r.ValidOffset(), "zeroed record header before intact records")
+			}
 			break
 		}
 		if errors.Is(err, wal.ErrTornTail) {

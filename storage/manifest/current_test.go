@@ -3,12 +3,14 @@ package manifest
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shale-db/shale/storage/internal/base"
+	"github.com/shale-db/shale/storage/vfs"
 	"github.com/shale-db/shale/storage/wal"
 )
 
@@ -280,4 +282,58 @@ func mustEncode(t *testing.T, ve *VersionEdit) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestReplayManifestZeroedRegion: zeroing a record in the middle of a
+// MANIFEST must not end replay quietly before the intact edits after it.
+func TestReplayManifestZeroedRegion(t *testing.T) {
+	fs := vfs.NewMem()
+	f, err := fs.Create("MANIFEST-000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wal.NewWriter(f)
+	var offsets []int64
+	for i := 1; i <= 3; i++ {
+		ve := VersionEdit{ComparatorName: "c", NextFileNum: FileNum(10 * i), LastSeqNum: base.SeqNum(i)}
+		enc, err := ve.AppendEncoded(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off, err := w.WriteRecord(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets = append(offsets, off)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	data := readAll(t, fs, "MANIFEST-000001")
+	// Zero the second record (header and payload).
+	for i := offsets[1]; i < offsets[2]; i++ {
+		data[i] = 0
+	}
+	g, _ := fs.Create("MANIFEST-000001")
+	g.Write(data)
+	g.Close()
+	_, _, err = ReplayManifest(fs, "MANIFEST-000001")
+	if !errors.Is(err, base.ErrCorruption) {
+		t.Fatalf("replay of a MANIFEST with a zeroed middle record: %v, want corruption", err)
+	}
+}
+
+func readAll(t *testing.T, fs vfs.FS, name string) []byte {
+	t.Helper()
+	f, err := fs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

@@ -150,8 +150,9 @@ func (r *Reader) next() ([]byte, error) {
 		length := int(binary.LittleEndian.Uint16(h[4:6]))
 		typ := h[6]
 		if sum == 0 && length == 0 && typ == 0 {
-			// Zeroed space: the end of the written data.
-			r.scanPos = scanNextBlock
+			// Zeroed space: the end of the written data, unless intact
+			// chunks follow later (ValidRecordFollows probes from here).
+			r.scanPos = r.pos
 			if inRec {
 				return nil, r.torn(recStart)
 			}
@@ -295,22 +296,50 @@ func (r *Reader) lengthFlipEnd(typ byte, sum uint32, length int) (int, bool) {
 }
 
 // validChunkFrom walks the chunks of buf starting at pos and reports whether
-// one of them is valid. It stops at the first invalid or zeroed header, since
-// the position of the following chunk is then unknown.
+// one of them is valid. At an invalid or zeroed header the position of the
+// following chunk is unknown, so it probes every later offset of the block.
 func (r *Reader) validChunkFrom(pos int) bool {
 	for r.n-pos >= HeaderSize {
-		h := r.buf[pos : pos+HeaderSize]
-		sum := binary.LittleEndian.Uint32(h[0:4])
-		length := int(binary.LittleEndian.Uint16(h[4:6]))
-		typ := h[6]
-		end := pos + HeaderSize + length
-		if typ < chunkFull || typ > chunkLast || end > r.n {
-			return false
+		typ, end, ok := r.chunkAt(pos)
+		if !ok {
+			return r.probeFrom(pos + 1)
 		}
-		if chunkChecksum(typ, r.buf[pos+HeaderSize:end]) == sum {
+		if typ != 0 {
 			return true
 		}
 		pos = end
+	}
+	return false
+}
+
+// chunkAt decodes the chunk header at pos. ok is false when the header is
+// impossible (bad type, or a payload past the data); otherwise typ is the
+// chunk's type when its checksum matches and 0 when it does not, and end is
+// where the chunk ends.
+func (r *Reader) chunkAt(pos int) (typ byte, end int, ok bool) {
+	h := r.buf[pos : pos+HeaderSize]
+	sum := binary.LittleEndian.Uint32(h[0:4])
+	length := int(binary.LittleEndian.Uint16(h[4:6]))
+	t := h[6]
+	end = pos + HeaderSize + length
+	if t < chunkFull || t > chunkLast || end > r.n {
+		return 0, 0, false
+	}
+	if chunkChecksum(t, r.buf[pos+HeaderSize:end]) != sum {
+		return 0, end, true
+	}
+	return t, end, true
+}
+
+// probeFrom reports whether any offset at or after pos in the block holds a
+// chunk with a valid checksum. Used only after damage (a zeroed region or a
+// garbled header), it costs a checksum per plausible offset; a false match
+// has probability 2^-32 per offset.
+func (r *Reader) probeFrom(pos int) bool {
+	for ; r.n-pos >= HeaderSize; pos++ {
+		if typ, _, ok := r.chunkAt(pos); ok && typ != 0 {
+			return true
+		}
 	}
 	return false
 }
