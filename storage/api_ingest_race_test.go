@@ -33,18 +33,6 @@ func (g *apiGate) set(h func(op errorfs.Op, path string)) {
 	g.mu.Unlock()
 }
 
-// apiWaitFor polls cond for up to 10 s.
-func apiWaitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestAPIIngestRacesWithCompactionPick: IngestSST chooses the file's level
 // under the DB mutex, then releases it to link or rewrite the file. A
 // compaction picked in that window (here: after a flush that finishes

@@ -17,7 +17,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/shale-db/shale/storage/internal/base"
 	"github.com/shale-db/shale/storage/internal/compact"
@@ -249,7 +248,8 @@ func (d *DB) createNew() error {
 		return err
 	}
 	w := wal.NewWriter(f)
-	if err := writeEdit(w, ve); err == nil {
+	err = writeEdit(w, ve)
+	if err == nil {
 		err = w.Flush()
 	}
 	if err == nil {
@@ -725,6 +725,3 @@ func (d *DB) setBackgroundErrorLocked(err error) {
 	}
 	d.cond.Broadcast()
 }
-
-// sinceMillis is a helper for logging durations.
-func sinceMillis(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

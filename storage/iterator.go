@@ -18,7 +18,6 @@ import (
 type Iterator struct {
 	it     *iters.DBIter
 	rs     *readState
-	err    error
 	closed bool
 }
 
@@ -109,9 +108,7 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 				return fail(err)
 			}
 			if ts != nil {
-				for _, sp := range ts.Clip(lower, upper) {
-					tombs = append(tombs, sp)
-				}
+				tombs = append(tombs, ts.Clip(lower, upper)...)
 			}
 			inRange = append(inRange, f)
 		}

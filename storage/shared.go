@@ -41,7 +41,6 @@ type Shared struct {
 	tables     *tableCache
 	pool       *workerPool
 	memUsed    atomic.Int64
-	nextID     atomic.Uint64
 }
 
 // NewShared creates shared resources; nil options take the defaults.

@@ -212,8 +212,6 @@ func (b *blockIter) restartKey(i int) ([]byte, bool) {
 	return b.data[off+hdr : off+hdr+unshared], true
 }
 
-func (b *blockIter) valid() bool { return b.offset >= 0 }
-
 func (b *blockIter) invalidate() {
 	b.offset = -1
 	b.cache = b.cache[:0]

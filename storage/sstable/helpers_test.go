@@ -106,5 +106,3 @@ func randomKVs(rng *rand.Rand, nKeys, maxVersions int) []kv {
 	sort.Slice(out, func(i, j int) bool { return base.CompareInternal(out[i].key, out[j].key) < 0 })
 	return out
 }
-
-func base_cmp(a, b base.InternalKey) int { return base.CompareInternal(a, b) }

@@ -76,19 +76,6 @@ func (a span) union(b span) span {
 	return r
 }
 
-func (a span) equal(b span) bool {
-	if a.unboundedStart != b.unboundedStart || a.unboundedEnd != b.unboundedEnd {
-		return false
-	}
-	if !a.unboundedStart && !bytes.Equal(a.start, b.start) {
-		return false
-	}
-	if !a.unboundedEnd && (!bytes.Equal(a.end, b.end) || a.endExclusive != b.endExclusive) {
-		return false
-	}
-	return true
-}
-
 // sortedOverlap returns the half-open index range [lo, hi) of the files of a
 // sorted, non-overlapping level (L1+) whose user-key span overlaps s. It
 // relies on both Smallest and Largest being non-decreasing along the slice,
