@@ -594,14 +594,5 @@ func apiReadAll(t testing.TB, fs vfs.FS, path string) []byte {
 
 func apiWriteFile(t testing.TB, fs vfs.FS, path string, data []byte) {
 	t.Helper()
-	f, err := fs.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	corWriteFile(t, fs, path, data)
 }

@@ -34,10 +34,11 @@ import (
 // corQuietLogger discards the engine's logs in tests that provoke many errors.
 var corQuietLogger = slog.New(slog.DiscardHandler)
 
-// corruptOpts are the options of the corruption fixture: tiny memtables and
-// blocks, a bloom filter, snappy at L0 and no compression below.
-func corruptOpts(fs vfs.FS) *Options {
-	o := &Options{
+// faultTestBaseOpts are the options shared by the corruption and I/O-error
+// tests: 64 KiB memtables, a concat merge operator, no WAL archive, no
+// pacing and no logs.
+func faultTestBaseOpts(fs vfs.FS) *Options {
+	return &Options{
 		FS:                  fs,
 		MemTableSize:        64 << 10,
 		L0CompactionTrigger: 8,
@@ -48,6 +49,12 @@ func corruptOpts(fs vfs.FS) *Options {
 		DisableWritePacing:  true,
 		Logger:              corQuietLogger,
 	}
+}
+
+// corruptOpts are the options of the corruption fixture: tiny memtables and
+// blocks, a bloom filter, snappy at L0 and no compression below.
+func corruptOpts(fs vfs.FS) *Options {
+	o := faultTestBaseOpts(fs)
 	o.Levels[0] = LevelOptions{BlockSize: 512, Compression: SnappyCompression}
 	o.Levels[1] = LevelOptions{BlockSize: 1024, BlockRestartInterval: 4, Compression: NoCompression}
 	return o

@@ -28,17 +28,7 @@ import (
 
 // ioeOpts are small options so that flushes and compactions are quick.
 func ioeOpts(fs vfs.FS) *Options {
-	o := &Options{
-		FS:                  fs,
-		MemTableSize:        64 << 10,
-		L0CompactionTrigger: 8,
-		L0SlowdownTrigger:   20,
-		L0StopTrigger:       36,
-		MergeOperator:       concatMerger{},
-		WALArchiveMaxBytes:  -1,
-		DisableWritePacing:  true,
-		Logger:              corQuietLogger,
-	}
+	o := faultTestBaseOpts(fs)
 	for i := range o.Levels {
 		o.Levels[i].TargetFileSize = 16 << 10
 		o.Levels[i].BlockSize = 1 << 10
