@@ -144,8 +144,12 @@ func (m *memTable) tombstones() []rangedel.Tombstone {
 	return ts
 }
 
-// rangeDelList returns the fragmented tombstones, cached once immutable.
+// rangeDelList returns the fragmented tombstones (nil when there are none),
+// cached once immutable.
 func (m *memTable) rangeDelList() *rangedel.List {
+	if m.rangeDels.Load() == nil {
+		return nil // no tombstones: nothing to build on the Get path
+	}
 	if l := m.cachedDels.Load(); l != nil {
 		return l
 	}

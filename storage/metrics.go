@@ -124,9 +124,18 @@ func (m *Metrics) BlockCacheHitRate() float64 {
 
 // Metrics returns the DB's current metrics.
 func (d *DB) Metrics() *Metrics {
+	m := &Metrics{}
+	// Count WAL files before taking d.mu: directory I/O must not hold up
+	// writers.
+	if names, err := d.fs.List(d.dirname); err == nil {
+		for _, n := range names {
+			if ft, _, ok := manifest.ParseFilename(n); ok && ft == manifest.FileTypeLog {
+				m.WALFiles++
+			}
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	m := &Metrics{}
 	lv := levelsView(d.vers)
 	scores := d.picker.Scores(lv)
 	baseLevel, targets := d.picker.LevelTargets(lv)
@@ -165,13 +174,6 @@ func (d *DB) Metrics() *Metrics {
 	m.TableCacheHits, m.TableCacheMisses = d.shared.tables.hits.Load(), d.shared.tables.misses.Load()
 	m.IngestedBytes = dm.ingestedBytes
 	m.BackgroundError = d.bgErr
-	if names, err := d.fs.List(d.dirname); err == nil {
-		for _, n := range names {
-			if ft, _, ok := manifest.ParseFilename(n); ok && ft == manifest.FileTypeLog {
-				m.WALFiles++
-			}
-		}
-	}
 	return m
 }
 
