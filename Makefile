@@ -75,7 +75,7 @@ else
 endif
 
 .PHONY: test
-test: deps ## go vet, the lint tests, then all tests with -race (and bench/'s tests).
+test: deps proto-check ## Check generated code, go vet, the lint tests, then all tests with -race (and bench/'s tests).
 ifeq ($(RACE),)
 	@echo "test: WARNING: running without the race detector (it needs cgo and a C compiler; CGO_ENABLED=$(CGO_ON))" >&2
 endif
@@ -147,10 +147,33 @@ chaos: ## Placeholder: container-based chaos tests arrive with issue 5.
 	@echo "chaos: not implemented yet; the container-based fault tests with a"
 	@echo "chaos: linearizability checker arrive with issue 5 (see docs/architecture.md)."
 
+# Pinned code generators for proto/ (installed into .tools/ by `make proto`).
+BUF_VERSION ?= v1.75.0
+PROTOC_GEN_GO_VERSION ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
+TOOLS := $(CURDIR)/.tools
+
+.PHONY: proto-tools
+proto-tools: ## Install the pinned buf, protoc-gen-go and protoc-gen-go-grpc into .tools/.
+	@mkdir -p $(TOOLS)
+	@[ -x $(TOOLS)/buf ] && $(TOOLS)/buf --version | grep -qx '$(BUF_VERSION:v%=%)' || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	@[ -x $(TOOLS)/protoc-gen-go ] && $(TOOLS)/protoc-gen-go --version | grep -q '$(PROTOC_GEN_GO_VERSION)$$' || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@[ -x $(TOOLS)/protoc-gen-go-grpc ] && $(TOOLS)/protoc-gen-go-grpc --version | grep -q '$(PROTOC_GEN_GO_GRPC_VERSION:v%=%)$$' || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
 .PHONY: proto
-proto: ## Placeholder: .proto files and generated code arrive with the cluster issue.
-	@echo "proto: nothing to generate yet; proto/ (package shale.v1) arrives with the"
-	@echo "proto: cluster issue, with its generated Go code committed."
+proto: proto-tools ## Regenerate the Go code of proto/ (package shale.v1) with the pinned generators.
+	cd proto && PATH=$(TOOLS):$$PATH buf lint && PATH=$(TOOLS):$$PATH buf generate
+
+.PHONY: proto-check
+proto-check: proto-tools ## Fail if the committed generated code differs from what `make proto` would write.
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	cd proto && PATH=$(TOOLS):$$PATH buf generate -o $$tmp && \
+	for f in $$(cd $$tmp && find . -name '*.go'); do \
+		cmp -s $$tmp/$$f $$f || { echo "proto-check: $$f is stale; run 'make proto' and commit" >&2; exit 1; }; \
+	done && \
+	for f in $$(find . -name '*.pb.go'); do \
+		[ -f $$tmp/$$f ] || { echo "proto-check: $$f has no .proto source; delete it" >&2; exit 1; }; \
+	done && echo "proto-check: generated code is current"
 
 .PHONY: clean
 clean: ## Remove ./bin, ./data and the test cache.
