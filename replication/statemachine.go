@@ -11,8 +11,9 @@ import (
 type AppliedState struct {
 	// Index and Term identify the last applied entry.
 	Index, Term uint64
-	// ConfState is the Raft configuration after applying Index.
-	ConfState raftpb.ConfState
+	// ConfState is the Raft configuration after applying Index (never nil
+	// for an initialized state machine).
+	ConfState *raftpb.ConfState
 	// Descriptor is the shard descriptor after applying Index.
 	Descriptor *shalev1.ShardDescriptor
 }
@@ -30,17 +31,19 @@ type Entry struct {
 // AppliedConfChange is a configuration change that Raft has applied.
 type AppliedConfChange struct {
 	// Change is the change as proposed (simple changes are converted to V2).
-	Change raftpb.ConfChangeV2
+	Change *raftpb.ConfChangeV2
 	// ConfState is the configuration that results from it.
-	ConfState raftpb.ConfState
+	ConfState *raftpb.ConfState
 	// Context is the decoded ConfChangeContext proposed with the change (the
 	// node of every added replica), or nil.
 	Context *shalev1.ConfChangeContext
 }
 
-// StateMachine is a shard's replicated state, driven by its Replica from one
-// goroutine at a time (Apply, Flush, Checkpoint and Restore never run
-// concurrently with each other). Reads may run concurrently with all of them.
+// StateMachine is a shard's replicated state, driven by its Replica. Apply
+// and Restore are called from the Raft loop, never concurrently with each
+// other; Flush, Checkpoint and AppliedState may be called from other
+// goroutines concurrently with Apply (but not with Restore). Reads may run
+// concurrently with all of them.
 type StateMachine interface {
 	// AppliedState reports the last applied entry, configuration and descriptor.
 	AppliedState() AppliedState

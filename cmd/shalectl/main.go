@@ -1,7 +1,14 @@
-// Command shalectl is Shale's command-line tool. Today it has the debug
-// commands, modelled on RocksDB's sst_dump and ldb, that inspect and edit
-// a storage engine directory or a single SST file offline:
+// Command shalectl is Shale's command-line tool. It has the cluster
+// commands, which talk to a running cluster through the Go SDK (package
+// client), and the debug commands, modelled on RocksDB's sst_dump and ldb,
+// that inspect and edit a storage engine directory or a single SST file
+// offline:
 //
+//	shalectl [--endpoints A,B,C] [--timeout D] kv get|put|del|scan|cas ...
+//	shalectl cluster status
+//	shalectl shard list|info ID
+//	shalectl node list|add ADDR|remove ID
+//	shalectl leader transfer SHARD NODE
 //	shalectl debug sst-dump FILE
 //	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
 //	                            compact|checkpoint|updates-since|metrics|live-files
@@ -80,6 +87,10 @@ func newRootCmd() *cobra.Command {
 		Short: "Shale's command-line tool",
 		Long: `shalectl operates Shale databases.
 
+The cluster commands (kv, cluster, shard, node, leader) talk to a running
+cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
+else 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003).
+
 The debug commands inspect and edit a storage engine directory or an SST file
 offline, in the manner of RocksDB's sst_dump and ldb.`,
 		SilenceUsage:  true,
@@ -88,10 +99,11 @@ offline, in the manner of RocksDB's sst_dump and ldb.`,
 		RunE:          groupHelp,
 	}
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", string(output.Text),
-		"output format: text or json (json is supported by get, scan, live-files, updates-since and sst-dump)")
+		"output format: text or json (json is supported by the cluster commands and by ldb get, scan, live-files, updates-since and sst-dump)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{cmd: cmd, msg: err.Error()}
 	})
+	addClusterCommands(root, g)
 	root.AddCommand(newDebugCmd(g))
 	return root
 }

@@ -27,7 +27,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(storageCmd())
+	root.AddCommand(storageCmd(), clusterCmd(), etcdMemberCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shale-bench:", err)
 		os.Exit(1)

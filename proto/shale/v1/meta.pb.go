@@ -240,10 +240,13 @@ func (x *ShardDescriptor) GetSystem() bool {
 
 // NodeDescriptor is a node's identity and the address peers and clients use.
 type NodeDescriptor struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Zone    string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	// removed marks a node that was removed from the cluster: its replicas
+	// are moved away and it gets no new ones. Its ID is never reused.
+	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +300,13 @@ func (x *NodeDescriptor) GetZone() string {
 		return x.Zone
 	}
 	return ""
+}
+
+func (x *NodeDescriptor) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
 }
 
 // NotLeader is attached to an error when the request reached a replica that
@@ -595,11 +605,12 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x127\n" +
 	"\breplicas\x18\x05 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\x12&\n" +
 	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\x12\x16\n" +
-	"\x06system\x18\a \x01(\bR\x06system\"W\n" +
+	"\x06system\x18\a \x01(\bR\x06system\"q\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04zone\x18\x03 \x01(\tR\x04zone\"s\n" +
+	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"s\n" +
 	"\tNotLeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12%\n" +

@@ -1,0 +1,346 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/bench/storagebench"
+)
+
+// TestMain lets the test binary stand in for shale-bench etcd-member, so
+// that TestEtcdCluster can start real member processes (the etcd peer
+// re-executes os.Executable()).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == EtcdMemberCommand {
+		var mc MemberConfig
+		fields := map[string]*string{
+			"--name": &mc.Name, "--data-dir": &mc.DataDir, "--listen-peer": &mc.ListenPeer,
+			"--listen-client": &mc.ListenClient, "--initial-cluster": &mc.InitialCluster,
+			"--initial-cluster-token": &mc.Token, "--log-file": &mc.LogFile,
+		}
+		args := os.Args[2:]
+		for i := 0; i+1 < len(args); i += 2 {
+			if p, ok := fields[args[i]]; ok {
+				*p = args[i+1]
+			}
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		if err := RunEtcdMember(ctx, mc); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// TestHistogramPercentiles checks the percentiles of latencies recorded by
+// several clients and merged, as runCell does, and their JSON form.
+func TestHistogramPercentiles(t *testing.T) {
+	// Client a records 1..1000 µs, client b 1001..2000 µs, client c
+	// nothing: merged, the latencies are 1..2000 µs, once each.
+	var a, b, c storagebench.Histogram
+	for i := 1; i <= 1000; i++ {
+		a.Record(time.Duration(i) * time.Microsecond)
+		b.Record(time.Duration(1000+i) * time.Microsecond)
+	}
+	r := Result{Engine: "e", Workload: "w", Clients: 3, Latency: &storagebench.Histogram{}, Ops: 2000, Elapsed: time.Second}
+	for _, h := range []*storagebench.Histogram{&a, &b, &c} {
+		r.Latency.Merge(h)
+	}
+	if r.Latency.Count() != 2000 {
+		t.Fatalf("count %d, want 2000", r.Latency.Count())
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		{0.50, 1000 * time.Microsecond},
+		{0.99, 1980 * time.Microsecond},
+		{0.999, 1998 * time.Microsecond},
+		{1, 2000 * time.Microsecond},
+		{0, time.Microsecond},
+	} {
+		got := r.Latency.Quantile(tc.q)
+		if rel := math.Abs(float64(got-tc.want)) / float64(tc.want); rel > 1.0/64 {
+			t.Errorf("p%g = %s, want %s within 1/64 (off by %.2f%%)", tc.q*100, got, tc.want, rel*100)
+		}
+	}
+	if r.Latency.Max() != 2000*time.Microsecond || r.Latency.Min() != time.Microsecond {
+		t.Errorf("min %s max %s, want exact 1µs and 2ms", r.Latency.Min(), r.Latency.Max())
+	}
+
+	var buf bytes.Buffer
+	if err := WriteJSONLine(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	// The storage benchmark's fields, plus clients.
+	want := []string{"engine", "workload", "clients", "ops_per_sec", "mb_per_sec", "p50_us", "p99_us", "p999_us",
+		"max_us", "min_ops_in_1s", "space_amp", "disk_over_logical"}
+	if len(m) != len(want) {
+		t.Errorf("JSON has %d fields, want %d: %s", len(m), len(want), buf.String())
+	}
+	for _, k := range want {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, buf.String())
+		}
+	}
+	if m["clients"] != 3.0 || m["ops_per_sec"] != 2000.0 || m["max_us"] != 2000.0 {
+		t.Errorf("JSON values: %s", buf.String())
+	}
+	if p := m["p50_us"].(float64); math.Abs(p-1000) > 1000.0/64 {
+		t.Errorf("p50_us %v, want about 1000", p)
+	}
+}
+
+func TestZipfian(t *testing.T) {
+	const n, draws = 1000, 400_000
+	z := NewZipfian(n, ZipfianTheta)
+	r := newRand(1, 1)
+	counts := make([]int, n)
+	for range draws {
+		k := z.Next(r)
+		if k >= n {
+			t.Fatalf("draw %d out of [0, %d)", k, n)
+		}
+		counts[k]++
+	}
+	// Item k should have probability p(k) = (1/(k+1)^theta) / zeta(n).
+	// Gray's method (YCSB's) is exact for items 0 and 1 and approximates
+	// the rest (item 2 comes out about 17% too often), so the others are
+	// checked through the cumulative distribution.
+	zn := zeta(n, ZipfianTheta)
+	p := func(k int) float64 { return 1 / math.Pow(float64(k+1), ZipfianTheta) / zn }
+	for _, k := range []int{0, 1} {
+		want := draws * p(k)
+		if got := float64(counts[k]); math.Abs(got-want) > 0.03*want {
+			t.Errorf("item %d drawn %v times, want %.0f (±3%%)", k, got, want)
+		}
+	}
+	var got, want float64
+	for k := range n {
+		got += float64(counts[k]) / draws
+		want += p(k)
+		switch k + 1 {
+		case 10, 100, 500:
+			if math.Abs(got-want) > 0.05*want {
+				t.Errorf("first %d items: %.4f of the draws, want %.4f (±5%%)", k+1, got, want)
+			}
+		}
+	}
+	if counts[0] <= counts[1] || counts[1] <= counts[2] || counts[2] <= counts[100] {
+		t.Errorf("counts not decreasing: %d %d %d %d", counts[0], counts[1], counts[2], counts[100])
+	}
+
+	// Same seed, same sequence; one item, always 0.
+	r1, r2 := newRand(7, 3), newRand(7, 3)
+	for range 1000 {
+		if z.Next(r1) != z.Next(r2) {
+			t.Fatal("same seed gave different draws")
+		}
+	}
+	one := NewZipfian(1, ZipfianTheta)
+	for range 100 {
+		if k := one.Next(r); k != 0 {
+			t.Fatalf("n=1 drew %d", k)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	seen := map[string]bool{}
+	var prev []byte
+	for i := uint64(0); i < 100_000; i++ {
+		k := AppendKey(nil, i)
+		if len(k) != KeySize {
+			t.Fatalf("key %d has %d bytes", i, len(k))
+		}
+		if strings.Trim(string(k), "0123456789abcdef") != "" {
+			t.Fatalf("key %q is not lowercase hex", k)
+		}
+		if seen[string(k)] {
+			t.Fatalf("key %q repeats", k)
+		}
+		seen[string(k)] = true
+		prev = AppendKey(prev[:0], i)
+		if !bytes.Equal(prev, k) {
+			t.Fatal("AppendKey not deterministic")
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	if _, err := ParseEngines("shale"); err == nil || err.Error() != "shale cluster peer not built yet" {
+		t.Errorf("ParseEngines(shale) = %v, want the not-built error", err)
+	}
+	if _, err := ParseEngines("shale,etcd"); err == nil {
+		t.Error("ParseEngines(shale,etcd) succeeded")
+	}
+	if got, err := ParseEngines(" etcd,etcd "); err != nil || len(got) != 1 || got[0] != "etcd" {
+		t.Errorf("ParseEngines(etcd,etcd) = %v, %v", got, err)
+	}
+	if _, err := ParseEngines("zookeeper"); err == nil {
+		t.Error("unknown engine accepted")
+	}
+	if got, err := ParseWorkloads(strings.Join(WorkloadNames(), ",")); err != nil || len(got) != 5 {
+		t.Errorf("ParseWorkloads(all) = %v, %v", got, err)
+	}
+	if _, err := ParseWorkloads("ycsb-c"); err == nil {
+		t.Error("unknown workload accepted")
+	}
+	if names := EngineNames(); len(names) == 0 || names[len(names)-1] != "etcd" && names[0] != "etcd" {
+		t.Errorf("EngineNames() = %v, want etcd among them", names)
+	}
+}
+
+func TestMinOpsIn1s(t *testing.T) {
+	if m, z := minOpsIn1s([]int64{5, 0, 7, 3}, 3500*time.Millisecond, 15); m != 0 || z != 1 {
+		t.Errorf("got %d, %d; want 0, 1", m, z)
+	}
+	if m, z := minOpsIn1s([]int64{5, 4, 7}, 2900*time.Millisecond, 16); m != 4 || z != 0 {
+		t.Errorf("got %d, %d; want 4, 0", m, z)
+	}
+	if m, _ := minOpsIn1s([]int64{9}, 500*time.Millisecond, 9); m != 9 {
+		t.Errorf("short phase: got %d, want 9", m)
+	}
+}
+
+// memCluster is an in-memory "cluster" for testing the runner.
+type memCluster struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+type memKV struct{ c *memCluster }
+
+func (c *memCluster) Name() string                       { return "mem" }
+func (c *memCluster) Client(context.Context) (KV, error) { return memKV{c}, nil }
+func (c *memCluster) Stop() error                        { return nil }
+
+func (kv memKV) Put(_ context.Context, key, value []byte) error {
+	kv.c.mu.Lock()
+	defer kv.c.mu.Unlock()
+	kv.c.data[string(key)] = append([]byte(nil), value...)
+	return nil
+}
+
+func (kv memKV) Get(_ context.Context, key []byte) ([]byte, bool, error) {
+	kv.c.mu.Lock()
+	defer kv.c.mu.Unlock()
+	v, ok := kv.c.data[string(key)]
+	return v, ok, nil
+}
+
+func (kv memKV) Scan(_ context.Context, start []byte, limit int) (int, error) {
+	kv.c.mu.Lock()
+	defer kv.c.mu.Unlock()
+	var keys []string
+	for k := range kv.c.data {
+		if k >= string(start) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return min(len(keys), limit), nil
+}
+
+func (kv memKV) Close() error { return nil }
+
+var registerMem sync.Once
+
+// TestRunAllWorkloads runs every workload against the in-memory cluster.
+func TestRunAllWorkloads(t *testing.T) {
+	registerMem.Do(func() {
+		Register("mem-test", func(context.Context, ClusterConfig) (Cluster, error) {
+			return &memCluster{data: map[string][]byte{}}, nil
+		})
+	})
+	dir := t.TempDir()
+	cfg := Config{
+		Engines:   []string{"mem-test"},
+		Workloads: WorkloadNames(),
+		Clients:   []int{1, 4},
+		Conns:     2,
+		Duration:  100 * time.Millisecond,
+		Keys:      500,
+		Dir:       dir,
+		Seed:      1,
+	}
+	var emitted int
+	results := Run(context.Background(), cfg, func(Result) { emitted++ })
+	if len(results) != 10 || emitted != 10 {
+		t.Fatalf("%d results, %d emitted; want 10", len(results), emitted)
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			t.Errorf("%s/%d: %v", r.Workload, r.Clients, r.Err)
+			continue
+		}
+		if r.Ops == 0 || r.OpsPerSec() == 0 || r.Latency.Count() != uint64(r.Ops) || r.Bytes == 0 {
+			t.Errorf("%s/%d: ops %d, ops/s %.0f, latencies %d, bytes %d", r.Workload, r.Clients, r.Ops, r.OpsPerSec(), r.Latency.Count(), r.Bytes)
+		}
+		if want := min(r.Clients, 2); r.Conns != want {
+			t.Errorf("%s/%d: %d conns, want %d", r.Workload, r.Clients, r.Conns, want)
+		}
+	}
+	var table bytes.Buffer
+	WriteTable(&table, results, BaseEngine(cfg.Engines))
+	for _, w := range WorkloadNames() {
+		if !strings.Contains(table.String(), "== "+w+" ==") {
+			t.Errorf("table lacks %s:\n%s", w, table.String())
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("cluster directories left behind: %v", entries)
+	}
+}
+
+// TestEtcdCluster starts a real 3-member etcd cluster (member processes of
+// this test binary) and runs a tiny get and ycsb-e.
+func TestEtcdCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd processes")
+	}
+	cfg := Config{
+		Engines:   []string{"etcd"},
+		Workloads: []string{"get", "ycsb-e"},
+		Clients:   []int{1, 8},
+		Duration:  300 * time.Millisecond,
+		Keys:      200,
+		Dir:       t.TempDir(),
+		Seed:      1,
+	}
+	var log bytes.Buffer
+	cfg.Log = &log
+	results := Run(context.Background(), cfg, func(Result) {})
+	if len(results) != 4 {
+		t.Fatalf("%d results, want 4; log:\n%s", len(results), log.String())
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Ops == 0 {
+			t.Errorf("%s/%d: ops %d, err %v", r.Workload, r.Clients, r.Ops, r.Err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", log.String())
+	}
+}

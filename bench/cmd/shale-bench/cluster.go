@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shale-db/shale/bench/cluster"
+)
+
+func clusterCmd() *cobra.Command {
+	var (
+		engines, workloads, clients, dir string
+		quick, keep, asJSON              bool
+		keys, valueSize, conns           int
+		duration, hang                   time.Duration
+		seed                             uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Replicated KV benchmark on a local 3-node cluster: Shale vs etcd",
+		Long: `Runs put, get and YCSB-style workloads against a local 3-member cluster of
+each engine, at several numbers of concurrent clients, and reports ops/s and
+latency percentiles. Each (workload, engine) gets a fresh cluster under --dir;
+within a workload the engines run back to back. The etcd peer is three
+shale-bench etcd-member processes embedding etcd with its default settings
+(fsync on).
+
+Keys are 16 bytes, values --value-size (256) bytes. Workloads:
+` + cluster.WorkloadHelp(),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			engs, err := cluster.ParseEngines(engines)
+			if err != nil {
+				return err
+			}
+			wls, err := cluster.ParseWorkloads(workloads)
+			if err != nil {
+				return err
+			}
+			levels, err := parseClients(clients)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("duration") && quick {
+				duration = cluster.QuickDuration
+			}
+			if !cmd.Flags().Changed("keys") && quick {
+				keys = cluster.QuickKeys
+			}
+			if keys <= 0 || valueSize <= 0 || duration <= 0 || conns < 0 {
+				return fmt.Errorf("need --keys > 0, --value-size > 0, --duration > 0, --conns >= 0")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg := cluster.Config{
+				Engines:     engs,
+				Workloads:   wls,
+				Clients:     levels,
+				Conns:       conns,
+				Duration:    duration,
+				Keys:        keys,
+				ValueSize:   valueSize,
+				Members:     3,
+				Dir:         dir,
+				Keep:        keep,
+				Seed:        seed,
+				HangTimeout: hang,
+				Log:         os.Stderr,
+			}
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				c := "one connection per client"
+				if conns > 0 {
+					c = fmt.Sprintf("at most %d connections", conns)
+				}
+				fmt.Fprintf(out, "shale-bench cluster: engines %s; 3 members each; clients %s (%s); %s per cell; %d keys (16-byte keys, %d-byte values); seed %d\n",
+					strings.Join(engs, ","), clients, c, duration, keys, valueSize, seed)
+			}
+			failed := 0
+			results := cluster.Run(ctx, cfg, func(r cluster.Result) {
+				if r.Err != nil {
+					failed++
+					fmt.Fprintf(os.Stderr, "%s/%s/%d clients: ERROR: %v\n", r.Workload, r.Engine, r.Clients, r.Err)
+				}
+				if asJSON {
+					_ = cluster.WriteJSONLine(out, r)
+				}
+			})
+			if !asJSON {
+				cluster.WriteTable(out, results, cluster.BaseEngine(engs))
+			}
+			if ctx.Err() != nil {
+				return errors.New("interrupted")
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d cell(s) failed", failed)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&engines, "engines", strings.Join(cluster.EngineNames(), ","), "comma-separated engines to compare (shale, etcd)")
+	f.StringVar(&workloads, "workloads", strings.Join(cluster.WorkloadNames(), ","), "comma-separated workloads")
+	f.StringVar(&clients, "clients", "1,16,256", "comma-separated numbers of concurrent clients")
+	f.IntVar(&conns, "conns", 0, "client connections per cell, shared round robin by the clients (0: one per client)")
+	f.DurationVar(&duration, "duration", cluster.DefaultDuration, fmt.Sprintf("timed length of every (workload, engine, clients) cell (%s with --quick)", cluster.QuickDuration))
+	f.BoolVar(&quick, "quick", false, fmt.Sprintf("short run: %s per cell and %d keys unless --duration/--keys", cluster.QuickDuration, cluster.QuickKeys))
+	f.IntVar(&keys, "keys", cluster.DefaultKeys, "keyspace: records preloaded before the read workloads, and the keys put draws from")
+	f.IntVar(&valueSize, "value-size", cluster.DefaultValueSize, "value size in bytes")
+	f.StringVar(&dir, "dir", "./data/bench-cluster", "parent directory of the per-(workload, engine) cluster directories")
+	f.BoolVar(&keep, "keep", false, "keep each cluster's directory (data and logs); always kept when a run fails")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per (engine, workload, clients) instead of the table")
+	f.Uint64Var(&seed, "seed", 1, "random seed")
+	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
+	return cmd
+}
+
+// parseClients parses a comma-separated list of positive client counts.
+func parseClients(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--clients: %q is not a positive number", p)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--clients: no levels given")
+	}
+	return out, nil
+}
+
+// etcdMemberCmd is the hidden subcommand that runs one etcd member of the
+// cluster benchmark's etcd peer, until SIGTERM or SIGINT.
+func etcdMemberCmd() *cobra.Command {
+	var m cluster.MemberConfig
+	cmd := &cobra.Command{
+		Use:    cluster.EtcdMemberCommand,
+		Short:  "Run one etcd member (started by shale-bench cluster)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if m.Name == "" || m.DataDir == "" || m.ListenPeer == "" || m.ListenClient == "" || m.InitialCluster == "" {
+				return errors.New("need --name, --data-dir, --listen-peer, --listen-client and --initial-cluster")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return cluster.RunEtcdMember(ctx, m)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&m.Name, "name", "", "member name")
+	f.StringVar(&m.DataDir, "data-dir", "", "etcd data directory")
+	f.StringVar(&m.ListenPeer, "listen-peer", "", "peer URL (listened on and advertised), e.g. http://127.0.0.1:2380")
+	f.StringVar(&m.ListenClient, "listen-client", "", "client URL (listened on and advertised), e.g. http://127.0.0.1:2379")
+	f.StringVar(&m.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member")
+	f.StringVar(&m.Token, "initial-cluster-token", "shale-bench", "initial cluster token")
+	f.StringVar(&m.LogFile, "log-file", "", "file for etcd's log (default: stderr)")
+	return cmd
+}

@@ -1,0 +1,249 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Default values of the client options.
+const (
+	// DefaultTimeout is the per-call timeout applied when the caller's
+	// context has no deadline (see WithDefaultTimeout).
+	DefaultTimeout = 10 * time.Second
+	// DefaultAttemptTimeout bounds each attempt of a call (see
+	// WithAttemptTimeout).
+	DefaultAttemptTimeout = 3 * time.Second
+	// DefaultBackoffInitial and DefaultBackoffMax bound the retry backoff
+	// (see WithBackoff).
+	DefaultBackoffInitial = 20 * time.Millisecond
+	DefaultBackoffMax     = time.Second
+)
+
+// Option configures a Client in New.
+type Option func(*options)
+
+type options struct {
+	dialOpts       []grpc.DialOption
+	backoffInitial time.Duration
+	backoffMax     time.Duration
+	logger         *slog.Logger
+	defaultTimeout time.Duration
+	attemptTimeout time.Duration
+	maxAttempts    int
+}
+
+// WithDialOptions sets the gRPC dial options used for every node
+// connection, replacing the default (insecure transport credentials). Pass
+// grpc.WithTransportCredentials for TLS.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append([]grpc.DialOption(nil), opts...) }
+}
+
+// WithBackoff sets the retry backoff: the n-th consecutive retry waits a
+// random duration in [0, min(max, initial·2ⁿ)) ("full jitter"). Defaults:
+// DefaultBackoffInitial and DefaultBackoffMax. Non-positive values keep the
+// defaults.
+func WithBackoff(initial, max time.Duration) Option {
+	return func(o *options) {
+		if initial > 0 {
+			o.backoffInitial = initial
+		}
+		if max > 0 {
+			o.backoffMax = max
+		}
+	}
+}
+
+// WithLogger sets the logger for retries and routing changes (debug level)
+// and connection problems (warn level). Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithDefaultTimeout sets the timeout applied to a call (including all its
+// retries) whose context has no deadline. Default DefaultTimeout; 0 means no
+// timeout (retries then continue until the context is cancelled).
+func WithDefaultTimeout(d time.Duration) Option {
+	return func(o *options) { o.defaultTimeout = d }
+}
+
+// WithAttemptTimeout bounds each attempt (one RPC to one replica) of a
+// call, so that a replica that does not answer (a partitioned or stalled
+// node) is given up for the next one before the call's deadline. Default
+// DefaultAttemptTimeout; 0 means attempts are bounded only by the call's
+// deadline.
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(o *options) { o.attemptTimeout = d }
+}
+
+// WithMaxAttempts caps the attempts of one call (the first try included).
+// Default 0: unlimited, retries end only at the call's deadline.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
+}
+
+// Client is a connection to a Shale cluster. It is safe for concurrent use;
+// Close releases its connections.
+type Client struct {
+	opts      options
+	log       *slog.Logger
+	endpoints []string
+
+	// ctx is cancelled by Close; background routing refreshes use it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+
+	rt routing
+}
+
+// New connects to the cluster reachable through endpoints (host:port
+// addresses of any of its nodes) and loads the routing table from the first
+// that answers Admin.GetRouting. It fails, with an error matching
+// ErrUnavailable, when none answers before ctx's deadline (or the default
+// timeout). Connections to nodes are made lazily, one per node address.
+func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
+	o := options{
+		dialOpts:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		backoffInitial: DefaultBackoffInitial,
+		backoffMax:     DefaultBackoffMax,
+		logger:         slog.Default(),
+		defaultTimeout: DefaultTimeout,
+		attemptTimeout: DefaultAttemptTimeout,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.backoffMax < o.backoffInitial {
+		o.backoffMax = o.backoffInitial
+	}
+	var eps []string
+	for _, e := range endpoints {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, invalidArgf("no endpoints")
+	}
+	c := &Client{
+		opts:      o,
+		log:       o.logger,
+		endpoints: eps,
+		conns:     map[string]*grpc.ClientConn{},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.rt.init()
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	var last error
+	for attempt := 1; ; attempt++ {
+		err := c.refreshRouting(ctx, -1)
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() == nil {
+			last = err
+		}
+		reason := ctx.Err()
+		if reason == nil && o.maxAttempts > 0 && attempt >= o.maxAttempts {
+			reason = errAttempts
+		}
+		if reason == nil && !sleep(ctx, c.backoff(attempt)) {
+			reason = ctx.Err()
+		}
+		if reason != nil {
+			c.Close()
+			return nil, &retryError{op: "connect", reason: reason, last: last}
+		}
+	}
+}
+
+// Close closes every connection. Calls in progress fail with ErrClosed (or
+// a cancellation error); later calls fail with ErrClosed. Close is
+// idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	conns := c.conns
+	c.conns = nil
+	c.mu.Unlock()
+	c.cancel()
+	var errs []error
+	for addr, cc := range conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close connection to %s: %w", addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// conn returns the connection to addr, creating it on first use.
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, c.opts.dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("shale: connect to %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// callContext applies the default timeout to a context without deadline,
+// and ties the call to the client's lifetime.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); !ok && c.opts.defaultTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.opts.defaultTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	stop := context.AfterFunc(c.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// Endpoints returns the endpoints the client was created with.
+func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
+
+// Routing returns a copy of the client's current routing table: the shards
+// sorted by start key, each with its last known leader, and the node
+// addresses by node ID. It is a snapshot for inspection (shalectl uses it);
+// the client keeps it up to date on its own.
+func (c *Client) Routing() ([]*shalev1.RoutedShard, map[uint64]string) {
+	return c.rt.snapshot()
+}

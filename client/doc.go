@@ -1,0 +1,40 @@
+// Package client is the Go SDK for Shale, the distributed, replicated,
+// range-sharded key-value database.
+//
+// A Client connects to a cluster through any of its nodes, learns the shard
+// layout (Admin.GetRouting) and from then on sends every request straight to
+// the shard that owns its key, at that shard's leader. It follows leader
+// changes, shard splits and node failures on its own:
+//
+//   - NotLeader with a leader hint: the hint is remembered and the request is
+//     resent there at once; without a hint another replica is tried after a
+//     backoff.
+//   - EpochMismatch, KeyOutsideShard, ShardNotFound: the routing is refreshed
+//     (one Admin.GetRouting shared by every concurrent caller; the current
+//     descriptor an EpochMismatch carries is applied directly) and the
+//     request is resent.
+//   - Unavailable, a per-attempt timeout or a connection failure: the next
+//     replica is tried after an exponential backoff with full jitter.
+//   - ResourceExhausted: the request is retried after a backoff.
+//   - InvalidArgument and every other error: returned at once.
+//
+// Retries stop at the caller's context deadline (the client applies a
+// default per-call timeout, WithDefaultTimeout, when the context has none)
+// or after WithMaxAttempts attempts; the error is then one that
+// errors.Is(err, ErrUnavailable), wrapping the last error seen.
+//
+// Every write carries a 16-byte random request ID, generated once per
+// logical call and reused on every retry, so the server applies a retried
+// write at most once.
+//
+// Scan walks the shards of a range in order (forward or reverse), one page at
+// a time, following the server's continuation tokens; MultiGet and
+// DeleteRange split their keys per shard. Batch and Txn are atomic and must
+// stay within one shard: the client checks this against its routing before
+// sending, and returns a *CrossShardError (which errors.Is ErrInvalidArgument)
+// when they do not.
+//
+// Errors keep the gRPC status they came from as a wrapped cause, so
+// status.FromError and status.Code work on them. A Client is safe for
+// concurrent use by multiple goroutines.
+package client

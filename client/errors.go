@@ -1,0 +1,224 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+var (
+	// ErrNotFound is returned by Get when the key is absent (never written,
+	// deleted, or expired).
+	ErrNotFound = errors.New("shale: key not found")
+
+	// ErrInvalidArgument is matched (with errors.Is) by every error that
+	// reports a malformed request: the server's InvalidArgument answers
+	// (which stay the wrapped cause) and the client's own argument checks,
+	// including *CrossShardError. Such requests are never retried.
+	ErrInvalidArgument = errors.New("shale: invalid argument")
+
+	// ErrUnavailable is matched (with errors.Is) by the error of a call whose
+	// retries ran out: the caller's deadline passed (the error then also
+	// matches context.DeadlineExceeded) or WithMaxAttempts attempts failed
+	// with retryable errors (no quorum, unreachable replicas, leader changes,
+	// overload). The last error seen is wrapped as well, so errors.As can
+	// find a *NotLeaderError and status.FromError its gRPC status.
+	ErrUnavailable = errors.New("shale: unavailable")
+
+	// ErrClosed is returned by calls made on (or interrupted by) a closed
+	// Client.
+	ErrClosed = errors.New("shale: client closed")
+)
+
+// CrossShardError reports a Batch, Txn or request whose keys span more than
+// one shard. It matches ErrInvalidArgument with errors.Is. The client returns
+// it without sending the request when its routing already shows the keys in
+// different shards; the server answers the same (InvalidArgument with a
+// CrossShardRequest detail) otherwise. Either way status.FromError(err)
+// yields an InvalidArgument status carrying the detail.
+type CrossShardError struct {
+	// SplitKey is the shard boundary the request crosses.
+	SplitKey []byte
+	// ShardID is the shard the request was addressed to (the shard of its
+	// first key).
+	ShardID uint64
+	// cause is the gRPC status error, received or synthesised.
+	cause error
+}
+
+// Error describes the boundary crossed.
+func (e *CrossShardError) Error() string {
+	return fmt.Sprintf("shale: request crosses shard boundary %q of shard %d (batches and transactions must stay within one shard)", e.SplitKey, e.ShardID)
+}
+
+// Unwrap returns ErrInvalidArgument and the gRPC status error.
+func (e *CrossShardError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrInvalidArgument}
+	}
+	return []error{ErrInvalidArgument, e.cause}
+}
+
+// newCrossShardError builds the error the client reports without a round
+// trip, with the same status the server would send.
+func newCrossShardError(splitKey []byte, shardID uint64) *CrossShardError {
+	st := status.New(codes.InvalidArgument, fmt.Sprintf("request crosses shard boundary %q of shard %d", splitKey, shardID))
+	if d, err := st.WithDetails(&shalev1.CrossShardRequest{SplitKey: splitKey, ShardId: shardID}); err == nil {
+		st = d
+	}
+	return &CrossShardError{SplitKey: splitKey, ShardID: shardID, cause: st.Err()}
+}
+
+// NotLeaderError reports that the replica asked was not the shard's leader.
+// The client follows leaders by itself, so it surfaces only wrapped in an
+// ErrUnavailable error, when retries ran out while leadership was moving.
+type NotLeaderError struct {
+	// ShardID is the shard addressed.
+	ShardID uint64
+	// LeaderNodeID is the leader the replica knew of, 0 if none.
+	LeaderNodeID uint64
+	// LeaderAddress is that leader's address, "" if unknown.
+	LeaderAddress string
+	// cause is the gRPC status error.
+	cause error
+}
+
+// Error describes the shard and the leader hint.
+func (e *NotLeaderError) Error() string {
+	if e.LeaderNodeID == 0 {
+		return fmt.Sprintf("shale: not the leader of shard %d (leader unknown)", e.ShardID)
+	}
+	return fmt.Sprintf("shale: not the leader of shard %d (leader is node %d at %s)", e.ShardID, e.LeaderNodeID, e.LeaderAddress)
+}
+
+// Unwrap returns the gRPC status error.
+func (e *NotLeaderError) Unwrap() error { return e.cause }
+
+// retryError is the error of a call that stopped retrying: on the
+// deadline, on cancellation, or after the maximum number of attempts.
+type retryError struct {
+	op     string
+	reason error // context.DeadlineExceeded, context.Canceled, or errAttempts
+	last   error // the last attempt's (typed) error, may be nil
+}
+
+// errAttempts is the reason of a call that used up WithMaxAttempts.
+var errAttempts = errors.New("retries exhausted")
+
+func (e *retryError) Error() string {
+	var b strings.Builder
+	b.WriteString("shale: ")
+	b.WriteString(e.op)
+	if e.reason != context.Canceled {
+		b.WriteString(": unavailable")
+	}
+	b.WriteString(": ")
+	b.WriteString(e.reason.Error())
+	if e.last != nil {
+		b.WriteString("; last error: ")
+		b.WriteString(e.last.Error())
+	}
+	return b.String()
+}
+
+func (e *retryError) Unwrap() []error {
+	errs := make([]error, 0, 3)
+	if e.reason != context.Canceled {
+		errs = append(errs, ErrUnavailable)
+	}
+	errs = append(errs, e.reason)
+	if e.last != nil {
+		errs = append(errs, e.last)
+	}
+	return errs
+}
+
+// opError adds the operation to a terminal error while keeping it
+// matchable.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string {
+	return "shale: " + e.op + ": " + strings.TrimPrefix(e.err.Error(), "shale: ")
+}
+func (e *opError) Unwrap() error { return e.err }
+func wrapOp(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *retryError
+	if errors.As(err, &re) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	return &opError{op: op, err: err}
+}
+
+// invalidArgError wraps a status error with ErrInvalidArgument.
+type invalidArgError struct{ cause error }
+
+func (e *invalidArgError) Error() string {
+	return "shale: invalid argument: " + status.Convert(e.cause).Message()
+}
+func (e *invalidArgError) Unwrap() []error { return []error{ErrInvalidArgument, e.cause} }
+
+// invalidArgf is a client-side argument check failure.
+func invalidArgf(format string, args ...any) error {
+	return &invalidArgError{cause: status.Errorf(codes.InvalidArgument, format, args...)}
+}
+
+// details is the typed detail of a status error, if any.
+type details struct {
+	notLeader  *shalev1.NotLeader
+	epoch      *shalev1.EpochMismatch
+	outside    *shalev1.KeyOutsideShard
+	notFound   *shalev1.ShardNotFound
+	crossShard *shalev1.CrossShardRequest
+}
+
+// statusDetails extracts the typed details of a gRPC status.
+func statusDetails(st *status.Status) details {
+	var d details
+	for _, x := range st.Details() {
+		switch v := x.(type) {
+		case *shalev1.NotLeader:
+			d.notLeader = v
+		case *shalev1.EpochMismatch:
+			d.epoch = v
+		case *shalev1.KeyOutsideShard:
+			d.outside = v
+		case *shalev1.ShardNotFound:
+			d.notFound = v
+		case *shalev1.CrossShardRequest:
+			d.crossShard = v
+		}
+	}
+	return d
+}
+
+// typed converts an error returned by an RPC into the package's public
+// error types, keeping the status error as the wrapped cause.
+func typed(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	d := statusDetails(st)
+	switch {
+	case d.crossShard != nil:
+		return &CrossShardError{SplitKey: d.crossShard.GetSplitKey(), ShardID: d.crossShard.GetShardId(), cause: err}
+	case d.notLeader != nil:
+		return &NotLeaderError{ShardID: d.notLeader.GetShardId(), LeaderNodeID: d.notLeader.GetLeaderNodeId(),
+			LeaderAddress: d.notLeader.GetLeaderAddress(), cause: err}
+	case st.Code() == codes.InvalidArgument:
+		return &invalidArgError{cause: err}
+	}
+	return err
+}

@@ -1,0 +1,485 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Consistency chooses how a read is ordered against writes.
+type Consistency int
+
+const (
+	// Linearizable reads reflect every write acknowledged before the read
+	// started. They are served by the shard's leader. The default.
+	Linearizable Consistency = iota
+	// Follower reads are linearizable too, but any replica may serve them
+	// (after a ReadIndex round trip to the leader). The client still
+	// prefers the leader and falls back to the other replicas when it
+	// fails.
+	Follower
+	// Stale reads are served from a replica's applied state without any
+	// coordination: they may miss recent writes, but need no leader.
+	Stale
+)
+
+// String returns "linearizable", "follower" or "stale".
+func (c Consistency) String() string {
+	switch c {
+	case Linearizable:
+		return "linearizable"
+	case Follower:
+		return "follower"
+	case Stale:
+		return "stale"
+	}
+	return fmt.Sprintf("Consistency(%d)", int(c))
+}
+
+// ParseConsistency parses the names String returns.
+func ParseConsistency(s string) (Consistency, error) {
+	switch s {
+	case "linearizable", "":
+		return Linearizable, nil
+	case "follower":
+		return Follower, nil
+	case "stale":
+		return Stale, nil
+	}
+	return 0, fmt.Errorf("%w: unknown consistency %q (want linearizable, follower or stale)", ErrInvalidArgument, s)
+}
+
+func (c Consistency) proto() shalev1.ReadConsistency {
+	switch c {
+	case Follower:
+		return shalev1.ReadConsistency_READ_CONSISTENCY_FOLLOWER
+	case Stale:
+		return shalev1.ReadConsistency_READ_CONSISTENCY_STALE
+	}
+	return shalev1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE_UNSPECIFIED
+}
+
+// readSpec is the callSpec of a read at consistency c.
+func readSpec(op string, c Consistency) *callSpec {
+	return &callSpec{op: op, leaderOnly: c == Linearizable, consistency: c.proto()}
+}
+
+// writeSpec is the callSpec of a write, with a fresh request ID.
+func writeSpec(op string) *callSpec {
+	return &callSpec{op: op, leaderOnly: true, requestID: newRequestID()}
+}
+
+// KeyValue is a key with its value and revisions, as stored by the shard
+// that holds it.
+type KeyValue struct {
+	// Key is the key.
+	Key []byte
+	// Value is the value (nil for scans with WithKeysOnly).
+	Value []byte
+	// CreateRevision is the shard revision of the write that created the
+	// key (since it was last absent).
+	CreateRevision uint64
+	// ModRevision is the shard revision of the last write to the key.
+	ModRevision uint64
+	// Version counts the writes to the key since its creation (1 after the
+	// creating write).
+	Version uint64
+	// ExpireAt is when the key expires (its TTL); the zero time for never.
+	ExpireAt time.Time
+}
+
+// fromProto converts a KeyValue message (nil stays nil).
+func fromProto(kv *shalev1.KeyValue) *KeyValue {
+	if kv == nil {
+		return nil
+	}
+	out := &KeyValue{
+		Key:            kv.GetKey(),
+		Value:          kv.GetValue(),
+		CreateRevision: kv.GetCreateRevision(),
+		ModRevision:    kv.GetModRevision(),
+		Version:        kv.GetVersion(),
+	}
+	if ns := kv.GetExpireUnixNanos(); ns != 0 {
+		out.ExpireAt = time.Unix(0, ns)
+	}
+	return out
+}
+
+// ReadOption configures Get and MultiGet.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ consistency Consistency }
+
+// WithConsistency sets the read's consistency (default Linearizable).
+func WithConsistency(c Consistency) ReadOption {
+	return func(o *readOptions) { o.consistency = c }
+}
+
+func readOpts(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// PutOption configures Put (and OpPut and Batch.Put).
+type PutOption interface{ applyPut(*putOptions) }
+
+// DeleteOption configures Delete (and OpDelete and Batch.Delete).
+type DeleteOption interface{ applyDelete(*deleteOptions) }
+
+// PrevKVOption is both a PutOption and a DeleteOption.
+type PrevKVOption interface {
+	PutOption
+	DeleteOption
+}
+
+type putOptions struct {
+	ttl    time.Duration
+	prevKV bool
+}
+
+type deleteOptions struct{ prevKV bool }
+
+type ttlOption time.Duration
+
+func (t ttlOption) applyPut(o *putOptions) { o.ttl = time.Duration(t) }
+
+// WithTTL makes the key expire d after the write applies. d is rounded up
+// to whole milliseconds; 0 (the default) means never, a negative d is
+// rejected with ErrInvalidArgument.
+func WithTTL(d time.Duration) PutOption { return ttlOption(d) }
+
+type prevKVOption struct{}
+
+func (prevKVOption) applyPut(o *putOptions)       { o.prevKV = true }
+func (prevKVOption) applyDelete(o *deleteOptions) { o.prevKV = true }
+
+// WithPrevKV asks a Put or Delete to return the key's previous value (in
+// PutResult.PrevKV or DeleteResult.PrevKV, nil when the key was absent).
+func WithPrevKV() PrevKVOption { return prevKVOption{} }
+
+// ttlMillis converts a TTL to the wire's milliseconds, rounding up.
+func ttlMillis(d time.Duration) (int64, error) {
+	if d < 0 {
+		return 0, invalidArgf("negative TTL %v", d)
+	}
+	if d == 0 {
+		return 0, nil
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
+}
+
+// PutResult is the outcome of a Put.
+type PutResult struct {
+	// Revision is the shard revision at which the write applied.
+	Revision uint64
+	// PrevKV is the previous key-value with WithPrevKV, nil otherwise or
+	// when the key was absent.
+	PrevKV *KeyValue
+}
+
+// DeleteResult is the outcome of a Delete.
+type DeleteResult struct {
+	// Revision is the shard revision at which the delete applied.
+	Revision uint64
+	// Deleted is true if the key existed.
+	Deleted bool
+	// PrevKV is the deleted key-value with WithPrevKV, nil otherwise or when
+	// the key was absent.
+	PrevKV *KeyValue
+}
+
+// Get reads key. It returns ErrNotFound when the key is absent.
+func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (*KeyValue, error) {
+	o := readOpts(opts)
+	var resp *shalev1.GetResponse
+	err := c.invoke(ctx, readSpec("get", o.consistency), target{key: key},
+		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+			var err error
+			resp, err = shalev1.NewKVClient(cc).Get(ctx, &shalev1.GetRequest{Header: hdr, Key: key})
+			return err
+		})
+	if err != nil {
+		return nil, wrapOp("get", err)
+	}
+	if resp.GetKv() == nil {
+		return nil, ErrNotFound
+	}
+	return fromProto(resp.GetKv()), nil
+}
+
+// errRegroup tells MultiGet that a group's keys no longer share a shard.
+var errRegroup = errors.New("shale: keys no longer in one shard")
+
+// MultiGet reads keys. result[i] is the value of keys[i], nil when absent.
+// The keys are split per shard and each shard is asked once (concurrently),
+// so the values of one shard are read at one point of its history, but
+// different shards at different points. Duplicate keys are allowed.
+func (c *Client) MultiGet(ctx context.Context, keys [][]byte, opts ...ReadOption) ([]*KeyValue, error) {
+	o := readOpts(opts)
+	out := make([]*KeyValue, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	pending := make([]int, len(keys))
+	for i := range pending {
+		pending[i] = i
+	}
+	for round := 1; len(pending) > 0; round++ {
+		if round > 2 && !sleep(ctx, c.backoff(round-2)) {
+			return nil, c.stopped(ctx, "multiget", errRegroup)
+		}
+		groups := c.groupByShard(keys, pending)
+		var (
+			mu       sync.Mutex
+			wg       sync.WaitGroup
+			firstErr error
+			again    []int
+		)
+		for _, g := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := c.multiGetGroup(ctx, keys, g, o, out)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.Is(err, errRegroup):
+					again = append(again, g...)
+				case err != nil && firstErr == nil:
+					firstErr = err
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return nil, wrapOp("multiget", firstErr)
+		}
+		pending = again
+	}
+	return out, nil
+}
+
+// groupByShard splits the key indexes by cached shard (keys without a
+// cached shard get a group each; the call will refresh the routing).
+func (c *Client) groupByShard(keys [][]byte, idx []int) [][]int {
+	byShard := map[uint64]int{}
+	var groups [][]int
+	for _, i := range idx {
+		sh, _ := c.rt.locate(target{key: keys[i]})
+		if sh == nil {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := byShard[sh.id()]
+		if !ok {
+			g = len(groups)
+			byShard[sh.id()] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// multiGetGroup reads the keys of one group, which the routing placed in
+// one shard, into out.
+func (c *Client) multiGetGroup(ctx context.Context, keys [][]byte, g []int, o readOptions, out []*KeyValue) error {
+	req := make([][]byte, len(g))
+	for j, i := range g {
+		req[j] = keys[i]
+	}
+	gen := c.rt.generation()
+	var resp *shalev1.MultiGetResponse
+	err := c.invoke(ctx, readSpec("multiget", o.consistency), target{key: req[0]},
+		func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
+			for _, k := range req {
+				if !sh.contains(k) {
+					return errRegroup
+				}
+			}
+			var err error
+			resp, err = shalev1.NewKVClient(cc).MultiGet(ctx, &shalev1.MultiGetRequest{Header: hdr, Keys: req})
+			if st, ok := status.FromError(err); ok && statusDetails(st).crossShard != nil {
+				// Our routing was wrong about the shard's range.
+				_ = c.refreshRouting(ctx, gen)
+				return errRegroup
+			}
+			return err
+		})
+	if err != nil {
+		return err
+	}
+	if len(resp.GetResults()) != len(req) {
+		return fmt.Errorf("shale: multiget: shard %d answered %d results for %d keys", resp.GetHeader().GetShardId(), len(resp.GetResults()), len(req))
+	}
+	for j, r := range resp.GetResults() {
+		out[g[j]] = fromProto(r.GetKv())
+	}
+	return nil
+}
+
+// Put sets key to value. Options: WithTTL, WithPrevKV. A Put retried after
+// a failure carries the same request ID, so it applies at most once.
+func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) (*PutResult, error) {
+	var o putOptions
+	for _, opt := range opts {
+		opt.applyPut(&o)
+	}
+	ttl, err := ttlMillis(o.ttl)
+	if err != nil {
+		return nil, wrapOp("put", err)
+	}
+	var resp *shalev1.PutResponse
+	err = c.invoke(ctx, writeSpec("put"), target{key: key},
+		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+			var err error
+			resp, err = shalev1.NewKVClient(cc).Put(ctx, &shalev1.PutRequest{
+				Header: hdr, Key: key, Value: value, TtlMs: ttl, PrevKv: o.prevKV,
+			})
+			return err
+		})
+	if err != nil {
+		return nil, wrapOp("put", err)
+	}
+	return &PutResult{Revision: resp.GetHeader().GetRevision(), PrevKV: fromProto(resp.GetPrevKv())}, nil
+}
+
+// Delete removes key. Deleting an absent key is not an error
+// (DeleteResult.Deleted is false). Option: WithPrevKV.
+func (c *Client) Delete(ctx context.Context, key []byte, opts ...DeleteOption) (*DeleteResult, error) {
+	var o deleteOptions
+	for _, opt := range opts {
+		opt.applyDelete(&o)
+	}
+	var resp *shalev1.DeleteResponse
+	err := c.invoke(ctx, writeSpec("delete"), target{key: key},
+		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+			var err error
+			resp, err = shalev1.NewKVClient(cc).Delete(ctx, &shalev1.DeleteRequest{Header: hdr, Key: key, PrevKv: o.prevKV})
+			return err
+		})
+	if err != nil {
+		return nil, wrapOp("delete", err)
+	}
+	return &DeleteResult{
+		Revision: resp.GetHeader().GetRevision(),
+		Deleted:  resp.GetDeleted() > 0,
+		PrevKV:   fromProto(resp.GetPrevKv()),
+	}, nil
+}
+
+// DeleteRange removes every key in [start, end); an empty end means the end
+// of the key space, an empty start its beginning. It sends one request per
+// shard the range overlaps, in key order, and is atomic only within each
+// shard: if it fails part-way, a prefix of the range (whole shards' parts)
+// may already be deleted, and a concurrent reader may see some shards'
+// parts deleted and others not. Calling it again completes it.
+func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
+	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		return wrapOp("delete-range", invalidArgf("empty range [%q, %q)", start, end))
+	}
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	cur := start
+	for {
+		var shardEnd []byte
+		// Each shard's part is its own write with its own request ID: a
+		// shard split after a part applied copies the deduplication table
+		// to both halves, so reusing one ID across parts could make a later
+		// part look like a duplicate.
+		err := c.invoke(ctx, writeSpec("delete-range"), target{key: cur},
+			func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
+				partEnd := end
+				shardEnd = sh.desc.GetEndKey()
+				if len(shardEnd) > 0 && (len(end) == 0 || bytes.Compare(shardEnd, end) < 0) {
+					partEnd = shardEnd
+				}
+				_, err := shalev1.NewKVClient(cc).DeleteRange(ctx, &shalev1.DeleteRangeRequest{
+					Header: hdr, StartKey: cur, EndKey: partEnd,
+				})
+				return err
+			})
+		if err != nil {
+			return wrapOp("delete-range", err)
+		}
+		if len(shardEnd) == 0 || (len(end) > 0 && bytes.Compare(shardEnd, end) >= 0) {
+			return nil
+		}
+		cur = shardEnd
+	}
+}
+
+// CASOption configures CompareAndSwap.
+type CASOption func(*casOptions)
+
+type casOptions struct {
+	expectAbsent bool
+	ttl          time.Duration
+}
+
+// ExpectAbsent makes CompareAndSwap succeed only if the key is absent (the
+// expected value is then ignored): a create-if-not-exists.
+func ExpectAbsent() CASOption { return func(o *casOptions) { o.expectAbsent = true } }
+
+// WithCASTTL makes the key written by a successful CompareAndSwap expire d
+// after it applies (rounded up to milliseconds; 0 means never).
+func WithCASTTL(d time.Duration) CASOption { return func(o *casOptions) { o.ttl = d } }
+
+// CompareAndSwap atomically sets key to newValue if its current value is
+// expected (or, with ExpectAbsent, if it is absent). ok reports whether the
+// swap happened; current is the key's value before the operation (nil when
+// it was absent), so on failure it tells what the value is. A failed
+// comparison is not an error.
+func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []byte, opts ...CASOption) (ok bool, current *KeyValue, err error) {
+	var o casOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ttl, err := ttlMillis(o.ttl)
+	if err != nil {
+		return false, nil, wrapOp("compare-and-swap", err)
+	}
+	if o.expectAbsent {
+		expected = nil
+	}
+	var resp *shalev1.CompareAndSwapResponse
+	err = c.invoke(ctx, writeSpec("compare-and-swap"), target{key: key},
+		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+			var err error
+			resp, err = shalev1.NewKVClient(cc).CompareAndSwap(ctx, &shalev1.CompareAndSwapRequest{
+				Header: hdr, Key: key, ExpectedValue: expected, ExpectAbsent: o.expectAbsent,
+				NewValue: newValue, TtlMs: ttl,
+			})
+			return err
+		})
+	if err != nil {
+		return false, nil, wrapOp("compare-and-swap", err)
+	}
+	return resp.GetSucceeded(), fromProto(resp.GetCurrent()), nil
+}
+
+// clampUint32 converts a non-negative count to the wire's uint32.
+func clampUint32(n int) uint32 {
+	if n <= 0 {
+		return 0
+	}
+	if n > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(n)
+}

@@ -1,0 +1,309 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// maxImmediate is how many leader hints in a row are followed without a
+// backoff (two replicas pointing at each other during an election would
+// otherwise spin).
+const maxImmediate = 3
+
+// callSpec describes one logical request for invoke.
+type callSpec struct {
+	op string
+	// leaderOnly sends the request to the leader only (writes and
+	// linearizable reads); otherwise any replica may serve it.
+	leaderOnly  bool
+	requestID   []byte
+	consistency shalev1.ReadConsistency
+}
+
+// attemptFunc sends one attempt of a request to the replica behind cc,
+// with the header already addressed to shard sh.
+type attemptFunc func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error
+
+// newRequestID returns a fresh 16-byte random request ID.
+func newRequestID() []byte {
+	id := make([]byte, 16)
+	_, _ = crand.Read(id) // crypto/rand.Read never fails
+	return id
+}
+
+// backoff returns the wait before the n-th consecutive retry (n >= 1):
+// uniformly random in [0, min(max, initial·2^(n-1))).
+func (c *Client) backoff(n int) time.Duration {
+	d := c.opts.backoffInitial
+	for i := 1; i < n && d < c.opts.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.opts.backoffMax)
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}
+
+// sleep waits d or until ctx is done; it reports whether the full wait
+// passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stopped is the error of a call whose context ended while retrying.
+func (c *Client) stopped(ctx context.Context, op string, last error) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	reason := ctx.Err()
+	switch {
+	case reason != nil:
+	case callOver(ctx):
+		reason = context.DeadlineExceeded
+	default:
+		reason = errAttempts
+	}
+	return &retryError{op: op, reason: reason, last: last}
+}
+
+// attemptContext bounds one attempt by the attempt timeout.
+func (c *Client) attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.opts.attemptTimeout > 0 {
+		return context.WithTimeout(ctx, c.opts.attemptTimeout)
+	}
+	return ctx, func() {}
+}
+
+// invoke runs one logical request against the shard of tg, retrying as the
+// package documentation describes until it succeeds, fails for good, or
+// ctx (with the default timeout applied) ends.
+func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attemptFunc) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	var (
+		last      error
+		nback     int // consecutive backoffs
+		immediate int // consecutive retries without backoff
+		nroute    int // consecutive routing errors
+		override  uint64
+		avoid     = map[uint64]bool{}
+		rr        = rand.Uint64() // replica rotation, spreads load
+	)
+	// retry waits the backoff before the next attempt; false means stop.
+	retry := func() bool {
+		immediate = 0
+		nback++
+		return sleep(ctx, c.backoff(nback))
+	}
+	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			return c.stopped(ctx, spec.op, last)
+		}
+		if c.opts.maxAttempts > 0 && attempt > c.opts.maxAttempts {
+			return &retryError{op: spec.op, reason: errAttempts, last: last}
+		}
+		sh, gen := c.rt.locate(tg)
+		if sh == nil {
+			// The cache has no shard for the key (a gap left by a split):
+			// refresh, and back off if that does not help.
+			if err := c.refreshRouting(ctx, gen); err != nil {
+				if ctx.Err() == nil {
+					last = err
+				}
+				if !retry() {
+					return c.stopped(ctx, spec.op, last)
+				}
+				continue
+			}
+			if sh, _ = c.rt.locate(tg); sh == nil {
+				last = status.Errorf(codes.Unavailable, "no shard covers key %q", tg.key)
+				if !retry() {
+					return c.stopped(ctx, spec.op, last)
+				}
+				continue
+			}
+		}
+		node := override
+		override = 0
+		if node == 0 {
+			node = pickReplica(sh, spec.leaderOnly, avoid, &rr)
+		}
+		addr := c.rt.addr(node)
+		if node == 0 || addr == "" {
+			last = status.Errorf(codes.Unavailable, "no address known for a replica of shard %d", sh.id())
+			if err := c.refreshRouting(ctx, gen); err != nil && ctx.Err() == nil {
+				last = err
+			}
+			if !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+			continue
+		}
+		cc, err := c.conn(addr)
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return err
+			}
+			last = err
+			avoid[node] = true
+			if !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+			continue
+		}
+		hdr := &shalev1.RequestHeader{
+			ShardId:     sh.id(),
+			Epoch:       sh.epoch(),
+			RequestId:   spec.requestID,
+			Consistency: spec.consistency,
+		}
+		actx, acancel := c.attemptContext(ctx)
+		err = fn(actx, cc, sh, hdr)
+		acancel()
+		if err == nil {
+			if spec.leaderOnly && sh.leader.Load() != node {
+				c.rt.setLeader(sh.id(), node)
+			}
+			return nil
+		}
+		if c.isClosed() {
+			return ErrClosed
+		}
+		if _, fromGRPC := err.(interface{ GRPCStatus() *status.Status }); !fromGRPC {
+			return err // not an RPC failure: the attempt function's own verdict
+		}
+		st := status.Convert(err)
+		if callOver(ctx) {
+			// The call's own deadline or cancellation cut this attempt
+			// short: the error before it says more about why.
+			if last == nil || !ctxCode(st.Code()) {
+				last = typed(err)
+			}
+			return c.stopped(ctx, spec.op, last)
+		}
+		last = typed(err)
+		d := statusDetails(st)
+		c.log.Debug("shale client: attempt failed", "op", spec.op, "shard", sh.id(), "node", node,
+			"attempt", attempt, "error", err)
+		switch {
+		case d.crossShard != nil:
+			return last
+		case d.notLeader != nil:
+			nroute = 0
+			hint := d.notLeader.GetLeaderNodeId()
+			if hint != 0 && hint != node {
+				c.rt.setAddr(hint, d.notLeader.GetLeaderAddress())
+				c.rt.setLeader(sh.id(), hint)
+				override = hint
+				if immediate < maxImmediate {
+					immediate++
+					continue
+				}
+			} else {
+				avoid[node] = true
+				c.rt.clearLeader(sh, node)
+			}
+			if !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+		case d.epoch != nil || d.outside != nil || d.notFound != nil:
+			nroute++
+			if d.notFound != nil {
+				avoid[node] = true
+			}
+			if cur := d.epoch.GetCurrent(); cur != nil && cur.GetShardId() == sh.id() && cur.GetEpoch() < sh.epoch() {
+				// The replica lags behind the routing we have: ask another.
+				avoid[node] = true
+				if !retry() {
+					return c.stopped(ctx, spec.op, last)
+				}
+				continue
+			}
+			if cur := d.epoch.GetCurrent(); cur != nil && c.rt.apply(cur) && tg.in(cur) && nroute == 1 {
+				continue // the replica told us the shard's new shape
+			}
+			if err := c.refreshRouting(ctx, gen); err != nil && ctx.Err() == nil {
+				last = err
+			}
+			if nroute > 1 && !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+		case st.Code() == codes.ResourceExhausted:
+			if !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+		case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
+			// Unreachable, stalled or without quorum: try the next replica.
+			avoid[node] = true
+			c.rt.clearLeader(sh, node)
+			if !retry() {
+				return c.stopped(ctx, spec.op, last)
+			}
+		default:
+			return last
+		}
+	}
+}
+
+// callOver reports whether ctx has ended or its deadline has passed (gRPC
+// may fail an attempt for the deadline a moment before ctx.Err reports it).
+func callOver(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// ctxCode reports whether a status code is what a context's end produces.
+func ctxCode(c codes.Code) bool { return c == codes.DeadlineExceeded || c == codes.Canceled }
+
+// pickReplica chooses the node for the next attempt: the cached leader
+// unless it failed in this call, else the next replica (a voter when the
+// leader is needed) that has not failed, rotating. When every candidate
+// failed, the slate is wiped and they are tried again.
+func pickReplica(sh *shardRoute, leaderOnly bool, avoid map[uint64]bool, rr *uint64) uint64 {
+	if l := sh.leader.Load(); l != 0 && !avoid[l] {
+		return l
+	}
+	reps := sh.desc.GetReplicas()
+	var cands []uint64
+	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
+		for _, r := range reps {
+			if leaderOnly && !isVoter(r) {
+				continue
+			}
+			if !avoid[r.GetNodeId()] {
+				cands = append(cands, r.GetNodeId())
+			}
+		}
+		if len(cands) == 0 {
+			clear(avoid)
+		}
+	}
+	if len(cands) == 0 {
+		return 0
+	}
+	*rr++
+	return cands[*rr%uint64(len(cands))]
+}

@@ -1,0 +1,203 @@
+// Command shale-server runs one Shale node.
+//
+// Every flag can also be set through the environment: --data-dir is
+// SHALE_DATA_DIR, --initial-cluster is SHALE_INITIAL_CLUSTER, and so on (a
+// flag given on the command line wins). See docs/shale-server.md.
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/shale-db/shale/server"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "shale-server:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	dataDir, listen, advertise, httpAddr    string
+	initialCluster, clusterName, join, zone string
+	initialSplits                           string
+	nodeID                                  uint64
+	replicationFactor                       int
+	maxKey, maxValue, maxBatchOps, maxBatch int
+	requestTimeout, tickInterval            time.Duration
+	electionTicks                           int
+	leaseReads                              bool
+	snapshotRate, blockCache                int64
+	logLevel, logFormat                     string
+}
+
+func newRootCmd() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "shale-server",
+		Short: "Run a Shale node",
+		Long: `shale-server runs one node of a Shale cluster: a replicated, range-sharded
+key-value store. Start a new cluster by giving every founding node the same
+--initial-cluster and its own --node-id; add a node to a running cluster with
+--join. A restarted node needs only --data-dir (and its addresses).
+
+Every flag can also be set with an environment variable named SHALE_ and the
+flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
+		Example: `  # A 3-node cluster on one machine:
+  shale-server --node-id 1 --data-dir data/n1 --listen 127.0.0.1:7001 \
+    --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
+  # Join a fourth node:
+  shale-server --data-dir data/n4 --listen 127.0.0.1:7004 --join 127.0.0.1:7001`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			return run(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", "data/shale", "directory for the node's data (identity, Raft log, shard engines)")
+	fl.Uint64Var(&f.nodeID, "node-id", 0, "this node's ID in --initial-cluster (a joining node gets one from the cluster)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7001", "gRPC listen address for clients and peers")
+	fl.StringVar(&f.advertise, "advertise", "", "address other nodes and clients use to reach this node (default: --listen)")
+	fl.StringVar(&f.httpAddr, "http", "", "listen address for /metrics, /debug/pprof and /healthz (empty: off)")
+	fl.StringVar(&f.initialCluster, "initial-cluster", "", "founding nodes of a new cluster: ID=HOST:PORT,... (same on every founding node)")
+	fl.StringVar(&f.clusterName, "cluster-name", "shale", "name that, with --initial-cluster, identifies a new cluster")
+	fl.StringVar(&f.join, "join", "", "address of any node of a running cluster to join")
+	fl.StringVar(&f.zone, "zone", "", "failure-domain label of this node (rack, zone)")
+	fl.StringVar(&f.initialSplits, "initial-splits", "", "split keys for a new cluster's initial shards, comma-separated (hex:ABCD for binary keys); n keys make n+1 shards")
+	fl.IntVar(&f.replicationFactor, "replication-factor", 3, "replicas per shard")
+	fl.IntVar(&f.maxKey, "max-key-bytes", 4<<10, "largest key accepted")
+	fl.IntVar(&f.maxValue, "max-value-bytes", 1<<20, "largest value accepted")
+	fl.IntVar(&f.maxBatchOps, "max-batch-ops", 10000, "most operations in one Batch, Txn or MultiGet")
+	fl.IntVar(&f.maxBatch, "max-batch-bytes", 8<<20, "largest Batch or Txn request, in bytes")
+	fl.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Second, "deadline of requests that carry none")
+	fl.DurationVar(&f.tickInterval, "tick-interval", 100*time.Millisecond, "Raft tick")
+	fl.IntVar(&f.electionTicks, "election-ticks", 10, "Raft election timeout, in ticks")
+	fl.BoolVar(&f.leaseReads, "lease-reads", false, "serve linearizable reads from the leader's lease instead of ReadIndex (relies on bounded clock drift)")
+	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
+	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// bindEnv sets every flag not given on the command line from SHALE_<NAME>.
+func bindEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if fl.Changed || err != nil {
+			return
+		}
+		name := "SHALE_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(fl.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func parseSplits(s string) ([][]byte, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out [][]byte
+	for _, p := range strings.Split(s, ",") {
+		if rest, ok := strings.CutPrefix(p, "hex:"); ok {
+			b, err := hex.DecodeString(rest)
+			if err != nil {
+				return nil, fmt.Errorf("initial split %q: %w", p, err)
+			}
+			out = append(out, b)
+			continue
+		}
+		out = append(out, []byte(p))
+	}
+	return out, nil
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func run(ctx context.Context, f flags) error {
+	log, err := newLogger(f.logLevel, f.logFormat)
+	if err != nil {
+		return err
+	}
+	initial, err := server.ParseInitialCluster(f.initialCluster)
+	if err != nil {
+		return err
+	}
+	splits, err := parseSplits(f.initialSplits)
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	node, err := server.Start(ctx, server.Config{
+		DataDir:           f.dataDir,
+		NodeID:            f.nodeID,
+		ListenAddr:        f.listen,
+		AdvertiseAddr:     f.advertise,
+		HTTPAddr:          f.httpAddr,
+		InitialCluster:    initial,
+		ClusterName:       f.clusterName,
+		Join:              f.join,
+		Zone:              f.zone,
+		InitialSplits:     splits,
+		ReplicationFactor: f.replicationFactor,
+		MaxKeyBytes:       f.maxKey,
+		MaxValueBytes:     f.maxValue,
+		MaxBatchOps:       f.maxBatchOps,
+		MaxBatchBytes:     f.maxBatch,
+		RequestTimeout:    f.requestTimeout,
+		TickInterval:      f.tickInterval,
+		ElectionTicks:     f.electionTicks,
+		LeaseReads:        f.leaseReads,
+		SnapshotRateBytes: f.snapshotRate,
+		BlockCacheBytes:   f.blockCache,
+		Logger:            log,
+	})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down", "node", node.ID())
+	node.Stop()
+	log.Info("stopped", "node", node.ID())
+	return nil
+}

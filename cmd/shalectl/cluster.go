@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/cmd/shalectl/internal/output"
+)
+
+// defaultEndpoints are the nodes the cluster commands contact when neither
+// --endpoints nor SHALE_ENDPOINTS says otherwise.
+const defaultEndpoints = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+
+// endpointsEnv is the environment variable that overrides defaultEndpoints.
+const endpointsEnv = "SHALE_ENDPOINTS"
+
+// clusterFlags are the root's flags for the commands that talk to a
+// running cluster.
+type clusterFlags struct {
+	*globalFlags
+	endpoints string
+	timeout   time.Duration
+}
+
+// addClusterCommands registers the cluster commands (kv, cluster, shard,
+// node, leader) and their persistent flags on the root.
+func addClusterCommands(root *cobra.Command, g *globalFlags) {
+	f := &clusterFlags{globalFlags: g}
+	def := defaultEndpoints
+	if env := strings.TrimSpace(os.Getenv(endpointsEnv)); env != "" {
+		def = env
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&f.endpoints, "endpoints", def,
+		"cluster commands: comma-separated host:port addresses of cluster nodes ($"+endpointsEnv+" sets the default)")
+	pf.DurationVar(&f.timeout, "timeout", 10*time.Second,
+		"cluster commands: time limit for the whole command, including retries (0: none)")
+	root.AddCommand(newKVCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f))
+}
+
+// endpointList splits --endpoints.
+func (f *clusterFlags) endpointList() []string {
+	var eps []string
+	for _, e := range strings.Split(f.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+// withClient connects to the cluster, runs fn under the --timeout and
+// closes the connection.
+func (f *clusterFlags) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	eps := f.endpointList()
+	if len(eps) == 0 {
+		return &usageError{cmd: cmd, msg: "--endpoints is empty"}
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	h := slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})
+	c, err := client.New(ctx, eps, client.WithLogger(slog.New(h)))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)
+	}
+	defer c.Close()
+	return fn(ctx, c)
+}
+
+// jsonOutput returns whether -o json was requested (validating -o).
+func (f *clusterFlags) jsonOutput(cmd *cobra.Command) (bool, error) {
+	format, err := f.format()
+	if err != nil {
+		return false, &usageError{cmd: cmd, msg: err.Error()}
+	}
+	return format == output.JSON, nil
+}
+
+// keyFormat prints keys and values: as 0x-prefixed hex with --hex;
+// otherwise as they are when they are printable UTF-8 (and not empty), and
+// as a double-quoted Go string literal with escapes when not.
+type keyFormat struct{ hex bool }
+
+func (k keyFormat) codec() output.Codec { return output.Codec{Hex: k.hex} }
+
+// format returns the printed form of b.
+func (k keyFormat) format(b []byte) string {
+	if k.hex {
+		return "0x" + hex.EncodeToString(b)
+	}
+	if len(b) == 0 || !utf8.Valid(b) {
+		return strconv.Quote(string(b))
+	}
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(string(b))
+		}
+	}
+	return string(b)
+}
+
+// truncated is format of at most max bytes of b (all when max <= 0), with
+// a note of the full length when cut.
+func (k keyFormat) truncated(b []byte, max int) string {
+	if max <= 0 || len(b) <= max {
+		return k.format(b)
+	}
+	cut := b[:max]
+	if !k.hex && utf8.Valid(b) {
+		// Do not cut a UTF-8 sequence in two (at most 3 bytes go).
+		for len(cut) > 0 && !utf8.Valid(cut) {
+			cut = cut[:len(cut)-1]
+		}
+	}
+	return fmt.Sprintf("%s...(%d bytes)", k.format(cut), len(b))
+}
+
+// rangeBound prints a shard boundary: an empty start or end is the
+// beginning or end of the key space.
+func (k keyFormat) rangeBound(b []byte, isEnd bool) string {
+	if len(b) == 0 {
+		if isEnd {
+			return "(max)"
+		}
+		return "(min)"
+	}
+	return k.format(b)
+}
+
+// newTable returns a tabwriter for an aligned table.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// writeProtoJSON prints m as indented protojson (field names as in the
+// .proto files, every field present; 64-bit integers are JSON strings and
+// bytes base64, per the protobuf JSON mapping).
+func writeProtoJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	// Re-indent: protojson's own spacing is deliberately unstable.
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// parseID parses a node or shard ID argument.
+func parseID(cmd *cobra.Command, what, s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, &usageError{cmd: cmd, msg: fmt.Sprintf("%s must be a positive integer, got %q", what, s)}
+	}
+	return id, nil
+}
+
+// ago prints how long ago t was, "-" for the zero time.
+func ago(unixNanos int64) string {
+	if unixNanos == 0 {
+		return "-"
+	}
+	d := time.Since(time.Unix(0, unixNanos))
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String() + " ago"
+}

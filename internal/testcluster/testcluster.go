@@ -1,0 +1,319 @@
+// Package testcluster runs Shale clusters for tests: in-process nodes on
+// loopback gRPC (fast, with link filters to partition nodes), each with its
+// own data directory so nodes can be stopped and restarted from disk.
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/server"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	// Nodes is the number of founding nodes (default 3).
+	Nodes int
+	// Splits are the initial split keys.
+	Splits [][]byte
+	// TickInterval is the Raft tick (default 20ms, for fast elections).
+	TickInterval time.Duration
+	// Configure adjusts every node's configuration.
+	Configure func(*server.Config)
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	t    testing.TB
+	dir  string
+	opts Options
+
+	mu      sync.Mutex
+	addrs   map[uint64]string
+	nodes   map[uint64]*server.Node
+	blocked map[[2]uint64]bool
+}
+
+// freeAddr reserves a loopback port (released for the node to bind).
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Logger is the logger of test nodes: silent unless SHALE_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("SHALE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// Start starts a cluster and waits until every shard has a leader.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 20 * time.Millisecond
+	}
+	c := &Cluster{t: t, dir: t.TempDir(), opts: opts, addrs: map[uint64]string{}, nodes: map[uint64]*server.Node{}, blocked: map[[2]uint64]bool{}}
+	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+		c.addrs[id] = freeAddr(t)
+	}
+	t.Cleanup(c.StopAll)
+	var wg sync.WaitGroup
+	errs := make(chan error, opts.Nodes)
+	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.start(id, true); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	c.WaitLeaders(30 * time.Second)
+	return c
+}
+
+func (c *Cluster) config(id uint64, founding bool) server.Config {
+	cfg := server.Config{
+		DataDir:       filepath.Join(c.dir, fmt.Sprintf("node%d", id)),
+		NodeID:        id,
+		ListenAddr:    c.addrs[id],
+		TickInterval:  c.opts.TickInterval,
+		InitialSplits: c.opts.Splits,
+		Logger:        Logger().With("node", id),
+		LinkFilter:    c.linkUp,
+	}
+	if founding {
+		cfg.InitialCluster = map[uint64]string{}
+		for nid := uint64(1); nid <= uint64(c.opts.Nodes); nid++ {
+			cfg.InitialCluster[nid] = c.addrs[nid]
+		}
+	}
+	if c.opts.Configure != nil {
+		c.opts.Configure(&cfg)
+	}
+	return cfg
+}
+
+func (c *Cluster) start(id uint64, founding bool) error {
+	n, err := server.Start(context.Background(), c.config(id, founding))
+	if err != nil {
+		return fmt.Errorf("start node %d: %w", id, err)
+	}
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	return nil
+}
+
+// Node returns a running node, or nil.
+func (c *Cluster) Node(id uint64) *server.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// NodeIDs returns the running nodes' IDs, sorted.
+func (c *Cluster) NodeIDs() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]uint64, 0, len(c.nodes))
+	for id := range c.nodes {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Endpoints returns the client addresses of every node (running or not).
+func (c *Cluster) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]uint64, 0, len(c.addrs))
+	for id := range c.addrs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, c.addrs[id])
+	}
+	return out
+}
+
+// Stop stops a node (its data stays for Restart).
+func (c *Cluster) Stop(id uint64) {
+	c.mu.Lock()
+	n := c.nodes[id]
+	delete(c.nodes, id)
+	c.mu.Unlock()
+	if n != nil {
+		n.Stop()
+	}
+}
+
+// Restart starts a stopped node from its data directory.
+func (c *Cluster) Restart(id uint64) {
+	c.t.Helper()
+	if err := c.start(id, false); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// AddNode starts a new node that joins the cluster through node 1's
+// address and returns its ID.
+func (c *Cluster) AddNode() uint64 {
+	c.t.Helper()
+	addr := freeAddr(c.t)
+	c.mu.Lock()
+	var join string
+	for _, n := range c.nodes {
+		join = n.Addr()
+		break
+	}
+	c.mu.Unlock()
+	cfg := c.config(0, false)
+	cfg.NodeID = 0
+	cfg.ListenAddr = addr
+	cfg.Join = join
+	cfg.DataDir = filepath.Join(c.dir, fmt.Sprintf("joined-%s", filepath.Base(addr)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := server.Start(ctx, cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.nodes[n.ID()] = n
+	c.addrs[n.ID()] = addr
+	c.mu.Unlock()
+	return n.ID()
+}
+
+// StopAll stops every node.
+func (c *Cluster) StopAll() {
+	for _, id := range c.NodeIDs() {
+		c.Stop(id)
+	}
+}
+
+func (c *Cluster) linkUp(from, to uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.blocked[[2]uint64{from, to}]
+}
+
+// Partition cuts Raft traffic between the groups (clients still reach
+// every node); nodes in no group keep talking to everyone.
+func (c *Cluster) Partition(groups ...[]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blocked = map[[2]uint64]bool{}
+	for i, g := range groups {
+		for j, h := range groups {
+			if i == j {
+				continue
+			}
+			for _, a := range g {
+				for _, b := range h {
+					c.blocked[[2]uint64{a, b}] = true
+				}
+			}
+		}
+	}
+}
+
+// Isolate cuts node id off from every other node.
+func (c *Cluster) Isolate(id uint64) {
+	c.mu.Lock()
+	var others []uint64
+	for nid := range c.addrs {
+		if nid != id {
+			others = append(others, nid)
+		}
+	}
+	c.mu.Unlock()
+	c.Partition([]uint64{id}, others)
+}
+
+// Heal removes every partition.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blocked = map[[2]uint64]bool{}
+}
+
+// Leader returns the node leading shard id among the running nodes, or 0.
+func (c *Cluster) Leader(shardID uint64) uint64 {
+	for _, id := range c.NodeIDs() {
+		n := c.Node(id)
+		if n == nil {
+			continue
+		}
+		if r := n.Store().Replica(shardID); r != nil && r.IsLeader() {
+			return id
+		}
+	}
+	return 0
+}
+
+// ShardIDs returns the shards hosted on any running node, sorted.
+func (c *Cluster) ShardIDs() []uint64 {
+	seen := map[uint64]bool{}
+	for _, id := range c.NodeIDs() {
+		if n := c.Node(id); n != nil {
+			for _, r := range n.Store().Replicas() {
+				seen[r.ShardID()] = true
+			}
+		}
+	}
+	out := make([]uint64, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// WaitLeaders waits until every shard has a leader.
+func (c *Cluster) WaitLeaders(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, s := range c.ShardIDs() {
+			if c.Leader(s) == 0 {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("shards without a leader after %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,625 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/storage"
+)
+
+// testCluster is a set of Stores on a SimNetwork, each with its own
+// directory (Raft-log engine and memSM state machines), so nodes can be
+// stopped and restarted from disk.
+type testCluster struct {
+	t    *testing.T
+	dir  string
+	net  *SimNetwork
+	cfg  func(*Config)
+	mu   sync.Mutex
+	node map[uint64]*testNode
+}
+
+type testNode struct {
+	id    uint64
+	dir   string
+	db    *storage.DB
+	store *Store
+	mu    sync.Mutex
+	sms   map[uint64]*memSM
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("SHALE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newTestCluster(t *testing.T, cfg func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, dir: t.TempDir(), cfg: cfg, node: map[uint64]*testNode{}}
+	c.net = NewSimNetwork(1, filepath.Join(c.dir, "staging"))
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *testCluster) close() {
+	c.mu.Lock()
+	nodes := make([]*testNode, 0, len(c.node))
+	for _, n := range c.node {
+		nodes = append(nodes, n)
+	}
+	c.mu.Unlock()
+	for _, n := range nodes {
+		c.stopNode(n.id)
+	}
+	c.net.Close()
+}
+
+// startNode opens (or reopens) node id and hosts every shard it has on disk.
+func (c *testCluster) startNode(id uint64) *testNode {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, fmt.Sprintf("node%d", id))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	db, err := storage.Open(filepath.Join(dir, "raftlog"), &storage.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := &testNode{id: id, dir: dir, db: db, sms: map[uint64]*memSM{}}
+	cfg := Config{
+		NodeID:             id,
+		ClusterID:          "test",
+		LogDB:              db,
+		Transport:          c.net.Transport(id),
+		TickInterval:       10 * time.Millisecond,
+		SnapshotDir:        filepath.Join(dir, "snap-out"),
+		LogTruncateEntries: 200,
+		Logger:             quietLogger().With("node", id),
+		OpenReplica: func(shardID uint64) (StateMachine, error) {
+			sm, err := openMemSM(filepath.Join(dir, fmt.Sprintf("shard%d", shardID)))
+			if err != nil {
+				return nil, err
+			}
+			n.mu.Lock()
+			n.sms[shardID] = sm
+			n.mu.Unlock()
+			return sm, nil
+		},
+		ReplicaRemoved: func(shardID uint64) {
+			n.mu.Lock()
+			delete(n.sms, shardID)
+			n.mu.Unlock()
+			_ = os.RemoveAll(filepath.Join(dir, fmt.Sprintf("shard%d", shardID)))
+		},
+	}
+	if c.cfg != nil {
+		c.cfg(&cfg)
+	}
+	s, err := NewStore(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.store = s
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		var shardID uint64
+		if _, err := fmt.Sscanf(e.Name(), "shard%d", &shardID); err != nil {
+			continue
+		}
+		sm, err := openMemSM(filepath.Join(dir, e.Name()))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if sm.AppliedState().Descriptor == nil {
+			_, err = s.AddEmptyReplica(shardID, sm)
+		} else {
+			_, err = s.AddReplica(sm)
+		}
+		if err != nil {
+			c.t.Fatalf("node %d: shard %d: %v", id, shardID, err)
+		}
+		n.sms[shardID] = sm
+	}
+	c.net.Register(id, s)
+	s.Start()
+	c.mu.Lock()
+	c.node[id] = n
+	c.mu.Unlock()
+	return n
+}
+
+func (c *testCluster) stopNode(id uint64) {
+	c.mu.Lock()
+	n := c.node[id]
+	delete(c.node, id)
+	c.mu.Unlock()
+	if n == nil {
+		return
+	}
+	c.net.Register(id, nil)
+	n.store.Stop()
+	if err := n.db.Close(); err != nil {
+		c.t.Errorf("node %d: close log engine: %v", id, err)
+	}
+}
+
+func (c *testCluster) get(id uint64) *testNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.node[id]
+}
+
+// bootstrap creates shard shardID with voters on nodes (replica ID = index+1)
+// on each running node among them.
+func (c *testCluster) bootstrap(shardID uint64, nodes ...uint64) {
+	c.t.Helper()
+	desc := &shalev1.ShardDescriptor{ShardId: shardID, Epoch: 1, NextReplicaId: uint64(len(nodes)) + 1}
+	for i, n := range nodes {
+		desc.Replicas = append(desc.Replicas, &shalev1.ReplicaDescriptor{NodeId: n, ReplicaId: uint64(i + 1)})
+	}
+	for _, id := range nodes {
+		n := c.get(id)
+		sm, err := newMemSM(filepath.Join(n.dir, fmt.Sprintf("shard%d", shardID)), BootstrapState(desc))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if _, err := n.store.AddReplica(sm); err != nil {
+			c.t.Fatal(err)
+		}
+		n.mu.Lock()
+		n.sms[shardID] = sm
+		n.mu.Unlock()
+	}
+}
+
+func (n *testNode) sm(shardID uint64) *memSM {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sms[shardID]
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func (c *testCluster) waitFor(what string, timeout time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leader waits for a leader of shardID among the given nodes (all running
+// nodes if none) that every one of them agrees on, and returns its node.
+func (c *testCluster) leader(shardID uint64, among ...uint64) uint64 {
+	c.t.Helper()
+	if len(among) == 0 {
+		c.mu.Lock()
+		for id := range c.node {
+			among = append(among, id)
+		}
+		c.mu.Unlock()
+	}
+	var lead uint64
+	c.waitFor(fmt.Sprintf("a leader of shard %d among %v", shardID, among), 10*time.Second, func() bool {
+		lead = 0
+		for _, id := range among {
+			n := c.get(id)
+			if n == nil {
+				return false
+			}
+			r := n.store.Replica(shardID)
+			if r == nil {
+				return false
+			}
+			st := r.Status()
+			if st.Leader {
+				if lead != 0 && lead != id {
+					return false
+				}
+				lead = id
+			}
+		}
+		if lead == 0 {
+			return false
+		}
+		for _, id := range among {
+			if st := c.get(id).store.Replica(shardID).Status(); st.LeaderNodeID != lead {
+				return false
+			}
+		}
+		return true
+	})
+	return lead
+}
+
+// propose proposes "k=v" through whichever replica believes it leads and
+// can commit, retrying on leader changes, and fails the test after timeout.
+func (c *testCluster) propose(shardID uint64, k, v string) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		var reps []*Replica
+		for _, n := range c.node {
+			if r := n.store.Replica(shardID); r != nil && r.IsLeader() {
+				reps = append(reps, r)
+			}
+		}
+		c.mu.Unlock()
+		for _, r := range reps {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := r.Propose(ctx, []byte(k+"="+v))
+			cancel()
+			if err == nil {
+				return
+			}
+			lastErr = err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("propose %s=%s to shard %d: %v", k, v, shardID, lastErr)
+}
+
+// converged waits until every listed node's state machine of shardID has
+// the same applied index and data.
+func (c *testCluster) converged(shardID uint64, nodes ...uint64) {
+	c.t.Helper()
+	var detail string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var first string
+		var firstIdx uint64
+		ok := true
+		detail = ""
+		for i, id := range nodes {
+			sm := c.get(id).sm(shardID)
+			if sm == nil {
+				ok = false
+				detail += fmt.Sprintf("node %d: no replica; ", id)
+				continue
+			}
+			d, idx := sm.dump(), sm.AppliedState().Index
+			detail += fmt.Sprintf("node %d: applied %d, %d bytes; ", id, idx, len(d))
+			if i == 0 {
+				first, firstIdx = d, idx
+			} else if d != first || idx != firstIdx {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("shard %d did not converge on %v: %s", shardID, nodes, detail)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestElectionAndReplication(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	lead := c.leader(1)
+	for i := 0; i < 50; i++ {
+		c.propose(1, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	c.converged(1, 1, 2, 3)
+	if v, ok := c.get(lead).sm(1).get("k049"); !ok || v != "49" {
+		t.Fatalf("k049 = %q, %v", v, ok)
+	}
+	// A follower refuses proposals with the leader's identity.
+	follower := uint64(1)
+	if follower == lead {
+		follower = 2
+	}
+	_, err := c.get(follower).store.Replica(1).Propose(context.Background(), []byte("x=y"))
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) || nl.LeaderNodeID != lead {
+		t.Fatalf("propose on follower: %v, want NotLeaderError naming node %d", err, lead)
+	}
+}
+
+func TestLeaderLossAndHeal(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	old := c.leader(1)
+	c.net.Isolate(old)
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != old {
+			others = append(others, id)
+		}
+	}
+	lead := c.leader(1, others...)
+	if lead == old {
+		t.Fatalf("isolated node %d still leads", old)
+	}
+	_, err := c.get(lead).store.Replica(1).Propose(context.Background(), []byte("b=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The isolated node can neither commit nor serve a linearizable read.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.get(old).store.Replica(1).Propose(ctx, []byte("c=3")); err == nil {
+		t.Fatal("isolated old leader committed a proposal")
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if err := c.get(old).store.Replica(1).ReadIndex(ctx2); err == nil {
+		t.Fatal("isolated node served a linearizable read")
+	}
+	if _, ok := c.get(old).sm(1).get("c"); ok {
+		t.Fatal("isolated node applied its own proposal")
+	}
+	c.net.Heal()
+	c.propose(1, "d", "4")
+	c.converged(1, 1, 2, 3)
+	if _, ok := c.get(lead).sm(1).get("c"); ok {
+		t.Fatal("the isolated leader's uncommitted proposal survived")
+	}
+}
+
+func TestMinorityPartition(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 5; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3, 4, 5)
+	c.propose(1, "a", "1")
+	old := c.leader(1)
+	minority := []uint64{old, old%5 + 1}
+	var majority []uint64
+	for id := uint64(1); id <= 5; id++ {
+		if id != minority[0] && id != minority[1] {
+			majority = append(majority, id)
+		}
+	}
+	c.net.Partition(minority, majority)
+	lead := c.leader(1, majority...)
+	c.propose(1, "b", "2")
+	for _, id := range minority {
+		r := c.get(id).store.Replica(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if err := r.ReadIndex(ctx); err == nil {
+			t.Fatalf("minority node %d served a linearizable read", id)
+		}
+		cancel()
+		if _, ok := c.get(id).sm(1).get("b"); ok {
+			t.Fatalf("minority node %d saw a write of the majority without a quorum", id)
+		}
+	}
+	// Reads on the majority side are linearizable: they see b.
+	r := c.get(lead).store.Replica(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.ReadIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.get(lead).sm(1).get("b"); v != "2" {
+		t.Fatalf("leader read b=%q after ReadIndex", v)
+	}
+	// A follower read through ReadIndex also sees it.
+	f := majority[0]
+	if f == lead {
+		f = majority[1]
+	}
+	if err := c.get(f).store.Replica(1).ReadIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.get(f).sm(1).get("b"); v != "2" {
+		t.Fatalf("follower read b=%q after ReadIndex", v)
+	}
+	c.net.Heal()
+	c.propose(1, "c", "3")
+	c.converged(1, 1, 2, 3, 4, 5)
+}
+
+func TestSnapshotCatchUp(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	lagger := lead%3 + 1
+	c.net.Isolate(lagger)
+	for i := 0; i < 600; i++ {
+		c.propose(1, fmt.Sprintf("k%04d", i), fmt.Sprint(i))
+	}
+	// The leader's log was truncated past what the lagger has.
+	c.waitFor("log truncation", 10*time.Second, func() bool {
+		return c.get(lead).store.Replica(1).log.TruncatedIndex() > c.get(lagger).sm(1).AppliedState().Index
+	})
+	c.net.Heal()
+	c.converged(1, 1, 2, 3)
+	c.waitFor("the snapshot send to finish", 5*time.Second, func() bool { return c.net.Snapshots() > 0 })
+	if c.get(lagger).sm(1).restores == 0 {
+		t.Fatalf("lagger caught up without a snapshot (restores %d, snapshots %d)", c.get(lagger).sm(1).restores, c.net.Snapshots())
+	}
+	// And it keeps following afterwards.
+	c.propose(1, "after", "x")
+	c.converged(1, 1, 2, 3)
+}
+
+func TestMembershipChanges(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 5; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	for i := 0; i < 300; i++ {
+		c.propose(1, fmt.Sprintf("k%04d", i), "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lead := c.leader(1, 1, 2, 3)
+	r := c.get(lead).store.Replica(1)
+	// Add a learner on node 4; it catches up.
+	desc, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: AddLearner, NodeID: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var learner uint64
+	for _, rd := range desc.GetReplicas() {
+		if rd.GetNodeId() == 4 {
+			learner = rd.GetReplicaId()
+			if rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_LEARNER {
+				t.Fatalf("replica on node 4 has role %v", rd.GetRole())
+			}
+		}
+	}
+	if learner == 0 {
+		t.Fatalf("no replica on node 4 in %v", desc)
+	}
+	c.converged(1, 1, 2, 3, 4)
+	// Promote it.
+	if _, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: PromoteLearner, ReplicaID: learner}}); err != nil {
+		t.Fatal(err)
+	}
+	// Replace a follower voter with node 5 in one joint change.
+	var victim, victimNode uint64
+	for _, rd := range r.Status().Descriptor.GetReplicas() {
+		if rd.GetNodeId() != lead && rd.GetNodeId() != 4 {
+			victim, victimNode = rd.GetReplicaId(), rd.GetNodeId()
+		}
+	}
+	desc, err = r.ChangeReplicas(ctx, []ReplicaChange{{Type: AddVoter, NodeID: 5}, {Type: RemoveReplica, ReplicaID: victim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[uint64]shalev1.ReplicaRole{}
+	for _, rd := range desc.GetReplicas() {
+		nodes[rd.GetNodeId()] = rd.GetRole()
+	}
+	if _, ok := nodes[victimNode]; ok || len(nodes) != 4 {
+		t.Fatalf("after replacing node %d with 5: %v", victimNode, desc)
+	}
+	for n, role := range nodes {
+		if role != shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
+			t.Fatalf("node %d has role %v after leaving the joint config", n, role)
+		}
+	}
+	c.waitFor("the removed replica to be destroyed", 10*time.Second, func() bool {
+		return c.get(victimNode).store.Replica(1) == nil
+	})
+	c.propose(1, "after", "x")
+	var members []uint64
+	for n := range nodes {
+		members = append(members, n)
+	}
+	c.converged(1, members...)
+}
+
+func TestLeaderTransfer(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	target := lead%3 + 1
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.get(lead).store.Replica(1).TransferLeader(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.leader(1); got != target {
+		t.Fatalf("leader is %d after transfer to %d", got, target)
+	}
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+}
+
+func TestRestartAllFromDisk(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.bootstrap(2, 1, 2, 3)
+	for i := 0; i < 250; i++ {
+		c.propose(1+uint64(i%2), fmt.Sprintf("k%04d", i), fmt.Sprint(i))
+	}
+	c.converged(1, 1, 2, 3)
+	c.converged(2, 1, 2, 3)
+	before1, before2 := c.get(1).sm(1).dump(), c.get(1).sm(2).dump()
+	for id := uint64(1); id <= 3; id++ {
+		c.stopNode(id)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.leader(1)
+	c.leader(2)
+	if got := c.get(2).sm(1).dump(); got != before1 {
+		t.Fatal("shard 1 changed across restart")
+	}
+	if got := c.get(3).sm(2).dump(); got != before2 {
+		t.Fatal("shard 2 changed across restart")
+	}
+	c.propose(1, "after", "1")
+	c.propose(2, "after", "2")
+	c.converged(1, 1, 2, 3)
+	c.converged(2, 1, 2, 3)
+}
+
+func TestQuiescence(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	const shards = 20
+	for s := uint64(1); s <= shards; s++ {
+		c.bootstrap(s, 1, 2, 3)
+	}
+	for s := uint64(1); s <= shards; s++ {
+		c.propose(s, "a", "1")
+	}
+	c.waitFor("every replica to quiesce", 10*time.Second, func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			for _, r := range c.get(id).store.Replicas() {
+				if !r.Status().Quiesced {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// Quiesced groups still serve: a write wakes the group.
+	c.propose(7, "b", "2")
+	c.converged(7, 1, 2, 3)
+	// A dead leader's followers wake up and elect a new one.
+	lead := c.leader(3)
+	c.stopNode(lead)
+	var rest []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	c.leader(3, rest...)
+}

@@ -1,0 +1,36 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+)
+
+// NotLeaderError is returned by operations that need the shard's leader when
+// this replica is not it. LeaderNodeID is 0 when no leader is known.
+type NotLeaderError struct {
+	ShardID         uint64
+	LeaderReplicaID uint64
+	LeaderNodeID    uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderNodeID == 0 {
+		return fmt.Sprintf("shard %d: not leader, leader unknown", e.ShardID)
+	}
+	return fmt.Sprintf("shard %d: not leader, leader is node %d", e.ShardID, e.LeaderNodeID)
+}
+
+var (
+	// ErrOutcomeUnknown is returned for a proposal whose fate this replica can
+	// no longer observe (it lost leadership after proposing): the command may
+	// or may not be applied. Retrying with the same request ID is safe.
+	ErrOutcomeUnknown = errors.New("replication: proposal outcome unknown (leadership changed)")
+	// ErrStopped is returned after the Store or the Replica stopped.
+	ErrStopped = errors.New("replication: stopped")
+	// ErrReplicaRemoved is returned when the replica was removed from its shard.
+	ErrReplicaRemoved = errors.New("replication: replica removed from the shard")
+	// ErrProposalTooLarge is returned for a proposal over Config.MaxProposalBytes.
+	ErrProposalTooLarge = errors.New("replication: proposal too large")
+	// ErrBusy is returned when the replica has too many proposals in flight.
+	ErrBusy = errors.New("replication: too many proposals in flight")
+)

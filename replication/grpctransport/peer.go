@@ -1,0 +1,266 @@
+package grpctransport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// peer is the outbound side towards one node: a bounded queue and the one
+// goroutine (run) that owns the connection and the SendMessages stream.
+type peer struct {
+	t     *Transport
+	id    uint64
+	queue chan *shalev1.RaftMessageBatch
+
+	up       atomic.Bool  // the stream is established
+	lastSend atomic.Int64 // unix nanos of the last successful stream Send
+
+	// Owned by run.
+	pending *shalev1.RaftMessageBatch // dequeued but left out of the last coalesced batch
+}
+
+func newPeer(t *Transport, id uint64) *peer {
+	return &peer{t: t, id: id, queue: make(chan *shalev1.RaftMessageBatch, t.opts.QueueLen)}
+}
+
+// run connects, streams until the stream breaks, and reconnects with
+// jittered exponential backoff, until Close.
+func (p *peer) run() {
+	t := p.t
+	defer t.wg.Done()
+	backoff := t.opts.BackoffInitial
+	first := true
+	failures := 0 // consecutive failed attempts, for logging
+	for {
+		if t.ctx.Err() != nil {
+			return
+		}
+		conn, stream, cancel, err := p.connect()
+		if err != nil {
+			t.c.connectFailures.Add(1)
+			failures++
+			if failures == 1 {
+				t.log.Warn("cannot connect to peer; retrying with backoff", "peer", p.id, "err", err)
+			} else {
+				t.log.Debug("connect to peer failed", "peer", p.id, "err", err, "attempt", failures, "retry_in", backoff)
+			}
+			// Whatever waited for this attempt is stale by the next one.
+			p.discardQueued()
+			first = false
+			if !t.sleep(jitter(backoff)) {
+				return
+			}
+			backoff = min(2*backoff, t.opts.BackoffMax)
+			continue
+		}
+		t.c.connects.Add(1)
+		if !first {
+			t.c.reconnects.Add(1)
+		}
+		if !first {
+			t.log.Info("peer stream reconnected", "peer", p.id, "failed_attempts", failures)
+		}
+		first = false
+		failures = 0
+		upAt := time.Now()
+		err = p.stream(stream)
+		p.up.Store(false)
+		cancel()
+		_ = conn.Close()
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("peer stream broke; reconnecting", "peer", p.id, "err", err)
+		// A stream that lived long enough was healthy: reconnect quickly.
+		// One that broke at once (e.g. a peer rejecting our batches) keeps
+		// backing off.
+		if time.Since(upAt) >= t.opts.BackoffMax {
+			backoff = t.opts.BackoffInitial
+		}
+		if !t.sleep(jitter(backoff)) {
+			return
+		}
+		backoff = min(2*backoff, t.opts.BackoffMax)
+	}
+}
+
+// connect resolves the peer's address, dials it and opens the stream. The
+// returned cancel ends the stream.
+func (p *peer) connect() (*grpc.ClientConn, shalev1.Raft_SendMessagesClient, context.CancelFunc, error) {
+	conn, _, err := p.t.dial(p.id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(p.t.ctx)
+	// Without WaitForReady, opening the stream waits while the connection
+	// is being established and fails as soon as it cannot be.
+	stream, err := shalev1.NewRaftClient(conn).SendMessages(ctx)
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	return conn, stream, cancel, nil
+}
+
+// stream sends coalesced batches on s until it breaks or the transport
+// closes, and returns why it stopped. The caller cancels
+// the stream's context afterwards, which ends the watcher goroutine (tracked
+// by the transport's WaitGroup).
+func (p *peer) stream(s shalev1.Raft_SendMessagesClient) error {
+	t := p.t
+	// The server sends nothing until the stream ends; a RecvMsg that
+	// returns tells us the stream is gone even while we have nothing to
+	// send.
+	broken := make(chan error, 1)
+	t.wg.Add(1) // run holds a count, so Add cannot race with Wait
+	go func() {
+		defer t.wg.Done()
+		broken <- s.RecvMsg(&shalev1.RaftStreamResponse{})
+	}()
+	p.up.Store(true)
+	for {
+		var b *shalev1.RaftMessageBatch
+		if p.pending != nil {
+			b, p.pending = p.pending, nil
+		} else {
+			select {
+			case <-t.ctx.Done():
+				return t.ctx.Err()
+			case err := <-broken:
+				if err == nil || errors.Is(err, io.EOF) {
+					err = errors.New("stream closed by peer")
+				}
+				return err
+			case b = <-p.queue:
+			}
+		}
+		out, n := p.coalesce(b)
+		if t.testBeforeSend != nil {
+			t.testBeforeSend(p.id, out)
+		}
+		if err := s.Send(out); err != nil {
+			// Send reports io.EOF when the stream ended; the status is
+			// what the watcher receives.
+			t.c.batchesDropped.Add(int64(n))
+			t.c.messagesDropped.Add(int64(len(out.Messages)))
+			if errors.Is(err, io.EOF) {
+				select {
+				case rerr := <-broken:
+					if rerr != nil {
+						err = rerr
+					}
+				case <-time.After(time.Second):
+				}
+			}
+			return err
+		}
+		p.lastSend.Store(time.Now().UnixNano())
+		t.c.batchesSent.Add(1)
+		t.c.messagesSent.Add(int64(len(out.Messages)))
+		if n > 1 {
+			t.c.batchesCoalesced.Add(int64(n - 1))
+		}
+	}
+}
+
+// coalesce merges first with every batch already queued, in order, while the
+// result stays under MaxBatchBytes; a batch that would overflow it is kept
+// in p.pending for the next send. It returns the merged batch, stamped with
+// this node's cluster and node IDs, and how many queued batches it holds.
+//
+// Quiesced shards: a later batch's messages for a shard cancel an earlier
+// batch's quiescence of it (the message would have woken the follower), so
+// a shard is listed as quiesced only if its last quiescence comes at or
+// after its last messages in the merged sequence.
+func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBatch, int) {
+	t := p.t
+	out := &shalev1.RaftMessageBatch{
+		ClusterId:      t.opts.ClusterID,
+		FromNodeId:     t.opts.NodeID,
+		ToNodeId:       p.id,
+		Messages:       first.Messages,
+		QuiescedShards: first.QuiescedShards,
+	}
+	n := 1
+	if len(p.queue) == 0 {
+		return out, n
+	}
+	// Merging: build new slices so that the callers' batches are not
+	// modified.
+	out.Messages = append([]*shalev1.RaftEnvelope(nil), first.Messages...)
+	out.QuiescedShards = nil
+	quiesced := make(map[uint64]bool)
+	addQuiesced := func(shards []uint64) {
+		for _, s := range shards {
+			if !quiesced[s] {
+				quiesced[s] = true
+				out.QuiescedShards = append(out.QuiescedShards, s)
+			}
+		}
+	}
+	addQuiesced(first.QuiescedShards)
+	size := proto.Size(first)
+	for size < t.opts.MaxBatchBytes {
+		var b *shalev1.RaftMessageBatch
+		select {
+		case b = <-p.queue:
+		default:
+		}
+		if b == nil {
+			break
+		}
+		bs := proto.Size(b)
+		if size+bs > t.opts.MaxBatchBytes {
+			p.pending = b
+			break
+		}
+		size += bs
+		n++
+		if len(quiesced) > 0 {
+			removed := false
+			for _, m := range b.Messages {
+				if quiesced[m.GetShardId()] {
+					delete(quiesced, m.GetShardId())
+					removed = true
+				}
+			}
+			if removed {
+				kept := out.QuiescedShards[:0]
+				for _, s := range out.QuiescedShards {
+					if quiesced[s] {
+						kept = append(kept, s)
+					}
+				}
+				out.QuiescedShards = kept
+			}
+		}
+		out.Messages = append(out.Messages, b.Messages...)
+		addQuiesced(b.QuiescedShards)
+	}
+	return out, n
+}
+
+// discardQueued drops everything queued (counted as dropped).
+func (p *peer) discardQueued() {
+	if p.pending != nil {
+		p.t.drop(p.pending)
+		p.pending = nil
+	}
+	for {
+		select {
+		case b := <-p.queue:
+			p.t.drop(b)
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package grpctransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/replication/snapshot"
+)
+
+// Register registers the Raft service on srv (a *grpc.Server or any other
+// registrar); what it receives goes to h. A batch whose cluster ID differs
+// from Options.ClusterID, or whose destination is not Options.NodeID, ends
+// its stream with codes.FailedPrecondition and is not delivered; the same
+// holds for a snapshot header. Incoming snapshots are received with
+// snapshot.Receive into Options.SnapshotStagingDir and handed to
+// h.HandleSnapshot; a corrupt one fails with codes.DataLoss and never
+// reaches h, and its partial directory is removed. If h.HandleSnapshot
+// returns an error and dir still exists, it is removed too; the error goes
+// back to the sender as a gRPC status (the handler's own code if it returned
+// a status error, Internal otherwise). Register must be called at most once per Transport, before srv
+// starts serving.
+func (t *Transport) Register(srv grpc.ServiceRegistrar, h replication.Handler) {
+	shalev1.RegisterRaftServer(srv, &raftServer{t: t, h: h})
+}
+
+type raftServer struct {
+	shalev1.UnimplementedRaftServer
+	t *Transport
+	h replication.Handler
+}
+
+var errShutdown = status.Error(codes.Unavailable, "grpctransport: node's transport is shutting down")
+
+func (s *raftServer) checkIDs(what string, clusterID string, toNodeID uint64) error {
+	t := s.t
+	if clusterID != t.opts.ClusterID {
+		return status.Errorf(codes.FailedPrecondition,
+			"grpctransport: %s from cluster %q, this node (%d) is in cluster %q", what, clusterID, t.opts.NodeID, t.opts.ClusterID)
+	}
+	if toNodeID != t.opts.NodeID {
+		return status.Errorf(codes.FailedPrecondition,
+			"grpctransport: %s addressed to node %d reached node %d", what, toNodeID, t.opts.NodeID)
+	}
+	return nil
+}
+
+type recvResult struct {
+	b   *shalev1.RaftMessageBatch
+	err error
+}
+
+// SendMessages delivers the batches of one peer's stream to the Handler,
+// until the peer ends the stream, a batch is rejected, or Close.
+func (s *raftServer) SendMessages(stream shalev1.Raft_SendMessagesServer) error {
+	t := s.t
+	if !t.enter() {
+		return errShutdown
+	}
+	defer t.wg.Done()
+	// Recv runs in its own goroutine so that Close can end the stream while
+	// Recv blocks: returning from the handler cancels the stream, which
+	// makes Recv return.
+	results := make(chan recvResult)
+	done := make(chan struct{})
+	defer close(done)
+	t.wg.Add(1) // we hold a count, so Add cannot race with Wait
+	go func() {
+		defer t.wg.Done()
+		for {
+			b, err := stream.Recv()
+			select {
+			case results <- recvResult{b, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var r recvResult
+		select {
+		case <-t.ctx.Done():
+			return errShutdown
+		case r = <-results:
+		}
+		if r.err == io.EOF {
+			return stream.SendAndClose(&shalev1.RaftStreamResponse{})
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if err := s.checkIDs("raft batch", r.b.ClusterId, r.b.ToNodeId); err != nil {
+			t.c.batchRejected.Add(1)
+			t.log.Warn("rejected raft batch", "from", r.b.FromNodeId, "err", err)
+			return err
+		}
+		t.c.batchesReceived.Add(1)
+		t.c.messagesReceived.Add(int64(len(r.b.Messages)))
+		s.h.HandleRaftBatch(r.b)
+	}
+}
+
+// headerCheck rejects a snapshot stream whose header is for another cluster
+// or node before any file is written.
+type headerCheck struct {
+	s    *raftServer
+	r    snapshot.ChunkReceiver
+	seen bool
+}
+
+// Recv passes chunks through, failing on a first chunk whose header is for
+// another cluster or node.
+func (h *headerCheck) Recv() (*shalev1.SnapshotChunk, error) {
+	c, err := h.r.Recv()
+	if err == nil && !h.seen {
+		h.seen = true
+		if hdr := c.GetHeader(); hdr != nil {
+			if err := h.s.checkIDs("snapshot", hdr.ClusterId, hdr.ToNodeId); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, err
+}
+
+// SendSnapshot receives one snapshot, verifies it and hands it to the
+// Handler; it replies applied=true once the Handler has installed it.
+func (s *raftServer) SendSnapshot(stream shalev1.Raft_SendSnapshotServer) error {
+	t := s.t
+	if !t.enter() {
+		return errShutdown
+	}
+	defer t.wg.Done()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+
+	hdr, dir, err := snapshot.Receive(ctx, &headerCheck{s: s, r: stream}, t.opts.SnapshotStagingDir)
+	if err != nil {
+		t.c.snapRejected.Add(1)
+		t.log.Warn("snapshot receive failed", "err", err)
+		return toStatus(err, codes.Internal)
+	}
+	if t.ctx.Err() != nil {
+		_ = os.RemoveAll(dir)
+		t.c.snapRejected.Add(1)
+		return errShutdown
+	}
+	if err := s.h.HandleSnapshot(ctx, hdr, dir); err != nil {
+		// A refusing handler should have removed dir; if it is still
+		// there, it is a leftover in our staging area.
+		_ = os.RemoveAll(dir)
+		t.c.snapRejected.Add(1)
+		t.log.Warn("snapshot refused by handler", "shard", hdr.ShardId, "from", hdr.FromNodeId, "err", err)
+		return toStatus(fmt.Errorf("install snapshot of shard %d: %w", hdr.ShardId, err), codes.Internal)
+	}
+	var bytes uint64
+	for _, f := range hdr.Files {
+		bytes += f.Size
+	}
+	t.c.snapReceived.Add(1)
+	t.c.snapBytesReceived.Add(int64(bytes))
+	return stream.SendAndClose(&shalev1.SnapshotResponse{Applied: true})
+}
+
+// toStatus turns err into a gRPC status error: a status it wraps keeps its
+// code, a corrupt snapshot is DataLoss, a context error Canceled or
+// DeadlineExceeded, anything else def. The message is err's full text.
+func toStatus(err error, def codes.Code) error {
+	if st, ok := status.FromError(err); ok {
+		return st.Err()
+	}
+	code := def
+	switch {
+	case errors.Is(err, snapshot.ErrCorrupt):
+		code = codes.DataLoss
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, err.Error())
+}
+
+// corruptingSender applies a test hook to every chunk before sending it.
+type corruptingSender struct {
+	s      snapshot.ChunkSender
+	mutate func(*shalev1.SnapshotChunk)
+}
+
+// Send sends a mutated copy of ch.
+func (c corruptingSender) Send(ch *shalev1.SnapshotChunk) error {
+	ch = proto.Clone(ch).(*shalev1.SnapshotChunk)
+	c.mutate(ch)
+	return c.s.Send(ch)
+}
+
+// SendSnapshot streams the checkpoint in dir (every regular file in it) to
+// node header.ToNodeId over a connection of its own, paced by
+// Options.SnapshotLimiter, and returns once the receiver's Handler has
+// installed it (nil) or the transfer or installation failed (an error that
+// carries the receiver's gRPC status, e.g. codes.DataLoss for a snapshot
+// that arrived corrupted). The header is copied and stamped with this node's
+// cluster and node IDs; its Files are filled in from dir. SendSnapshot
+// honours ctx and is cancelled by Close; it returns ErrClosed after Close.
+func (t *Transport) SendSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) (err error) {
+	if header == nil {
+		return errors.New("grpctransport: SendSnapshot: nil header")
+	}
+	if !t.enter() {
+		return ErrClosed
+	}
+	defer t.wg.Done()
+	to := header.ToNodeId
+	defer func() {
+		if err != nil {
+			t.c.snapFailed.Add(1)
+			if t.ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+				err = fmt.Errorf("%w (%v)", ErrClosed, err)
+			}
+			err = fmt.Errorf("grpctransport: snapshot of shard %d to node %d: %w", header.ShardId, to, err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+
+	conn, _, err := t.dial(to)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := shalev1.NewRaftClient(conn).SendSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	hdr := proto.Clone(header).(*shalev1.SnapshotHeader)
+	hdr.ClusterId = t.opts.ClusterID
+	hdr.FromNodeId = t.opts.NodeID
+	var sender snapshot.ChunkSender = stream
+	if t.testCorruptChunk != nil {
+		sender = corruptingSender{s: stream, mutate: t.testCorruptChunk}
+	}
+	n, err := snapshot.Send(ctx, sender, hdr, dir, snapshot.Options{
+		ChunkSize: t.opts.SnapshotChunkSize,
+		Limiter:   t.opts.SnapshotLimiter,
+	})
+	t.c.snapBytesSent.Add(n)
+	if err != nil {
+		if t.ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			// The receiver ended the stream early; its status says why.
+			if _, rerr := stream.CloseAndRecv(); rerr != nil {
+				return rerr
+			}
+		}
+		return err
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if !resp.Applied {
+		return errors.New("receiver did not apply the snapshot")
+	}
+	t.c.snapSent.Add(1)
+	return nil
+}

@@ -1,0 +1,1111 @@
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication/raftlog"
+	"github.com/shale-db/shale/storage"
+)
+
+// Replica is one node's member of a shard's Raft group. Its methods are safe
+// for concurrent use; the Raft state itself is only touched by the Store's
+// loop.
+type Replica struct {
+	store     *Store
+	shardID   uint64
+	replicaID uint64
+	sm        StateMachine
+	log       *raftlog.Log
+	rn        *raft.RawNode // loop only
+
+	inflight atomic.Int64
+
+	mu      sync.Mutex
+	props   []*proposal
+	reads   []*readWaiter
+	ops     []loopOp
+	nodes   map[uint64]uint64 // replica ID → node ID
+	status  Status
+	stopErr error
+
+	// Loop-only state.
+	waiters        map[uint64]*proposal
+	readBatches    map[string]*readBatch
+	readSeq        uint64
+	appliedWaiters []*readWaiter
+	applied        uint64
+	quiesced       bool
+	notifyQuiesce  bool
+	stableTicks    int
+	lastCommit     uint64
+	wasLeader      bool
+	removed        bool
+	halted         bool
+	pendingSnap    *incomingSnapshot
+	sendingSnap    map[uint64]bool
+	ticks          uint64
+}
+
+// Status is a replica's view of its shard's Raft group.
+type Status struct {
+	ShardID, ReplicaID, NodeID uint64
+	// Leader is true when this replica leads the group.
+	Leader          bool
+	LeaderReplicaID uint64
+	LeaderNodeID    uint64
+	Term            uint64
+	Commit          uint64
+	Applied         uint64
+	LastIndex       uint64
+	Quiesced        bool
+	// Progress is the leader's view of every member (leader only).
+	Progress map[uint64]Progress
+	// Descriptor is the applied shard descriptor.
+	Descriptor *shalev1.ShardDescriptor
+}
+
+// Progress is the leader's view of one member of the group.
+type Progress struct {
+	NodeID  uint64
+	Match   uint64
+	State   string
+	Learner bool
+}
+
+type proposal struct {
+	id    uint64
+	data  []byte
+	cc    *raftpb.ConfChangeV2
+	term  uint64
+	start time.Time
+	done  chan proposalResult
+}
+
+type proposalResult struct {
+	result any
+	err    error
+}
+
+func (p *proposal) finish(res any, err error) {
+	select {
+	case p.done <- proposalResult{res, err}:
+	default:
+	}
+}
+
+type loopOp struct {
+	fn   func() error
+	done chan error
+}
+
+type readWaiter struct {
+	index uint64
+	done  chan error
+}
+
+type readBatch struct {
+	ctx     []byte
+	waiters []*readWaiter
+	ticks   int
+}
+
+func newReplica(s *Store, shardID, replicaID uint64, sm StateMachine, lg *raftlog.Log) *Replica {
+	r := &Replica{
+		store:       s,
+		shardID:     shardID,
+		replicaID:   replicaID,
+		sm:          sm,
+		log:         lg,
+		nodes:       make(map[uint64]uint64),
+		waiters:     make(map[uint64]*proposal),
+		readBatches: make(map[string]*readBatch),
+		sendingSnap: make(map[uint64]bool),
+	}
+	r.nodes[replicaID] = s.cfg.NodeID
+	r.updateNodes(sm.AppliedState().Descriptor)
+	return r
+}
+
+func (r *Replica) initRaft() error {
+	r.log.SetCallbacks(func() *raftpb.ConfState {
+		if cs := r.sm.AppliedState().ConfState; cs != nil {
+			return proto.Clone(cs).(*raftpb.ConfState)
+		}
+		return &raftpb.ConfState{}
+	}, func() (*raftpb.Snapshot, error) {
+		st := r.sm.AppliedState()
+		if st.Index == 0 || st.ConfState == nil {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		return snapshotOf(st), nil
+	})
+	cfg := r.store.cfg
+	st := r.sm.AppliedState()
+	rc := &raft.Config{
+		ID:                        r.replicaID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   r.log,
+		Applied:                   st.Index,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    r.store.rlog,
+	}
+	if cfg.LeaseReads {
+		rc.ReadOnlyOption = raft.ReadOnlyLeaseBased
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return fmt.Errorf("replication: shard %d: raft: %w", r.shardID, err)
+	}
+	r.rn = rn
+	r.applied = st.Index
+	r.refreshStatus()
+	return nil
+}
+
+// ShardID returns the replica's shard.
+func (r *Replica) ShardID() uint64 { return r.shardID }
+
+// ReplicaID returns the replica's Raft ID in its shard.
+func (r *Replica) ReplicaID() uint64 { return r.replicaID }
+
+// StateMachine returns the replica's state machine (for reads).
+func (r *Replica) StateMachine() StateMachine { return r.sm }
+
+// Status returns the last observed state of the replica (without Progress;
+// see ProgressStatus).
+func (r *Replica) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.status
+	st.Descriptor = r.sm.AppliedState().Descriptor
+	return st
+}
+
+// IsLeader reports whether the replica was the leader at its last update.
+func (r *Replica) IsLeader() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status.Leader
+}
+
+// NodeOf returns the node hosting a replica of this shard, or 0.
+func (r *Replica) NodeOf(replicaID uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nodes[replicaID]
+}
+
+func (r *Replica) notLeader() error {
+	st := r.Status()
+	return &NotLeaderError{ShardID: r.shardID, LeaderReplicaID: st.LeaderReplicaID, LeaderNodeID: st.LeaderNodeID}
+}
+
+// Propose replicates payload through the shard's log and returns what the
+// state machine's Apply returned for it. It must be called on the leader
+// (else *NotLeaderError). If the replica loses leadership before the entry
+// applies, it returns ErrOutcomeUnknown; if ctx ends first, ctx's error —
+// in both cases the command may still apply.
+func (r *Replica) Propose(ctx context.Context, payload []byte) (any, error) {
+	if len(payload) > r.store.cfg.MaxProposalBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrProposalTooLarge, len(payload), r.store.cfg.MaxProposalBytes)
+	}
+	if !r.IsLeader() {
+		return nil, r.notLeader()
+	}
+	p := &proposal{id: r.store.proposal.Add(1), start: time.Now(), done: make(chan proposalResult, 1)}
+	p.data = encodeEntry(p.id, payload)
+	return r.submit(ctx, p)
+}
+
+func (r *Replica) submit(ctx context.Context, p *proposal) (any, error) {
+	if r.inflight.Add(1) > int64(r.store.cfg.MaxInflightProposals) {
+		r.inflight.Add(-1)
+		return nil, ErrBusy
+	}
+	defer r.inflight.Add(-1)
+	r.mu.Lock()
+	if r.stopErr != nil {
+		err := r.stopErr
+		r.mu.Unlock()
+		return nil, err
+	}
+	r.props = append(r.props, p)
+	r.mu.Unlock()
+	r.store.queueWork(r)
+	select {
+	case res := <-p.done:
+		return res.result, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ReadIndex returns once the replica has applied everything committed
+// before the call: a read of the state machine after it is linearizable.
+// On a follower the index comes from the leader. It retries while no leader
+// is known, until ctx ends.
+func (r *Replica) ReadIndex(ctx context.Context) error {
+	w := &readWaiter{done: make(chan error, 1)}
+	r.mu.Lock()
+	if r.stopErr != nil {
+		err := r.stopErr
+		r.mu.Unlock()
+		return err
+	}
+	r.reads = append(r.reads, w)
+	r.mu.Unlock()
+	r.store.queueWork(r)
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runOnLoop runs fn on the Store's loop and waits for it (or ctx).
+func (r *Replica) runOnLoop(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	r.mu.Lock()
+	if r.stopErr != nil {
+		err := r.stopErr
+		r.mu.Unlock()
+		return err
+	}
+	r.ops = append(r.ops, loopOp{fn: fn, done: done})
+	r.mu.Unlock()
+	r.store.queueWork(r)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.store.stop:
+		return ErrStopped
+	}
+}
+
+// Campaign makes the replica start an election.
+func (r *Replica) Campaign(ctx context.Context) error {
+	return r.runOnLoop(ctx, func() error {
+		r.unquiesce()
+		return r.rn.Campaign()
+	})
+}
+
+// ProgressStatus returns Status with the leader's Progress of every member.
+func (r *Replica) ProgressStatus(ctx context.Context) (Status, error) {
+	var st Status
+	err := r.runOnLoop(ctx, func() error {
+		st = r.Status()
+		rs := r.rn.Status()
+		if rs.RaftState == raft.StateLeader {
+			st.Progress = make(map[uint64]Progress, len(rs.Progress))
+			for id, pr := range rs.Progress {
+				st.Progress[id] = Progress{NodeID: r.NodeOf(id), Match: pr.Match, State: pr.State.String(), Learner: pr.IsLearner}
+			}
+		}
+		return nil
+	})
+	return st, err
+}
+
+// TransferLeader asks the leader to hand leadership to the replica on
+// targetNode and waits until it has, or ctx ends.
+func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
+	var target uint64
+	r.mu.Lock()
+	for rid, n := range r.nodes {
+		if n == targetNode {
+			target = rid
+		}
+	}
+	r.mu.Unlock()
+	if target == 0 {
+		return fmt.Errorf("replication: shard %d has no replica on node %d", r.shardID, targetNode)
+	}
+	requested := false
+	for {
+		st := r.Status()
+		if st.LeaderReplicaID == target {
+			return nil
+		}
+		if !st.Leader {
+			if !requested || (st.LeaderReplicaID != 0 && st.LeaderReplicaID != target) {
+				return r.notLeader()
+			}
+			// Leadership is in transit.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(r.store.cfg.TickInterval):
+			}
+			continue
+		}
+		requested = true
+		if err := r.runOnLoop(ctx, func() error {
+			r.unquiesce()
+			r.rn.TransferLeader(target)
+			return nil
+		}); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.store.cfg.TickInterval):
+		}
+	}
+}
+
+// ChangeType is a kind of membership change.
+type ChangeType int
+
+const (
+	// AddVoter adds a voting replica on NodeID.
+	AddVoter ChangeType = iota
+	// AddLearner adds a non-voting replica on NodeID.
+	AddLearner
+	// PromoteLearner makes the learner ReplicaID a voter.
+	PromoteLearner
+	// RemoveReplica removes ReplicaID.
+	RemoveReplica
+)
+
+// ReplicaChange is one membership change.
+type ReplicaChange struct {
+	Type      ChangeType
+	NodeID    uint64 // AddVoter, AddLearner
+	ReplicaID uint64 // PromoteLearner, RemoveReplica
+}
+
+// ChangeReplicas changes the shard's membership with one configuration
+// change: several changes at once go through joint consensus, which is left
+// automatically. It returns the descriptor once the change (and the leaving
+// of the joint configuration) has applied on this replica.
+func (r *Replica) ChangeReplicas(ctx context.Context, changes []ReplicaChange) (*shalev1.ShardDescriptor, error) {
+	if len(changes) == 0 {
+		return nil, errors.New("replication: no changes")
+	}
+	if !r.IsLeader() {
+		return nil, r.notLeader()
+	}
+	p := &proposal{id: r.store.proposal.Add(1), start: time.Now(), done: make(chan proposalResult, 1)}
+	desc := r.sm.AppliedState().Descriptor
+	next := desc.GetNextReplicaId()
+	for _, rd := range desc.GetReplicas() {
+		next = max(next, rd.GetReplicaId()+1)
+		for _, c := range changes {
+			if (c.Type == AddVoter || c.Type == AddLearner) && rd.GetNodeId() == c.NodeID {
+				return nil, fmt.Errorf("replication: shard %d already has replica %d on node %d", r.shardID, rd.GetReplicaId(), c.NodeID)
+			}
+		}
+	}
+	var cc raftpb.ConfChangeV2
+	var cctx shalev1.ConfChangeContext
+	for _, c := range changes {
+		switch c.Type {
+		case AddVoter, AddLearner:
+			typ, role := raftpb.ConfChangeAddNode, shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED
+			if c.Type == AddLearner {
+				typ, role = raftpb.ConfChangeAddLearnerNode, shalev1.ReplicaRole_REPLICA_ROLE_LEARNER
+			}
+			cc.Changes = append(cc.Changes, &raftpb.ConfChangeSingle{Type: typ.Enum(), NodeId: proto.Uint64(next)})
+			cctx.Replicas = append(cctx.Replicas, &shalev1.ReplicaDescriptor{NodeId: c.NodeID, ReplicaId: next, Role: role})
+			next++
+		case PromoteLearner:
+			cc.Changes = append(cc.Changes, &raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(c.ReplicaID)})
+		case RemoveReplica:
+			cc.Changes = append(cc.Changes, &raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(c.ReplicaID)})
+		}
+	}
+	ctxBytes, err := proto.Marshal(&cctx)
+	if err != nil {
+		return nil, err
+	}
+	cc.Context = encodeEntry(p.id, ctxBytes)
+	p.cc = &cc
+	if _, err := r.submit(ctx, p); err != nil {
+		return nil, err
+	}
+	// Wait for the automatic leave of a joint configuration.
+	for {
+		st := r.sm.AppliedState()
+		if len(st.ConfState.GetVotersOutgoing()) == 0 && len(st.ConfState.GetLearnersNext()) == 0 {
+			return proto.Clone(st.Descriptor).(*shalev1.ShardDescriptor), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(r.store.cfg.TickInterval / 4):
+		}
+	}
+}
+
+// encodeEntry frames a payload with the proposal ID that lets the proposing
+// replica find its waiter: version byte 1, 8-byte ID, payload.
+func encodeEntry(id uint64, payload []byte) []byte {
+	b := make([]byte, 9+len(payload))
+	b[0] = 1
+	binary.BigEndian.PutUint64(b[1:9], id)
+	copy(b[9:], payload)
+	return b
+}
+
+func decodeEntry(data []byte) (uint64, []byte, error) {
+	if len(data) < 9 || data[0] != 1 {
+		return 0, nil, fmt.Errorf("replication: malformed entry (%d bytes, version %d)", len(data), func() byte {
+			if len(data) > 0 {
+				return data[0]
+			}
+			return 0
+		}())
+	}
+	return binary.BigEndian.Uint64(data[1:9]), data[9:], nil
+}
+
+// --- loop side ---
+
+func (r *Replica) dead() bool { return r.removed || r.halted }
+
+// fatal halts the replica after an error it cannot recover from (its state
+// machine failed): nothing more is applied or acknowledged.
+func (r *Replica) fatal(err error) {
+	if r.halted {
+		return
+	}
+	r.halted = true
+	r.store.cfg.Logger.Error("replica halted", "shard", r.shardID, "err", err)
+	r.failAll(fmt.Errorf("replication: shard %d halted: %w", r.shardID, err))
+}
+
+// failAll fails every waiting call; later calls fail with err too.
+func (r *Replica) failAll(err error) {
+	r.mu.Lock()
+	if r.stopErr == nil {
+		r.stopErr = err
+	}
+	props, reads, ops := r.props, r.reads, r.ops
+	r.props, r.reads, r.ops = nil, nil, nil
+	r.mu.Unlock()
+	for _, p := range props {
+		p.finish(nil, err)
+	}
+	for _, w := range reads {
+		w.done <- err
+	}
+	for _, op := range ops {
+		op.done <- err
+	}
+	for _, p := range r.waiters {
+		p.finish(nil, err)
+	}
+	r.waiters = make(map[uint64]*proposal)
+	for _, b := range r.readBatches {
+		for _, w := range b.waiters {
+			w.done <- err
+		}
+	}
+	r.readBatches = make(map[string]*readBatch)
+	for _, w := range r.appliedWaiters {
+		w.done <- err
+	}
+	r.appliedWaiters = nil
+}
+
+// drainQueued hands queued proposals, reads and operations to Raft.
+func (r *Replica) drainQueued() {
+	r.mu.Lock()
+	props, reads, ops := r.props, r.reads, r.ops
+	r.props, r.reads, r.ops = nil, nil, nil
+	r.mu.Unlock()
+	if r.dead() {
+		err := ErrReplicaRemoved
+		if r.halted {
+			err = ErrStopped
+		}
+		for _, p := range props {
+			p.finish(nil, err)
+		}
+		for _, w := range reads {
+			w.done <- err
+		}
+		for _, op := range ops {
+			op.done <- err
+		}
+		return
+	}
+	if len(props) > 0 || len(reads) > 0 {
+		r.unquiesce()
+	}
+	term := r.rn.BasicStatus().GetTerm()
+	for _, p := range props {
+		var err error
+		if p.cc != nil {
+			err = r.rn.ProposeConfChange(p.cc)
+		} else {
+			err = r.rn.Propose(p.data)
+		}
+		if err != nil {
+			if errors.Is(err, raft.ErrProposalDropped) {
+				p.finish(nil, r.notLeader())
+			} else {
+				p.finish(nil, fmt.Errorf("replication: shard %d: propose: %w", r.shardID, err))
+			}
+			continue
+		}
+		p.term = term
+		r.waiters[p.id] = p
+		if m := r.store.cfg.Metrics; m != nil {
+			m.proposals.Inc()
+		}
+	}
+	if len(reads) > 0 {
+		r.readSeq++
+		ctx := make([]byte, 16)
+		binary.BigEndian.PutUint64(ctx, r.store.proposal.Add(1))
+		binary.BigEndian.PutUint64(ctx[8:], r.readSeq)
+		r.readBatches[string(ctx)] = &readBatch{ctx: ctx, waiters: reads}
+		r.rn.ReadIndex(ctx)
+	}
+	for _, op := range ops {
+		op.done <- op.fn()
+	}
+}
+
+// tick advances Raft's clock, retries unanswered reads, and quiesces an
+// idle group.
+func (r *Replica) tick() {
+	r.ticks++
+	if r.quiesced {
+		st := r.rn.BasicStatus()
+		if st.RaftState != raft.StateLeader && !r.store.nodeLive(r.NodeOf(st.Lead)) {
+			r.unquiesce()
+		} else {
+			return
+		}
+	}
+	r.rn.Tick()
+	for _, b := range r.readBatches {
+		b.ticks++
+		if b.ticks >= r.store.cfg.ElectionTicks {
+			b.ticks = 0
+			r.rn.ReadIndex(b.ctx)
+		}
+	}
+	r.maybeQuiesceLeader()
+	if r.ticks%uint64(r.store.cfg.ElectionTicks) == 0 {
+		r.maybeTruncate()
+	}
+}
+
+func (r *Replica) unquiesce() {
+	if r.quiesced {
+		r.quiesced = false
+		r.stableTicks = 0
+		r.refreshStatus()
+	}
+}
+
+// maybeQuiesceLeader stops ticking an idle group: the leader has nothing in
+// flight, every member has every entry, the commit index has been stable
+// for two heartbeats (so followers know it), and every member is reachable.
+// Its followers are told to stop ticking too.
+func (r *Replica) maybeQuiesceLeader() {
+	cfg := r.store.cfg
+	if cfg.DisableQuiescence {
+		return
+	}
+	bs := r.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		r.stableTicks = 0
+		return
+	}
+	if bs.GetCommit() != r.lastCommit {
+		r.lastCommit = bs.GetCommit()
+		r.stableTicks = 0
+		return
+	}
+	r.stableTicks++
+	if r.stableTicks < 2*cfg.HeartbeatTicks+1 {
+		return
+	}
+	if len(r.waiters) > 0 || len(r.readBatches) > 0 || len(r.appliedWaiters) > 0 || r.pendingSnap != nil || len(r.sendingSnap) > 0 {
+		return
+	}
+	last, _ := r.log.LastIndex()
+	if bs.GetCommit() != last || r.applied != last || bs.LeadTransferee != 0 {
+		return
+	}
+	st := r.rn.Status()
+	if len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
+		return
+	}
+	for id, pr := range st.Progress {
+		if id == r.replicaID {
+			continue
+		}
+		n := r.NodeOf(id)
+		if pr.Match != last || n == 0 || !cfg.Transport.Reachable(n) || !r.store.nodeLive(n) {
+			return
+		}
+	}
+	r.quiesced = true
+	r.notifyQuiesce = true
+	r.refreshStatus()
+}
+
+// maybeQuiesceFollower quiesces a follower on its leader's notice, if it
+// has applied everything it has and agrees on who leads.
+func (r *Replica) maybeQuiesceFollower(fromNode uint64) {
+	bs := r.rn.BasicStatus()
+	if bs.RaftState != raft.StateFollower || bs.Lead == 0 || r.NodeOf(bs.Lead) != fromNode {
+		return
+	}
+	last, _ := r.log.LastIndex()
+	if bs.GetCommit() != last || r.applied != last {
+		return
+	}
+	r.quiesced = true
+	r.refreshStatus()
+}
+
+// appendQuiesceNotices tells followers' nodes that this group quiesced.
+func (r *Replica) appendQuiesceNotices(out map[uint64]*shalev1.RaftMessageBatch) {
+	if !r.notifyQuiesce || r.dead() {
+		return
+	}
+	r.notifyQuiesce = false
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for rid, n := range r.nodes {
+		if rid == r.replicaID || n == r.store.cfg.NodeID {
+			continue
+		}
+		b := r.store.batchFor(out, n)
+		b.QuiescedShards = append(b.QuiescedShards, r.shardID)
+	}
+}
+
+func (s *Store) batchFor(out map[uint64]*shalev1.RaftMessageBatch, node uint64) *shalev1.RaftMessageBatch {
+	b, ok := out[node]
+	if !ok {
+		b = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: node}
+		out[node] = b
+	}
+	return b
+}
+
+// noteNode records which node a replica lives on (learned from traffic).
+func (r *Replica) noteNode(replicaID, nodeID uint64) {
+	if replicaID == 0 || nodeID == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.nodes[replicaID] = nodeID
+	r.mu.Unlock()
+}
+
+func (r *Replica) updateNodes(desc *shalev1.ShardDescriptor) {
+	if desc == nil {
+		return
+	}
+	r.mu.Lock()
+	for _, rd := range desc.GetReplicas() {
+		r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+	}
+	r.mu.Unlock()
+}
+
+// sendMessages routes Raft messages to their nodes' batches; snapshots go
+// out of band.
+func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.RaftMessageBatch) {
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			r.startSnapshotSend(m)
+			continue
+		}
+		n := r.NodeOf(m.GetTo())
+		if n == 0 {
+			r.store.cfg.Logger.Debug("no node for replica", "shard", r.shardID, "replica", m.GetTo())
+			continue
+		}
+		if m.GetType() == raftpb.MsgApp && !r.store.cfg.Transport.Reachable(n) {
+			r.rn.ReportUnreachable(m.GetTo())
+		}
+		data, err := proto.Marshal(m)
+		if err != nil {
+			r.store.cfg.Logger.Error("marshal raft message", "err", err)
+			continue
+		}
+		b := r.store.batchFor(out, n)
+		b.Messages = append(b.Messages, &shalev1.RaftEnvelope{ShardId: r.shardID, Message: data})
+	}
+}
+
+// snapshotOf is the Raft snapshot (metadata only) of an applied state.
+func snapshotOf(st AppliedState) *raftpb.Snapshot {
+	return &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index:     proto.Uint64(st.Index),
+		Term:      proto.Uint64(st.Term),
+		ConfState: proto.Clone(st.ConfState).(*raftpb.ConfState),
+	}}
+}
+
+// startSnapshotSend checkpoints the state machine and streams it to the
+// member that needs it, then reports the outcome to Raft. The MsgSnap's
+// metadata is replaced by the checkpoint's (at or after what Raft asked
+// for), so the data and the metadata always agree.
+func (r *Replica) startSnapshotSend(m *raftpb.Message) {
+	to := m.GetTo()
+	if r.sendingSnap[to] {
+		return
+	}
+	node := r.NodeOf(to)
+	if node == 0 {
+		r.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	r.sendingSnap[to] = true
+	s := r.store
+	m = proto.Clone(m).(*raftpb.Message)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		status := raft.SnapshotFailure
+		defer func() {
+			st := status
+			_ = r.runOnLoop(context.Background(), func() error {
+				delete(r.sendingSnap, to)
+				if !r.dead() {
+					r.rn.ReportSnapshot(to, st)
+				}
+				return nil
+			})
+		}()
+		select {
+		case s.snapSem <- struct{}{}:
+		case <-s.stop:
+			return
+		}
+		defer func() { <-s.snapSem }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		dir := filepath.Join(s.cfg.SnapshotDir, fmt.Sprintf("shard-%d-to-%d-%d", r.shardID, to, time.Now().UnixNano()))
+		defer os.RemoveAll(dir)
+		start := time.Now()
+		st, err := r.sm.Checkpoint(dir)
+		if err != nil {
+			s.cfg.Logger.Warn("snapshot checkpoint failed", "shard", r.shardID, "err", err)
+			return
+		}
+		m.Snapshot = snapshotOf(st)
+		data, err := proto.Marshal(m)
+		if err != nil {
+			return
+		}
+		header := &shalev1.SnapshotHeader{
+			ClusterId:   s.cfg.ClusterID,
+			ShardId:     r.shardID,
+			FromNodeId:  s.cfg.NodeID,
+			ToNodeId:    node,
+			RaftMessage: data,
+			Descriptor_: st.Descriptor,
+		}
+		if err := s.cfg.Transport.SendSnapshot(ctx, header, dir); err != nil {
+			s.cfg.Logger.Warn("snapshot send failed", "shard", r.shardID, "to_node", node, "err", err)
+			if m := s.cfg.Metrics; m != nil {
+				m.snapshotsFailed.Inc()
+			}
+			return
+		}
+		s.cfg.Logger.Info("snapshot sent", "shard", r.shardID, "to_node", node, "index", st.Index, "took", time.Since(start))
+		if m := s.cfg.Metrics; m != nil {
+			m.snapshotsSent.Inc()
+		}
+		status = raft.SnapshotFinish
+	}()
+}
+
+// installSnapshot restores the state machine from the received checkpoint
+// and stages the log reset to the snapshot's index.
+func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *raftpb.HardState) error {
+	in := r.pendingSnap
+	idx, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
+	if in == nil || in.msg.GetSnapshot().GetMetadata().GetIndex() != idx {
+		return fmt.Errorf("replication: shard %d: raft asked to install snapshot %d without its data", r.shardID, idx)
+	}
+	r.pendingSnap = nil
+	if err := r.sm.Restore(in.dir); err != nil {
+		in.done <- err
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	if raft.IsEmptyHardState(hs) {
+		hs = r.log.HardState()
+	}
+	hs = proto.Clone(hs).(*raftpb.HardState)
+	if hs.GetCommit() < idx {
+		hs.Commit = proto.Uint64(idx)
+	}
+	if err := r.log.ApplySnapshot(wb, idx, term, hs); err != nil {
+		in.done <- err
+		return err
+	}
+	r.applied = idx
+	r.updateNodes(r.sm.AppliedState().Descriptor)
+	in.done <- nil
+	if m := r.store.cfg.Metrics; m != nil {
+		m.snapshotsApplied.Inc()
+	}
+	r.store.cfg.Logger.Info("snapshot installed", "shard", r.shardID, "index", idx)
+	return nil
+}
+
+// handleReadStates answers read batches whose index Raft confirmed.
+func (r *Replica) handleReadStates(states []raft.ReadState) {
+	for _, rs := range states {
+		b, ok := r.readBatches[string(rs.RequestCtx)]
+		if !ok {
+			continue
+		}
+		delete(r.readBatches, string(rs.RequestCtx))
+		for _, w := range b.waiters {
+			if r.applied >= rs.Index {
+				w.done <- nil
+			} else {
+				w.index = rs.Index
+				r.appliedWaiters = append(r.appliedWaiters, w)
+			}
+		}
+	}
+}
+
+// applyCommitted applies committed entries to the state machine and answers
+// the proposals among them.
+func (r *Replica) applyCommitted(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	sme := make([]Entry, len(ents))
+	ids := make([]uint64, len(ents))
+	removedSelf := false
+	for i, e := range ents {
+		sme[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm()}
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				continue
+			}
+			id, payload, err := decodeEntry(e.GetData())
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			ids[i], sme[i].Payload = id, payload
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			var cc *raftpb.ConfChangeV2
+			if e.GetType() == raftpb.EntryConfChange {
+				var v1 raftpb.ConfChange
+				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
+					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
+				}
+				cc = v1.AsV2()
+			} else {
+				cc = &raftpb.ConfChangeV2{}
+				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
+				}
+			}
+			acc := &AppliedConfChange{Change: cc}
+			if len(cc.GetContext()) > 0 {
+				id, payload, err := decodeEntry(cc.GetContext())
+				if err != nil {
+					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
+				}
+				ids[i] = id
+				var cctx shalev1.ConfChangeContext
+				if err := proto.Unmarshal(payload, &cctx); err != nil {
+					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
+				}
+				acc.Context = &cctx
+				for _, rd := range cctx.GetReplicas() {
+					r.noteNode(rd.GetReplicaId(), rd.GetNodeId())
+				}
+			}
+			acc.ConfState = r.rn.ApplyConfChange(cc)
+			sme[i].ConfChange = acc
+			removedSelf = !inConf(acc.ConfState, r.replicaID)
+		}
+	}
+	results, err := r.sm.Apply(sme)
+	if err != nil {
+		return err
+	}
+	r.applied = ents[len(ents)-1].GetIndex()
+	now := time.Now()
+	for i, id := range ids {
+		if id == 0 {
+			continue
+		}
+		p, ok := r.waiters[id]
+		if !ok {
+			continue
+		}
+		delete(r.waiters, id)
+		var res any
+		if i < len(results) {
+			res = results[i]
+		}
+		p.finish(res, nil)
+		if m := r.store.cfg.Metrics; m != nil {
+			m.commitLatency.Observe(now.Sub(p.start).Seconds())
+		}
+	}
+	if len(r.appliedWaiters) > 0 {
+		keep := r.appliedWaiters[:0]
+		for _, w := range r.appliedWaiters {
+			if w.index <= r.applied {
+				w.done <- nil
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		r.appliedWaiters = keep
+	}
+	r.updateNodes(r.sm.AppliedState().Descriptor)
+	if removedSelf {
+		r.store.removeReplica(r)
+	}
+	return nil
+}
+
+func inConf(cs *raftpb.ConfState, id uint64) bool {
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
+		for _, v := range set {
+			if v == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// afterReady updates the cached status and fails proposals orphaned by a
+// lost leadership.
+func (r *Replica) afterReady(rd raft.Ready) {
+	if rd.SoftState != nil {
+		leader := rd.SoftState.RaftState == raft.StateLeader
+		if r.wasLeader && !leader && len(r.waiters) > 0 {
+			for _, p := range r.waiters {
+				p.finish(nil, ErrOutcomeUnknown)
+			}
+			r.waiters = make(map[uint64]*proposal)
+		}
+		if leader != r.wasLeader {
+			if m := r.store.cfg.Metrics; m != nil && leader {
+				m.leaderChanges.Inc()
+			}
+		}
+		r.wasLeader = leader
+		r.unquiesce()
+	}
+	r.refreshStatus()
+}
+
+func (r *Replica) refreshStatus() {
+	bs := r.rn.BasicStatus()
+	last, _ := r.log.LastIndex()
+	r.mu.Lock()
+	r.status = Status{
+		ShardID:         r.shardID,
+		ReplicaID:       r.replicaID,
+		NodeID:          r.store.cfg.NodeID,
+		Leader:          bs.RaftState == raft.StateLeader,
+		LeaderReplicaID: bs.Lead,
+		LeaderNodeID:    r.nodes[bs.Lead],
+		Term:            bs.GetTerm(),
+		Commit:          bs.GetCommit(),
+		Applied:         r.applied,
+		LastIndex:       last,
+		Quiesced:        r.quiesced,
+	}
+	r.mu.Unlock()
+}
+
+// maybeTruncate truncates the log once enough applied entries piled up:
+// the state machine is flushed in the background first, so that a restart
+// never needs an entry that is gone.
+func (r *Replica) maybeTruncate() {
+	s := r.store
+	if s.truncating[r.shardID] || r.dead() {
+		return
+	}
+	trunc := r.log.TruncatedIndex()
+	if r.applied <= trunc || (r.applied-trunc < s.cfg.LogTruncateEntries && uint64(r.log.SizeBytes()) < s.cfg.LogTruncateBytes) {
+		return
+	}
+	s.truncating[r.shardID] = true
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		durable, err := r.sm.Flush()
+		_ = r.runOnLoop(context.Background(), func() error {
+			delete(s.truncating, r.shardID)
+			if err != nil {
+				s.cfg.Logger.Warn("flush for log truncation failed", "shard", r.shardID, "err", err)
+				return nil
+			}
+			if r.dead() {
+				return nil
+			}
+			idx := min(durable, r.applied)
+			// Keep a tail for lagging live followers unless the log is large.
+			if r.rn.BasicStatus().RaftState == raft.StateLeader && uint64(r.log.SizeBytes()) < 2*s.cfg.LogTruncateBytes {
+				for id, pr := range r.rn.Status().Progress {
+					if id != r.replicaID && pr.Match > r.log.TruncatedIndex() && pr.Match < idx && s.nodeLive(r.NodeOf(id)) {
+						idx = pr.Match
+					}
+				}
+			}
+			if idx <= r.log.TruncatedIndex() {
+				return nil
+			}
+			b := storage.NewBatch()
+			if err := r.log.Compact(b, idx); err != nil {
+				s.cfg.Logger.Warn("log truncation", "shard", r.shardID, "err", err)
+				return nil
+			}
+			if err := s.log.Commit(b); err != nil {
+				s.cfg.Logger.Error("log truncation: log engine", "shard", r.shardID, "err", err)
+			}
+			return nil
+		})
+	}()
+}

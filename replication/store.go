@@ -1,0 +1,819 @@
+// Package replication runs the Raft groups of one node: a Store hosts many
+// Replicas (one raft.RawNode per shard) and drives them all from one loop
+// that batches Ready handling across groups. Each cycle makes the log entries
+// and hard states of every group durable with a single sync of the node's
+// Raft-log engine before any message that depends on them leaves, then
+// applies committed entries to the shards' state machines.
+//
+// The package knows the shard state machines only through the StateMachine
+// interface and the network only through Transport.
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication/raftlog"
+	"github.com/shale-db/shale/storage"
+)
+
+// Config configures a Store. Zero fields take the documented defaults.
+type Config struct {
+	// NodeID is this node's ID (non-zero).
+	NodeID uint64
+	// ClusterID is stamped on every outgoing batch.
+	ClusterID string
+	// LogDB is the node's Raft-log engine. The Store writes it with Sync.
+	LogDB *storage.DB
+	// Transport carries messages to other nodes.
+	Transport Transport
+	// TickInterval is the Raft tick (default 100ms).
+	TickInterval time.Duration
+	// ElectionTicks is the election timeout in ticks (default 10).
+	ElectionTicks int
+	// HeartbeatTicks is the heartbeat interval in ticks (default 2).
+	HeartbeatTicks int
+	// LeaseReads serves linearizable reads on the leader from its lease
+	// (raft.ReadOnlyLeaseBased under CheckQuorum) instead of a ReadIndex
+	// round trip. It relies on bounded clock drift and turns quiescence off.
+	LeaseReads bool
+	// DisableQuiescence keeps idle groups ticking and heartbeating.
+	DisableQuiescence bool
+	// SnapshotDir is where outgoing snapshot checkpoints are staged (default
+	// a "snapshots" directory in the OS temp dir).
+	SnapshotDir string
+	// MaxConcurrentSnapshots bounds outgoing snapshot streams (default 2).
+	MaxConcurrentSnapshots int
+	// MaxProposalBytes bounds one proposal (default 8 MiB).
+	MaxProposalBytes int
+	// MaxInflightProposals bounds proposals waiting per replica (default
+	// 10,000); beyond it Propose returns ErrBusy.
+	MaxInflightProposals int
+	// LogTruncateEntries is how many applied entries a replica keeps before
+	// its log is truncated (default 10,000); LogTruncateBytes bounds the
+	// log's size the same way (default 64 MiB).
+	LogTruncateEntries uint64
+	LogTruncateBytes   uint64
+	// OpenReplica creates the (empty) state machine of a replica this node
+	// learns of from a message — a replica just added to a shard, which
+	// will be filled by a snapshot.
+	OpenReplica func(shardID uint64) (StateMachine, error)
+	// ReplicaRemoved is called after a replica was removed from its shard
+	// and closed; the callee deletes its data.
+	ReplicaRemoved func(shardID uint64)
+	// Logger receives the Store's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics, when set, records Raft metrics.
+	Metrics *Metrics
+}
+
+func (c *Config) applyDefaults() {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 2
+	}
+	if c.SnapshotDir == "" {
+		c.SnapshotDir = filepath.Join(os.TempDir(), "shale-snapshots")
+	}
+	if c.MaxConcurrentSnapshots == 0 {
+		c.MaxConcurrentSnapshots = 2
+	}
+	if c.MaxProposalBytes == 0 {
+		c.MaxProposalBytes = 8 << 20
+	}
+	if c.MaxInflightProposals == 0 {
+		c.MaxInflightProposals = 10000
+	}
+	if c.LogTruncateEntries == 0 {
+		c.LogTruncateEntries = 10000
+	}
+	if c.LogTruncateBytes == 0 {
+		c.LogTruncateBytes = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LeaseReads {
+		c.DisableQuiescence = true
+	}
+}
+
+// Store hosts the Replicas of one node and runs their Raft loop. It is a
+// Handler for its Transport's incoming traffic.
+type Store struct {
+	cfg  Config
+	log  *raftlog.Store
+	rlog raft.Logger
+
+	mu       sync.Mutex
+	replicas map[uint64]*Replica
+	inbox    []*shalev1.RaftMessageBatch
+	snapIn   []*incomingSnapshot
+	work     map[*Replica]struct{} // replicas with queued proposals/reads/ops
+	stopped  bool
+
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	started  atomic.Bool
+	proposal atomic.Uint64 // proposal ID source
+	snapSem  chan struct{}
+	bg       sync.WaitGroup
+
+	// Loop-only state.
+	lastHeard  map[uint64]time.Time // node → last batch received (under mu)
+	lastBeat   time.Time
+	truncating map[uint64]bool
+	failed     error
+	// quiesceNotices are this cycle's quiesce notices from leaders.
+	quiesceNotices []quiesceNotice
+}
+
+type incomingSnapshot struct {
+	header *shalev1.SnapshotHeader
+	msg    *raftpb.Message
+	dir    string
+	done   chan error
+}
+
+// NewStore opens the Raft-log state in cfg.LogDB. Add replicas with
+// AddReplica, then Start the loop.
+func NewStore(cfg Config) (*Store, error) {
+	cfg.applyDefaults()
+	if cfg.NodeID == 0 {
+		return nil, errors.New("replication: NodeID must be non-zero")
+	}
+	if cfg.LogDB == nil || cfg.Transport == nil {
+		return nil, errors.New("replication: LogDB and Transport are required")
+	}
+	if err := os.MkdirAll(cfg.SnapshotDir, 0o755); err != nil {
+		return nil, fmt.Errorf("replication: snapshot dir: %w", err)
+	}
+	s := &Store{
+		cfg:        cfg,
+		log:        raftlog.New(cfg.LogDB, raftlog.Options{}),
+		rlog:       raftLogger{l: cfg.Logger.With("component", "raft")},
+		replicas:   make(map[uint64]*Replica),
+		work:       make(map[*Replica]struct{}),
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		lastHeard:  make(map[uint64]time.Time),
+		truncating: make(map[uint64]bool),
+	}
+	s.proposal.Store(rand.Uint64() >> 16)
+	return s, nil
+}
+
+// NodeID returns the node's ID.
+func (s *Store) NodeID() uint64 { return s.cfg.NodeID }
+
+// Start runs the Raft loop until Stop.
+func (s *Store) Start() {
+	if s.started.Swap(true) {
+		return
+	}
+	go s.run()
+}
+
+// Stop stops the loop and the background work, fails every waiting call
+// with ErrStopped, and closes nothing else (the state machines and the log
+// engine belong to the caller).
+func (s *Store) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	close(s.stop)
+	if s.started.Load() {
+		<-s.done
+	}
+	s.bg.Wait()
+	s.mu.Lock()
+	reps := make([]*Replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		reps = append(reps, r)
+	}
+	inc := s.snapIn
+	s.snapIn = nil
+	s.mu.Unlock()
+	for _, in := range inc {
+		_ = os.RemoveAll(in.dir)
+		in.done <- ErrStopped
+	}
+	for _, r := range reps {
+		r.failAll(ErrStopped)
+	}
+}
+
+// Replica returns the shard's local replica, or nil.
+func (s *Store) Replica(shardID uint64) *Replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replicas[shardID]
+}
+
+// Replicas returns the local replicas sorted by shard ID.
+func (s *Store) Replicas() []*Replica {
+	s.mu.Lock()
+	out := make([]*Replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		out = append(out, r)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].shardID < out[j].shardID })
+	return out
+}
+
+// Key prefixes of the Store's own records in the log engine (the raftlog
+// package uses 'r').
+const (
+	replicaIDPrefix = 'n' // 'n' + shardID → this node's replica ID in the shard
+	tombstonePrefix = 'z' // 'z' + shardID → lowest replica ID still allowed here
+)
+
+func storeKey(prefix byte, shardID uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], shardID)
+	return k
+}
+
+func (s *Store) readUint(prefix byte, shardID uint64) (uint64, bool, error) {
+	v, err := s.cfg.LogDB.Get(storeKey(prefix, shardID))
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("replication: shard %d: record %q has %d bytes, want 8", shardID, prefix, len(v))
+	}
+	return binary.BigEndian.Uint64(v), true, nil
+}
+
+func putUint(b *storage.Batch, prefix byte, shardID, v uint64) {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], v)
+	b.Set(storeKey(prefix, shardID), buf[:])
+}
+
+// InitialIndex and InitialTerm are where the log of a bootstrapped shard
+// starts: its first state is treated as a snapshot at this index and term.
+const (
+	InitialIndex = 10
+	InitialTerm  = 5
+)
+
+// BootstrapState returns the applied state of a freshly created shard whose
+// voters are the descriptor's replicas.
+func BootstrapState(desc *shalev1.ShardDescriptor) AppliedState {
+	cs := &raftpb.ConfState{}
+	for _, r := range desc.GetReplicas() {
+		if r.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_LEARNER {
+			cs.Learners = append(cs.Learners, r.GetReplicaId())
+		} else {
+			cs.Voters = append(cs.Voters, r.GetReplicaId())
+		}
+	}
+	return AppliedState{Index: InitialIndex, Term: InitialTerm, ConfState: cs, Descriptor: desc}
+}
+
+// AddReplica hosts sm's shard on this node. The replica's Raft ID is the
+// descriptor's replica on this node, or the ID recorded when the replica was
+// created on demand. A state machine at a later applied index than the log
+// (a snapshot installed just before a crash) realigns the log to it.
+func (s *Store) AddReplica(sm StateMachine) (*Replica, error) {
+	st := sm.AppliedState()
+	shardID := st.Descriptor.GetShardId()
+	var replicaID uint64
+	for _, rd := range st.Descriptor.GetReplicas() {
+		if rd.GetNodeId() == s.cfg.NodeID {
+			replicaID = rd.GetReplicaId()
+		}
+	}
+	if st.Descriptor == nil {
+		return nil, errors.New("replication: AddReplica needs an initialized state machine; use AddEmptyReplica")
+	}
+	if replicaID == 0 {
+		id, ok, err := s.readUint(replicaIDPrefix, shardID)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("replication: shard %d has no replica on node %d", shardID, s.cfg.NodeID)
+		}
+		replicaID = id
+	}
+	return s.addReplica(shardID, replicaID, sm, true)
+}
+
+// AddEmptyReplica hosts an uninitialized replica (created on demand before
+// a restart) whose replica ID was recorded in the log engine.
+func (s *Store) AddEmptyReplica(shardID uint64, sm StateMachine) (*Replica, error) {
+	id, ok, err := s.readUint(replicaIDPrefix, shardID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("replication: no replica ID recorded for uninitialized shard %d", shardID)
+	}
+	return s.addReplica(shardID, id, sm, true)
+}
+
+func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID bool) (*Replica, error) {
+	s.mu.Lock()
+	if _, ok := s.replicas[shardID]; ok {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("replication: shard %d already hosted", shardID)
+	}
+	s.mu.Unlock()
+	lg, err := s.log.Shard(shardID)
+	if err != nil {
+		return nil, fmt.Errorf("replication: shard %d log: %w", shardID, err)
+	}
+	r := newReplica(s, shardID, replicaID, sm, lg)
+	st := sm.AppliedState()
+	b := storage.NewBatch()
+	if persistID {
+		putUint(b, replicaIDPrefix, shardID, replicaID)
+	}
+	last, _ := lg.LastIndex()
+	if st.Index > 0 && (st.Index > last || lg.TruncatedIndex() == 0) {
+		// A fresh bootstrap, or a snapshot installed in the state machine
+		// whose log reset did not become durable: start the log there.
+		hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
+		if hs.GetTerm() < st.Term {
+			hs.Term, hs.Vote = proto.Uint64(st.Term), proto.Uint64(0)
+		}
+		if hs.GetCommit() < st.Index {
+			hs.Commit = proto.Uint64(st.Index)
+		}
+		if err := lg.ApplySnapshot(b, st.Index, st.Term, hs); err != nil {
+			return nil, fmt.Errorf("replication: shard %d: align log: %w", shardID, err)
+		}
+	}
+	if !b.Empty() {
+		if err := s.log.Commit(b); err != nil {
+			return nil, fmt.Errorf("replication: shard %d: %w", shardID, err)
+		}
+	}
+	if err := r.initRaft(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, ErrStopped
+	}
+	s.replicas[shardID] = r
+	return r, nil
+}
+
+// signal wakes the loop.
+func (s *Store) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) queueWork(r *Replica) {
+	s.mu.Lock()
+	s.work[r] = struct{}{}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// HandleRaftBatch implements Handler: the batch is queued for the loop.
+func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.lastHeard[b.GetFromNodeId()] = time.Now()
+	if len(b.GetMessages()) > 0 || len(b.GetQuiescedShards()) > 0 {
+		s.inbox = append(s.inbox, b)
+	}
+	s.mu.Unlock()
+	if len(b.GetMessages()) > 0 || len(b.GetQuiescedShards()) > 0 {
+		s.signal()
+	}
+}
+
+// HandleSnapshot implements Handler: it installs the snapshot in dir into
+// the shard's replica (creating an uninitialized one if needed) through the
+// loop, and returns once Raft accepted and the state machine restored it.
+func (s *Store) HandleSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) error {
+	msg := &raftpb.Message{}
+	if err := proto.Unmarshal(header.GetRaftMessage(), msg); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("replication: snapshot for shard %d: bad raft message: %w", header.GetShardId(), err)
+	}
+	if msg.GetType() != raftpb.MsgSnap || msg.GetSnapshot().GetMetadata().GetIndex() == 0 {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("replication: snapshot for shard %d carries %s, not a MsgSnap with a snapshot", header.GetShardId(), msg.GetType())
+	}
+	in := &incomingSnapshot{header: header, msg: msg, dir: dir, done: make(chan error, 1)}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		_ = os.RemoveAll(dir)
+		return ErrStopped
+	}
+	s.snapIn = append(s.snapIn, in)
+	s.mu.Unlock()
+	s.signal()
+	select {
+	case err := <-in.done:
+		return err
+	case <-ctx.Done():
+		// The loop still owns dir and will delete or install it.
+		return ctx.Err()
+	}
+}
+
+// run is the Raft loop.
+func (s *Store) run() {
+	defer close(s.done)
+	ticker := time.NewTicker(s.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		tick := false
+		select {
+		case <-s.stop:
+			return
+		case <-ticker.C:
+			tick = true
+		case <-s.wake:
+		}
+		if err := s.cycle(tick); err != nil {
+			// The log engine failed: nothing can be made durable any more.
+			// Stop acknowledging anything; the node must be restarted.
+			s.cfg.Logger.Error("raft loop stopped: log engine failed", "err", err)
+			s.failed = err
+			s.mu.Lock()
+			reps := make([]*Replica, 0, len(s.replicas))
+			for _, r := range s.replicas {
+				reps = append(reps, r)
+			}
+			s.mu.Unlock()
+			for _, r := range reps {
+				r.failAll(err)
+			}
+			<-s.stop
+			return
+		}
+	}
+}
+
+// cycle is one turn of the loop: deliver messages and queued work, tick,
+// then handle every Ready with one durable write.
+func (s *Store) cycle(tick bool) error {
+	s.mu.Lock()
+	inbox := s.inbox
+	s.inbox = nil
+	snapIn := s.snapIn
+	s.snapIn = nil
+	var work map[*Replica]struct{}
+	if len(s.work) > 0 {
+		work = s.work
+		s.work = make(map[*Replica]struct{})
+	}
+	s.mu.Unlock()
+
+	newIDs := storage.NewBatch()
+	for _, b := range inbox {
+		s.deliver(b, newIDs)
+	}
+	for _, in := range snapIn {
+		s.deliverSnapshot(in, newIDs)
+	}
+	for r := range work {
+		r.drainQueued()
+	}
+	if tick {
+		s.tickAll()
+	}
+
+	// Collect Readies.
+	var readies []readyReplica
+	for _, r := range s.Replicas() {
+		if r.removed || !r.rn.HasReady() {
+			continue
+		}
+		readies = append(readies, readyReplica{r: r, rd: r.rn.Ready()})
+	}
+	defer s.handleQuiesceNotices()
+	if len(readies) == 0 && newIDs.Empty() {
+		s.finishSnapshots(snapIn)
+		out := make(map[uint64]*shalev1.RaftMessageBatch)
+		for _, r := range s.Replicas() {
+			r.appendQuiesceNotices(out)
+		}
+		s.heartbeatNodes(out)
+		for _, b := range out {
+			s.cfg.Transport.Send(b)
+		}
+		return nil
+	}
+
+	// Persist: snapshots first (state machine, then log), then entries and
+	// hard states of every group, one sync.
+	wb := newIDs
+	for i := range readies {
+		rr := &readies[i]
+		if !raft.IsEmptySnap(rr.rd.Snapshot) {
+			if err := rr.r.installSnapshot(wb, rr.rd.Snapshot, rr.rd.HardState); err != nil {
+				rr.r.fatal(err)
+				continue
+			}
+		}
+		if len(rr.rd.Entries) > 0 || !raft.IsEmptyHardState(rr.rd.HardState) {
+			if err := rr.r.log.Append(wb, rr.rd.Entries, rr.rd.HardState); err != nil {
+				return fmt.Errorf("shard %d: append: %w", rr.r.shardID, err)
+			}
+		}
+	}
+	if !wb.Empty() {
+		start := time.Now()
+		if err := s.log.Commit(wb); err != nil {
+			return err
+		}
+		if m := s.cfg.Metrics; m != nil {
+			m.logSync.Observe(time.Since(start).Seconds())
+		}
+	}
+	s.finishSnapshots(snapIn)
+
+	// Send.
+	out := make(map[uint64]*shalev1.RaftMessageBatch)
+	for i := range readies {
+		readies[i].r.sendMessages(readies[i].rd.Messages, out)
+	}
+	for _, r := range s.Replicas() {
+		r.appendQuiesceNotices(out)
+	}
+	s.heartbeatNodes(out)
+	for _, b := range out {
+		s.cfg.Transport.Send(b)
+	}
+
+	// Apply and advance.
+	for i := range readies {
+		rr := &readies[i]
+		if rr.r.removed {
+			continue
+		}
+		rr.r.handleReadStates(rr.rd.ReadStates)
+		if err := rr.r.applyCommitted(rr.rd.CommittedEntries); err != nil {
+			rr.r.fatal(err)
+			continue
+		}
+		rr.r.afterReady(rr.rd)
+		rr.r.rn.Advance(rr.rd)
+	}
+	// A replica whose Advance produced new work (e.g. the leave-joint
+	// proposal) will be picked up next cycle.
+	for i := range readies {
+		if readies[i].r.rn != nil && !readies[i].r.removed && readies[i].r.rn.HasReady() {
+			s.signal()
+			break
+		}
+	}
+	return nil
+}
+
+type readyReplica struct {
+	r  *Replica
+	rd raft.Ready
+}
+
+// deliver steps a batch's messages into their replicas, creating
+// uninitialized replicas for shards this node newly joined.
+func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
+	from := b.GetFromNodeId()
+	for _, env := range b.GetMessages() {
+		m := &raftpb.Message{}
+		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
+			s.cfg.Logger.Warn("dropping undecodable raft message", "shard", env.GetShardId(), "from", from, "err", err)
+			continue
+		}
+		r := s.Replica(env.GetShardId())
+		if r == nil {
+			r = s.createOnDemand(env.GetShardId(), m, newIDs)
+			if r == nil {
+				continue
+			}
+		}
+		if r.removed {
+			continue
+		}
+		if m.GetTo() != r.replicaID {
+			// A message for an older or newer incarnation of the replica.
+			continue
+		}
+		r.noteNode(m.GetFrom(), from)
+		r.unquiesce()
+		if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
+			s.cfg.Logger.Debug("raft step", "shard", r.shardID, "err", err)
+		}
+	}
+	for _, shardID := range b.GetQuiescedShards() {
+		s.quiesceNotices = append(s.quiesceNotices, quiesceNotice{shardID, from})
+	}
+}
+
+type quiesceNotice struct{ shardID, fromNode uint64 }
+
+// handleQuiesceNotices quiesces followers whose leader quiesced, once this
+// cycle's messages are processed and applied.
+func (s *Store) handleQuiesceNotices() {
+	for _, q := range s.quiesceNotices {
+		if r := s.Replica(q.shardID); r != nil && !r.dead() {
+			r.maybeQuiesceFollower(q.fromNode)
+		}
+	}
+	s.quiesceNotices = s.quiesceNotices[:0]
+}
+
+// createOnDemand creates an uninitialized replica for a message from a
+// shard's leader to a replica this node does not host yet.
+func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storage.Batch) *Replica {
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+	default:
+		return nil
+	}
+	if s.cfg.OpenReplica == nil {
+		return nil
+	}
+	if min, ok, err := s.readUint(tombstonePrefix, shardID); err != nil || (ok && m.GetTo() < min) {
+		return nil
+	}
+	sm, err := s.cfg.OpenReplica(shardID)
+	if err != nil {
+		s.cfg.Logger.Error("cannot create replica", "shard", shardID, "err", err)
+		return nil
+	}
+	r, err := s.addReplica(shardID, m.GetTo(), sm, false)
+	if err != nil {
+		s.cfg.Logger.Error("cannot create replica", "shard", shardID, "err", err)
+		_ = sm.Close()
+		return nil
+	}
+	putUint(newIDs, replicaIDPrefix, shardID, m.GetTo())
+	s.cfg.Logger.Info("created replica for a new shard membership", "shard", shardID, "replica", m.GetTo())
+	return r
+}
+
+// deliverSnapshot steps an incoming MsgSnap whose data is in in.dir.
+func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
+	shardID := in.header.GetShardId()
+	r := s.Replica(shardID)
+	if r == nil {
+		r = s.createOnDemand(shardID, in.msg, newIDs)
+	}
+	if r == nil || r.removed || in.msg.GetTo() != r.replicaID {
+		_ = os.RemoveAll(in.dir)
+		in.done <- fmt.Errorf("replication: shard %d: no replica %d here for the snapshot", shardID, in.msg.GetTo())
+		return
+	}
+	r.noteNode(in.msg.GetFrom(), in.header.GetFromNodeId())
+	r.unquiesce()
+	r.pendingSnap = in
+	if err := r.rn.Step(in.msg); err != nil {
+		s.cfg.Logger.Debug("raft step snapshot", "shard", shardID, "err", err)
+	}
+}
+
+// finishSnapshots answers the incoming snapshots of this cycle: installed
+// ones were consumed by installSnapshot; the rest were refused by Raft.
+func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
+	for _, in := range snapIn {
+		r := s.Replica(in.header.GetShardId())
+		if r != nil && r.pendingSnap == in {
+			r.pendingSnap = nil
+			_ = os.RemoveAll(in.dir)
+			select {
+			case in.done <- fmt.Errorf("replication: shard %d: snapshot at index %d refused by raft (stale)", in.header.GetShardId(), in.msg.GetSnapshot().GetMetadata().GetIndex()):
+			default:
+			}
+		}
+	}
+}
+
+func (s *Store) tickAll() {
+	for _, r := range s.Replicas() {
+		if r.removed {
+			continue
+		}
+		r.tick()
+	}
+}
+
+// heartbeatNodes adds an empty batch for every peer node that gets no
+// message this cycle at most every heartbeat interval: nodes learn each
+// other's liveness even when all groups are quiesced.
+func (s *Store) heartbeatNodes(out map[uint64]*shalev1.RaftMessageBatch) {
+	interval := s.cfg.TickInterval * time.Duration(s.cfg.HeartbeatTicks)
+	if time.Since(s.lastBeat) < interval {
+		return
+	}
+	s.lastBeat = time.Now()
+	for _, n := range s.peerNodes() {
+		if _, ok := out[n]; !ok {
+			out[n] = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: n}
+		}
+	}
+}
+
+// peerNodes is every other node hosting a replica of a shard we host.
+func (s *Store) peerNodes() []uint64 {
+	seen := make(map[uint64]struct{})
+	for _, r := range s.Replicas() {
+		r.mu.Lock()
+		for _, n := range r.nodes {
+			if n != s.cfg.NodeID {
+				seen[n] = struct{}{}
+			}
+		}
+		r.mu.Unlock()
+	}
+	out := make([]uint64, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	return out
+}
+
+// NodeLive reports whether the node was heard from (any Raft traffic or
+// the Store's node heartbeats) within an election timeout.
+func (s *Store) NodeLive(nodeID uint64) bool { return s.nodeLive(nodeID) }
+
+// LastHeard returns when the node was last heard from (zero if never).
+func (s *Store) LastHeard(nodeID uint64) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastHeard[nodeID]
+}
+
+func (s *Store) nodeLive(nodeID uint64) bool {
+	if nodeID == s.cfg.NodeID {
+		return true
+	}
+	s.mu.Lock()
+	t, ok := s.lastHeard[nodeID]
+	s.mu.Unlock()
+	return ok && time.Since(t) < s.cfg.TickInterval*time.Duration(s.cfg.ElectionTicks)
+}
+
+// removeReplica drops a replica that left its shard: its log state is
+// deleted and a tombstone keeps its old incarnation from being recreated.
+func (s *Store) removeReplica(r *Replica) {
+	r.removed = true
+	b := storage.NewBatch()
+	r.log.Destroy(b)
+	putUint(b, tombstonePrefix, r.shardID, r.replicaID+1)
+	b.Delete(storeKey(replicaIDPrefix, r.shardID))
+	if err := s.log.Commit(b); err != nil {
+		s.cfg.Logger.Error("remove replica: log engine", "shard", r.shardID, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.replicas, r.shardID)
+	s.mu.Unlock()
+	r.failAll(ErrReplicaRemoved)
+	if err := r.sm.Close(); err != nil {
+		s.cfg.Logger.Warn("close removed replica", "shard", r.shardID, "err", err)
+	}
+	s.cfg.Logger.Info("replica removed from shard", "shard", r.shardID, "replica", r.replicaID)
+	if s.cfg.ReplicaRemoved != nil {
+		s.cfg.ReplicaRemoved(r.shardID)
+	}
+}

@@ -1,0 +1,35 @@
+package replication
+
+import (
+	"context"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Transport moves Raft messages and snapshots between nodes.
+type Transport interface {
+	// Send queues a batch for node b.ToNodeId and returns without waiting on
+	// the network. Batches for unreachable nodes may be dropped: Raft
+	// retransmits what matters.
+	Send(b *shalev1.RaftMessageBatch)
+	// SendSnapshot streams the checkpoint in dir (every regular file in it)
+	// to node header.ToNodeId, which installs it through its Handler, and
+	// returns once the receiver has installed or refused it. It honours ctx.
+	SendSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) error
+	// Reachable reports whether messages to the node currently get through
+	// (a stream is connected, or was recently).
+	Reachable(nodeID uint64) bool
+	// Close stops all streams; Send after Close drops the batch.
+	Close() error
+}
+
+// Handler receives what a Transport delivers. A Store is a Handler.
+type Handler interface {
+	// HandleRaftBatch delivers a batch of Raft messages; it must not block
+	// for long (the Store queues the messages for its Raft loop).
+	HandleRaftBatch(b *shalev1.RaftMessageBatch)
+	// HandleSnapshot is called with a completely received, checksum-verified
+	// checkpoint in dir. It installs the snapshot and takes ownership of dir
+	// (moves or deletes it), or returns why it refused.
+	HandleSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) error
+}

@@ -1,0 +1,195 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config configures a Node. Zero fields take the documented defaults.
+type Config struct {
+	// DataDir holds the node's data: its identity, Raft log and shard engines.
+	DataDir string
+	// NodeID is this node's ID in InitialCluster. A node that joins gets its
+	// ID from the cluster; a restarted node reads it from DataDir.
+	NodeID uint64
+	// ListenAddr is the gRPC address for clients and peers (default
+	// 127.0.0.1:7001).
+	ListenAddr string
+	// AdvertiseAddr is the address other nodes and clients use to reach this
+	// node (default ListenAddr).
+	AdvertiseAddr string
+	// HTTPAddr serves /metrics, /debug/pprof and /healthz; empty disables it.
+	HTTPAddr string
+	// InitialCluster lists the founding nodes of a new cluster (ID →
+	// address). Every founding node is started with the same list.
+	InitialCluster map[uint64]string
+	// ClusterName distinguishes clusters started from the same
+	// InitialCluster (default "shale").
+	ClusterName string
+	// Join is the address of any node of a running cluster to join.
+	Join string
+	// Zone is this node's failure-domain label.
+	Zone string
+	// InitialSplits are the split keys of the initial user shards: n keys
+	// make n+1 shards.
+	InitialSplits [][]byte
+	// ReplicationFactor is how many replicas each shard gets (default 3).
+	ReplicationFactor int
+	// Limits on requests.
+	MaxKeyBytes   int // default 4 KiB
+	MaxValueBytes int // default 1 MiB
+	MaxBatchOps   int // default 10,000 operations per Batch or Txn
+	MaxBatchBytes int // default 8 MiB per Batch or Txn
+	// MaxScanPageKeys and MaxScanPageBytes cap one scan page (defaults 1,000
+	// keys, 4 MiB).
+	MaxScanPageKeys  int
+	MaxScanPageBytes int
+	// RequestTimeout bounds a request that carries no deadline (default 10s).
+	RequestTimeout time.Duration
+	// TickInterval and ElectionTicks set Raft's timing (defaults 100ms, 10).
+	TickInterval  time.Duration
+	ElectionTicks int
+	// LeaseReads serves linearizable reads from the leader's lease.
+	LeaseReads bool
+	// SnapshotRateBytes limits outgoing snapshot bandwidth (default 64 MiB/s).
+	SnapshotRateBytes int64
+	// BlockCacheBytes sizes the block cache shared by the node's engines
+	// (default 256 MiB).
+	BlockCacheBytes int64
+	// Logger receives the node's logs (default slog.Default()).
+	Logger *slog.Logger
+	// LinkFilter, when set, is asked before any Raft traffic leaves for a
+	// peer: false drops it (tests use it to cut links and partition nodes).
+	LinkFilter func(from, to uint64) bool
+}
+
+func (c *Config) applyDefaults() {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:7001"
+	}
+	if c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = c.ListenAddr
+	}
+	if c.ClusterName == "" {
+		c.ClusterName = "shale"
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 3
+	}
+	if c.MaxKeyBytes == 0 {
+		c.MaxKeyBytes = 4 << 10
+	}
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = 1 << 20
+	}
+	if c.MaxBatchOps == 0 {
+		c.MaxBatchOps = 10000
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 8 << 20
+	}
+	if c.MaxScanPageKeys == 0 {
+		c.MaxScanPageKeys = 1000
+	}
+	if c.MaxScanPageBytes == 0 {
+		c.MaxScanPageBytes = 4 << 20
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.SnapshotRateBytes == 0 {
+		c.SnapshotRateBytes = 64 << 20
+	}
+	if c.BlockCacheBytes == 0 {
+		c.BlockCacheBytes = 256 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	if c.DataDir == "" {
+		return errors.New("server: a data directory is required")
+	}
+	if len(c.InitialCluster) > 0 && c.Join != "" {
+		return errors.New("server: give either an initial cluster or a join address, not both")
+	}
+	if len(c.InitialCluster) > 0 {
+		if c.NodeID == 0 {
+			return errors.New("server: --node-id is required with --initial-cluster")
+		}
+		if _, ok := c.InitialCluster[c.NodeID]; !ok {
+			return fmt.Errorf("server: node %d is not in the initial cluster", c.NodeID)
+		}
+	}
+	for i := 1; i < len(c.InitialSplits); i++ {
+		if string(c.InitialSplits[i-1]) >= string(c.InitialSplits[i]) {
+			return fmt.Errorf("server: initial splits must be strictly increasing (%q then %q)", c.InitialSplits[i-1], c.InitialSplits[i])
+		}
+	}
+	for _, s := range c.InitialSplits {
+		if len(s) == 0 {
+			return errors.New("server: an initial split key is empty")
+		}
+	}
+	if c.ReplicationFactor < 1 {
+		return errors.New("server: the replication factor must be at least 1")
+	}
+	return nil
+}
+
+// ParseInitialCluster parses "1=host:port,2=host:port,...".
+func ParseInitialCluster(s string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || addr == "" {
+			return nil, fmt.Errorf("initial cluster entry %q: want ID=HOST:PORT", part)
+		}
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("initial cluster entry %q: node ID must be a positive integer", part)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("initial cluster: node %d listed twice", n)
+		}
+		out[n] = addr
+	}
+	return out, nil
+}
+
+// clusterID derives the cluster's ID from its name and founding nodes, so
+// every founding node computes the same one.
+func clusterID(name string, initial map[uint64]string) string {
+	ids := make([]uint64, 0, len(initial))
+	for id := range initial {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var sb strings.Builder
+	sb.WriteString(name)
+	for _, id := range ids {
+		fmt.Fprintf(&sb, ",%d=%s", id, initial[id])
+	}
+	h := uint64(14695981039346656037)
+	for _, b := range []byte(sb.String()) {
+		h ^= uint64(b)
+		h *= 1099511628211
+	}
+	return fmt.Sprintf("%s-%016x", name, h)
+}

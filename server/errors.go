@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/server/shard"
+)
+
+// withDetail returns a status error carrying detail.
+func withDetail(code codes.Code, msg string, detail proto.Message) error {
+	st := status.New(code, msg)
+	if detail != nil {
+		if d, err := st.WithDetails(protoadapt.MessageV1Of(detail)); err == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+func invalidArg(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// notLeaderErr answers a request that needs the leader.
+func (n *Node) notLeaderErr(shardID, leaderNode uint64) error {
+	d := &shalev1.NotLeader{ShardId: shardID, LeaderNodeId: leaderNode, LeaderAddress: n.addressOf(leaderNode)}
+	msg := fmt.Sprintf("shard %d: node %d is not the leader", shardID, n.cfg.NodeID)
+	if leaderNode != 0 {
+		msg += fmt.Sprintf(" (leader: node %d at %s)", leaderNode, d.LeaderAddress)
+	}
+	return withDetail(codes.FailedPrecondition, msg, d)
+}
+
+func epochMismatchErr(requested uint64, desc *shalev1.ShardDescriptor) error {
+	return withDetail(codes.FailedPrecondition,
+		fmt.Sprintf("shard %d: epoch %d is stale (current %d)", desc.GetShardId(), requested, desc.GetEpoch()),
+		&shalev1.EpochMismatch{RequestedEpoch: requested, Current: desc})
+}
+
+func keyOutsideErr(key []byte, desc *shalev1.ShardDescriptor) error {
+	return withDetail(codes.OutOfRange,
+		fmt.Sprintf("key %q is outside shard %d [%q, %q)", key, desc.GetShardId(), desc.GetStartKey(), desc.GetEndKey()),
+		&shalev1.KeyOutsideShard{Key: key, Shard: desc})
+}
+
+func (n *Node) shardNotFoundErr(shardID uint64) error {
+	return withDetail(codes.NotFound, fmt.Sprintf("shard %d has no replica on node %d", shardID, n.cfg.NodeID),
+		&shalev1.ShardNotFound{ShardId: shardID, NodeId: n.cfg.NodeID})
+}
+
+func crossShardErr(split []byte, shardID uint64) error {
+	return withDetail(codes.InvalidArgument,
+		fmt.Sprintf("request spans shards: shard %d ends at %q", shardID, split),
+		&shalev1.CrossShardRequest{SplitKey: split, ShardId: shardID})
+}
+
+// replicationErr maps errors of the replication layer to statuses.
+func (n *Node) replicationErr(ctx context.Context, shardID uint64, err error) error {
+	var nl *replication.NotLeaderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nl):
+		return n.notLeaderErr(shardID, nl.LeaderNodeID)
+	case errors.Is(err, replication.ErrOutcomeUnknown):
+		return status.Errorf(codes.Unavailable, "shard %d: %v; retry with the same request id", shardID, err)
+	case errors.Is(err, replication.ErrBusy):
+		return status.Errorf(codes.ResourceExhausted, "shard %d: %v", shardID, err)
+	case errors.Is(err, replication.ErrProposalTooLarge):
+		return status.Errorf(codes.InvalidArgument, "shard %d: %v", shardID, err)
+	case errors.Is(err, replication.ErrReplicaRemoved), errors.Is(err, replication.ErrStopped):
+		return status.Errorf(codes.Unavailable, "shard %d: %v", shardID, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		if ctx.Err() != nil {
+			return status.Errorf(codes.DeadlineExceeded, "shard %d: no quorum before the deadline", shardID)
+		}
+		return status.Errorf(codes.Unavailable, "shard %d: no quorum within the deadline", shardID)
+	case errors.Is(err, context.Canceled):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, shard.ErrKeyOutsideShard):
+		return status.Errorf(codes.OutOfRange, "shard %d: %v", shardID, err)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Internal, "shard %d: %v", shardID, err)
+}

@@ -1,0 +1,780 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/server/shard"
+)
+
+// kvService implements shalev1.KVServer on a Node.
+type kvService struct {
+	shalev1.UnimplementedKVServer
+	n *Node
+}
+
+// target is a request's shard on this node.
+type target struct {
+	r    *replication.Replica
+	sm   *shard.Shard
+	desc *shalev1.ShardDescriptor
+}
+
+func contains(d *shalev1.ShardDescriptor, key []byte) bool {
+	return bytes.Compare(key, d.GetStartKey()) >= 0 && (len(d.GetEndKey()) == 0 || bytes.Compare(key, d.GetEndKey()) < 0)
+}
+
+// route finds the shard for a request: the addressed one (checked against
+// the epoch and key), or the local shard holding key.
+func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
+	if id := h.GetShardId(); id != 0 {
+		r := n.store.Replica(id)
+		sm := n.Shard(id)
+		if r == nil || sm == nil {
+			return target{}, n.shardNotFoundErr(id)
+		}
+		desc := sm.Descriptor()
+		if desc == nil {
+			return target{}, status.Errorf(codes.Unavailable, "shard %d: replica on node %d is still receiving its first snapshot", id, n.cfg.NodeID)
+		}
+		if desc.GetSystem() {
+			return target{}, invalidArg("shard %d is the system shard; it holds no user keys", id)
+		}
+		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
+			return target{}, epochMismatchErr(e, desc)
+		}
+		if key != nil && !contains(desc, key) {
+			return target{}, keyOutsideErr(key, desc)
+		}
+		return target{r: r, sm: sm, desc: desc}, nil
+	}
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil {
+			continue
+		}
+		desc := sm.Descriptor()
+		if desc == nil || desc.GetSystem() || !contains(desc, key) {
+			continue
+		}
+		return target{r: r, sm: sm, desc: desc}, nil
+	}
+	return target{}, status.Errorf(codes.NotFound, "no shard replica on node %d holds key %q; refresh routing", n.cfg.NodeID, key)
+}
+
+func (n *Node) checkKey(key []byte) error {
+	if len(key) == 0 {
+		return invalidArg("key is empty")
+	}
+	if len(key) > n.cfg.MaxKeyBytes {
+		return invalidArg("key is %d bytes, limit %d", len(key), n.cfg.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (n *Node) checkValue(v []byte) error {
+	if len(v) > n.cfg.MaxValueBytes {
+		return invalidArg("value is %d bytes, limit %d", len(v), n.cfg.MaxValueBytes)
+	}
+	return nil
+}
+
+func checkRequestID(id []byte) error {
+	if len(id) != 0 && (len(id) < 8 || len(id) > 32) {
+		return invalidArg("request_id is %d bytes; want 8 to 32", len(id))
+	}
+	return nil
+}
+
+func checkTTL(ttl int64) error {
+	if ttl < 0 {
+		return invalidArg("ttl_ms is negative")
+	}
+	return nil
+}
+
+// requestCtx bounds a request without a deadline, and returns the context
+// for the Raft round trip, which ends a little earlier so that a missing
+// quorum is answered with Unavailable rather than a client-side timeout.
+func (n *Node) requestCtx(ctx context.Context) (context.Context, context.Context, context.CancelFunc) {
+	var cancel1 context.CancelFunc = func() {}
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel1 = context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	}
+	dl, _ := ctx.Deadline()
+	margin := time.Until(dl) / 10
+	margin = min(max(margin, 5*time.Millisecond), 500*time.Millisecond)
+	inner, cancel2 := context.WithDeadline(ctx, dl.Add(-margin))
+	return ctx, inner, func() { cancel2(); cancel1() }
+}
+
+// checkOps validates Batch/Txn operations against limits and the shard's
+// range; ranges with an empty end are closed at the shard's end.
+func (n *Node) checkOps(ops []*shalev1.RequestOp, desc *shalev1.ShardDescriptor, allowGet bool) error {
+	for i, op := range ops {
+		switch o := op.GetOp().(type) {
+		case *shalev1.RequestOp_Put:
+			if err := n.checkKey(o.Put.GetKey()); err != nil {
+				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
+			}
+			if err := n.checkValue(o.Put.GetValue()); err != nil {
+				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
+			}
+			if err := checkTTL(o.Put.GetTtlMs()); err != nil {
+				return err
+			}
+			if err := n.inShard(o.Put.GetKey(), desc); err != nil {
+				return err
+			}
+		case *shalev1.RequestOp_Delete:
+			if err := n.checkKey(o.Delete.GetKey()); err != nil {
+				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
+			}
+			if err := n.inShard(o.Delete.GetKey(), desc); err != nil {
+				return err
+			}
+		case *shalev1.RequestOp_DeleteRange:
+			if err := n.checkRange(o.DeleteRange, desc); err != nil {
+				return err
+			}
+		case *shalev1.RequestOp_Get:
+			if !allowGet {
+				return invalidArg("op %d: a Batch holds only writes; use Txn to read", i)
+			}
+			if err := n.checkKey(o.Get.GetKey()); err != nil {
+				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
+			}
+			if err := n.inShard(o.Get.GetKey(), desc); err != nil {
+				return err
+			}
+		default:
+			return invalidArg("op %d is empty", i)
+		}
+	}
+	return nil
+}
+
+// inShard reports a key of a multi-key request outside the shard as a
+// cross-shard request naming the boundary.
+func (n *Node) inShard(key []byte, desc *shalev1.ShardDescriptor) error {
+	if contains(desc, key) {
+		return nil
+	}
+	split := desc.GetStartKey()
+	if len(desc.GetEndKey()) > 0 && bytes.Compare(key, desc.GetEndKey()) >= 0 {
+		split = desc.GetEndKey()
+	}
+	return crossShardErr(split, desc.GetShardId())
+}
+
+func (n *Node) checkRange(dr *shalev1.DeleteRangeOp, desc *shalev1.ShardDescriptor) error {
+	start, end := dr.GetStartKey(), dr.GetEndKey()
+	if len(start) == 0 {
+		return invalidArg("delete_range: start_key is empty")
+	}
+	if len(start) > n.cfg.MaxKeyBytes || len(end) > n.cfg.MaxKeyBytes {
+		return invalidArg("delete_range: key over %d bytes", n.cfg.MaxKeyBytes)
+	}
+	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		return invalidArg("delete_range: range [%q, %q) is empty or inverted", start, end)
+	}
+	if !contains(desc, start) {
+		return keyOutsideErr(start, desc)
+	}
+	se := desc.GetEndKey()
+	if len(se) > 0 && (len(end) == 0 || bytes.Compare(end, se) > 0) {
+		if len(end) == 0 {
+			dr.EndKey = se
+			return nil
+		}
+		return crossShardErr(se, desc.GetShardId())
+	}
+	return nil
+}
+
+// propose replicates a Txn on the shard's leader and returns its response.
+func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, txn *shalev1.TxnRequest) (*shalev1.TxnResponse, error) {
+	if err := checkRequestID(h.GetRequestId()); err != nil {
+		return nil, err
+	}
+	if !t.r.IsLeader() {
+		return nil, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
+	}
+	cmd := &shalev1.RaftCommand{
+		RequestId:          h.GetRequestId(),
+		TimestampUnixNanos: time.Now().UnixNano(),
+		Epoch:              t.desc.GetEpoch(),
+		Command:            &shalev1.RaftCommand_Txn{Txn: txn},
+	}
+	payload, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode command: %v", err)
+	}
+	ctx, inner, cancel := n.requestCtx(ctx)
+	defer cancel()
+	res, err := t.r.Propose(inner, payload)
+	if err != nil {
+		return nil, n.replicationErr(ctx, t.desc.GetShardId(), err)
+	}
+	cr, ok := res.(*shalev1.CommandResult)
+	if !ok || cr == nil {
+		return nil, status.Errorf(codes.Internal, "shard %d: apply returned %T", t.desc.GetShardId(), res)
+	}
+	if code := codes.Code(cr.GetErrorCode()); code != codes.OK {
+		switch {
+		case code == codes.FailedPrecondition && cr.GetDescriptor_() != nil:
+			return nil, epochMismatchErr(t.desc.GetEpoch(), cr.GetDescriptor_())
+		case code == codes.OutOfRange && cr.GetDescriptor_() != nil:
+			return nil, withDetail(code, cr.GetErrorMessage(), &shalev1.KeyOutsideShard{Shard: cr.GetDescriptor_()})
+		}
+		return nil, status.Error(code, cr.GetErrorMessage())
+	}
+	resp := cr.GetTxn()
+	if resp.GetHeader() == nil {
+		resp.Header = &shalev1.ResponseHeader{}
+	}
+	resp.Header.NodeId = n.cfg.NodeID
+	resp.Header.ShardId = t.desc.GetShardId()
+	resp.Header.Epoch = t.desc.GetEpoch()
+	return resp, nil
+}
+
+// readBarrier makes a read at the requested consistency safe to serve from
+// the local state machine.
+func (n *Node) readBarrier(ctx context.Context, h *shalev1.RequestHeader, t target) (context.CancelFunc, error) {
+	ctx, inner, cancel := n.requestCtx(ctx)
+	switch h.GetConsistency() {
+	case shalev1.ReadConsistency_READ_CONSISTENCY_STALE:
+		return cancel, nil
+	case shalev1.ReadConsistency_READ_CONSISTENCY_FOLLOWER:
+	default:
+		if !t.r.IsLeader() {
+			cancel()
+			return func() {}, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
+		}
+	}
+	if err := t.r.ReadIndex(inner); err != nil {
+		cancel()
+		return func() {}, n.replicationErr(ctx, t.desc.GetShardId(), err)
+	}
+	return cancel, nil
+}
+
+func (n *Node) readHeader(t target, rev uint64) *shalev1.ResponseHeader {
+	return &shalev1.ResponseHeader{ShardId: t.desc.GetShardId(), Revision: rev, NodeId: n.cfg.NodeID, Epoch: t.desc.GetEpoch()}
+}
+
+func (n *Node) shardErr(t target, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Internal, "shard %d: %v", t.desc.GetShardId(), err)
+}
+
+func (s *kvService) Get(ctx context.Context, req *shalev1.GetRequest) (*shalev1.GetResponse, error) {
+	n := s.n
+	if err := n.checkKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	t, err := n.route(req.GetHeader(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	cancel, err := n.readBarrier(ctx, req.GetHeader(), t)
+	defer cancel()
+	if err != nil {
+		return nil, err
+	}
+	kv, rev, err := t.sm.Get(req.GetKey(), time.Now().UnixNano())
+	if err != nil {
+		return nil, n.shardErr(t, err)
+	}
+	return &shalev1.GetResponse{Header: n.readHeader(t, rev), Kv: kv}, nil
+}
+
+func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) (*shalev1.MultiGetResponse, error) {
+	n := s.n
+	keys := req.GetKeys()
+	if len(keys) == 0 {
+		return nil, invalidArg("no keys")
+	}
+	if len(keys) > n.cfg.MaxBatchOps {
+		return nil, invalidArg("%d keys, limit %d", len(keys), n.cfg.MaxBatchOps)
+	}
+	for _, k := range keys {
+		if err := n.checkKey(k); err != nil {
+			return nil, err
+		}
+	}
+	t, err := n.route(req.GetHeader(), keys[0])
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if err := n.inShard(k, t.desc); err != nil {
+			return nil, err
+		}
+	}
+	cancel, err := n.readBarrier(ctx, req.GetHeader(), t)
+	defer cancel()
+	if err != nil {
+		return nil, err
+	}
+	kvs, rev, err := t.sm.MultiGet(keys, time.Now().UnixNano())
+	if err != nil {
+		return nil, n.shardErr(t, err)
+	}
+	resp := &shalev1.MultiGetResponse{Header: n.readHeader(t, rev)}
+	for i, k := range keys {
+		resp.Results = append(resp.Results, &shalev1.MultiGetResult{Key: k, Kv: kvs[i]})
+	}
+	return resp, nil
+}
+
+func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.PutResponse, error) {
+	n := s.n
+	if err := n.checkKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := n.checkValue(req.GetValue()); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(req.GetTtlMs()); err != nil {
+		return nil, err
+	}
+	t, err := n.route(req.GetHeader(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+		Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
+	}}}}})
+	if err != nil {
+		return nil, err
+	}
+	out := &shalev1.PutResponse{Header: resp.GetHeader()}
+	if rs := resp.GetResults(); len(rs) == 1 {
+		out.PrevKv = rs[0].GetPut().GetPrevKv()
+	}
+	return out, nil
+}
+
+func (s *kvService) Delete(ctx context.Context, req *shalev1.DeleteRequest) (*shalev1.DeleteResponse, error) {
+	n := s.n
+	if err := n.checkKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	t, err := n.route(req.GetHeader(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{
+		Key: req.GetKey(), PrevKv: req.GetPrevKv(),
+	}}}}})
+	if err != nil {
+		return nil, err
+	}
+	out := &shalev1.DeleteResponse{Header: resp.GetHeader()}
+	if rs := resp.GetResults(); len(rs) == 1 {
+		out.Deleted = rs[0].GetDelete().GetDeleted()
+		out.PrevKv = rs[0].GetDelete().GetPrevKv()
+	}
+	return out, nil
+}
+
+func (s *kvService) DeleteRange(ctx context.Context, req *shalev1.DeleteRangeRequest) (*shalev1.DeleteRangeResponse, error) {
+	n := s.n
+	if len(req.GetStartKey()) == 0 {
+		return nil, invalidArg("start_key is empty")
+	}
+	t, err := n.route(req.GetHeader(), req.GetStartKey())
+	if err != nil {
+		return nil, err
+	}
+	op := &shalev1.DeleteRangeOp{StartKey: req.GetStartKey(), EndKey: req.GetEndKey()}
+	if err := n.checkRange(op, t.desc); err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: op}}}})
+	if err != nil {
+		return nil, err
+	}
+	return &shalev1.DeleteRangeResponse{Header: resp.GetHeader()}, nil
+}
+
+// firstKey is the routing key of a list of operations.
+func firstKey(ops []*shalev1.RequestOp) []byte {
+	for _, op := range ops {
+		switch o := op.GetOp().(type) {
+		case *shalev1.RequestOp_Put:
+			return o.Put.GetKey()
+		case *shalev1.RequestOp_Delete:
+			return o.Delete.GetKey()
+		case *shalev1.RequestOp_DeleteRange:
+			return o.DeleteRange.GetStartKey()
+		case *shalev1.RequestOp_Get:
+			return o.Get.GetKey()
+		}
+	}
+	return nil
+}
+
+func (s *kvService) Batch(ctx context.Context, req *shalev1.BatchRequest) (*shalev1.BatchResponse, error) {
+	n := s.n
+	ops := req.GetOps()
+	if len(ops) == 0 {
+		return nil, invalidArg("batch has no operations")
+	}
+	if len(ops) > n.cfg.MaxBatchOps {
+		return nil, invalidArg("batch has %d operations, limit %d", len(ops), n.cfg.MaxBatchOps)
+	}
+	if sz := proto.Size(req); sz > n.cfg.MaxBatchBytes {
+		return nil, invalidArg("batch is %d bytes, limit %d", sz, n.cfg.MaxBatchBytes)
+	}
+	key := firstKey(ops)
+	if len(key) == 0 {
+		return nil, invalidArg("batch's first operation has no key")
+	}
+	t, err := n.route(req.GetHeader(), key)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.checkOps(ops, t.desc, false); err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: ops})
+	if err != nil {
+		return nil, err
+	}
+	return &shalev1.BatchResponse{Header: resp.GetHeader(), Results: resp.GetResults()}, nil
+}
+
+func (s *kvService) CompareAndSwap(ctx context.Context, req *shalev1.CompareAndSwapRequest) (*shalev1.CompareAndSwapResponse, error) {
+	n := s.n
+	if err := n.checkKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := n.checkValue(req.GetNewValue()); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(req.GetTtlMs()); err != nil {
+		return nil, err
+	}
+	if req.GetExpectAbsent() && len(req.GetExpectedValue()) > 0 {
+		return nil, invalidArg("expect_absent and expected_value are exclusive")
+	}
+	t, err := n.route(req.GetHeader(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	cmp := &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_VALUE_UNSPECIFIED, Value: req.GetExpectedValue()}
+	if req.GetExpectAbsent() {
+		cmp = &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_EXISTS, Number: 0}
+	}
+	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{
+		Compares: []*shalev1.Compare{cmp},
+		Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+			Key: req.GetKey(), Value: req.GetNewValue(), TtlMs: req.GetTtlMs(), PrevKv: true,
+		}}}},
+		Failure: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Get{Get: &shalev1.GetOp{Key: req.GetKey()}}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &shalev1.CompareAndSwapResponse{Header: resp.GetHeader(), Succeeded: resp.GetSucceeded()}
+	if rs := resp.GetResults(); len(rs) == 1 {
+		if resp.GetSucceeded() {
+			out.Current = rs[0].GetPut().GetPrevKv()
+		} else {
+			out.Current = rs[0].GetGet().GetKv()
+		}
+	}
+	return out, nil
+}
+
+func (s *kvService) Txn(ctx context.Context, req *shalev1.TxnRequest) (*shalev1.TxnResponse, error) {
+	n := s.n
+	nops := len(req.GetCompares()) + len(req.GetSuccess()) + len(req.GetFailure())
+	if nops == 0 {
+		return nil, invalidArg("txn is empty")
+	}
+	if nops > n.cfg.MaxBatchOps {
+		return nil, invalidArg("txn has %d compares and operations, limit %d", nops, n.cfg.MaxBatchOps)
+	}
+	if sz := proto.Size(req); sz > n.cfg.MaxBatchBytes {
+		return nil, invalidArg("txn is %d bytes, limit %d", sz, n.cfg.MaxBatchBytes)
+	}
+	var key []byte
+	for _, c := range req.GetCompares() {
+		if err := n.checkKey(c.GetKey()); err != nil {
+			return nil, err
+		}
+		if key == nil {
+			key = c.GetKey()
+		}
+	}
+	if key == nil {
+		key = firstKey(req.GetSuccess())
+	}
+	if key == nil {
+		key = firstKey(req.GetFailure())
+	}
+	if len(key) == 0 {
+		return nil, invalidArg("txn names no key")
+	}
+	t, err := n.route(req.GetHeader(), key)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range req.GetCompares() {
+		if err := n.inShard(c.GetKey(), t.desc); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.checkOps(req.GetSuccess(), t.desc, true); err != nil {
+		return nil, err
+	}
+	if err := n.checkOps(req.GetFailure(), t.desc, true); err != nil {
+		return nil, err
+	}
+	txn := &shalev1.TxnRequest{Compares: req.GetCompares(), Success: req.GetSuccess(), Failure: req.GetFailure()}
+	return n.propose(ctx, req.GetHeader(), t, txn)
+}
+
+// --- scans ---
+
+// scanPlan is a validated scan: its range, direction and remaining limit.
+type scanPlan struct {
+	start, end []byte
+	reverse    bool
+	remaining  uint32 // 0 = unlimited
+	keysOnly   bool
+}
+
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func tokenChecksum(resume []byte, remaining uint32) uint32 {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], remaining)
+	return crc32.Update(crc32.Checksum(resume, castagnoli), castagnoli, b[:])
+}
+
+func encodeToken(resume []byte, remaining uint32) []byte {
+	b, _ := proto.Marshal(&shalev1.ScanToken{ResumeKey: resume, Remaining: remaining, Checksum: tokenChecksum(resume, remaining)})
+	return b
+}
+
+func (n *Node) planScan(req *shalev1.ScanRequest) (scanPlan, error) {
+	p := scanPlan{start: req.GetStartKey(), end: req.GetEndKey(), reverse: req.GetReverse(), remaining: req.GetLimit(), keysOnly: req.GetKeysOnly()}
+	if pre := req.GetPrefix(); len(pre) > 0 {
+		if len(p.start) > 0 || len(p.end) > 0 {
+			return p, invalidArg("prefix excludes start_key and end_key")
+		}
+		p.start, p.end = pre, prefixEnd(pre)
+	}
+	if len(p.start) > n.cfg.MaxKeyBytes || len(p.end) > n.cfg.MaxKeyBytes {
+		return p, invalidArg("scan bound over %d bytes", n.cfg.MaxKeyBytes)
+	}
+	if len(p.end) > 0 && bytes.Compare(p.start, p.end) >= 0 {
+		return p, invalidArg("scan range [%q, %q) is empty or inverted", p.start, p.end)
+	}
+	if tok := req.GetContinuationToken(); len(tok) > 0 {
+		var t shalev1.ScanToken
+		if err := proto.Unmarshal(tok, &t); err != nil || t.GetChecksum() != tokenChecksum(t.GetResumeKey(), t.GetRemaining()) {
+			return p, invalidArg("continuation_token is malformed")
+		}
+		r := t.GetResumeKey()
+		if p.reverse {
+			if bytes.Compare(r, p.start) < 0 || (len(p.end) > 0 && bytes.Compare(r, p.end) > 0) {
+				return p, invalidArg("continuation_token does not belong to this range")
+			}
+			p.end = r
+		} else {
+			if bytes.Compare(r, p.start) < 0 || (len(p.end) > 0 && bytes.Compare(r, p.end) > 0) {
+				return p, invalidArg("continuation_token does not belong to this range")
+			}
+			p.start = r
+		}
+		p.remaining = t.GetRemaining()
+		if req.GetLimit() == 0 {
+			p.remaining = 0
+		}
+	}
+	return p, nil
+}
+
+// routeScan finds the shard serving the next page: the one holding start
+// (forward) or the key just below end (reverse).
+func (n *Node) routeScan(h *shalev1.RequestHeader, p scanPlan) (target, error) {
+	if !p.reverse {
+		return n.route(h, p.start)
+	}
+	if h.GetShardId() != 0 {
+		t, err := n.route(h, nil)
+		if err != nil {
+			return t, err
+		}
+		// The page's end must fall inside (start, end] of the shard.
+		if len(p.end) > 0 && bytes.Compare(p.end, t.desc.GetStartKey()) <= 0 {
+			return t, keyOutsideErr(p.end, t.desc)
+		}
+		if len(p.end) == 0 && len(t.desc.GetEndKey()) != 0 {
+			return t, keyOutsideErr(p.end, t.desc)
+		}
+		if len(p.end) > 0 && len(t.desc.GetEndKey()) > 0 && bytes.Compare(p.end, t.desc.GetEndKey()) > 0 {
+			return t, keyOutsideErr(p.end, t.desc)
+		}
+		return t, nil
+	}
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil {
+			continue
+		}
+		d := sm.Descriptor()
+		if d == nil || d.GetSystem() {
+			continue
+		}
+		if len(p.end) == 0 {
+			if len(d.GetEndKey()) == 0 {
+				return target{r: r, sm: sm, desc: d}, nil
+			}
+			continue
+		}
+		if bytes.Compare(p.end, d.GetStartKey()) > 0 && (len(d.GetEndKey()) == 0 || bytes.Compare(p.end, d.GetEndKey()) <= 0) {
+			return target{r: r, sm: sm, desc: d}, nil
+		}
+	}
+	return target{}, status.Errorf(codes.NotFound, "no shard replica on node %d holds the scan's range; refresh routing", n.cfg.NodeID)
+}
+
+// scanPage reads one page of p within t's shard and returns it with the
+// plan of the rest (done when nothing is left anywhere).
+func (n *Node) scanPage(t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint64, rest scanPlan, done bool, err error) {
+	limit := n.cfg.MaxScanPageKeys
+	if p.remaining > 0 && int(p.remaining) < limit {
+		limit = int(p.remaining)
+	}
+	kvs, resume, more, rev, err := t.sm.Scan(shard.ScanParams{
+		Start: p.start, End: p.end, Reverse: p.reverse, Limit: limit,
+		KeysOnly: p.keysOnly, MaxBytes: n.cfg.MaxScanPageBytes, Now: time.Now().UnixNano(),
+	})
+	if err != nil {
+		return nil, 0, p, true, n.shardErr(t, err)
+	}
+	rest = p
+	if p.remaining > 0 {
+		rest.remaining -= uint32(min(len(kvs), int(p.remaining)))
+		if rest.remaining == 0 {
+			return kvs, rev, rest, true, nil
+		}
+	}
+	switch {
+	case more && !p.reverse:
+		rest.start = resume
+	case more && p.reverse:
+		rest.end = resume
+	case !p.reverse && len(t.desc.GetEndKey()) > 0 && (len(p.end) == 0 || bytes.Compare(p.end, t.desc.GetEndKey()) > 0):
+		rest.start = t.desc.GetEndKey()
+	case p.reverse && len(t.desc.GetStartKey()) > 0 && bytes.Compare(p.start, t.desc.GetStartKey()) < 0:
+		rest.end = t.desc.GetStartKey()
+	default:
+		return kvs, rev, rest, true, nil
+	}
+	return kvs, rev, rest, false, nil
+}
+
+func (p scanPlan) resumeKey() []byte {
+	if p.reverse {
+		return p.end
+	}
+	return p.start
+}
+
+func (s *kvService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev1.ScanResponse, error) {
+	n := s.n
+	p, err := n.planScan(req)
+	if err != nil {
+		return nil, err
+	}
+	t, err := n.routeScan(req.GetHeader(), p)
+	if err != nil {
+		return nil, err
+	}
+	cancel, err := n.readBarrier(ctx, req.GetHeader(), t)
+	defer cancel()
+	if err != nil {
+		return nil, err
+	}
+	kvs, rev, rest, done, err := n.scanPage(t, p)
+	if err != nil {
+		return nil, err
+	}
+	resp := &shalev1.ScanResponse{Header: n.readHeader(t, rev), Kvs: kvs}
+	if !done {
+		resp.ResumeKey = rest.resumeKey()
+		resp.ContinuationToken = encodeToken(resp.ResumeKey, rest.remaining)
+	}
+	return resp, nil
+}
+
+func (s *kvService) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanStreamServer) error {
+	n := s.n
+	ctx := stream.Context()
+	p, err := n.planScan(req)
+	if err != nil {
+		return err
+	}
+	t, err := n.routeScan(req.GetHeader(), p)
+	if err != nil {
+		return err
+	}
+	cancel, err := n.readBarrier(ctx, req.GetHeader(), t)
+	defer cancel()
+	if err != nil {
+		return err
+	}
+	for {
+		kvs, rev, rest, done, err := n.scanPage(t, p)
+		if err != nil {
+			return err
+		}
+		resp := &shalev1.ScanResponse{Header: n.readHeader(t, rev), Kvs: kvs}
+		// Stay within the shard; the last message hands over to the next one.
+		leaving := !done && ((!rest.reverse && !contains(t.desc, rest.start)) || (rest.reverse && bytes.Equal(rest.end, t.desc.GetStartKey())))
+		if !done && leaving {
+			resp.ResumeKey = rest.resumeKey()
+			resp.ContinuationToken = encodeToken(resp.ResumeKey, rest.remaining)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		if done || leaving {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		p = rest
+	}
+}

@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// maintain runs the node's background duties until Stop: registering the
+// founding nodes in the node registry, learning addresses, and — on the
+// leaders of local shards — keeping each shard at the replication factor on
+// registered, live nodes (adding learners, promoting them once caught up,
+// and replacing replicas of removed nodes). Automatic balancing arrives with
+// the placement service; this is the minimal repair a cluster needs to add
+// and remove nodes.
+func (n *Node) maintain() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n.ensureRegistry(ctx)
+		if i%5 == 0 {
+			n.refreshAddrs(ctx)
+		}
+		n.reconcileReplicas(ctx)
+		cancel()
+	}
+}
+
+// ensureRegistry registers the founding nodes, once, on the system leader.
+func (n *Node) ensureRegistry(ctx context.Context) {
+	r := n.store.Replica(SystemShardID)
+	if r == nil || !r.IsLeader() || len(n.cfg.InitialCluster) == 0 {
+		return
+	}
+	nodes, err := n.Shard(SystemShardID).Nodes()
+	if err != nil {
+		return
+	}
+	have := map[uint64]bool{}
+	for _, d := range nodes {
+		have[d.GetNodeId()] = true
+	}
+	for id, addr := range n.cfg.InitialCluster {
+		if have[id] {
+			continue
+		}
+		d := &shalev1.NodeDescriptor{NodeId: id, Address: addr}
+		if id == n.cfg.NodeID {
+			d.Zone = n.cfg.Zone
+		}
+		if _, err := n.proposeSystem(ctx, requestIDFor("register", strconv.FormatUint(id, 10)), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: d}}); err != nil {
+			n.log.Warn("register founding node", "node", id, "err", err)
+			return
+		}
+	}
+}
+
+// reconcileReplicas makes one membership step on every local leader replica
+// whose shard is under-replicated or has replicas on removed nodes.
+func (n *Node) reconcileReplicas(ctx context.Context) {
+	nodes, err := n.registry(ctx)
+	if err != nil || len(nodes) == 0 {
+		return
+	}
+	registered := map[uint64]*shalev1.NodeDescriptor{}
+	for _, d := range nodes {
+		registered[d.GetNodeId()] = d
+	}
+	if d, ok := registered[n.cfg.NodeID]; !ok || d.GetRemoved() {
+		// A node that is not (or no longer) registered makes no decisions.
+		return
+	}
+	for _, r := range n.store.Replicas() {
+		if !r.IsLeader() {
+			continue
+		}
+		if err := n.reconcileShard(ctx, r, registered); err != nil {
+			n.log.Warn("membership change", "shard", r.ShardID(), "err", err)
+		}
+	}
+}
+
+func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, registered map[uint64]*shalev1.NodeDescriptor) error {
+	st, err := r.ProgressStatus(ctx)
+	if err != nil || !st.Leader || st.Descriptor == nil {
+		return err
+	}
+	desc := st.Descriptor
+	hosting := map[uint64]bool{}
+	voters := 0
+	var learners, doomed []*shalev1.ReplicaDescriptor
+	for _, rd := range desc.GetReplicas() {
+		hosting[rd.GetNodeId()] = true
+		switch rd.GetRole() {
+		case shalev1.ReplicaRole_REPLICA_ROLE_LEARNER:
+			learners = append(learners, rd)
+		case shalev1.ReplicaRole_REPLICA_ROLE_VOTER_INCOMING, shalev1.ReplicaRole_REPLICA_ROLE_VOTER_OUTGOING:
+			return nil // a joint configuration is being left
+		default:
+			voters++
+		}
+		if d, ok := registered[rd.GetNodeId()]; ok && d.GetRemoved() {
+			doomed = append(doomed, rd)
+		}
+	}
+	// Candidates: registered, not removed, live, no replica of the shard.
+	var candidates []uint64
+	for id, d := range registered {
+		if !d.GetRemoved() && !hosting[id] && n.store.NodeLive(id) {
+			candidates = append(candidates, id)
+		}
+	}
+	sort.Slice(candidates, func(i, j int) bool { return candidates[i] < candidates[j] })
+
+	// Promote caught-up learners.
+	for _, l := range learners {
+		if d, ok := registered[l.GetNodeId()]; ok && d.GetRemoved() {
+			_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{{Type: replication.RemoveReplica, ReplicaID: l.GetReplicaId()}})
+			return err
+		}
+		if pr, ok := st.Progress[l.GetReplicaId()]; ok && pr.Match+100 >= st.Commit && pr.Match > 0 {
+			n.log.Info("promoting caught-up learner", "shard", desc.GetShardId(), "node", l.GetNodeId(), "replica", l.GetReplicaId())
+			_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{{Type: replication.PromoteLearner, ReplicaID: l.GetReplicaId()}})
+			return err
+		}
+		return nil // wait for it to catch up
+	}
+	// Move replicas off removed nodes.
+	for _, d := range doomed {
+		if d.GetNodeId() == n.cfg.NodeID {
+			// Hand leadership to another voter first; it will do the move.
+			for _, rd := range desc.GetReplicas() {
+				if rd.GetNodeId() != n.cfg.NodeID && rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED && n.store.NodeLive(rd.GetNodeId()) {
+					return r.TransferLeader(ctx, rd.GetNodeId())
+				}
+			}
+			return nil
+		}
+		if len(candidates) > 0 {
+			n.log.Info("replacing replica on removed node", "shard", desc.GetShardId(), "node", d.GetNodeId(), "with", candidates[0])
+			_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{
+				{Type: replication.AddVoter, NodeID: candidates[0]},
+				{Type: replication.RemoveReplica, ReplicaID: d.GetReplicaId()},
+			})
+			return err
+		}
+		if voters > 1 {
+			n.log.Info("removing replica on removed node", "shard", desc.GetShardId(), "node", d.GetNodeId())
+			_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{{Type: replication.RemoveReplica, ReplicaID: d.GetReplicaId()}})
+			return err
+		}
+		return nil
+	}
+	// Up-replicate.
+	if voters < n.cfg.ReplicationFactor && len(candidates) > 0 {
+		n.log.Info("adding learner", "shard", desc.GetShardId(), "node", candidates[0])
+		_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{{Type: replication.AddLearner, NodeID: candidates[0]}})
+		return err
+	}
+	return nil
+}
+
+// addNode registers a new node (on the system leader) or returns the
+// existing registration of the same address.
+func (n *Node) addNode(ctx context.Context, addr, zone string) (*shalev1.NodeDescriptor, []*shalev1.NodeDescriptor, error) {
+	sys := n.Shard(SystemShardID)
+	nodes, err := sys.Nodes()
+	if err != nil {
+		return nil, nil, err
+	}
+	var maxID uint64
+	for _, d := range nodes {
+		maxID = max(maxID, d.GetNodeId())
+		if d.GetAddress() == addr && !d.GetRemoved() {
+			return d, nodes, nil
+		}
+	}
+	for id := range n.cfg.InitialCluster {
+		maxID = max(maxID, id)
+	}
+	d := &shalev1.NodeDescriptor{NodeId: maxID + 1, Address: addr, Zone: zone}
+	if _, err := n.proposeSystem(ctx, requestIDFor("add-node", addr, strconv.FormatUint(d.GetNodeId(), 10)), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: d}}); err != nil {
+		return nil, nil, err
+	}
+	n.setAddr(d.GetNodeId(), addr)
+	n.log.Info("node added", "node", d.GetNodeId(), "address", addr)
+	return d, append(nodes, d), nil
+}
+
+// removeNode marks a node removed (on the system leader); shard leaders
+// then move its replicas away.
+func (n *Node) removeNode(ctx context.Context, id uint64) error {
+	nodes, err := n.Shard(SystemShardID).Nodes()
+	if err != nil {
+		return err
+	}
+	for _, d := range nodes {
+		if d.GetNodeId() != id {
+			continue
+		}
+		if d.GetRemoved() {
+			return nil
+		}
+		d = proto.Clone(d).(*shalev1.NodeDescriptor)
+		d.Removed = true
+		_, err := n.proposeSystem(ctx, requestIDFor("remove-node", strconv.FormatUint(id, 10)), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: d}})
+		if err == nil {
+			n.log.Info("node marked removed", "node", id)
+		}
+		return err
+	}
+	return fmt.Errorf("node %d is not registered", id)
+}

@@ -1,0 +1,713 @@
+// Package server is one Shale node: it hosts shard replicas (Raft groups
+// whose state machines are storage engines), serves the KV and Admin gRPC
+// APIs, carries Raft traffic to and from its peers, and exposes metrics.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/replication/grpctransport"
+	"github.com/shale-db/shale/replication/snapshot"
+	"github.com/shale-db/shale/server/shard"
+	"github.com/shale-db/shale/storage"
+)
+
+// SystemShardID is the shard holding cluster metadata (the node registry).
+const SystemShardID = 1
+
+// Node is a running Shale server.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	clusterID string
+
+	shared    *storage.Shared
+	logDB     *storage.DB
+	store     *replication.Store
+	transport *grpctransport.Transport
+	grpc      *grpc.Server
+	health    *health.Server
+	lis       net.Listener
+	http      *http.Server
+	httpLis   net.Listener
+	reg       *prometheus.Registry
+
+	mu     sync.Mutex
+	addrs  map[uint64]string
+	shards map[uint64]*shard.Shard
+	conns  map[string]*grpc.ClientConn
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// nodeMeta is the node's identity, kept in DataDir/NODE.
+type nodeMeta struct {
+	NodeID    uint64            `json:"node_id"`
+	ClusterID string            `json:"cluster_id"`
+	Addrs     map[string]string `json:"addrs"`
+}
+
+// Start opens (or creates) the node's data, joins or bootstraps its
+// cluster, and serves until Stop.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("server: data dir: %w", err)
+	}
+	n := &Node{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		addrs:  map[uint64]string{},
+		shards: map[uint64]*shard.Shard{},
+		conns:  map[string]*grpc.ClientConn{},
+		stop:   make(chan struct{}),
+		reg:    prometheus.NewRegistry(),
+	}
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	meta, found, err := readMeta(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	bootstrap := false
+	switch {
+	case found:
+		if cfg.NodeID != 0 && cfg.NodeID != meta.NodeID {
+			return nil, fmt.Errorf("server: data dir %s belongs to node %d, not %d", cfg.DataDir, meta.NodeID, cfg.NodeID)
+		}
+	case len(cfg.InitialCluster) > 0:
+		meta = nodeMeta{NodeID: cfg.NodeID, ClusterID: clusterID(cfg.ClusterName, cfg.InitialCluster), Addrs: map[string]string{}}
+		for id, a := range cfg.InitialCluster {
+			meta.Addrs[strconv.FormatUint(id, 10)] = a
+		}
+		bootstrap = true
+	case cfg.Join != "":
+		meta, err = n.join(ctx)
+		if err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("server: %s holds no node; start with --initial-cluster (new cluster) or --join (existing one)", cfg.DataDir)
+	}
+	n.cfg.NodeID = meta.NodeID
+	n.clusterID = meta.ClusterID
+	n.log = cfg.Logger.With("node", meta.NodeID)
+	for k, a := range meta.Addrs {
+		id, _ := strconv.ParseUint(k, 10, 64)
+		n.addrs[id] = a
+	}
+	n.addrs[meta.NodeID] = cfg.AdvertiseAddr
+
+	n.shared = storage.NewShared(&storage.SharedOptions{BlockCacheBytes: cfg.BlockCacheBytes})
+	n.logDB, err = storage.Open(filepath.Join(cfg.DataDir, "raftlog"), &storage.Options{Shared: n.shared, Logger: n.log.With("engine", "raftlog")})
+	if err != nil {
+		return nil, fmt.Errorf("server: open raft log engine: %w", err)
+	}
+	n.lis, err = net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
+	}
+	n.transport = grpctransport.New(grpctransport.Options{
+		NodeID:             meta.NodeID,
+		ClusterID:          meta.ClusterID,
+		Resolve:            n.resolve,
+		SnapshotLimiter:    snapshot.NewLimiter(cfg.SnapshotRateBytes),
+		SnapshotStagingDir: filepath.Join(cfg.DataDir, "snapshots", "in"),
+		Logger:             n.log.With("component", "transport"),
+	})
+	var tr replication.Transport = n.transport
+	if cfg.LinkFilter != nil {
+		tr = &filteredTransport{Transport: n.transport, self: meta.NodeID, allow: cfg.LinkFilter}
+	}
+	n.store, err = replication.NewStore(replication.Config{
+		NodeID:         meta.NodeID,
+		ClusterID:      meta.ClusterID,
+		LogDB:          n.logDB,
+		Transport:      tr,
+		TickInterval:   cfg.TickInterval,
+		ElectionTicks:  cfg.ElectionTicks,
+		LeaseReads:     cfg.LeaseReads,
+		SnapshotDir:    filepath.Join(cfg.DataDir, "snapshots", "out"),
+		OpenReplica:    n.openEmptyShard,
+		ReplicaRemoved: n.onReplicaRemoved,
+		Logger:         n.log.With("component", "replication"),
+		Metrics:        replication.NewMetrics(n.reg),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := n.openShards(); err != nil {
+		return nil, err
+	}
+	if bootstrap {
+		if err := n.bootstrapShards(); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeMeta(cfg.DataDir, n.metaSnapshot()); err != nil {
+		return nil, err
+	}
+
+	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
+	n.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor()),
+		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
+	)
+	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
+	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
+	n.transport.Register(n.grpc, n.store)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpc, n.health)
+	reflection.Register(n.grpc)
+	srvMetrics.InitializeMetrics(n.grpc)
+
+	n.store.Start()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	if cfg.HTTPAddr != "" {
+		if err := n.startHTTP(); err != nil {
+			return nil, err
+		}
+	}
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
+	n.wg.Add(1)
+	go n.maintain()
+	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.shards))
+	return n, nil
+}
+
+// Addr is the address the gRPC server listens on.
+func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// HTTPAddr is the address of the metrics and pprof server, or "".
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+// ID is the node's ID.
+func (n *Node) ID() uint64 { return n.cfg.NodeID }
+
+// ClusterID is the node's cluster's ID.
+func (n *Node) ClusterID() string { return n.clusterID }
+
+// Store exposes the node's replication store (for tests and tools).
+func (n *Node) Store() *replication.Store { return n.store }
+
+// Shard returns the local state machine of a shard, or nil.
+func (n *Node) Shard(id uint64) *shard.Shard {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.shards[id]
+}
+
+// Stop stops serving and closes every engine. Writes acknowledged before
+// Stop are durable.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		close(n.stop)
+		if n.health != nil {
+			n.health.Shutdown()
+		}
+		if n.http != nil {
+			_ = n.http.Close()
+		}
+		if n.grpc != nil {
+			done := make(chan struct{})
+			go func() { n.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				n.grpc.Stop()
+			}
+		} else if n.lis != nil {
+			_ = n.lis.Close()
+		}
+		if n.store != nil {
+			n.store.Stop()
+		}
+		if n.transport != nil {
+			_ = n.transport.Close()
+		}
+		n.wg.Wait()
+		n.mu.Lock()
+		for id, s := range n.shards {
+			if err := s.Close(); err != nil {
+				n.log.Warn("close shard", "shard", id, "err", err)
+			}
+		}
+		n.shards = map[uint64]*shard.Shard{}
+		for _, c := range n.conns {
+			_ = c.Close()
+		}
+		n.mu.Unlock()
+		if n.logDB != nil {
+			if err := n.logDB.Close(); err != nil {
+				n.log.Warn("close raft log engine", "err", err)
+			}
+		}
+		if n.shared != nil {
+			_ = n.shared.Close()
+		}
+	})
+}
+
+func (n *Node) startHTTP() error {
+	lis, err := net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", n.cfg.HTTPAddr, err)
+	}
+	n.httpLis = lis
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// --- shards ---
+
+func (n *Node) shardDir(id uint64) string {
+	return filepath.Join(n.cfg.DataDir, "shards", strconv.FormatUint(id, 10))
+}
+
+func (n *Node) shardOptions() shard.Options {
+	return shard.Options{
+		Storage: &storage.Options{Shared: n.shared, MemTableSize: 16 << 20},
+		Logger:  n.log,
+	}
+}
+
+// openShards opens every shard engine in the data dir and hosts it.
+func (n *Node) openShards() error {
+	ents, err := os.ReadDir(filepath.Join(n.cfg.DataDir, "shards"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("server: list shards: %w", err)
+	}
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		s, err := shard.Open(n.shardDir(id), n.shardOptions())
+		empty := false
+		if errors.Is(err, shard.ErrNoMetadata) {
+			s, err = shard.OpenEmpty(n.shardDir(id), n.shardOptions())
+			empty = true
+		}
+		if err != nil {
+			return fmt.Errorf("server: open shard %d: %w", id, err)
+		}
+		if empty {
+			_, err = n.store.AddEmptyReplica(id, s)
+		} else {
+			_, err = n.store.AddReplica(s)
+		}
+		if err != nil {
+			_ = s.Close()
+			if empty {
+				// An uninitialized replica whose creation never became durable.
+				n.log.Warn("discarding uninitialized shard replica", "shard", id, "err", err)
+				_ = os.RemoveAll(n.shardDir(id))
+				continue
+			}
+			return fmt.Errorf("server: host shard %d: %w", id, err)
+		}
+		n.mu.Lock()
+		n.shards[id] = s
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// initialDescriptors are the shards of a new cluster: the system shard and
+// the user shards cut at the initial splits, each with up to
+// ReplicationFactor founding nodes, spread round-robin.
+func (n *Node) initialDescriptors() []*shalev1.ShardDescriptor {
+	ids := make([]uint64, 0, len(n.cfg.InitialCluster))
+	for id := range n.cfg.InitialCluster {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	rf := min(n.cfg.ReplicationFactor, len(ids))
+	mk := func(shardID uint64, start, end []byte, system bool, offset int) *shalev1.ShardDescriptor {
+		d := &shalev1.ShardDescriptor{ShardId: shardID, StartKey: start, EndKey: end, Epoch: 1, System: system}
+		for i := 0; i < rf; i++ {
+			d.Replicas = append(d.Replicas, &shalev1.ReplicaDescriptor{NodeId: ids[(offset+i)%len(ids)], ReplicaId: uint64(i + 1)})
+		}
+		d.NextReplicaId = uint64(rf + 1)
+		return d
+	}
+	descs := []*shalev1.ShardDescriptor{mk(SystemShardID, nil, nil, true, 0)}
+	bounds := append([][]byte{nil}, n.cfg.InitialSplits...)
+	for i, start := range bounds {
+		var end []byte
+		if i+1 < len(bounds) {
+			end = bounds[i+1]
+		}
+		descs = append(descs, mk(uint64(SystemShardID+1+i), start, end, false, i))
+	}
+	return descs
+}
+
+func (n *Node) bootstrapShards() error {
+	for _, d := range n.initialDescriptors() {
+		mine := false
+		for _, r := range d.GetReplicas() {
+			mine = mine || r.GetNodeId() == n.cfg.NodeID
+		}
+		if !mine || n.Shard(d.GetShardId()) != nil {
+			continue
+		}
+		s, err := shard.Bootstrap(n.shardDir(d.GetShardId()), replication.BootstrapState(d), n.shardOptions())
+		if err != nil {
+			return fmt.Errorf("server: bootstrap shard %d: %w", d.GetShardId(), err)
+		}
+		if _, err := n.store.AddReplica(s); err != nil {
+			_ = s.Close()
+			return fmt.Errorf("server: host shard %d: %w", d.GetShardId(), err)
+		}
+		n.mu.Lock()
+		n.shards[d.GetShardId()] = s
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// openEmptyShard creates the state machine of a replica this node was just
+// added to (the Store calls it; a snapshot fills it).
+func (n *Node) openEmptyShard(id uint64) (replication.StateMachine, error) {
+	dir := n.shardDir(id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	s, err := shard.OpenEmpty(dir, n.shardOptions())
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.shards[id] = s
+	n.mu.Unlock()
+	return s, nil
+}
+
+func (n *Node) onReplicaRemoved(id uint64) {
+	n.mu.Lock()
+	delete(n.shards, id)
+	n.mu.Unlock()
+	if err := os.RemoveAll(n.shardDir(id)); err != nil {
+		n.log.Warn("delete removed replica's data", "shard", id, "err", err)
+	}
+}
+
+// --- identity and addresses ---
+
+func (n *Node) metaSnapshot() nodeMeta {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := nodeMeta{NodeID: n.cfg.NodeID, ClusterID: n.clusterID, Addrs: map[string]string{}}
+	for id, a := range n.addrs {
+		m.Addrs[strconv.FormatUint(id, 10)] = a
+	}
+	return m
+}
+
+// readMeta reads DataDir/NODE; found is false when there is none.
+func readMeta(dir string) (nodeMeta, bool, error) {
+	var m nodeMeta
+	b, err := os.ReadFile(filepath.Join(dir, "NODE"))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, fmt.Errorf("server: read node identity: %w", err)
+	}
+	if len(b) < 4 {
+		return m, false, fmt.Errorf("server: node identity file %s is truncated", filepath.Join(dir, "NODE"))
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum {
+		return m, false, fmt.Errorf("server: node identity file %s is corrupt (checksum mismatch)", filepath.Join(dir, "NODE"))
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return m, false, fmt.Errorf("server: node identity file: %w", err)
+	}
+	if m.NodeID == 0 || m.ClusterID == "" {
+		return m, false, errors.New("server: node identity file lacks node or cluster ID")
+	}
+	return m, true, nil
+}
+
+// writeMeta replaces DataDir/NODE atomically and durably.
+func writeMeta(dir string, m nodeMeta) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+	tmp := filepath.Join(dir, "NODE.tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("server: write node identity: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("server: write node identity: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("server: write node identity: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "NODE")); err != nil {
+		return fmt.Errorf("server: write node identity: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// resolve returns a node's address for the transport.
+func (n *Node) resolve(id uint64) (string, error) {
+	if a := n.addressOf(id); a != "" {
+		return a, nil
+	}
+	n.refreshAddrs(context.Background())
+	if a := n.addressOf(id); a != "" {
+		return a, nil
+	}
+	return "", fmt.Errorf("server: no address known for node %d", id)
+}
+
+func (n *Node) addressOf(id uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.addrs[id]
+}
+
+func (n *Node) setAddr(id uint64, addr string) bool {
+	if id == 0 || addr == "" {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addrs[id] == addr {
+		return false
+	}
+	n.addrs[id] = addr
+	return true
+}
+
+// refreshAddrs learns node addresses from the node registry: from the local
+// system shard replica if there is one, else from a peer.
+func (n *Node) refreshAddrs(ctx context.Context) {
+	nodes, err := n.registry(ctx)
+	if err != nil {
+		return
+	}
+	changed := false
+	for _, d := range nodes {
+		if d.GetNodeId() != n.cfg.NodeID && n.setAddr(d.GetNodeId(), d.GetAddress()) {
+			changed = true
+		}
+	}
+	if changed {
+		if err := writeMeta(n.cfg.DataDir, n.metaSnapshot()); err != nil {
+			n.log.Warn("persist node addresses", "err", err)
+		}
+	}
+}
+
+// registry returns the node registry (a possibly slightly stale read).
+func (n *Node) registry(ctx context.Context) ([]*shalev1.NodeDescriptor, error) {
+	if s := n.Shard(SystemShardID); s != nil && s.Descriptor() != nil {
+		return s.Nodes()
+	}
+	for _, addr := range n.peerAddrs() {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := shalev1.NewAdminClient(n.conn(addr)).ListNodes(cctx, &shalev1.ListNodesRequest{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		out := make([]*shalev1.NodeDescriptor, 0, len(resp.GetNodes()))
+		for _, s := range resp.GetNodes() {
+			if !s.GetRemoved() {
+				out = append(out, s.GetNode())
+			}
+		}
+		return out, nil
+	}
+	return nil, errors.New("server: node registry unreachable")
+}
+
+func (n *Node) peerAddrs() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := make([]uint64, 0, len(n.addrs))
+	for id := range n.addrs {
+		if id != n.cfg.NodeID {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, n.addrs[id])
+	}
+	return out
+}
+
+// conn returns a (lazily dialed) client connection to a peer.
+func (n *Node) conn(addr string) *grpc.ClientConn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.conns[addr]; ok {
+		return c
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		// NewClient only fails on a malformed target; calls on the nil-safe
+		// fallback fail with a clear error.
+		c, _ = grpc.NewClient("passthrough:///invalid-address", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	n.conns[addr] = c
+	return c
+}
+
+// join asks a running cluster to admit this node.
+func (n *Node) join(ctx context.Context) (nodeMeta, error) {
+	c, err := grpc.NewClient(n.cfg.Join, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nodeMeta{}, fmt.Errorf("server: join %s: %w", n.cfg.Join, err)
+	}
+	defer c.Close()
+	var resp *shalev1.AddNodeResponse
+	backoff := 100 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err = shalev1.NewAdminClient(c).AddNode(cctx, &shalev1.AddNodeRequest{Address: n.cfg.AdvertiseAddr, Zone: n.cfg.Zone})
+		cancel()
+		if err == nil {
+			break
+		}
+		n.cfg.Logger.Warn("join: cluster not ready, retrying", "join", n.cfg.Join, "err", err)
+		select {
+		case <-ctx.Done():
+			return nodeMeta{}, fmt.Errorf("server: join %s: %w", n.cfg.Join, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	m := nodeMeta{NodeID: resp.GetNode().GetNodeId(), ClusterID: resp.GetClusterId(), Addrs: map[string]string{}}
+	for _, p := range resp.GetPeers() {
+		m.Addrs[strconv.FormatUint(p.GetNodeId(), 10)] = p.GetAddress()
+	}
+	n.cfg.Logger.Info("joined cluster", "cluster", m.ClusterID, "node", m.NodeID)
+	return m, nil
+}
+
+// requestIDFor derives a stable request ID from parts (for internal
+// proposals that must be idempotent across retries).
+func requestIDFor(parts ...string) []byte {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)[:16]
+}
+
+// proposeSystem proposes a system command on the local system shard leader.
+func (n *Node) proposeSystem(ctx context.Context, reqID []byte, cmd *shalev1.SystemCommand) (*shalev1.CommandResult, error) {
+	r := n.store.Replica(SystemShardID)
+	if r == nil {
+		return nil, n.shardNotFoundErr(SystemShardID)
+	}
+	payload, err := proto.Marshal(&shalev1.RaftCommand{RequestId: reqID, TimestampUnixNanos: time.Now().UnixNano(), Command: &shalev1.RaftCommand_System{System: cmd}})
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Propose(ctx, payload)
+	if err != nil {
+		return nil, n.replicationErr(ctx, SystemShardID, err)
+	}
+	cr, _ := res.(*shalev1.CommandResult)
+	if cr == nil {
+		return nil, fmt.Errorf("server: system command returned %T", res)
+	}
+	if cr.GetErrorCode() != 0 {
+		return cr, fmt.Errorf("server: system command: %s", cr.GetErrorMessage())
+	}
+	return cr, nil
+}

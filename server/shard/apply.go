@@ -1,0 +1,655 @@
+package shard
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/storage"
+)
+
+// Apply applies committed entries in order. All their effects, together
+// with the new applied index and term, configuration, descriptor, revision
+// and dedup-table bounds, are written in one storage batch (not synced: the
+// Raft log is the durable record), so a restart resumes exactly after the
+// last entry of some complete Apply call. Later entries (and later ops of a
+// command) see the writes of earlier ones.
+//
+// It returns one result per entry: a *shalev1.CommandResult for every entry
+// carrying a Txn or SystemCommand (including commands rejected at apply,
+// which carry an error code and change nothing), nil for empty entries,
+// no-ops and configuration changes. Entries at or below the applied index
+// are skipped (nil result). Results depend only on the entries and the
+// state, so every replica computes the same ones.
+//
+// An error (engine I/O or corrupt stored data) means nothing of this call
+// was applied and the Shard stops: every later Apply returns the error.
+func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	cur := s.st.Load()
+	ns := *cur
+	a := &applier{s: s, st: &ns, b: storage.NewBatch(), ov: overlay{db: s.db, writes: map[string]ovWrite{}}}
+	results := make([]any, len(entries))
+	applied := false
+	for i := range entries {
+		e := &entries[i]
+		if e.Index <= a.st.index {
+			continue
+		}
+		res, err := a.applyEntry(e)
+		if err != nil {
+			return nil, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
+		}
+		results[i] = res
+		a.st.index, a.st.term = e.Index, e.Term
+		applied = true
+	}
+	if !applied {
+		return results, nil
+	}
+	a.st.writeMeta(a.b)
+	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
+		return nil, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
+	}
+	s.st.Store(a.st)
+	return results, nil
+}
+
+// ovWrite is a write staged in the current batch: a value or a deletion.
+type ovWrite struct {
+	val []byte
+	del bool
+}
+
+// overlay answers reads during an Apply call: the writes staged in the
+// batch so far, over the engine's state before the call.
+type overlay struct {
+	db     *storage.DB
+	writes map[string]ovWrite
+	// rangeDels are the engine-key spans [lo, hi) deleted in this batch;
+	// a data key in one of them that has no later point write is absent.
+	rangeDels [][2][]byte
+}
+
+// get returns key's current value (nil, false when absent).
+func (o *overlay) get(key []byte) ([]byte, bool, error) {
+	if w, ok := o.writes[string(key)]; ok {
+		if w.del {
+			return nil, false, nil
+		}
+		return w.val, true, nil
+	}
+	for _, rd := range o.rangeDels {
+		if bytes.Compare(key, rd[0]) >= 0 && bytes.Compare(key, rd[1]) < 0 {
+			return nil, false, nil
+		}
+	}
+	return getOpt(o.db, key)
+}
+
+func (o *overlay) set(b *storage.Batch, key, val []byte) {
+	b.Set(key, val)
+	o.writes[string(key)] = ovWrite{val: val}
+}
+
+func (o *overlay) del(b *storage.Batch, key []byte) {
+	b.Delete(key)
+	o.writes[string(key)] = ovWrite{del: true}
+}
+
+func (o *overlay) delRange(b *storage.Batch, lo, hi []byte) {
+	b.DeleteRange(lo, hi)
+	for k := range o.writes {
+		if k >= string(lo) && k < string(hi) {
+			o.writes[k] = ovWrite{del: true}
+		}
+	}
+	o.rangeDels = append(o.rangeDels, [2][]byte{lo, hi})
+}
+
+// applier stages one Apply call: the next state, the batch and the overlay.
+type applier struct {
+	s  *Shard
+	st *state
+	b  *storage.Batch
+	ov overlay
+}
+
+// getData returns the stored record of the user key whose engine key is ek,
+// or nil when it is physically absent (expired records are returned).
+func (a *applier) getData(ek []byte) (*storedValue, error) {
+	raw, ok, err := a.ov.get(ek)
+	if err != nil || !ok {
+		return nil, err
+	}
+	v, err := decodeValue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", ek[1:], err)
+	}
+	return &v, nil
+}
+
+func (a *applier) applyEntry(e *replication.Entry) (any, error) {
+	if e.ConfChange != nil {
+		return nil, a.applyConfChange(e.ConfChange)
+	}
+	if len(e.Payload) == 0 {
+		return nil, nil
+	}
+	cmd := &shalev1.RaftCommand{}
+	if err := proto.Unmarshal(e.Payload, cmd); err != nil {
+		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
+		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
+	}
+	res, err := a.applyCommand(cmd)
+	if err != nil || res == nil {
+		return nil, err // an untyped nil for commands without a result
+	}
+	return res, nil
+}
+
+func errResult(code codes.Code, desc *shalev1.ShardDescriptor, format string, args ...any) *shalev1.CommandResult {
+	return &shalev1.CommandResult{
+		ErrorCode:    uint32(code),
+		ErrorMessage: fmt.Sprintf(format, args...),
+		Descriptor_:  cloneDesc(desc),
+	}
+}
+
+// applyCommand applies one RaftCommand; a nil result means the command
+// produces none (no-op).
+func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	id := cmd.GetRequestId()
+	if len(id) > 0 {
+		if res, ok, err := a.dedupLookup(id); err != nil || ok {
+			return res, err
+		}
+	}
+	desc := a.st.desc
+	if cmd.GetEpoch() != 0 && (desc == nil || cmd.GetEpoch() != desc.GetEpoch()) {
+		return errResult(codes.FailedPrecondition, desc, "shard epoch mismatch: command epoch %d, shard epoch %d",
+			cmd.GetEpoch(), desc.GetEpoch()), nil
+	}
+	var res *shalev1.CommandResult
+	var wrote bool
+	var err error
+	switch c := cmd.GetCommand().(type) {
+	case *shalev1.RaftCommand_Txn:
+		res, wrote, err = a.applyTxn(c.Txn, cmd.GetTimestampUnixNanos())
+	case *shalev1.RaftCommand_System:
+		res, wrote, err = a.applySystem(c.System)
+	default: // noop, or no command at all
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if wrote && len(id) > 0 {
+		if err := a.dedupStore(id, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// dedupLookup returns the stored result of request id, if any.
+func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
+	raw, ok, err := a.ov.get(dedupIDKey(id))
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if len(raw) < 8 {
+		return nil, false, fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, id, len(raw))
+	}
+	res := &shalev1.CommandResult{}
+	if err := proto.Unmarshal(raw[8:], res); err != nil {
+		return nil, false, fmt.Errorf("%w: dedup entry of %x: %v", ErrCorrupt, id, err)
+	}
+	return res, true, nil
+}
+
+// dedupStore records res under id, evicting the oldest entries first while
+// the table is full.
+func (a *applier) dedupStore(id []byte, res *shalev1.CommandResult) error {
+	for a.st.dedupNext-a.st.dedupOldest >= a.s.dedupCap {
+		seqKey := dedupSeqKey(a.st.dedupOldest)
+		oldID, ok, err := a.ov.get(seqKey)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: dedup sequence %d missing", ErrCorrupt, a.st.dedupOldest)
+		}
+		a.ov.del(a.b, dedupIDKey(oldID))
+		a.ov.del(a.b, seqKey)
+		a.st.dedupOldest++
+	}
+	enc, err := marshalOpts.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	seq := a.st.dedupNext
+	a.st.dedupNext++
+	val := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(enc)), seq)
+	a.ov.set(a.b, dedupIDKey(id), append(val, enc...))
+	a.ov.set(a.b, dedupSeqKey(seq), bytes.Clone(id))
+	return nil
+}
+
+// shardRange returns the user-key range of desc.
+func shardRange(desc *shalev1.ShardDescriptor) keyRange {
+	start := desc.GetStartKey()
+	if start == nil {
+		start = []byte{}
+	}
+	return keyRange{start: start, end: endOrNil(desc.GetEndKey())}
+}
+
+// clipDeleteRange returns the part of op's range inside the shard; ok is
+// false (with a result to return) when the range is invalid or outside.
+func clipDeleteRange(op *shalev1.DeleteRangeOp, rng keyRange, desc *shalev1.ShardDescriptor) (keyRange, *shalev1.CommandResult) {
+	r := keyRange{start: op.GetStartKey(), end: endOrNil(op.GetEndKey())}
+	if r.start == nil {
+		r.start = []byte{}
+	}
+	if r.end != nil && bytes.Compare(r.start, r.end) >= 0 {
+		return keyRange{}, errResult(codes.InvalidArgument, desc, "delete range [%q, %q): start must be below end", r.start, r.end)
+	}
+	c, ok := rng.intersect(r)
+	if !ok {
+		return keyRange{}, errResult(codes.OutOfRange, desc, "delete range [%q, %q) is outside the shard [%q, %q)",
+			r.start, r.end, rng.start, rng.end)
+	}
+	return c, nil
+}
+
+// validateOps checks every op's keys against the shard range.
+func validateOps(ops []*shalev1.RequestOp, rng keyRange, desc *shalev1.ShardDescriptor) *shalev1.CommandResult {
+	outside := func(k []byte) *shalev1.CommandResult {
+		return errResult(codes.OutOfRange, desc, "key %q is outside the shard [%q, %q)", k, rng.start, rng.end)
+	}
+	for _, op := range ops {
+		switch o := op.GetOp().(type) {
+		case *shalev1.RequestOp_Put:
+			if !rng.contains(o.Put.GetKey()) {
+				return outside(o.Put.GetKey())
+			}
+		case *shalev1.RequestOp_Delete:
+			if !rng.contains(o.Delete.GetKey()) {
+				return outside(o.Delete.GetKey())
+			}
+		case *shalev1.RequestOp_Get:
+			if !rng.contains(o.Get.GetKey()) {
+				return outside(o.Get.GetKey())
+			}
+		case *shalev1.RequestOp_DeleteRange:
+			if _, res := clipDeleteRange(o.DeleteRange, rng, desc); res != nil {
+				return res
+			}
+		default:
+			return errResult(codes.InvalidArgument, desc, "request op without an operation")
+		}
+	}
+	return nil
+}
+
+// isWrite reports whether op writes.
+func isWrite(op *shalev1.RequestOp) bool {
+	switch op.GetOp().(type) {
+	case *shalev1.RequestOp_Put, *shalev1.RequestOp_Delete, *shalev1.RequestOp_DeleteRange:
+		return true
+	}
+	return false
+}
+
+// applyTxn evaluates and applies a Txn. wrote reports whether it bumped the
+// revision (the chosen branch holds a write op).
+func (a *applier) applyTxn(txn *shalev1.TxnRequest, now int64) (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	if desc == nil {
+		return errResult(codes.FailedPrecondition, nil, "shard replica is not initialized"), false, nil
+	}
+	if desc.GetSystem() {
+		return errResult(codes.InvalidArgument, desc, "the system shard holds no user keys"), false, nil
+	}
+	rng := shardRange(desc)
+	for _, c := range txn.GetCompares() {
+		if !rng.contains(c.GetKey()) {
+			return errResult(codes.OutOfRange, desc, "compare key %q is outside the shard [%q, %q)", c.GetKey(), rng.start, rng.end), false, nil
+		}
+		if _, ok := shalev1.Compare_Target_name[int32(c.GetTarget())]; !ok {
+			return errResult(codes.InvalidArgument, desc, "unknown compare target %d", c.GetTarget()), false, nil
+		}
+		if _, ok := shalev1.Compare_Result_name[int32(c.GetResult())]; !ok {
+			return errResult(codes.InvalidArgument, desc, "unknown compare result %d", c.GetResult()), false, nil
+		}
+	}
+	if res := validateOps(txn.GetSuccess(), rng, desc); res != nil {
+		return res, false, nil
+	}
+	if res := validateOps(txn.GetFailure(), rng, desc); res != nil {
+		return res, false, nil
+	}
+
+	succeeded := true
+	for _, c := range txn.GetCompares() {
+		ok, err := a.compare(c, now)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			succeeded = false
+			break
+		}
+	}
+	ops := txn.GetSuccess()
+	if !succeeded {
+		ops = txn.GetFailure()
+	}
+	wrote := slices.ContainsFunc(ops, isWrite)
+	rev := a.st.rev
+	if wrote {
+		rev++
+		a.st.rev = rev
+	}
+	results := make([]*shalev1.ResponseOp, 0, len(ops))
+	for _, op := range ops {
+		r, err := a.execOp(op, rng, now, rev)
+		if err != nil {
+			return nil, false, err
+		}
+		results = append(results, r)
+	}
+	return &shalev1.CommandResult{Txn: &shalev1.TxnResponse{
+		Header:    &shalev1.ResponseHeader{ShardId: desc.GetShardId(), Revision: rev, Epoch: desc.GetEpoch()},
+		Succeeded: succeeded,
+		Results:   results,
+	}}, wrote, nil
+}
+
+// compare evaluates one Compare against the current state. As in etcd, a
+// value compare against an absent key is false whatever its operator; the
+// numeric targets of an absent key are 0.
+func (a *applier) compare(c *shalev1.Compare, now int64) (bool, error) {
+	v, err := a.getData(dataKey(c.GetKey()))
+	if err != nil {
+		return false, err
+	}
+	present := live(v, now)
+	var r int
+	switch c.GetTarget() {
+	case shalev1.Compare_TARGET_VALUE_UNSPECIFIED:
+		if !present {
+			return false, nil
+		}
+		r = bytes.Compare(v.value, c.GetValue())
+	case shalev1.Compare_TARGET_EXISTS:
+		var n uint64
+		if present {
+			n = 1
+		}
+		r = cmp.Compare(n, c.GetNumber())
+	default:
+		var n uint64
+		if present {
+			switch c.GetTarget() {
+			case shalev1.Compare_TARGET_VERSION:
+				n = v.version
+			case shalev1.Compare_TARGET_CREATE_REVISION:
+				n = v.createRev
+			case shalev1.Compare_TARGET_MOD_REVISION:
+				n = v.modRev
+			}
+		}
+		r = cmp.Compare(n, c.GetNumber())
+	}
+	switch c.GetResult() {
+	case shalev1.Compare_RESULT_EQUAL_UNSPECIFIED:
+		return r == 0, nil
+	case shalev1.Compare_RESULT_NOT_EQUAL:
+		return r != 0, nil
+	case shalev1.Compare_RESULT_GREATER:
+		return r > 0, nil
+	default: // RESULT_LESS (validated)
+		return r < 0, nil
+	}
+}
+
+// execOp applies one validated op at revision rev.
+func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uint64) (*shalev1.ResponseOp, error) {
+	switch o := op.GetOp().(type) {
+	case *shalev1.RequestOp_Put:
+		p := o.Put
+		ek := dataKey(p.GetKey())
+		old, err := a.getData(ek)
+		if err != nil {
+			return nil, err
+		}
+		nv := storedValue{createRev: rev, modRev: rev, version: 1, expire: expiryOf(now, p.GetTtlMs()), value: p.GetValue()}
+		resp := &shalev1.PutResponse{}
+		if live(old, now) {
+			nv.createRev, nv.version = old.createRev, old.version+1
+			if p.GetPrevKv() {
+				resp.PrevKv = keyValue(p.GetKey(), old, false)
+			}
+		}
+		a.ov.set(a.b, ek, encodeValue(nil, &nv))
+		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: resp}}, nil
+
+	case *shalev1.RequestOp_Delete:
+		d := o.Delete
+		ek := dataKey(d.GetKey())
+		old, err := a.getData(ek)
+		if err != nil {
+			return nil, err
+		}
+		resp := &shalev1.DeleteResponse{}
+		if live(old, now) {
+			resp.Deleted = 1
+			if d.GetPrevKv() {
+				resp.PrevKv = keyValue(d.GetKey(), old, false)
+			}
+		}
+		if old != nil {
+			a.ov.del(a.b, ek)
+		}
+		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Delete{Delete: resp}}, nil
+
+	case *shalev1.RequestOp_DeleteRange:
+		r, _ := clipDeleteRange(o.DeleteRange, rng, nil) // validated
+		a.ov.delRange(a.b, dataKey(r.start), dataBound(r.end))
+		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeResponse{}}}, nil
+
+	case *shalev1.RequestOp_Get:
+		g := o.Get
+		v, err := a.getData(dataKey(g.GetKey()))
+		if err != nil {
+			return nil, err
+		}
+		resp := &shalev1.GetResponse{}
+		if live(v, now) {
+			resp.Kv = keyValue(g.GetKey(), v, false)
+		}
+		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Get{Get: resp}}, nil
+	}
+	return nil, errors.New("unvalidated request op") // unreachable: validated
+}
+
+// applySystem applies a SystemCommand on the system shard.
+func (a *applier) applySystem(sc *shalev1.SystemCommand) (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	if desc == nil || !desc.GetSystem() {
+		return errResult(codes.InvalidArgument, desc, "system command on a non-system shard"), false, nil
+	}
+	switch op := sc.GetOp().(type) {
+	case *shalev1.SystemCommand_PutNode:
+		n := op.PutNode
+		if n.GetNodeId() == 0 {
+			return errResult(codes.InvalidArgument, desc, "put_node needs a node_id"), false, nil
+		}
+		enc, err := marshalOpts.Marshal(n)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode node: %w", err)
+		}
+		a.ov.set(a.b, u64Key(nodePrefix, n.GetNodeId()), enc)
+	case *shalev1.SystemCommand_RemoveNodeId:
+		if op.RemoveNodeId == 0 {
+			return errResult(codes.InvalidArgument, desc, "remove_node_id must be non-zero"), false, nil
+		}
+		a.ov.del(a.b, u64Key(nodePrefix, op.RemoveNodeId))
+	case *shalev1.SystemCommand_PutShard:
+		d := op.PutShard
+		if d.GetShardId() == 0 {
+			return errResult(codes.InvalidArgument, desc, "put_shard needs a shard_id"), false, nil
+		}
+		key := u64Key(shardPrefix, d.GetShardId())
+		raw, ok, err := a.ov.get(key)
+		if err != nil {
+			return nil, false, err
+		}
+		if ok {
+			old := &shalev1.ShardDescriptor{}
+			if err := proto.Unmarshal(raw, old); err != nil {
+				return nil, false, fmt.Errorf("%w: shard %d descriptor: %v", ErrCorrupt, d.GetShardId(), err)
+			}
+			if d.GetEpoch() < old.GetEpoch() {
+				return errResult(codes.FailedPrecondition, old, "put_shard: shard %d epoch %d is older than the stored epoch %d",
+					d.GetShardId(), d.GetEpoch(), old.GetEpoch()), false, nil
+			}
+		}
+		enc, err := marshalOpts.Marshal(d)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode shard descriptor: %w", err)
+		}
+		a.ov.set(a.b, key, enc)
+	default:
+		return errResult(codes.InvalidArgument, desc, "system command without an operation"), false, nil
+	}
+	a.st.rev++
+	return &shalev1.CommandResult{Txn: &shalev1.TxnResponse{
+		Header:    &shalev1.ResponseHeader{ShardId: desc.GetShardId(), Revision: a.st.rev, Epoch: desc.GetEpoch()},
+		Succeeded: true,
+	}}, true, nil
+}
+
+// applyConfChange records a configuration change: the new ConfState, and a
+// descriptor whose replicas are exactly the members of that ConfState with
+// roles derived from it, a bumped epoch and next_replica_id past every
+// added ID.
+func (a *applier) applyConfChange(cc *replication.AppliedConfChange) error {
+	cs := cloneConfState(cc.ConfState)
+	desc := nextDescriptor(a.st.desc, cc, cs, a.s)
+	if err := a.st.setConf(cs); err != nil {
+		return err
+	}
+	return a.st.setDesc(desc)
+}
+
+// nextDescriptor computes the descriptor after a configuration change.
+func nextDescriptor(cur *shalev1.ShardDescriptor, cc *replication.AppliedConfChange, cs *raftpb.ConfState, s *Shard) *shalev1.ShardDescriptor {
+	nd := &shalev1.ShardDescriptor{}
+	if cur != nil {
+		nd = proto.CloneOf(cur)
+	}
+	members := map[uint64]bool{}
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
+		for _, id := range set {
+			members[id] = true
+		}
+	}
+	nodeOf := map[uint64]uint64{}
+	for _, r := range cc.Context.GetReplicas() {
+		nodeOf[r.GetReplicaId()] = r.GetNodeId()
+	}
+	find := func(id uint64) int {
+		return slices.IndexFunc(nd.Replicas, func(r *shalev1.ReplicaDescriptor) bool { return r.GetReplicaId() == id })
+	}
+	add := func(id uint64) {
+		node, known := nodeOf[id]
+		if i := find(id); i >= 0 {
+			if known && nd.Replicas[i].NodeId == 0 {
+				nd.Replicas[i].NodeId = node
+			}
+			return
+		}
+		if !known && s != nil {
+			s.log.Warn("shard: conf change adds a replica without its node in the context", "replica_id", id)
+		}
+		nd.Replicas = append(nd.Replicas, &shalev1.ReplicaDescriptor{NodeId: node, ReplicaId: id})
+	}
+	for _, ch := range cc.Change.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			add(id)
+			nd.NextReplicaId = max(nd.NextReplicaId, id+1)
+		case raftpb.ConfChangeRemoveNode:
+			// A removed voter stays (as VOTER_OUTGOING) while the joint
+			// configuration still holds it; the reconciliation below drops
+			// it once it is in no configuration.
+			if i := find(id); i >= 0 && !members[id] {
+				nd.Replicas = slices.Delete(nd.Replicas, i, i+1)
+			}
+		}
+	}
+	// The descriptor's replicas are exactly the ConfState's members.
+	nd.Replicas = slices.DeleteFunc(nd.Replicas, func(r *shalev1.ReplicaDescriptor) bool { return !members[r.GetReplicaId()] })
+	ids := make([]uint64, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if find(id) < 0 {
+			add(id)
+			nd.NextReplicaId = max(nd.NextReplicaId, id+1)
+		}
+	}
+	voters := setOf(cs.GetVoters())
+	outgoing := setOf(cs.GetVotersOutgoing())
+	joint := len(outgoing) > 0
+	for _, r := range nd.Replicas {
+		id := r.GetReplicaId()
+		switch {
+		case voters[id] && (outgoing[id] || !joint):
+			r.Role = shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED
+		case voters[id]:
+			r.Role = shalev1.ReplicaRole_REPLICA_ROLE_VOTER_INCOMING
+		case outgoing[id]:
+			// Includes a voter being demoted (also in LearnersNext): it
+			// still votes in the outgoing configuration.
+			r.Role = shalev1.ReplicaRole_REPLICA_ROLE_VOTER_OUTGOING
+		default:
+			r.Role = shalev1.ReplicaRole_REPLICA_ROLE_LEARNER
+		}
+	}
+	nd.Epoch++
+	return nd
+}
+
+func setOf(ids []uint64) map[uint64]bool {
+	m := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}

@@ -1,0 +1,26 @@
+// Package shard is one shard replica's replicated state: a storage engine
+// instance holding the shard's data and metadata, and the deterministic
+// apply logic of KV and system commands. A *Shard implements
+// replication.StateMachine and serves the reads of the server (Get,
+// MultiGet, Scan, and the system shard's Nodes and Shards).
+//
+// Engine key layout (see docs/shard-state-machine.md):
+//
+//	'd' + userKey                   -> stored value (format byte, create_revision,
+//	                                   mod_revision, version as uvarints,
+//	                                   expire_unix_nanos as varint, value bytes)
+//	'm' + "format"                  -> layout version (1 byte)
+//	'm' + "applied"                 -> applied index, term (8 bytes BE each)
+//	'm' + "confstate"               -> raftpb.ConfState
+//	'm' + "descriptor"              -> shalev1.ShardDescriptor
+//	'm' + "revision"                -> shard revision (8 bytes BE)
+//	'm' + "dedup-bounds"            -> oldest live, next dedup sequence (8 bytes BE each)
+//	'm' + "dedup-id/" + requestID   -> sequence (8 bytes BE) + shalev1.CommandResult
+//	'm' + "dedup-seq/" + seq (8 BE) -> requestID
+//	's' + "node/" + nodeID (8 BE)   -> shalev1.NodeDescriptor   (system shard)
+//	's' + "shard/" + shardID (8 BE) -> shalev1.ShardDescriptor  (system shard)
+//
+// Every Apply call writes the effects of all its entries and the new
+// metadata in one unsynced storage batch: the Raft log is the durable
+// record, and a restart replays it from the applied index found here.
+package shard

@@ -1,0 +1,133 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// Engine key layout (see docs/shard-state-machine.md). The first byte of
+// every engine key says what it holds.
+const (
+	// prefixData precedes every user key: 'd' + userKey -> encoded value.
+	prefixData = 'd'
+	// prefixMeta precedes the shard's own metadata: 'm' + name.
+	prefixMeta = 'm'
+	// prefixSystem precedes the system shard's cluster metadata.
+	prefixSystem = 's'
+)
+
+// Metadata keys.
+var (
+	// keyFormat holds one byte: the layout version (formatVersion).
+	keyFormat = []byte("mformat")
+	// keyApplied holds the applied index and term, 8 bytes BE each.
+	keyApplied = []byte("mapplied")
+	// keyConfState holds the raftpb.ConfState, protobuf-encoded.
+	keyConfState = []byte("mconfstate")
+	// keyDescriptor holds the shalev1.ShardDescriptor, protobuf-encoded.
+	keyDescriptor = []byte("mdescriptor")
+	// keyRevision holds the shard revision, 8 bytes BE.
+	keyRevision = []byte("mrevision")
+	// keyDedupBounds holds the dedup table's oldest live and next insertion
+	// sequence numbers, 8 bytes BE each.
+	keyDedupBounds = []byte("mdedup-bounds")
+	// dedupIDPrefix + requestID -> insertion seq (8 bytes BE) + CommandResult.
+	dedupIDPrefix = []byte("mdedup-id/")
+	// dedupSeqPrefix + seq (8 bytes BE) -> requestID.
+	dedupSeqPrefix = []byte("mdedup-seq/")
+)
+
+// System shard keys.
+var (
+	// nodePrefix + nodeID (8 bytes BE) -> shalev1.NodeDescriptor.
+	nodePrefix = []byte("snode/")
+	// shardPrefix + shardID (8 bytes BE) -> shalev1.ShardDescriptor.
+	shardPrefix = []byte("sshard/")
+)
+
+// formatVersion is the version of the engine key layout written in keyFormat.
+const formatVersion = 1
+
+// dataUpper is the exclusive upper bound of every data key.
+var dataUpper = []byte{prefixData + 1}
+
+// dataKey returns the engine key of a user key.
+func dataKey(userKey []byte) []byte {
+	k := make([]byte, 1+len(userKey))
+	k[0] = prefixData
+	copy(k[1:], userKey)
+	return k
+}
+
+// dataBound returns the engine key bounding user keys at userKey, or
+// dataUpper when userKey is nil (the end of the key space).
+func dataBound(userKey []byte) []byte {
+	if userKey == nil {
+		return dataUpper
+	}
+	return dataKey(userKey)
+}
+
+// isDataKey reports whether an engine key holds a user key.
+func isDataKey(k []byte) bool { return len(k) > 0 && k[0] == prefixData }
+
+// u64Key appends id as 8 bytes big-endian to prefix (in a new slice).
+func u64Key(prefix []byte, id uint64) []byte {
+	k := make([]byte, len(prefix)+8)
+	copy(k, prefix)
+	binary.BigEndian.PutUint64(k[len(prefix):], id)
+	return k
+}
+
+func dedupIDKey(id []byte) []byte {
+	return append(bytes.Clone(dedupIDPrefix), id...)
+}
+
+func dedupSeqKey(seq uint64) []byte { return u64Key(dedupSeqPrefix, seq) }
+
+// prefixEnd returns the smallest key greater than every key starting with
+// prefix (prefix must not be all 0xff).
+func prefixEnd(prefix []byte) []byte {
+	e := bytes.Clone(prefix)
+	for i := len(e) - 1; i >= 0; i-- {
+		if e[i] != 0xff {
+			e[i]++
+			return e[:i+1]
+		}
+	}
+	return nil
+}
+
+// keyRange is a span of user keys [start, end); a nil end is the end of the
+// key space.
+type keyRange struct {
+	start, end []byte
+}
+
+// contains reports whether k is in the range.
+func (r keyRange) contains(k []byte) bool {
+	return bytes.Compare(k, r.start) >= 0 && (r.end == nil || bytes.Compare(k, r.end) < 0)
+}
+
+// intersect returns the intersection of r and o and whether it is non-empty.
+func (r keyRange) intersect(o keyRange) (keyRange, bool) {
+	out := r
+	if bytes.Compare(o.start, out.start) > 0 {
+		out.start = o.start
+	}
+	if o.end != nil && (out.end == nil || bytes.Compare(o.end, out.end) < 0) {
+		out.end = o.end
+	}
+	if out.end != nil && bytes.Compare(out.start, out.end) >= 0 {
+		return out, false
+	}
+	return out, true
+}
+
+// endOrNil turns the protocol's "empty end key means unbounded" into a nil end.
+func endOrNil(end []byte) []byte {
+	if len(end) == 0 {
+		return nil
+	}
+	return end
+}

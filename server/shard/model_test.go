@@ -1,0 +1,446 @@
+package shard
+
+// A model-based randomized test of Txn apply: random transactions (compares
+// of every target and operator, puts with and without TTLs, deletes,
+// delete-ranges, gets, out-of-range keys, malformed and empty entries) are
+// applied both to a Shard and to a simple in-memory oracle; results, the
+// revision and every stored record (expired ones included) must agree, also
+// across Close/Open in the middle and across engine flushes.
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// model is the oracle: the stored records of the shard and its revision.
+type model struct {
+	kv    map[string]rec
+	rev   uint64
+	desc  *shalev1.ShardDescriptor
+	start string
+	end   string // "" = unbounded
+}
+
+func newModel(desc *shalev1.ShardDescriptor) *model {
+	return &model{kv: map[string]rec{}, desc: desc, start: string(desc.StartKey), end: string(desc.EndKey)}
+}
+
+func (m *model) clone() *model {
+	c := *m
+	c.kv = maps.Clone(m.kv)
+	return &c
+}
+
+func (m *model) inRange(k string) bool { return k >= m.start && (m.end == "" || k < m.end) }
+
+func (m *model) live(k string, now int64) (rec, bool) {
+	r, ok := m.kv[k]
+	if !ok || (r.expire != 0 && r.expire <= now) {
+		return rec{}, false
+	}
+	return r, true
+}
+
+func (m *model) kvOf(k string, r rec) *shalev1.KeyValue {
+	kv := &shalev1.KeyValue{Key: []byte(k), CreateRevision: r.create, ModRevision: r.mod, Version: r.version, ExpireUnixNanos: r.expire}
+	if r.value != "" {
+		kv.Value = []byte(r.value)
+	}
+	return kv
+}
+
+// clip returns the delete range clipped to the shard, or an error code.
+func (m *model) clip(op *shalev1.DeleteRangeOp) (lo, hi string, code codes.Code) {
+	lo, hi = string(op.StartKey), string(op.EndKey)
+	if hi != "" && lo >= hi {
+		return "", "", codes.InvalidArgument
+	}
+	if lo < m.start {
+		lo = m.start
+	}
+	if m.end != "" && (hi == "" || hi > m.end) {
+		hi = m.end
+	}
+	if hi != "" && lo >= hi {
+		return "", "", codes.OutOfRange
+	}
+	return lo, hi, codes.OK
+}
+
+// applyTxn applies txn to the model and returns the expected result; for a
+// rejected txn only the error code is meaningful.
+func (m *model) applyTxn(txn *shalev1.TxnRequest, now int64) *shalev1.CommandResult {
+	reject := func(c codes.Code) *shalev1.CommandResult { return &shalev1.CommandResult{ErrorCode: uint32(c)} }
+	for _, c := range txn.Compares {
+		if !m.inRange(string(c.Key)) {
+			return reject(codes.OutOfRange)
+		}
+	}
+	for _, ops := range [][]*shalev1.RequestOp{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			switch o := op.Op.(type) {
+			case *shalev1.RequestOp_Put:
+				if !m.inRange(string(o.Put.Key)) {
+					return reject(codes.OutOfRange)
+				}
+			case *shalev1.RequestOp_Delete:
+				if !m.inRange(string(o.Delete.Key)) {
+					return reject(codes.OutOfRange)
+				}
+			case *shalev1.RequestOp_Get:
+				if !m.inRange(string(o.Get.Key)) {
+					return reject(codes.OutOfRange)
+				}
+			case *shalev1.RequestOp_DeleteRange:
+				if _, _, code := m.clip(o.DeleteRange); code != codes.OK {
+					return reject(code)
+				}
+			}
+		}
+	}
+	ok := true
+	for _, c := range txn.Compares {
+		r, present := m.live(string(c.Key), now)
+		var cmpRes int
+		switch c.Target {
+		case shalev1.Compare_TARGET_VALUE_UNSPECIFIED:
+			if !present {
+				ok = false
+			}
+			cmpRes = bytes.Compare([]byte(r.value), c.Value)
+		default:
+			var n uint64
+			switch c.Target {
+			case shalev1.Compare_TARGET_VERSION:
+				n = r.version
+			case shalev1.Compare_TARGET_CREATE_REVISION:
+				n = r.create
+			case shalev1.Compare_TARGET_MOD_REVISION:
+				n = r.mod
+			case shalev1.Compare_TARGET_EXISTS:
+				if present {
+					n = 1
+				}
+			}
+			switch {
+			case n < c.Number:
+				cmpRes = -1
+			case n > c.Number:
+				cmpRes = 1
+			}
+		}
+		if !ok {
+			break
+		}
+		switch c.Result {
+		case shalev1.Compare_RESULT_EQUAL_UNSPECIFIED:
+			ok = cmpRes == 0
+		case shalev1.Compare_RESULT_NOT_EQUAL:
+			ok = cmpRes != 0
+		case shalev1.Compare_RESULT_GREATER:
+			ok = cmpRes > 0
+		case shalev1.Compare_RESULT_LESS:
+			ok = cmpRes < 0
+		}
+		if !ok {
+			break
+		}
+	}
+	ops := txn.Success
+	if !ok {
+		ops = txn.Failure
+	}
+	rev := m.rev
+	for _, op := range ops {
+		if _, isGet := op.Op.(*shalev1.RequestOp_Get); !isGet {
+			rev = m.rev + 1
+		}
+	}
+	m.rev = rev
+	resp := &shalev1.TxnResponse{
+		Header:    &shalev1.ResponseHeader{ShardId: m.desc.ShardId, Revision: rev, Epoch: m.desc.Epoch},
+		Succeeded: ok,
+		Results:   []*shalev1.ResponseOp{},
+	}
+	for _, op := range ops {
+		switch o := op.Op.(type) {
+		case *shalev1.RequestOp_Put:
+			k := string(o.Put.Key)
+			nr := rec{create: rev, mod: rev, version: 1, value: string(o.Put.Value)}
+			if o.Put.TtlMs > 0 {
+				nr.expire = now + o.Put.TtlMs*1e6
+			}
+			pr := &shalev1.PutResponse{}
+			if old, present := m.live(k, now); present {
+				nr.create, nr.version = old.create, old.version+1
+				if o.Put.PrevKv {
+					pr.PrevKv = m.kvOf(k, old)
+				}
+			}
+			m.kv[k] = nr
+			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: pr}})
+		case *shalev1.RequestOp_Delete:
+			k := string(o.Delete.Key)
+			dr := &shalev1.DeleteResponse{}
+			if old, present := m.live(k, now); present {
+				dr.Deleted = 1
+				if o.Delete.PrevKv {
+					dr.PrevKv = m.kvOf(k, old)
+				}
+			}
+			delete(m.kv, k)
+			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Delete{Delete: dr}})
+		case *shalev1.RequestOp_DeleteRange:
+			lo, hi, _ := m.clip(o.DeleteRange)
+			for k := range m.kv {
+				if k >= lo && (hi == "" || k < hi) {
+					delete(m.kv, k)
+				}
+			}
+			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeResponse{}}})
+		case *shalev1.RequestOp_Get:
+			gr := &shalev1.GetResponse{}
+			if r, present := m.live(string(o.Get.Key), now); present {
+				gr.Kv = m.kvOf(string(o.Get.Key), r)
+			}
+			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Get{Get: gr}})
+		}
+	}
+	return &shalev1.CommandResult{Txn: resp}
+}
+
+// txnGen generates random transactions.
+type txnGen struct {
+	rng *rand.Rand
+	m   *model
+}
+
+func (g *txnGen) key() string {
+	if g.rng.IntN(25) == 0 { // occasionally outside the shard [k05, k35)
+		return fmt.Sprintf("k%02d", []int{0, 3, 36, 39}[g.rng.IntN(4)])
+	}
+	return fmt.Sprintf("k%02d", 5+g.rng.IntN(30))
+}
+
+func (g *txnGen) value() string {
+	if g.rng.IntN(10) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("v%d", g.rng.IntN(6))
+}
+
+func (g *txnGen) compare(now int64) *shalev1.Compare {
+	k := g.key()
+	c := &shalev1.Compare{
+		Key:    []byte(k),
+		Target: shalev1.Compare_Target(g.rng.IntN(5)),
+		Result: shalev1.Compare_Result(g.rng.IntN(4)),
+	}
+	r := g.m.kv[k]
+	switch c.Target {
+	case shalev1.Compare_TARGET_VALUE_UNSPECIFIED:
+		c.Value = []byte(g.value())
+		if g.rng.IntN(2) == 0 {
+			c.Value = []byte(r.value)
+		}
+	case shalev1.Compare_TARGET_EXISTS:
+		c.Number = uint64(g.rng.IntN(2))
+	default:
+		cands := []uint64{0, 1, 2, r.version, r.create, r.mod, g.m.rev}
+		c.Number = cands[g.rng.IntN(len(cands))]
+	}
+	return c
+}
+
+func (g *txnGen) op() *shalev1.RequestOp {
+	switch n := g.rng.IntN(20); {
+	case n < 9:
+		var ttl int64
+		if g.rng.IntN(3) == 0 {
+			ttl = 1 + g.rng.Int64N(60)
+		}
+		return putOp(g.key(), g.value(), ttl, g.rng.IntN(2) == 0)
+	case n < 13:
+		return delOp(g.key(), g.rng.IntN(2) == 0)
+	case n < 15:
+		a, b := g.key(), g.key()
+		if a > b {
+			a, b = b, a
+		}
+		switch g.rng.IntN(6) {
+		case 0:
+			b = ""
+		case 1:
+			a = ""
+		case 2:
+			b = a // rejected: empty range
+		}
+		return delRangeOp(a, b)
+	default:
+		return getOp(g.key())
+	}
+}
+
+func (g *txnGen) txn(now int64) *shalev1.TxnRequest {
+	t := &shalev1.TxnRequest{}
+	for range g.rng.IntN(3) {
+		t.Compares = append(t.Compares, g.compare(now))
+	}
+	for range g.rng.IntN(5) {
+		t.Success = append(t.Success, g.op())
+	}
+	for range g.rng.IntN(3) {
+		t.Failure = append(t.Failure, g.op())
+	}
+	return t
+}
+
+func TestModelTxn(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, 400) })
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 77))
+	env := newTestEnv(t, nil)
+	desc := userDesc(7, "k05", "k35")
+	s := env.bootstrap("shard", desc, 0)
+	f := newFeeder(s)
+	m := newModel(desc)
+	g := &txnGen{rng: rng, m: m}
+	now := int64(1_700_000_000_000_000_000)
+
+	for step := range steps {
+		n := 1 + rng.IntN(4)
+		var entries []replication.Entry
+		var want []*shalev1.CommandResult // nil for entries without a result
+		for range n {
+			now += rng.Int64N(20e6) - 2e6 // mostly forward, sometimes back
+			switch k := rng.IntN(20); {
+			case k == 0:
+				entries = append(entries, f.entry(nil))
+				want = append(want, nil)
+			case k == 1:
+				entries = append(entries, f.entry(marshalCmd(t, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_Noop{Noop: true}})))
+				want = append(want, nil)
+			case k == 2:
+				entries = append(entries, f.entry([]byte{0xff, 0xff, 0xff}))
+				want = append(want, &shalev1.CommandResult{ErrorCode: uint32(codes.InvalidArgument)})
+			default:
+				txn := g.txn(now)
+				entries = append(entries, f.entry(marshalCmd(t, txnCmd(now, txn))))
+				want = append(want, m.applyTxn(txn, now))
+			}
+		}
+		res, err := s.Apply(entries)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		for i, w := range want {
+			got, _ := res[i].(*shalev1.CommandResult)
+			switch {
+			case w == nil:
+				if res[i] != nil {
+					t.Fatalf("step %d entry %d: result %v, want none", step, i, res[i])
+				}
+			case w.ErrorCode != 0:
+				if got == nil || got.ErrorCode != w.ErrorCode || got.Txn != nil {
+					t.Fatalf("step %d entry %d: result %v, want error code %d", step, i, got, w.ErrorCode)
+				}
+			default:
+				if got == nil || !proto.Equal(got, w) {
+					t.Fatalf("step %d entry %d: result\n%v\nwant\n%v", step, i, got, w)
+				}
+			}
+		}
+		if s.Revision() != m.rev {
+			t.Fatalf("step %d: revision %d, want %d", step, s.Revision(), m.rev)
+		}
+		if st := s.AppliedState(); st.Index != f.index {
+			t.Fatalf("step %d: applied index %d, want %d", step, st.Index, f.index)
+		}
+		checkReads(t, s, m, rng, now)
+		if step%25 == 0 {
+			if got := dataDump(t, s); !maps.Equal(got, m.kv) {
+				t.Fatalf("step %d: stored records differ: %s", step, diffMaps(got, m.kv))
+			}
+		}
+		switch rng.IntN(60) {
+		case 0: // reopen in the middle
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = env.open("shard", 0)
+			st := s.AppliedState()
+			if st.Index != f.index || st.Term != f.term || s.Revision() != m.rev || !proto.Equal(st.Descriptor, desc) {
+				t.Fatalf("step %d: after reopen applied (%d, %d) rev %d desc %v; want (%d, %d) rev %d",
+					step, st.Index, st.Term, s.Revision(), st.Descriptor, f.index, f.term, m.rev)
+			}
+			if got := dataDump(t, s); !maps.Equal(got, m.kv) {
+				t.Fatalf("step %d: stored records differ after reopen: %s", step, diffMaps(got, m.kv))
+			}
+		case 1:
+			idx, err := s.Flush()
+			if err != nil || idx != f.index {
+				t.Fatalf("flush: %d, %v; want %d", idx, err, f.index)
+			}
+		}
+	}
+	if got := dataDump(t, s); !maps.Equal(got, m.kv) {
+		t.Fatalf("stored records differ: %s", diffMaps(got, m.kv))
+	}
+}
+
+// checkReads compares a few Gets and a full Scan (both directions) with the
+// model.
+func checkReads(t *testing.T, s *Shard, m *model, rng *rand.Rand, now int64) {
+	t.Helper()
+	for range 3 {
+		k := fmt.Sprintf("k%02d", 5+rng.IntN(30))
+		kv, rev, err := s.Get([]byte(k), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want *shalev1.KeyValue
+		if r, ok := m.live(k, now); ok {
+			want = m.kvOf(k, r)
+		}
+		if !proto.Equal(kv, want) || rev != m.rev {
+			t.Fatalf("Get(%s) = %v rev %d, want %v rev %d", k, kv, rev, want, m.rev)
+		}
+	}
+	var want []*shalev1.KeyValue
+	for _, k := range slices.Sorted(maps.Keys(m.kv)) {
+		if r, ok := m.live(k, now); ok {
+			want = append(want, m.kvOf(k, r))
+		}
+	}
+	for _, reverse := range []bool{false, true} {
+		kvs, _, more, rev, err := s.Scan(ScanParams{Reverse: reverse, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reverse {
+			slices.Reverse(kvs)
+		}
+		if more || rev != m.rev || len(kvs) != len(want) {
+			t.Fatalf("Scan(reverse=%v): %d keys more=%v rev %d; want %d keys rev %d", reverse, len(kvs), more, rev, len(want), m.rev)
+		}
+		for i := range kvs {
+			if !proto.Equal(kvs[i], want[i]) {
+				t.Fatalf("Scan(reverse=%v)[%d] = %v, want %v", reverse, i, kvs[i], want[i])
+			}
+		}
+	}
+}

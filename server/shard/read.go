@@ -1,0 +1,385 @@
+package shard
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/storage"
+)
+
+// DefaultScanMaxBytes is the page size bound of Scan when
+// ScanParams.MaxBytes is not positive.
+const DefaultScanMaxBytes = 4 << 20
+
+// readView is one consistent point of the engine for a read: a snapshot,
+// plus the descriptor in force. release must be called when done.
+type readView struct {
+	snap *storage.Snapshot
+	desc *shalev1.ShardDescriptor
+	s    *Shard
+}
+
+// view pins the engine (against Restore and Close) and takes a snapshot.
+func (s *Shard) view() (*readView, error) {
+	s.dbMu.RLock()
+	if s.db == nil {
+		s.dbMu.RUnlock()
+		return nil, ErrClosed
+	}
+	return &readView{snap: s.db.NewSnapshot(), desc: s.st.Load().desc, s: s}, nil
+}
+
+func (v *readView) release() {
+	_ = v.snap.Close()
+	v.s.dbMu.RUnlock()
+}
+
+// userRange returns the shard's user-key range, or an error for a replica
+// without one (uninitialized or the system shard).
+func (v *readView) userRange() (keyRange, error) {
+	if v.desc == nil {
+		return keyRange{}, ErrUninitialized
+	}
+	if v.desc.GetSystem() {
+		return keyRange{}, fmt.Errorf("%w: the system shard holds no user keys", ErrKeyOutsideShard)
+	}
+	return shardRange(v.desc), nil
+}
+
+// revision reads the shard revision at the view's point.
+func (v *readView) revision() (uint64, error) {
+	b, ok, err := getOpt(v.snap, keyRevision)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: revision record is %d bytes", ErrCorrupt, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// get reads one user key at the view's point; nil when absent or expired.
+func (v *readView) get(key []byte, now int64) (*shalev1.KeyValue, error) {
+	raw, ok, err := getOpt(v.snap, dataKey(key))
+	if err != nil || !ok {
+		return nil, err
+	}
+	sv, err := decodeValue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("shard: key %q: %w", key, err)
+	}
+	if sv.expired(now) {
+		return nil, nil
+	}
+	return keyValue(key, &sv, false), nil
+}
+
+// Get reads key at one point of the shard's history: it returns the key's
+// value (nil when absent or expired at nowUnixNanos) and the shard revision
+// at that same point. A key outside the shard's range returns an error
+// wrapping ErrKeyOutsideShard.
+func (s *Shard) Get(key []byte, nowUnixNanos int64) (*shalev1.KeyValue, uint64, error) {
+	v, err := s.view()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer v.release()
+	rng, err := v.userRange()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !rng.contains(key) {
+		return nil, 0, fmt.Errorf("%w: key %q, shard [%q, %q)", ErrKeyOutsideShard, key, rng.start, rng.end)
+	}
+	kv, err := v.get(key, nowUnixNanos)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev, err := v.revision()
+	if err != nil {
+		return nil, 0, err
+	}
+	return kv, rev, nil
+}
+
+// MultiGet reads keys at one point of the shard's history: kvs[i] is the
+// value of keys[i] (nil when absent or expired at nowUnixNanos), and rev the
+// revision at that point. Every key must be inside the shard's range
+// (otherwise an error wrapping ErrKeyOutsideShard, and no results).
+func (s *Shard) MultiGet(keys [][]byte, nowUnixNanos int64) (kvs []*shalev1.KeyValue, rev uint64, err error) {
+	v, err := s.view()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer v.release()
+	rng, err := v.userRange()
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, k := range keys {
+		if !rng.contains(k) {
+			return nil, 0, fmt.Errorf("%w: key %q, shard [%q, %q)", ErrKeyOutsideShard, k, rng.start, rng.end)
+		}
+	}
+	kvs = make([]*shalev1.KeyValue, len(keys))
+	for i, k := range keys {
+		if kvs[i], err = v.get(k, nowUnixNanos); err != nil {
+			return nil, 0, err
+		}
+	}
+	rev, err = v.revision()
+	if err != nil {
+		return nil, 0, err
+	}
+	return kvs, rev, nil
+}
+
+// ScanParams describe one page of a range scan.
+type ScanParams struct {
+	// Start and End bound the range [Start, End); an empty End is the end of
+	// the key space. The range is clipped to the shard's range.
+	Start, End []byte
+	// Reverse returns keys in descending order.
+	Reverse bool
+	// Limit caps the number of keys returned; 0 or less means no cap.
+	Limit int
+	// KeysOnly omits values (the revisions are still returned).
+	KeysOnly bool
+	// MaxBytes caps the total key plus value bytes of the page: a key that
+	// would take the page over it is left for the next page, except that the
+	// first key is always returned. 0 or less means DefaultScanMaxBytes.
+	MaxBytes int
+	// Now is the time (Unix nanoseconds) expiry is judged at: keys expired
+	// at Now are skipped.
+	Now int64
+}
+
+// Scan returns one page of the keys in the range at one point of the
+// shard's history, in key order (descending with Reverse), skipping expired
+// keys, bounded by Limit and MaxBytes. When the page stops early, more is
+// true and resumeKey says where to continue within the clipped range: the
+// first key not yet read (forward: the next page's Start) or the last key
+// returned (reverse: the next page's exclusive End). more can be true when
+// the keys left are all expired. A range with no overlap with the shard
+// returns an error wrapping ErrKeyOutsideShard, unless it is empty itself.
+// revision is the shard revision at the scan's point.
+func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, more bool, revision uint64, err error) {
+	v, err := s.view()
+	if err != nil {
+		return nil, nil, false, 0, err
+	}
+	defer v.release()
+	rng, err := v.userRange()
+	if err != nil {
+		return nil, nil, false, 0, err
+	}
+	want := keyRange{start: p.Start, end: endOrNil(p.End)}
+	if want.start == nil {
+		want.start = []byte{}
+	}
+	revision, err = v.revision()
+	if err != nil {
+		return nil, nil, false, 0, err
+	}
+	if want.end != nil && bytes.Compare(want.start, want.end) >= 0 {
+		return nil, nil, false, revision, nil
+	}
+	r, ok := rng.intersect(want)
+	if !ok {
+		return nil, nil, false, 0, fmt.Errorf("%w: range [%q, %q), shard [%q, %q)",
+			ErrKeyOutsideShard, want.start, want.end, rng.start, rng.end)
+	}
+	maxBytes := p.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultScanMaxBytes
+	}
+	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dataKey(r.start), UpperBound: dataBound(r.end)})
+	if err != nil {
+		return nil, nil, false, 0, err
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	var size int
+	valid, step := it.First, it.Next
+	if p.Reverse {
+		valid, step = it.Last, it.Prev
+	}
+	for ok := valid(); ok; ok = step() {
+		ek := it.Key()
+		if p.Limit > 0 && len(kvs) >= p.Limit {
+			more = true
+			break
+		}
+		sv, derr := decodeValue(it.Value())
+		if derr != nil {
+			return nil, nil, false, 0, fmt.Errorf("shard: key %q: %w", ek[1:], derr)
+		}
+		if sv.expired(p.Now) {
+			continue
+		}
+		n := len(ek) - 1
+		if !p.KeysOnly {
+			n += len(sv.value)
+		}
+		if len(kvs) > 0 && size+n > maxBytes {
+			more = true
+			break
+		}
+		size += n
+		kvs = append(kvs, keyValue(ek[1:], &sv, p.KeysOnly))
+	}
+	if err := it.Error(); err != nil {
+		return nil, nil, false, 0, fmt.Errorf("shard: scan: %w", err)
+	}
+	if more {
+		if p.Reverse {
+			resumeKey = bytes.Clone(kvs[len(kvs)-1].Key)
+		} else {
+			resumeKey = bytes.Clone(it.Key()[1:])
+		}
+		if resumeKey == nil {
+			resumeKey = []byte{}
+		}
+	}
+	return kvs, resumeKey, more, revision, nil
+}
+
+// SizeBytes returns the engine's on-disk size: the bytes of its SST files
+// (memtables and WAL not counted), from the engine's metrics.
+func (s *Shard) SizeBytes() uint64 {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return 0
+	}
+	m := s.db.Metrics()
+	var n uint64
+	for _, l := range m.Levels {
+		n += l.Bytes
+	}
+	return n
+}
+
+// Nodes returns the node descriptors held by the system shard, by node ID,
+// read at one point. It fails with ErrNotSystemShard on other shards.
+func (s *Shard) Nodes() ([]*shalev1.NodeDescriptor, error) {
+	var out []*shalev1.NodeDescriptor
+	err := s.scanSystem(nodePrefix, func(b []byte) error {
+		n := &shalev1.NodeDescriptor{}
+		if err := proto.Unmarshal(b, n); err != nil {
+			return err
+		}
+		out = append(out, n)
+		return nil
+	})
+	return out, err
+}
+
+// Shards returns the shard descriptors held by the system shard, by shard
+// ID, read at one point. It fails with ErrNotSystemShard on other shards.
+func (s *Shard) Shards() ([]*shalev1.ShardDescriptor, error) {
+	var out []*shalev1.ShardDescriptor
+	err := s.scanSystem(shardPrefix, func(b []byte) error {
+		d := &shalev1.ShardDescriptor{}
+		if err := proto.Unmarshal(b, d); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+func (s *Shard) scanSystem(prefix []byte, fn func([]byte) error) (err error) {
+	v, err := s.view()
+	if err != nil {
+		return err
+	}
+	defer v.release()
+	if v.desc == nil {
+		return ErrUninitialized
+	}
+	if !v.desc.GetSystem() {
+		return ErrNotSystemShard
+	}
+	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Value()); err != nil {
+			return fmt.Errorf("%w: system record %q: %v", ErrCorrupt, it.Key(), err)
+		}
+	}
+	return it.Error()
+}
+
+// Checksum returns a checksum of the shard's replicated data at one point:
+// every user key with its stored record (value, revisions, expiry, expired
+// keys included) and the system shard's records. Replicas that applied the
+// same entries have equal checksums. It reads the whole shard; it is meant
+// for tests and consistency checks.
+func (s *Shard) Checksum() (uint64, error) {
+	v, err := s.view()
+	if err != nil {
+		return 0, err
+	}
+	defer v.release()
+	h := sha256.New()
+	var lenBuf [binary.MaxVarintLen64]byte
+	for _, span := range [][2][]byte{{{prefixData}, {prefixData + 1}}, {{prefixSystem}, {prefixSystem + 1}}} {
+		if err := hashSpan(v.snap, span[0], span[1], func(k, val []byte) {
+			h.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
+			h.Write(k)
+			h.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(val)))])
+			h.Write(val)
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)), nil
+}
+
+// hashSpan calls fn for every engine key in [lo, hi) of snap, in order.
+func hashSpan(snap *storage.Snapshot, lo, hi []byte, fn func(k, v []byte)) (err error) {
+	it, err := snap.NewIter(&storage.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	for ok := it.First(); ok; ok = it.Next() {
+		fn(it.Key(), it.Value())
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("shard: checksum: %w", err)
+	}
+	return nil
+}
+
+// EngineMetrics returns the storage engine's metrics, or nil while the
+// shard is closed.
+func (s *Shard) EngineMetrics() *storage.Metrics {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Metrics()
+}

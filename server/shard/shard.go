@@ -1,0 +1,658 @@
+package shard
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/storage"
+	"github.com/shale-db/shale/storage/vfs"
+)
+
+var _ replication.StateMachine = (*Shard)(nil)
+
+// DefaultDedupCapacity is the number of request IDs the deduplication table
+// keeps when Options.DedupCapacity is zero.
+const DefaultDedupCapacity = 100_000
+
+// Errors returned by the read methods and lifecycle calls.
+var (
+	// ErrClosed is returned by calls on a closed Shard.
+	ErrClosed = errors.New("shard: closed")
+	// ErrUninitialized is returned by reads of a replica that has no
+	// descriptor yet (opened with OpenEmpty and not yet Restored).
+	ErrUninitialized = errors.New("shard: uninitialized replica (no descriptor)")
+	// ErrKeyOutsideShard is returned by reads of keys or ranges that are not
+	// inside the shard's [start, end) (and by user reads of the system shard,
+	// which has no user keys).
+	ErrKeyOutsideShard = errors.New("shard: key outside shard")
+	// ErrNotSystemShard is returned by Nodes and Shards on a user shard.
+	ErrNotSystemShard = errors.New("shard: not the system shard")
+	// ErrNoMetadata is returned by Open (and Restore) when the engine holds no
+	// shard metadata (it was never bootstrapped or restored).
+	ErrNoMetadata = errors.New("shard: no shard metadata")
+)
+
+// Options configure a Shard.
+type Options struct {
+	// Storage is the template of the engine's options; it is copied, never
+	// modified. The caller sets Shared (the node's shared caches and
+	// workers) and FS. Nil means storage defaults. Every directory operation
+	// of the Shard (Restore's renames included) goes through Storage.FS.
+	Storage *storage.Options
+	// DedupCapacity bounds the request-deduplication table; the oldest entry
+	// is evicted first. Every replica of a shard must use the same value, or
+	// replicas would disagree on which retried requests are duplicates.
+	// Default DefaultDedupCapacity.
+	DedupCapacity int
+	// Logger receives the shard's logs. Default slog.Default(). It is also
+	// the engine's logger when Storage.Logger is nil.
+	Logger *slog.Logger
+}
+
+// state is the applied state of a shard: an immutable value, replaced as a
+// whole after every successful Apply (readers load it without locks).
+type state struct {
+	index, term uint64
+	conf        *raftpb.ConfState        // never nil; never mutated once published
+	desc        *shalev1.ShardDescriptor // nil until initialized; never mutated once published
+	rev         uint64
+	// dedupOldest and dedupNext bound the live insertion sequence numbers of
+	// the dedup table: [dedupOldest, dedupNext).
+	dedupOldest, dedupNext uint64
+	// confBytes and descBytes cache the encodings of conf and desc.
+	confBytes, descBytes []byte
+}
+
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+func (st *state) setConf(cs *raftpb.ConfState) error {
+	b, err := marshalOpts.Marshal(cs)
+	if err != nil {
+		return fmt.Errorf("shard: encode conf state: %w", err)
+	}
+	st.conf, st.confBytes = cs, b
+	return nil
+}
+
+func (st *state) setDesc(d *shalev1.ShardDescriptor) error {
+	if d == nil {
+		st.desc, st.descBytes = nil, nil
+		return nil
+	}
+	b, err := marshalOpts.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("shard: encode descriptor: %w", err)
+	}
+	st.desc, st.descBytes = d, b
+	return nil
+}
+
+// writeMeta stages every metadata record of st into b.
+func (st *state) writeMeta(b *storage.Batch) {
+	b.Set(keyFormat, []byte{formatVersion})
+	var buf [16]byte
+	binary.BigEndian.PutUint64(buf[:8], st.index)
+	binary.BigEndian.PutUint64(buf[8:], st.term)
+	b.Set(keyApplied, buf[:])
+	b.Set(keyConfState, st.confBytes)
+	if st.desc != nil {
+		b.Set(keyDescriptor, st.descBytes)
+	}
+	binary.BigEndian.PutUint64(buf[:8], st.rev)
+	b.Set(keyRevision, buf[:8])
+	binary.BigEndian.PutUint64(buf[:8], st.dedupOldest)
+	binary.BigEndian.PutUint64(buf[8:], st.dedupNext)
+	b.Set(keyDedupBounds, buf[:])
+}
+
+// getter is what loadState reads from: a DB or a snapshot.
+type getter interface {
+	Get(key []byte) ([]byte, error)
+}
+
+// getOpt reads key, returning nil, false for an absent key.
+func getOpt(g getter, key []byte) ([]byte, bool, error) {
+	v, err := g.Get(key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+// loadState reads the applied state from the engine. found is false when
+// the engine holds no shard metadata.
+func loadState(g getter) (_ *state, found bool, _ error) {
+	f, ok, err := getOpt(g, keyFormat)
+	if err != nil {
+		return nil, false, fmt.Errorf("shard: read metadata: %w", err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	if len(f) != 1 || f[0] != formatVersion {
+		return nil, false, fmt.Errorf("%w: unsupported metadata format %x", ErrCorrupt, f)
+	}
+	st := &state{}
+	applied, ok, err := getOpt(g, keyApplied)
+	if err != nil {
+		return nil, false, fmt.Errorf("shard: read applied state: %w", err)
+	}
+	if !ok || len(applied) != 16 {
+		return nil, false, fmt.Errorf("%w: applied state record missing or %d bytes", ErrCorrupt, len(applied))
+	}
+	st.index = binary.BigEndian.Uint64(applied[:8])
+	st.term = binary.BigEndian.Uint64(applied[8:])
+
+	cs := &raftpb.ConfState{}
+	if b, ok, err := getOpt(g, keyConfState); err != nil {
+		return nil, false, fmt.Errorf("shard: read conf state: %w", err)
+	} else if ok {
+		if err := proto.Unmarshal(b, cs); err != nil {
+			return nil, false, fmt.Errorf("%w: conf state: %v", ErrCorrupt, err)
+		}
+	}
+	if err := st.setConf(cs); err != nil {
+		return nil, false, err
+	}
+	if b, ok, err := getOpt(g, keyDescriptor); err != nil {
+		return nil, false, fmt.Errorf("shard: read descriptor: %w", err)
+	} else if ok {
+		d := &shalev1.ShardDescriptor{}
+		if err := proto.Unmarshal(b, d); err != nil {
+			return nil, false, fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
+		}
+		if err := st.setDesc(d); err != nil {
+			return nil, false, err
+		}
+	}
+	if b, ok, err := getOpt(g, keyRevision); err != nil {
+		return nil, false, fmt.Errorf("shard: read revision: %w", err)
+	} else if ok {
+		if len(b) != 8 {
+			return nil, false, fmt.Errorf("%w: revision record is %d bytes", ErrCorrupt, len(b))
+		}
+		st.rev = binary.BigEndian.Uint64(b)
+	}
+	if b, ok, err := getOpt(g, keyDedupBounds); err != nil {
+		return nil, false, fmt.Errorf("shard: read dedup bounds: %w", err)
+	} else if ok {
+		if len(b) != 16 {
+			return nil, false, fmt.Errorf("%w: dedup bounds record is %d bytes", ErrCorrupt, len(b))
+		}
+		st.dedupOldest = binary.BigEndian.Uint64(b[:8])
+		st.dedupNext = binary.BigEndian.Uint64(b[8:])
+		if st.dedupOldest > st.dedupNext {
+			return nil, false, fmt.Errorf("%w: dedup bounds [%d, %d)", ErrCorrupt, st.dedupOldest, st.dedupNext)
+		}
+	}
+	return st, true, nil
+}
+
+// emptyState is the state of an uninitialized replica.
+func emptyState() *state {
+	st := &state{}
+	_ = st.setConf(&raftpb.ConfState{})
+	return st
+}
+
+// Shard is one shard replica's state machine: a storage engine holding the
+// shard's data and metadata, with the deterministic apply logic of KV and
+// system commands. It implements replication.StateMachine.
+//
+// Apply, Restore and Close are serialised with each other; Flush,
+// Checkpoint and AppliedState may run concurrently with Apply (they wait
+// for Restore and Close). The read methods (Get, MultiGet, Scan, Nodes,
+// Shards, Checksum, ...) are safe to call concurrently with all of them and
+// with each other; each read sees the engine at a single point in its
+// history.
+type Shard struct {
+	dir      string
+	fs       vfs.FS
+	engOpts  storage.Options
+	log      *slog.Logger
+	dedupCap uint64
+
+	// applyMu serialises Apply, Restore and Close.
+	applyMu sync.Mutex
+
+	// failMu guards failed, the error that stopped the Shard: every later
+	// Apply, Flush and Checkpoint returns it.
+	failMu sync.Mutex
+	failed error
+
+	// dbMu guards the db pointer: readers, Flush and Checkpoint hold it
+	// shared while they use the engine; Restore and Close hold it
+	// exclusively to swap or close it. Apply reads db under applyMu alone
+	// (only applyMu holders change it).
+	dbMu sync.RWMutex
+	db   *storage.DB
+
+	st atomic.Pointer[state]
+}
+
+// failure returns the error that stopped the Shard, if any.
+func (s *Shard) failure() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+// fail records err as the error that stops the Shard and returns it.
+func (s *Shard) fail(err error) error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	s.failed = err
+	return err
+}
+
+func newShard(dir string, opts Options) *Shard {
+	s := &Shard{dir: filepath.Clean(dir), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if opts.Storage != nil {
+		s.engOpts = *opts.Storage
+	}
+	if s.engOpts.Logger == nil {
+		s.engOpts.Logger = s.log
+	}
+	s.fs = s.engOpts.FS
+	if s.fs == nil {
+		s.fs = vfs.Default
+	}
+	s.dedupCap = DefaultDedupCapacity
+	if opts.DedupCapacity > 0 {
+		s.dedupCap = uint64(opts.DedupCapacity)
+	}
+	return s
+}
+
+// engineOptions returns a fresh copy of the engine options.
+func (s *Shard) engineOptions() *storage.Options {
+	o := s.engOpts
+	return &o
+}
+
+// Bootstrap creates a new shard engine in dir, which must not exist, with
+// the applied state st (index, term, configuration and descriptor; the
+// descriptor is required) written durably (synced) before it returns. It is
+// used for the initial shards of a new cluster.
+func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, error) {
+	if st.Descriptor == nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: a descriptor is required", dir)
+	}
+	s := newShard(dir, opts)
+	if _, err := s.fs.Stat(s.dir); err == nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: directory already exists", dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	}
+	o := s.engineOptions()
+	o.ErrorIfExists = true
+	db, err := storage.Open(s.dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	}
+	ns := &state{index: st.Index, term: st.Term}
+	err = ns.setConf(cloneConfState(st.ConfState))
+	if err == nil {
+		err = ns.setDesc(proto.CloneOf(st.Descriptor))
+	}
+	if err == nil {
+		b := storage.NewBatch()
+		ns.writeMeta(b)
+		err = db.Apply(b, storage.Sync)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	}
+	s.db = db
+	s.st.Store(ns)
+	return s, nil
+}
+
+// Open opens an existing shard engine in dir and loads its applied state.
+// It fails with an error wrapping ErrNoMetadata when the engine holds no
+// shard metadata, and with the engine's error when dir holds no engine. It first completes or rolls back a
+// Restore interrupted by a crash (see Restore).
+func Open(dir string, opts Options) (*Shard, error) {
+	s := newShard(dir, opts)
+	if err := s.recoverRestore(); err != nil {
+		return nil, err
+	}
+	o := s.engineOptions()
+	o.ErrorIfNotExists = true
+	if err := s.openEngine(o, true); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenEmpty opens the engine in dir, creating it if needed, for a replica
+// created on demand (a new learner receiving its first message). Until a
+// snapshot is Restored, AppliedState is zero with a nil descriptor. If the
+// engine already holds shard metadata (the replica was restored before a
+// restart), that state is loaded, as Open does.
+func OpenEmpty(dir string, opts Options) (*Shard, error) {
+	s := newShard(dir, opts)
+	if err := s.recoverRestore(); err != nil {
+		return nil, err
+	}
+	if err := s.openEngine(s.engineOptions(), false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openEngine opens the engine in s.dir and loads its state; with
+// requireMeta, missing metadata is an error.
+func (s *Shard) openEngine(o *storage.Options, requireMeta bool) error {
+	db, err := storage.Open(s.dir, o)
+	if err != nil {
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
+	st, found, err := loadState(db)
+	if err == nil && !found {
+		if requireMeta {
+			err = ErrNoMetadata
+		} else {
+			st = emptyState()
+		}
+	}
+	if err != nil {
+		_ = db.Close()
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
+	s.db = db
+	s.st.Store(st)
+	return nil
+}
+
+// AppliedState reports the last applied entry, the configuration and the
+// descriptor after it, as last made visible by Apply, Bootstrap, Open or
+// Restore. The returned values are copies the caller may keep and modify.
+func (s *Shard) AppliedState() replication.AppliedState {
+	st := s.st.Load()
+	return replication.AppliedState{
+		Index:      st.index,
+		Term:       st.term,
+		ConfState:  cloneConfState(st.conf),
+		Descriptor: cloneDesc(st.desc),
+	}
+}
+
+// Descriptor returns a copy of the shard's current descriptor, nil for an
+// uninitialized replica.
+func (s *Shard) Descriptor() *shalev1.ShardDescriptor { return cloneDesc(s.st.Load().desc) }
+
+// Revision returns the shard's revision after the last applied command: the
+// number of applied commands that wrote something.
+func (s *Shard) Revision() uint64 { return s.st.Load().rev }
+
+// Dir returns the directory of the shard's engine.
+func (s *Shard) Dir() string { return s.dir }
+
+// Flush makes every applied command durable in the engine's SSTs (without
+// the Raft log or the unsynced shard WAL) and returns the applied index that
+// is now durable: the Raft log may be truncated up to it. It may run
+// concurrently with Apply; commands applied meanwhile may or may not be
+// flushed, but the returned index is always covered.
+func (s *Shard) Flush() (uint64, error) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if err := s.failure(); err != nil {
+		return 0, err
+	}
+	if s.db == nil {
+		return 0, ErrClosed
+	}
+	// Apply publishes an index only after its batch is in the memtable, and
+	// the engine's Flush seals every memtable holding batches committed
+	// before it starts, so the index read here is covered.
+	index := s.st.Load().index
+	if err := s.db.Flush(); err != nil {
+		return 0, fmt.Errorf("shard: flush %s: %w", s.dir, err)
+	}
+	return index, nil
+}
+
+// Checkpoint writes an openable copy of the engine into dir (which must not
+// exist; on the same filesystem) and returns the applied state the copy
+// holds, read from the copy itself (opened read-only), so the state and the
+// data always describe the same applied index. It may run concurrently with
+// Apply, which it pauses only while the engine takes its cut (SSTs are
+// hard-linked).
+func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if err := s.failure(); err != nil {
+		return replication.AppliedState{}, err
+	}
+	if s.db == nil {
+		return replication.AppliedState{}, ErrClosed
+	}
+	if _, err := s.db.Checkpoint(dir); err != nil {
+		return replication.AppliedState{}, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
+	}
+	st, err := s.readCheckpoint(dir)
+	if err != nil {
+		return replication.AppliedState{}, err
+	}
+	return replication.AppliedState{
+		Index:      st.index,
+		Term:       st.term,
+		ConfState:  st.conf,
+		Descriptor: st.desc,
+	}, nil
+}
+
+// readCheckpoint opens the engine copy in dir read-only and returns its
+// applied state; a copy without shard metadata is an error.
+func (s *Shard) readCheckpoint(dir string) (*state, error) {
+	o := s.engineOptions()
+	o.ErrorIfNotExists = true
+	db, err := storage.OpenReadOnly(dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("shard: open checkpoint %s: %w", dir, err)
+	}
+	defer func() { _ = db.Close() }()
+	st, found, err := loadState(db)
+	if err != nil {
+		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, err)
+	}
+	if !found || st.desc == nil {
+		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, ErrNoMetadata)
+	}
+	return st, nil
+}
+
+// restoreOldSuffix names the old engine directory set aside by Restore.
+const restoreOldSuffix = ".restore-old"
+
+// Restore replaces the shard's whole state with the checkpoint in dir (made
+// by Checkpoint on another replica of the same shard). The checkpoint is
+// validated first (it must hold shard metadata for the same shard ID); if
+// it is invalid, dir is deleted and the current state is kept. Otherwise
+// the engine is closed, its directory renamed aside, dir renamed into its
+// place, the parent directory synced, the old directory deleted, and the
+// engine reopened: after a nil return AppliedState reports the copy's
+// state. A crash in the middle leaves either the old or the new engine in
+// place, which the next Open or OpenEmpty completes. An error after the
+// engine was closed leaves the Shard failed (every Apply returns an error),
+// unless the new engine never moved in and the old one could be reopened.
+func (s *Shard) Restore(dir string) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	dir = filepath.Clean(dir)
+	if dir == s.dir {
+		return fmt.Errorf("shard: restore %s: checkpoint is the engine directory", dir)
+	}
+	if err := s.validateCheckpoint(dir); err != nil {
+		if rerr := s.fs.RemoveAll(dir); rerr != nil {
+			s.log.Warn("shard: removing rejected checkpoint", "dir", dir, "err", rerr)
+		}
+		return err
+	}
+
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if err := s.db.Close(); err != nil {
+		// The old engine is discarded anyway.
+		s.log.Warn("shard: closing engine for restore", "dir", s.dir, "err", err)
+	}
+	s.db = nil
+	if movedIn, err := s.swapDirs(dir); err != nil {
+		if !movedIn {
+			// The old engine is still (or again) in place: keep serving it.
+			if oerr := s.openEngine(s.engineOptions(), true); oerr == nil {
+				return err
+			}
+		}
+		return s.fail(err)
+	}
+	if err := s.openEngine(s.engineOptions(), true); err != nil {
+		return s.fail(err)
+	}
+	s.fail(nil) // a restored engine is healthy again
+	return nil
+}
+
+// validateCheckpoint checks that dir holds an engine with shard metadata
+// for this shard.
+func (s *Shard) validateCheckpoint(dir string) error {
+	st, err := s.readCheckpoint(dir)
+	if err != nil {
+		return fmt.Errorf("shard: restore: %w", err)
+	}
+	if cur := s.st.Load().desc; cur != nil && cur.ShardId != st.desc.ShardId {
+		return fmt.Errorf("shard: restore from %s: checkpoint of shard %d into shard %d", dir, st.desc.ShardId, cur.ShardId)
+	}
+	return nil
+}
+
+// swapDirs moves the engine directory aside, moves dir into its place,
+// syncs the parents and deletes the old directory. movedIn reports whether
+// dir replaced the engine directory (on error, false means the old engine
+// is back in place).
+func (s *Shard) swapDirs(dir string) (movedIn bool, _ error) {
+	old := s.dir + restoreOldSuffix
+	if err := s.fs.RemoveAll(old); err != nil {
+		return false, fmt.Errorf("shard: restore: remove stale %s: %w", old, err)
+	}
+	if err := s.fs.Rename(s.dir, old); err != nil {
+		return false, fmt.Errorf("shard: restore: set aside %s: %w", s.dir, err)
+	}
+	if err := s.fs.Rename(dir, s.dir); err != nil {
+		err = fmt.Errorf("shard: restore: move %s into place: %w", dir, err)
+		// Put the old engine back.
+		if rerr := s.fs.Rename(old, s.dir); rerr != nil {
+			return true, errors.Join(err, fmt.Errorf("put old engine back: %w", rerr))
+		}
+		return false, err
+	}
+	parents := []string{filepath.Dir(s.dir)}
+	if p := filepath.Dir(dir); p != parents[0] {
+		parents = append(parents, p)
+	}
+	for _, p := range parents {
+		if err := syncDir(s.fs, p); err != nil {
+			return true, fmt.Errorf("shard: restore: %w", err)
+		}
+	}
+	if err := s.fs.RemoveAll(old); err != nil {
+		s.log.Warn("shard: restore: removing old engine", "dir", old, "err", err)
+	}
+	return true, nil
+}
+
+// recoverRestore finishes a Restore interrupted by a crash: if the engine
+// directory is missing but the old one set aside exists, the old one is put
+// back; if both exist, the set-aside one is deleted.
+func (s *Shard) recoverRestore() error {
+	old := s.dir + restoreOldSuffix
+	if _, err := s.fs.Stat(old); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
+	if _, err := s.fs.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("shard: rolling back an interrupted restore", "dir", s.dir)
+		if err := s.fs.Rename(old, s.dir); err != nil {
+			return fmt.Errorf("shard: open %s: roll back restore: %w", s.dir, err)
+		}
+		return syncDir(s.fs, filepath.Dir(s.dir))
+	} else if err != nil {
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
+	if err := s.fs.RemoveAll(old); err != nil {
+		return fmt.Errorf("shard: open %s: remove %s: %w", s.dir, old, err)
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Close closes the engine (its WAL is synced, so a clean Close loses
+// nothing applied). Reads afterwards return ErrClosed; closing twice is a
+// no-op.
+func (s *Shard) Close() error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	if err != nil {
+		return fmt.Errorf("shard: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+func cloneDesc(d *shalev1.ShardDescriptor) *shalev1.ShardDescriptor {
+	if d == nil {
+		return nil
+	}
+	return proto.CloneOf(d)
+}
+
+func cloneConfState(cs *raftpb.ConfState) *raftpb.ConfState {
+	if cs == nil {
+		return &raftpb.ConfState{}
+	}
+	return proto.CloneOf(cs)
+}
