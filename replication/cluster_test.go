@@ -623,3 +623,40 @@ func TestQuiescence(t *testing.T) {
 	}
 	c.leader(3, rest...)
 }
+
+func TestLossyNetworkConverges(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.leader(1)
+	// 20% of batches dropped, the rest delayed and reordered by up to 15ms.
+	c.net.SetDropRate(0.2)
+	c.net.SetDelay(0, 15*time.Millisecond)
+	for i := 0; i < 100; i++ {
+		c.propose(1, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	// A one-way cut: the leader hears nobody, so it must step down
+	// (CheckQuorum) and the others elect a new leader.
+	lead := c.leader(1)
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			c.net.Cut(id, lead)
+		}
+	}
+	c.waitFor("a new leader after the one-way cut", 10*time.Second, func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			if id != lead && c.get(id).store.Replica(1).IsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	c.propose(1, "after-cut", "x")
+	c.net.Heal()
+	c.net.SetDropRate(0)
+	c.net.SetDelay(0, 0)
+	c.propose(1, "healed", "y")
+	c.converged(1, 1, 2, 3)
+}

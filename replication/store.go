@@ -544,6 +544,26 @@ func (s *Store) cycle(tick bool) error {
 		return nil
 	}
 
+	// Leaders send before persisting: a leader may replicate entries to its
+	// followers while it writes them itself (its own acknowledgement counts
+	// only once they are durable, when raft sees the next Ready). Its term
+	// and vote were made durable when it campaigned.
+	early := make(map[uint64]*shalev1.RaftMessageBatch)
+	for i := range readies {
+		rr := &readies[i]
+		leader := rr.r.wasLeader
+		if rr.rd.SoftState != nil {
+			leader = rr.rd.SoftState.RaftState == raft.StateLeader
+		}
+		if leader && raft.IsEmptySnap(rr.rd.Snapshot) {
+			rr.r.sendMessages(rr.rd.Messages, early)
+			rr.sent = true
+		}
+	}
+	for _, b := range early {
+		s.cfg.Transport.Send(b)
+	}
+
 	// Persist: snapshots first (state machine, then log), then entries and
 	// hard states of every group, one sync.
 	wb := newIDs
@@ -575,7 +595,9 @@ func (s *Store) cycle(tick bool) error {
 	// Send.
 	out := make(map[uint64]*shalev1.RaftMessageBatch)
 	for i := range readies {
-		readies[i].r.sendMessages(readies[i].rd.Messages, out)
+		if !readies[i].sent {
+			readies[i].r.sendMessages(readies[i].rd.Messages, out)
+		}
 	}
 	for _, r := range s.Replicas() {
 		r.appendQuiesceNotices(out)
@@ -611,8 +633,9 @@ func (s *Store) cycle(tick bool) error {
 }
 
 type readyReplica struct {
-	r  *Replica
-	rd raft.Ready
+	r    *Replica
+	rd   raft.Ready
+	sent bool // messages already sent (leaders send before persisting)
 }
 
 // deliver steps a batch's messages into their replicas, creating

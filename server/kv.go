@@ -188,7 +188,7 @@ func (n *Node) checkRange(dr *shalev1.DeleteRangeOp, desc *shalev1.ShardDescript
 		return invalidArg("delete_range: range [%q, %q) is empty or inverted", start, end)
 	}
 	if !contains(desc, start) {
-		return keyOutsideErr(start, desc)
+		return n.inShard(start, desc) // a Batch/Txn op in another shard: cross-shard
 	}
 	se := desc.GetEndKey()
 	if len(se) > 0 && (len(end) == 0 || bytes.Compare(end, se) > 0) {
@@ -627,7 +627,7 @@ func (n *Node) planScan(req *shalev1.ScanRequest) (scanPlan, error) {
 // (forward) or the key just below end (reverse).
 func (n *Node) routeScan(h *shalev1.RequestHeader, p scanPlan) (target, error) {
 	if !p.reverse {
-		return n.route(h, p.start)
+		return n.route(h, append([]byte{}, p.start...)) // non-nil: an empty start must be in the shard too
 	}
 	if h.GetShardId() != 0 {
 		t, err := n.route(h, nil)

@@ -32,7 +32,7 @@ func (n *Node) maintain() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		n.ensureRegistry(ctx)
-		if i%5 == 0 {
+		if i%5 == 0 || n.Shard(SystemShardID) != nil {
 			n.refreshAddrs(ctx)
 		}
 		n.reconcileReplicas(ctx)
@@ -80,21 +80,69 @@ func (n *Node) reconcileReplicas(ctx context.Context) {
 	for _, d := range nodes {
 		registered[d.GetNodeId()] = d
 	}
-	if d, ok := registered[n.cfg.NodeID]; !ok || d.GetRemoved() {
-		// A node that is not (or no longer) registered makes no decisions.
+	self, ok := registered[n.cfg.NodeID]
+	if !ok {
+		// A node that is not registered (yet) makes no decisions.
 		return
 	}
+	live := n.liveNodes(ctx)
 	for _, r := range n.store.Replicas() {
 		if !r.IsLeader() {
 			continue
 		}
-		if err := n.reconcileShard(ctx, r, registered); err != nil {
+		if self.GetRemoved() {
+			// A removed node only hands its leaderships away.
+			if err := n.handOffLeadership(ctx, r, registered, live); err != nil {
+				n.log.Warn("leadership hand-off", "shard", r.ShardID(), "err", err)
+			}
+			continue
+		}
+		if err := n.reconcileShard(ctx, r, registered, live); err != nil {
 			n.log.Warn("membership change", "shard", r.ShardID(), "err", err)
 		}
 	}
 }
 
-func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, registered map[uint64]*shalev1.NodeDescriptor) error {
+// liveNodes returns the nodes that answered a status request just now
+// (cached for a few seconds).
+func (n *Node) liveNodes(ctx context.Context) map[uint64]bool {
+	n.mu.Lock()
+	if time.Since(n.liveAt) < 3*time.Second && n.live != nil {
+		live := n.live
+		n.mu.Unlock()
+		return live
+	}
+	n.mu.Unlock()
+	live := map[uint64]bool{}
+	for id := range n.gather(ctx) {
+		live[id] = true
+	}
+	n.mu.Lock()
+	n.live, n.liveAt = live, time.Now()
+	n.mu.Unlock()
+	return live
+}
+
+// handOffLeadership moves the leadership of r to a live voter on a node
+// that is not removed.
+func (n *Node) handOffLeadership(ctx context.Context, r *replication.Replica, registered map[uint64]*shalev1.NodeDescriptor, live map[uint64]bool) error {
+	desc := r.Status().Descriptor
+	for _, rd := range desc.GetReplicas() {
+		id := rd.GetNodeId()
+		if id == n.cfg.NodeID || rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED || !live[id] {
+			continue
+		}
+		if d, ok := registered[id]; ok && d.GetRemoved() {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return r.TransferLeader(tctx, id)
+	}
+	return nil
+}
+
+func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, registered map[uint64]*shalev1.NodeDescriptor, live map[uint64]bool) error {
 	st, err := r.ProgressStatus(ctx)
 	if err != nil || !st.Leader || st.Descriptor == nil {
 		return err
@@ -119,9 +167,15 @@ func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, regis
 	}
 	// Candidates: registered, not removed, live, no replica of the shard.
 	var candidates []uint64
+	waiting := 0 // registered nodes that could take a replica but are not live
 	for id, d := range registered {
-		if !d.GetRemoved() && !hosting[id] && n.store.NodeLive(id) {
+		if d.GetRemoved() || hosting[id] {
+			continue
+		}
+		if live[id] {
 			candidates = append(candidates, id)
+		} else {
+			waiting++
 		}
 	}
 	sort.Slice(candidates, func(i, j int) bool { return candidates[i] < candidates[j] })
@@ -143,12 +197,7 @@ func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, regis
 	for _, d := range doomed {
 		if d.GetNodeId() == n.cfg.NodeID {
 			// Hand leadership to another voter first; it will do the move.
-			for _, rd := range desc.GetReplicas() {
-				if rd.GetNodeId() != n.cfg.NodeID && rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED && n.store.NodeLive(rd.GetNodeId()) {
-					return r.TransferLeader(ctx, rd.GetNodeId())
-				}
-			}
-			return nil
+			return n.handOffLeadership(ctx, r, registered, live)
 		}
 		if len(candidates) > 0 {
 			n.log.Info("replacing replica on removed node", "shard", desc.GetShardId(), "node", d.GetNodeId(), "with", candidates[0])
@@ -158,7 +207,8 @@ func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, regis
 			})
 			return err
 		}
-		if voters > 1 {
+		if voters > 1 && waiting == 0 {
+			// No node could ever take its place: shrink the shard.
 			n.log.Info("removing replica on removed node", "shard", desc.GetShardId(), "node", d.GetNodeId())
 			_, err := r.ChangeReplicas(ctx, []replication.ReplicaChange{{Type: replication.RemoveReplica, ReplicaID: d.GetReplicaId()}})
 			return err
@@ -177,6 +227,7 @@ func (n *Node) reconcileShard(ctx context.Context, r *replication.Replica, regis
 // addNode registers a new node (on the system leader) or returns the
 // existing registration of the same address.
 func (n *Node) addNode(ctx context.Context, addr, zone string) (*shalev1.NodeDescriptor, []*shalev1.NodeDescriptor, error) {
+	n.ensureRegistry(ctx)
 	sys := n.Shard(SystemShardID)
 	nodes, err := sys.Nodes()
 	if err != nil {
@@ -204,6 +255,7 @@ func (n *Node) addNode(ctx context.Context, addr, zone string) (*shalev1.NodeDes
 // removeNode marks a node removed (on the system leader); shard leaders
 // then move its replicas away.
 func (n *Node) removeNode(ctx context.Context, id uint64) error {
+	n.ensureRegistry(ctx)
 	nodes, err := n.Shard(SystemShardID).Nodes()
 	if err != nil {
 		return err

@@ -62,6 +62,8 @@ type Node struct {
 	reg       *prometheus.Registry
 
 	mu     sync.Mutex
+	live   map[uint64]bool // nodes that answered recently (liveNodes)
+	liveAt time.Time
 	addrs  map[uint64]string
 	shards map[uint64]*shard.Shard
 	conns  map[string]*grpc.ClientConn

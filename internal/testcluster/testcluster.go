@@ -317,3 +317,41 @@ func (c *Cluster) WaitLeaders(timeout time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// exampleTB lets Start run outside a test (in runnable examples): failures
+// panic, cleanups run at stop.
+type exampleTB struct {
+	testing.TB // nil: only the methods below are used
+	dir        string
+	cleanups   []func()
+}
+
+func (e *exampleTB) Helper()                   {}
+func (e *exampleTB) Fatal(args ...any)         { panic(fmt.Sprint(args...)) }
+func (e *exampleTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+func (e *exampleTB) Cleanup(f func())          { e.cleanups = append(e.cleanups, f) }
+func (e *exampleTB) TempDir() string {
+	d, err := os.MkdirTemp(e.dir, "")
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// StartForExample starts a cluster outside a test, for runnable examples;
+// stop releases it and deletes its data. It panics if the cluster cannot
+// start.
+func StartForExample(opts Options) (c *Cluster, stop func()) {
+	dir, err := os.MkdirTemp("", "shale-example-")
+	if err != nil {
+		panic(err)
+	}
+	tb := &exampleTB{dir: dir}
+	c = Start(tb, opts)
+	return c, func() {
+		for i := len(tb.cleanups) - 1; i >= 0; i-- {
+			tb.cleanups[i]()
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
