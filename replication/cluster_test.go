@@ -660,3 +660,37 @@ func TestLossyNetworkConverges(t *testing.T) {
 	c.propose(1, "healed", "y")
 	c.converged(1, 1, 2, 3)
 }
+
+func TestOverloadIsRefused(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.MaxInflightProposals = 2 })
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	r := c.get(lead).store.Replica(1)
+	// Without followers nothing commits, so proposals pile up.
+	c.net.Isolate(lead)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			_, err := r.Propose(ctx, []byte(fmt.Sprintf("p%d=x", i)))
+			errs <- err
+		}()
+	}
+	c.waitFor("two proposals in flight", 5*time.Second, func() bool { return r.inflight.Load() == 2 })
+	if _, err := r.Propose(ctx, []byte("b=2")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third proposal: %v, want ErrBusy", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err == nil {
+			t.Fatal("a proposal committed on an isolated leader")
+		}
+	}
+	if _, err := r.Propose(context.Background(), make([]byte, 9<<20)); !errors.Is(err, ErrProposalTooLarge) {
+		t.Fatalf("huge proposal: %v", err)
+	}
+}

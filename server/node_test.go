@@ -1,0 +1,88 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/shale-db/shale/internal/testcluster"
+	"github.com/shale-db/shale/server"
+)
+
+func TestRestartAllNodesKeepsData(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("k10")}})
+	cl := newClient(t, c)
+	ctx := context.Background()
+	for i := 0; i < 40; i++ {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("k%02d", i)), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.StopAll()
+	for id := uint64(1); id <= 3; id++ {
+		c.Restart(id)
+	}
+	c.WaitLeaders(30e9)
+	cl2 := newClient(t, c)
+	for i := 0; i < 40; i++ {
+		kv, err := cl2.Get(ctx, []byte(fmt.Sprintf("k%02d", i)))
+		if err != nil || string(kv.Value) != fmt.Sprint(i) {
+			t.Fatalf("k%02d after restart: %v %v", i, kv, err)
+		}
+	}
+	if _, err := cl2.Put(ctx, []byte("after"), []byte("restart")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetricsHealthAndPprof(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }})
+	cl := newClient(t, c)
+	ctx := context.Background()
+	if _, err := cl.Put(ctx, []byte("m"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.Node(c.Leader(2))
+	get := func(path string) string {
+		resp, err := http.Get("http://" + lead.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	metrics := get("/metrics")
+	for _, name := range []string{
+		"shale_raft_proposals_total", "shale_raft_commit_latency_seconds", "shale_raft_leader_changes_total",
+		"shale_raft_snapshots_sent_total", "shale_raft_log_sync_seconds", "shale_storage_level_bytes",
+		"shale_storage_compactions_total", "shale_shard_applied_index", "grpc_server_handled_total",
+		"grpc_server_handling_seconds",
+	} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if !strings.Contains(get("/debug/pprof/"), "goroutine") {
+		t.Error("/debug/pprof/ index lacks profiles")
+	}
+	cc, err := grpc.NewClient(lead.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hr, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "shale.v1.KV"})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hr, err)
+	}
+}
