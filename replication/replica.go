@@ -48,15 +48,17 @@ type Replica struct {
 	appliedWaiters []*readWaiter
 	applied        uint64
 	quiesced       bool
-	notifyQuiesce  bool
-	stableTicks    int
-	lastCommit     uint64
-	wasLeader      bool
-	removed        bool
-	halted         bool
-	pendingSnap    *incomingSnapshot
-	sendingSnap    map[uint64]bool
-	ticks          uint64
+	// quiescedLeaderNode is the node whose leader quiesced the group.
+	quiescedLeaderNode uint64
+	notifyQuiesce      bool
+	stableTicks        int
+	lastCommit         uint64
+	wasLeader          bool
+	removed            bool
+	halted             bool
+	pendingSnap        *incomingSnapshot
+	sendingSnap        map[uint64]bool
+	ticks              uint64
 }
 
 // Status is a replica's view of its shard's Raft group.
@@ -316,7 +318,7 @@ func (r *Replica) Campaign(ctx context.Context) error {
 
 // ProgressStatus returns Status with the leader's Progress of every member.
 func (r *Replica) ProgressStatus(ctx context.Context) (Status, error) {
-	var st Status
+	var st Status // written by the loop; read only once it has finished
 	err := r.runOnLoop(ctx, func() error {
 		st = r.Status()
 		rs := r.rn.Status()
@@ -328,7 +330,10 @@ func (r *Replica) ProgressStatus(ctx context.Context) (Status, error) {
 		}
 		return nil
 	})
-	return st, err
+	if err != nil {
+		return Status{}, err
+	}
+	return st, nil
 }
 
 // TransferLeader asks the leader to hand leadership to the replica on
@@ -595,16 +600,15 @@ func (r *Replica) drainQueued() {
 }
 
 // tick advances Raft's clock, retries unanswered reads, and quiesces an
-// idle group.
-func (r *Replica) tick() {
+// idle group. It reports whether raft was ticked (a quiesced group is not).
+func (r *Replica) tick() bool {
 	r.ticks++
 	if r.quiesced {
-		st := r.rn.BasicStatus()
-		if st.RaftState != raft.StateLeader && !r.store.nodeLive(r.NodeOf(st.Lead)) {
-			r.unquiesce()
-		} else {
-			return
+		// A quiesced follower wakes up when its leader's node goes quiet.
+		if r.quiescedLeaderNode == r.store.cfg.NodeID || r.store.nodeLive(r.quiescedLeaderNode) {
+			return false
 		}
+		r.unquiesce()
 	}
 	r.rn.Tick()
 	for _, b := range r.readBatches {
@@ -618,6 +622,7 @@ func (r *Replica) tick() {
 	if r.ticks%uint64(r.store.cfg.ElectionTicks) == 0 {
 		r.maybeTruncate()
 	}
+	return true
 }
 
 func (r *Replica) unquiesce() {
@@ -672,7 +677,9 @@ func (r *Replica) maybeQuiesceLeader() {
 		}
 	}
 	r.quiesced = true
+	r.quiescedLeaderNode = cfg.NodeID
 	r.notifyQuiesce = true
+	r.store.quiescing = append(r.store.quiescing, r)
 	r.refreshStatus()
 }
 
@@ -688,6 +695,7 @@ func (r *Replica) maybeQuiesceFollower(fromNode uint64) {
 		return
 	}
 	r.quiesced = true
+	r.quiescedLeaderNode = fromNode
 	r.refreshStatus()
 }
 

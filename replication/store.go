@@ -147,6 +147,12 @@ type Store struct {
 	failed     error
 	// quiesceNotices are this cycle's quiesce notices from leaders.
 	quiesceNotices []quiesceNotice
+	// active are the replicas stepped, ticked or proposed to this cycle
+	// (or left with a Ready by the last one): only they can have a Ready.
+	active map[*Replica]struct{}
+	// quiescing are leaders that quiesced this cycle and must tell their
+	// followers.
+	quiescing []*Replica
 }
 
 type incomingSnapshot struct {
@@ -181,6 +187,7 @@ func NewStore(cfg Config) (*Store, error) {
 		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		lastHeard:  make(map[uint64]time.Time),
 		truncating: make(map[uint64]bool),
+		active:     make(map[*Replica]struct{}),
 	}
 	s.proposal.Store(rand.Uint64() >> 16)
 	return s, nil
@@ -517,26 +524,29 @@ func (s *Store) cycle(tick bool) error {
 	}
 	for r := range work {
 		r.drainQueued()
+		s.active[r] = struct{}{}
 	}
 	if tick {
 		s.tickAll()
 	}
 
-	// Collect Readies.
+	// Collect Readies of the replicas touched this cycle (only those can
+	// have one: raft makes progress only when stepped, ticked or proposed to).
 	var readies []readyReplica
-	for _, r := range s.Replicas() {
-		if r.removed || !r.rn.HasReady() {
+	active := s.active
+	s.active = make(map[*Replica]struct{}, len(active))
+	for r := range active {
+		if r.dead() || !r.rn.HasReady() {
 			continue
 		}
 		readies = append(readies, readyReplica{r: r, rd: r.rn.Ready()})
 	}
+	sort.Slice(readies, func(i, j int) bool { return readies[i].r.shardID < readies[j].r.shardID })
 	defer s.handleQuiesceNotices()
 	if len(readies) == 0 && newIDs.Empty() {
 		s.finishSnapshots(snapIn)
 		out := make(map[uint64]*shalev1.RaftMessageBatch)
-		for _, r := range s.Replicas() {
-			r.appendQuiesceNotices(out)
-		}
+		s.appendQuiesceNotices(out)
 		s.heartbeatNodes(out)
 		for _, b := range out {
 			s.cfg.Transport.Send(b)
@@ -599,9 +609,7 @@ func (s *Store) cycle(tick bool) error {
 			readies[i].r.sendMessages(readies[i].rd.Messages, out)
 		}
 	}
-	for _, r := range s.Replicas() {
-		r.appendQuiesceNotices(out)
-	}
+	s.appendQuiesceNotices(out)
 	s.heartbeatNodes(out)
 	for _, b := range out {
 		s.cfg.Transport.Send(b)
@@ -624,9 +632,9 @@ func (s *Store) cycle(tick bool) error {
 	// A replica whose Advance produced new work (e.g. the leave-joint
 	// proposal) will be picked up next cycle.
 	for i := range readies {
-		if readies[i].r.rn != nil && !readies[i].r.removed && readies[i].r.rn.HasReady() {
+		if r := readies[i].r; !r.dead() && r.rn.HasReady() {
+			s.active[r] = struct{}{}
 			s.signal()
-			break
 		}
 	}
 	return nil
@@ -664,6 +672,7 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 		}
 		r.noteNode(m.GetFrom(), from)
 		r.unquiesce()
+		s.active[r] = struct{}{}
 		if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
 			s.cfg.Logger.Debug("raft step", "shard", r.shardID, "err", err)
 		}
@@ -731,6 +740,7 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 	r.noteNode(in.msg.GetFrom(), in.header.GetFromNodeId())
 	r.unquiesce()
 	r.pendingSnap = in
+	s.active[r] = struct{}{}
 	if err := r.rn.Step(in.msg); err != nil {
 		s.cfg.Logger.Debug("raft step snapshot", "shard", shardID, "err", err)
 	}
@@ -754,11 +764,22 @@ func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 
 func (s *Store) tickAll() {
 	for _, r := range s.Replicas() {
-		if r.removed {
+		if r.dead() {
 			continue
 		}
-		r.tick()
+		if r.tick() {
+			s.active[r] = struct{}{}
+		}
 	}
+}
+
+// appendQuiesceNotices tells the followers of groups that quiesced this
+// cycle to stop ticking too.
+func (s *Store) appendQuiesceNotices(out map[uint64]*shalev1.RaftMessageBatch) {
+	for _, r := range s.quiescing {
+		r.appendQuiesceNotices(out)
+	}
+	s.quiescing = s.quiescing[:0]
 }
 
 // heartbeatNodes adds an empty batch for every peer node that gets no

@@ -304,10 +304,14 @@ func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.Transfer
 		return nil, status.Errorf(codes.Unavailable, "shard %d: leadership moved; retry", req.GetShardId())
 	}
 	var leader uint64
+	found := false
 	for _, ss := range mergeShards(n.gather(ctx)) {
 		if ss.GetDescriptor_().GetShardId() == req.GetShardId() {
-			leader = ss.GetLeaderNodeId()
+			leader, found = ss.GetLeaderNodeId(), true
 		}
+	}
+	if !found {
+		return nil, withDetail(codes.NotFound, "no live node reports shard "+itoa(req.GetShardId()), &shalev1.ShardNotFound{ShardId: req.GetShardId()})
 	}
 	if leader == 0 {
 		return nil, status.Errorf(codes.Unavailable, "shard %d has no known leader", req.GetShardId())

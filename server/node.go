@@ -261,6 +261,15 @@ func (n *Node) Stop() {
 		if n.http != nil {
 			_ = n.http.Close()
 		}
+		// Stop Raft first (in-flight requests fail with Unavailable), then
+		// the peer streams, then the gRPC server, which now only waits for
+		// client calls already answered.
+		if n.store != nil {
+			n.store.Stop()
+		}
+		if n.transport != nil {
+			_ = n.transport.Close()
+		}
 		if n.grpc != nil {
 			done := make(chan struct{})
 			go func() { n.grpc.GracefulStop(); close(done) }()
@@ -271,12 +280,6 @@ func (n *Node) Stop() {
 			}
 		} else if n.lis != nil {
 			_ = n.lis.Close()
-		}
-		if n.store != nil {
-			n.store.Stop()
-		}
-		if n.transport != nil {
-			_ = n.transport.Close()
 		}
 		n.wg.Wait()
 		n.mu.Lock()
