@@ -27,7 +27,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 BIN := $(CURDIR)/bin
 TEST_TIMEOUT ?= 35m
 FUZZTIME ?= 30s
-FUZZ_PKGS ?= ./storage/...
+FUZZ_PKGS ?= ./storage/... ./replication/... ./server/...
 SOAK_TIMEOUT ?= 6h
 SOAK_PKGS ?= ./...
 BENCH_DIR ?= ./data/bench
@@ -102,16 +102,8 @@ lint: ## gofmt (generated *.pb.go excepted), go vet, and the lint tests.
 	$(GO) test -count=1 ./internal/lint/
 
 .PHONY: run
-run: ## Until a cluster exists: a quick storage benchmark of the Shale engine.
-ifeq ($(HAVE_BENCH),)
-	@echo "run: shale-bench ($(BENCH_MAIN), module bench/) does not exist yet."
-	@echo "run: it arrives with the storage-engine benchmark work; until then try 'make test'."
-	@exit 1
-else
-	@mkdir -p $(BIN) $(BENCH_DIR)
-	cd bench && $(GO) build -trimpath -o $(BIN)/shale-bench ./cmd/shale-bench
-	$(BIN)/shale-bench storage --quick --engines shale --dir $(BENCH_DIR) $(BENCH_ARGS)
-endif
+run: build ## Build and start a local 3-node cluster (data in ./data); Ctrl-C stops it.
+	@SHALE_BIN_DIR=$(BIN) scripts/run-cluster.sh
 
 .PHONY: bench
 bench: ## Storage benchmark of Shale against its peers; prints a table.
@@ -125,7 +117,7 @@ else
 endif
 
 .PHONY: fuzz
-fuzz: ## Run every Fuzz* target under ./storage for FUZZTIME each (default 30s).
+fuzz: ## Run every Fuzz* target (storage, replication, server) for FUZZTIME each (default 30s).
 	@pkgs="$$($(GO) list $(FUZZ_PKGS))"; n=0; \
 	for pkg in $$pkgs; do \
 		listed="$$($(GO) test -run '^$$' -list '^Fuzz' "$$pkg")"; \
