@@ -3,8 +3,8 @@ package shard
 import (
 	"testing"
 
-	"github.com/shale-db/shale/replication"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
 )
 
 // FuzzApplyPayload applies arbitrary command payloads (a corrupted or
