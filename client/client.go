@@ -209,7 +209,10 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, c.opts.dialOpts...)
+	// Scan pages and MultiGet answers may be large: accept up to 64 MiB
+	// (dial options given by the caller come later and win).
+	opts := append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}, c.opts.dialOpts...)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("shale: connect to %s: %w", addr, err)
 	}

@@ -565,6 +565,14 @@ func (s *Store) cycle(tick bool) error {
 		if rr.rd.SoftState != nil {
 			leader = rr.rd.SoftState.RaftState == raft.StateLeader
 		}
+		// ... unless this Ready changes the term or vote (a leader elected
+		// within one Ready): those must be durable before any message.
+		if hs := rr.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+			old := rr.r.log.HardState()
+			if hs.GetTerm() != old.GetTerm() || hs.GetVote() != old.GetVote() {
+				leader = false
+			}
+		}
 		if leader && raft.IsEmptySnap(rr.rd.Snapshot) {
 			rr.r.sendMessages(rr.rd.Messages, early)
 			rr.sent = true

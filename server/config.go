@@ -46,7 +46,8 @@ type Config struct {
 	MaxBatchOps   int // default 10,000 operations per Batch or Txn
 	MaxBatchBytes int // default 8 MiB per Batch or Txn
 	// MaxScanPageKeys and MaxScanPageBytes cap one scan page (defaults 1,000
-	// keys, 4 MiB).
+	// keys, 3 MiB of keys and values, so a page with its encoding overhead
+	// stays under gRPC's default 4 MiB message limit).
 	MaxScanPageKeys  int
 	MaxScanPageBytes int
 	// RequestTimeout bounds a request that carries no deadline (default 10s).
@@ -97,7 +98,7 @@ func (c *Config) applyDefaults() {
 		c.MaxScanPageKeys = 1000
 	}
 	if c.MaxScanPageBytes == 0 {
-		c.MaxScanPageBytes = 4 << 20
+		c.MaxScanPageBytes = 3 << 20
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second

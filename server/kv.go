@@ -66,6 +66,9 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 		if desc == nil || desc.GetSystem() || !contains(desc, key) {
 			continue
 		}
+		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
+			return target{}, epochMismatchErr(e, desc)
+		}
 		return target{r: r, sm: sm, desc: desc}, nil
 	}
 	return target{}, status.Errorf(codes.NotFound, "no shard replica on node %d holds key %q; refresh routing", n.cfg.NodeID, key)
