@@ -1,0 +1,254 @@
+//go:build unix
+
+package proctest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/client"
+)
+
+// scriptOutput collects a script's output and tells when a line appears.
+type scriptOutput struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	ready chan struct{}
+	once  sync.Once
+}
+
+func (o *scriptOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf.Write(p)
+	// The ready line heads a banner that ends with how to stop the
+	// cluster; wait for all of it.
+	if out := o.buf.String(); strings.Contains(out, "Shale cluster is ready") && strings.Contains(out, "Press Ctrl-C to stop") {
+		o.once.Do(func() { close(o.ready) })
+	}
+	return len(p), nil
+}
+
+func (o *scriptOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// runScript is one run of scripts/run-cluster.sh.
+type runScript struct {
+	cmd  *exec.Cmd
+	out  *scriptOutput
+	done chan struct{}
+	err  error
+}
+
+// startScript runs the script with env added to the environment, in its
+// own process group (so that a failed test kills the servers too).
+func startScript(t *testing.T, script string, env []string) *runScript {
+	t.Helper()
+	r := &runScript{out: &scriptOutput{ready: make(chan struct{})}, done: make(chan struct{})}
+	r.cmd = exec.Command("bash", script)
+	r.cmd.Env = append(os.Environ(), env...)
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r.cmd.WaitDelay = 5 * time.Second
+	// bash cannot trap a signal that was ignored when it started, and a
+	// test binary started in the background by a non-interactive shell
+	// ignores SIGINT: catch SIGINT here while starting the script, so that
+	// it inherits the default disposition instead.
+	if signal.Ignored(os.Interrupt) {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt)
+		defer signal.Stop(ch)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", script, err)
+	}
+	pgid := r.cmd.Process.Pid
+	go func() {
+		r.err = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		// Whatever is left of this run (the script and its servers).
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-r.done
+	})
+	return r
+}
+
+// waitReady waits for the script's ready line.
+func (r *runScript) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-r.out.ready:
+	case <-r.done:
+		t.Fatalf("script exited before the cluster was ready (%v); output:\n%s", r.err, r.out)
+	case <-time.After(timeout):
+		t.Fatalf("cluster not ready after %v; output:\n%s", timeout, r.out)
+	}
+}
+
+var pidRE = regexp.MustCompile(`(?m)^\s+\d+\s+127\.0\.0\.1:\d+\s+http://\S+\s+(\d+)\s`)
+
+// serverPIDs are the pids the script printed for its servers.
+func (r *runScript) serverPIDs(t *testing.T) []int {
+	t.Helper()
+	var pids []int
+	for _, m := range pidRE.FindAllStringSubmatch(r.out.String(), -1) {
+		pid, _ := strconv.Atoi(m[1])
+		pids = append(pids, pid)
+	}
+	if len(pids) != 3 {
+		t.Fatalf("found %d server pids in the script's output, want 3:\n%s", len(pids), r.out)
+	}
+	return pids
+}
+
+// interrupt sends SIGINT to the script alone (not its process group, as a
+// terminal's Ctrl-C would: the script must stop the servers itself) and
+// checks that it and its servers exit cleanly within bound.
+func (r *runScript) interrupt(t *testing.T, bound time.Duration) {
+	t.Helper()
+	pids := r.serverPIDs(t)
+	start := time.Now()
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatalf("SIGINT: %v", err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(bound):
+		t.Fatalf("script still running %v after SIGINT; output:\n%s", bound, r.out)
+	}
+	took := time.Since(start)
+	if r.err != nil {
+		t.Fatalf("script exited with %v after SIGINT; output:\n%s", r.err, r.out)
+	}
+	if !strings.Contains(r.out.String(), "all 3 nodes stopped cleanly") {
+		t.Fatalf("script did not report a clean stop; output:\n%s", r.out)
+	}
+	for _, pid := range pids {
+		if !processGone(pid) {
+			t.Errorf("shale-server pid %d still exists after the script exited", pid)
+		}
+	}
+	// Nothing at all is left in the script's process group.
+	if err := syscall.Kill(-r.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("processes left in the script's process group (kill -0: %v)", err)
+	}
+	t.Logf("script and its 3 servers exited cleanly %v after SIGINT", took.Round(time.Millisecond))
+}
+
+// TestRunClusterScript runs scripts/run-cluster.sh (what `make run` runs)
+// with the test's binaries, a temporary data dir and free ports: it must
+// start a cluster that serves a write, stop it cleanly on SIGINT, and on a
+// second run restart the same cluster from its data.
+func TestRunClusterScript(t *testing.T) {
+	bins := requireBinaries(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not on PATH:", err)
+	}
+	script := filepath.Join(bins.root, "scripts", "run-cluster.sh")
+	dataDir := t.TempDir()
+	ports := freePorts(t, 6)
+	var grpcPorts, httpPorts, endpoints []string
+	for i := range 3 {
+		grpcPorts = append(grpcPorts, strconv.Itoa(ports[i]))
+		httpPorts = append(httpPorts, strconv.Itoa(ports[3+i]))
+		endpoints = append(endpoints, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+	}
+	env := []string{
+		"SHALE_BIN_DIR=" + filepath.Dir(bins.server),
+		"SHALE_DATA_DIR=" + dataDir,
+		"SHALE_PORTS=" + strings.Join(grpcPorts, ","),
+		"SHALE_HTTP_PORTS=" + strings.Join(httpPorts, ","),
+	}
+	dumpLogsOnFailure(t, filepath.Join(dataDir, "node1.log"), filepath.Join(dataDir, "node2.log"), filepath.Join(dataDir, "node3.log"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// First run: a new cluster.
+	start := time.Now()
+	r := startScript(t, script, env)
+	r.waitReady(t, 60*time.Second)
+	t.Logf("first run ready after %v", time.Since(start).Round(time.Millisecond))
+	if out := r.out.String(); !strings.Contains(out, "starting a new 3-node cluster") || !strings.Contains(out, "kv put hello world") {
+		t.Errorf("first run's output lacks the new-cluster line or the shalectl example:\n%s", out)
+	}
+	cli, err := client.New(ctx, endpoints, client.WithLogger(testLogger()))
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if _, err := cli.Put(ctx, []byte("hello"), []byte("world")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if kv, err := cli.Get(ctx, []byte("hello")); err != nil || string(kv.Value) != "world" {
+		t.Fatalf("get hello = %v, %v; want world", kv, err)
+	}
+	cli.Close()
+	r.interrupt(t, 30*time.Second)
+
+	// A second script on busy ports fails clearly (here: a listener on the
+	// first HTTP port).
+	busy := startScriptOnBusyPort(t, script, env, httpPorts[0])
+	if !strings.Contains(busy, "already in use") || !strings.Contains(busy, httpPorts[0]) {
+		t.Errorf("run on a busy port: want an 'already in use' error naming port %s, got:\n%s", httpPorts[0], busy)
+	}
+
+	// Second run: the same cluster from the same data.
+	start = time.Now()
+	r = startScript(t, script, env)
+	r.waitReady(t, 60*time.Second)
+	t.Logf("second run ready after %v", time.Since(start).Round(time.Millisecond))
+	if out := r.out.String(); !strings.Contains(out, "reusing the data") {
+		t.Errorf("second run does not say it reuses the data:\n%s", out)
+	}
+	cli, err = client.New(ctx, endpoints, client.WithLogger(testLogger()))
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if kv, err := cli.Get(ctx, []byte("hello")); err != nil || string(kv.Value) != "world" {
+		t.Fatalf("after the restart, get hello = %v, %v; want world", kv, err)
+	}
+	cli.Close()
+	r.interrupt(t, 30*time.Second)
+}
+
+// startScriptOnBusyPort runs the script while port is taken and returns its
+// output; it must fail at once, starting no server.
+func startScriptOnBusyPort(t *testing.T, script string, env []string, port string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", port, err)
+	}
+	defer l.Close()
+	r := startScript(t, script, env)
+	select {
+	case <-r.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("script on a busy port still running after 20s; output:\n%s", r.out)
+	}
+	var ee *exec.ExitError
+	if !errors.As(r.err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("script on a busy port: exit %v, want status 1", r.err)
+	}
+	if err := syscall.Kill(-r.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("processes left after the failed run (kill -0: %v)", err)
+	}
+	return r.out.String()
+}

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# run-cluster.sh starts a local Shale cluster of three nodes on 127.0.0.1 and
+# keeps it running until Ctrl-C (SIGINT) or SIGTERM, which stops every node
+# cleanly. `make run` builds the binaries and runs it.
+#
+# Node i (i = 1, 2, 3) listens for gRPC on 127.0.0.1:700i and serves
+# /metrics, /debug/pprof and /healthz on 127.0.0.1:800i; its data is in
+# ./data/nodei and its log in ./data/nodei.log. A second run finds the data
+# and restarts the same cluster from it (the --initial-cluster and
+# --initial-splits flags only matter the first time, when a node has no data).
+#
+# Environment (defaults in brackets; relative paths are relative to the
+# current directory):
+#   SHALE_BIN_DIR         directory with shale-server and shalectl [<repo>/bin]
+#   SHALE_DATA_DIR        data and logs                             [<repo>/data]
+#   SHALE_HOST            address the nodes listen on               [127.0.0.1]
+#   SHALE_PORTS           gRPC ports, one per node (their number is
+#                         the number of nodes)                      [7001,7002,7003]
+#   SHALE_HTTP_PORTS      HTTP ports, one per node                  [8001,8002,8003]
+#   SHALE_INITIAL_SPLITS  split keys of a new cluster               [g,n,t]
+#   SHALE_READY_TIMEOUT   seconds to wait for the cluster to answer [60]
+#   SHALE_STOP_TIMEOUT    seconds to wait for the nodes to stop before
+#                         SIGKILL                                   [20]
+# The servers also read their other flags from SHALE_<FLAG> variables (for
+# example SHALE_LOG_LEVEL=debug); see `shale-server --help`.
+#
+# Exit status: 0 after Ctrl-C/SIGTERM when every node stopped cleanly; 1 when
+# the cluster could not start, a node had to be killed or exited with an
+# error, or every node exited on its own.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin_dir="${SHALE_BIN_DIR:-$root/bin}"
+data_dir="${SHALE_DATA_DIR:-$root/data}"
+host="${SHALE_HOST:-127.0.0.1}"
+ports_csv="${SHALE_PORTS:-7001,7002,7003}"
+http_csv="${SHALE_HTTP_PORTS:-8001,8002,8003}"
+splits="${SHALE_INITIAL_SPLITS-g,n,t}"
+ready_timeout="${SHALE_READY_TIMEOUT:-60}"
+stop_timeout="${SHALE_STOP_TIMEOUT:-20}"
+
+prog="run-cluster"
+say() { printf '%s: %s\n' "$prog" "$*"; }
+err() { printf '%s: error: %s\n' "$prog" "$*" >&2; }
+
+# pretty prints a path relative to the current directory when it is below it.
+pretty() {
+	case "$1" in
+	"$PWD"/*) printf './%s' "${1#"$PWD"/}" ;;
+	*) printf '%s' "$1" ;;
+	esac
+}
+
+IFS=, read -r -a ports <<<"$ports_csv"
+IFS=, read -r -a http_ports <<<"$http_csv"
+n=${#ports[@]}
+if [ "$n" -eq 0 ] || [ "${#http_ports[@]}" -ne "$n" ]; then
+	err "SHALE_PORTS ($ports_csv) and SHALE_HTTP_PORTS ($http_csv) must list the same number of ports"
+	exit 1
+fi
+for p in "${ports[@]}" "${http_ports[@]}"; do
+	case "$p" in
+	'' | *[!0-9]*)
+		err "bad port '$p' in SHALE_PORTS/SHALE_HTTP_PORTS"
+		exit 1
+		;;
+	esac
+done
+for v in "$ready_timeout" "$stop_timeout"; do
+	case "$v" in
+	'' | *[!0-9]*)
+		err "SHALE_READY_TIMEOUT and SHALE_STOP_TIMEOUT are whole seconds, got '$v'"
+		exit 1
+		;;
+	esac
+done
+
+server="$bin_dir/shale-server"
+ctl="$bin_dir/shalectl"
+for b in "$server" "$ctl"; do
+	if [ ! -x "$b" ]; then
+		err "$(pretty "$b") is missing; build it with 'make build' (or set SHALE_BIN_DIR)"
+		exit 1
+	fi
+done
+
+endpoints=""
+initial_cluster=""
+for ((i = 1; i <= n; i++)); do
+	endpoints+="${endpoints:+,}$host:${ports[i - 1]}"
+	initial_cluster+="${initial_cluster:+,}$i=$host:${ports[i - 1]}"
+done
+
+# Refuse to start on busy ports: something (often a cluster started before)
+# already listens there.
+busy=""
+for p in "${ports[@]}" "${http_ports[@]}"; do
+	if (exec 3<>"/dev/tcp/$host/$p") 2>/dev/null; then
+		busy+=" $p"
+	fi
+done
+if [ -n "$busy" ]; then
+	err "port(s)$busy on $host already in use: is a cluster already running (another 'make run')?"
+	err "find what listens there with 'ss -ltnp' (or 'lsof -i :PORT'), or pick other ports with SHALE_PORTS and SHALE_HTTP_PORTS"
+	exit 1
+fi
+
+# Existing data: every node must have it, or none (a node started without
+# data next to nodes with data would bootstrap a conflicting cluster).
+have=0
+for ((i = 1; i <= n; i++)); do
+	if [ -e "$data_dir/node$i/NODE" ]; then
+		have=$((have + 1))
+	fi
+done
+if [ "$have" -ne 0 ] && [ "$have" -ne "$n" ]; then
+	err "$(pretty "$data_dir") holds data for $have of the $n nodes; remove it to start a new cluster (make clean)"
+	exit 1
+fi
+mkdir -p "$data_dir"
+if [ "$have" -eq "$n" ]; then
+	say "reusing the data in $(pretty "$data_dir"): restarting the existing cluster"
+else
+	say "starting a new $n-node cluster in $(pretty "$data_dir") (initial splits: ${splits:-none})"
+fi
+
+pids=()
+reaped=() # 1 for a node whose exit status was already collected
+stopping=0
+force=0
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# nap sleeps in the background so that a signal interrupts the wait at once;
+# the sleep is killed and reaped when the wait ends early (see also
+# kill_sleeper) so that nothing outlives the script.
+sleeper=""
+nap() {
+	sleep "$1" &
+	sleeper=$!
+	wait "$sleeper" || true
+	kill_sleeper
+}
+kill_sleeper() {
+	if [ -n "$sleeper" ]; then
+		kill "$sleeper" 2>/dev/null || true
+		wait "$sleeper" 2>/dev/null || true
+		sleeper=""
+	fi
+}
+
+# tail_logs prints the end of every node's log to stderr.
+tail_logs() {
+	for ((i = 1; i <= n; i++)); do
+		printf -- '--- last lines of %s ---\n' "$(pretty "$data_dir/node$i.log")" >&2
+		tail -n "${1:-15}" "$data_dir/node$i.log" >&2 2>/dev/null || true
+	done
+}
+
+# stop_nodes sends SIGTERM to the running nodes, waits up to $stop_timeout
+# seconds (a second Ctrl-C cuts that short), SIGKILLs what is left, and
+# returns 0 when every node exited with status 0 and without SIGKILL.
+stop_nodes() {
+	local i pid st clean=0 left deadline
+	for pid in "${pids[@]}"; do
+		if alive "$pid"; then
+			kill -TERM "$pid" 2>/dev/null || true
+		fi
+	done
+	deadline=$((SECONDS + stop_timeout))
+	while :; do
+		left=0
+		for pid in "${pids[@]}"; do
+			if alive "$pid"; then
+				left=$((left + 1))
+			fi
+		done
+		[ "$left" -eq 0 ] && break
+		if [ "$force" -eq 1 ] || [ "$SECONDS" -ge "$deadline" ]; then
+			for ((i = 1; i <= ${#pids[@]}; i++)); do
+				pid=${pids[i - 1]}
+				if alive "$pid"; then
+					if [ "$force" -eq 1 ]; then
+						err "node $i (pid $pid) still running after a second interrupt: sending SIGKILL"
+					else
+						err "node $i (pid $pid) did not stop within ${stop_timeout}s: sending SIGKILL (see $(pretty "$data_dir/node$i.log"))"
+					fi
+					kill -KILL "$pid" 2>/dev/null || true
+					clean=1
+				fi
+			done
+			force=0
+			deadline=$((SECONDS + 3600))
+		fi
+		nap 0.1
+	done
+	for ((i = 1; i <= ${#pids[@]}; i++)); do
+		[ "${reaped[i - 1]}" -eq 1 ] && continue
+		st=0
+		wait "${pids[i - 1]}" 2>/dev/null || st=$?
+		reaped[i - 1]=1
+		if [ "$st" -ne 0 ]; then
+			err "node $i exited with status $st (see $(pretty "$data_dir/node$i.log"))"
+			clean=1
+		fi
+	done
+	return "$clean"
+}
+
+# The signal trap only takes note; the loops below act on it (bash
+# misbehaves when a trap runs long or nests inside another trap).
+got_signal=0
+on_signal() {
+	if [ "$stopping" -eq 1 ]; then
+		force=1
+	else
+		got_signal=1
+	fi
+}
+
+# shutdown stops the nodes after a signal and exits.
+shutdown() {
+	stopping=1
+	echo
+	say "stopping the $n nodes (SIGTERM; Ctrl-C again to kill them at once)..."
+	if stop_nodes; then
+		say "all $n nodes stopped cleanly; the data stays in $(pretty "$data_dir") (run again to restart the cluster)"
+		exit 0
+	fi
+	err "the nodes did not all stop cleanly"
+	exit 1
+}
+
+# fail reports a start-up failure, shows the logs, stops the nodes and exits.
+fail() {
+	err "$*"
+	kill_sleeper
+	tail_logs 20
+	stopping=1
+	stop_nodes >/dev/null 2>&1 || true
+	exit 1
+}
+
+# A shell that starts a script in the background makes it ignore SIGINT,
+# and bash cannot trap a signal ignored on entry: say how to stop it then.
+int_note=""
+if [ -n "$(trap -p INT)" ]; then
+	int_note=" (SIGINT is ignored here, so use: kill $$)"
+fi
+trap on_signal INT TERM HUP
+
+for ((i = 1; i <= n; i++)); do
+	mkdir -p "$data_dir/node$i"
+	log="$data_dir/node$i.log"
+	printf '=== run-cluster: node %d starting at %s ===\n' "$i" "$(date '+%Y-%m-%dT%H:%M:%S%z')" >>"$log"
+	"$server" \
+		--node-id "$i" \
+		--data-dir "$data_dir/node$i" \
+		--listen "$host:${ports[i - 1]}" \
+		--http "$host:${http_ports[i - 1]}" \
+		--initial-cluster "$initial_cluster" \
+		--initial-splits "$splits" \
+		</dev/null >>"$log" 2>&1 &
+	pids+=("$!")
+	reaped+=(0)
+done
+
+# Wait until the cluster answers ClusterStatus with every node live and a
+# leader for every shard.
+say "waiting for the cluster to elect its leaders (up to ${ready_timeout}s)..."
+deadline=$((SECONDS + ready_timeout))
+while :; do
+	if [ "$got_signal" -eq 1 ]; then
+		shutdown
+	fi
+	for ((i = 1; i <= n; i++)); do
+		if ! alive "${pids[i - 1]}"; then
+			st=0
+			wait "${pids[i - 1]}" 2>/dev/null || st=$?
+			reaped[i - 1]=1
+			fail "node $i exited during start-up (status $st); see $(pretty "$data_dir/node$i.log")"
+		fi
+	done
+	if status="$("$ctl" --endpoints "$endpoints" --timeout 2s cluster status -o json 2>/dev/null)"; then
+		shards=$(grep -c '"shard_id":' <<<"$status" || true)
+		led=$(grep -c '"leader_node_id": "[1-9]' <<<"$status" || true)
+		live=$(grep -c '"live": true' <<<"$status" || true)
+		if [ "$shards" -gt 0 ] && [ "$led" -eq "$shards" ] && [ "$live" -ge "$n" ]; then
+			break
+		fi
+	fi
+	if [ "$SECONDS" -ge "$deadline" ]; then
+		fail "the cluster did not become ready within ${ready_timeout}s (every node live, every shard with a leader); see the logs in $(pretty "$data_dir")"
+	fi
+	nap 0.2
+done
+
+ctl_shown="$(pretty "$ctl")"
+cat <<EOF
+
+Shale cluster is ready: $n nodes on $host, data in $(pretty "$data_dir")
+
+  node  gRPC endpoint          metrics (/metrics, /debug/pprof)   pid     log
+EOF
+for ((i = 1; i <= n; i++)); do
+	printf '  %-4s  %-21s  %-33s  %-6s  %s\n' "$i" "$host:${ports[i - 1]}" "http://$host:${http_ports[i - 1]}/metrics" "${pids[i - 1]}" "$(pretty "$data_dir/node$i.log")"
+done
+cat <<EOF
+
+Try (from another terminal):
+  $ctl_shown --endpoints $endpoints kv put hello world
+  $ctl_shown --endpoints $endpoints kv get hello
+  $ctl_shown --endpoints $endpoints cluster status
+  $ctl_shown --endpoints $endpoints shard list
+(or export SHALE_ENDPOINTS=$endpoints and leave out --endpoints)
+
+Press Ctrl-C to stop the cluster${int_note}; run again to restart it from its data.
+EOF
+
+# Run until a signal arrives; report nodes that exit on their own (a node
+# killed on purpose, say) and give up when none is left.
+while :; do
+	nap 1
+	if [ "$got_signal" -eq 1 ]; then
+		shutdown
+	fi
+	left=0
+	for ((i = 1; i <= n; i++)); do
+		if alive "${pids[i - 1]}"; then
+			left=$((left + 1))
+		elif [ "${reaped[i - 1]}" -eq 0 ]; then
+			st=0
+			wait "${pids[i - 1]}" 2>/dev/null || st=$?
+			reaped[i - 1]=1
+			err "node $i (pid ${pids[i - 1]}) exited with status $st; the others keep running (see $(pretty "$data_dir/node$i.log"))"
+		fi
+	done
+	if [ "$left" -eq 0 ]; then
+		err "every node has exited"
+		exit 1
+	fi
+done
