@@ -40,7 +40,7 @@ func casOut(swapped bool, cur string) Output {
 }
 
 // hist builds a history; ops are (client, input, output, call, return), and
-// an unk output returns at the end.
+// an unknown output returns at the end.
 type hop struct {
 	c         int
 	in        Input
@@ -103,23 +103,23 @@ func TestLinearizable(t *testing.T) {
 			hop{0, get("b"), val("1"), 20, 30},
 			hop{1, get("a"), val("1"), 20, 30},
 		),
-		"unk write applied late": hist(
+		"unknown write applied late": hist(
 			hop{0, put("a", "1"), unk, 0, 0},
 			hop{1, get("a"), absent, 10, 20},
 			hop{1, get("a"), val("1"), 30, 40},
 		),
-		"unk write never applied": hist(
+		"unknown write never applied": hist(
 			hop{0, put("a", "1"), done, 0, 5},
 			hop{1, put("a", "2"), unk, 6, 0},
 			hop{2, get("a"), val("1"), 10, 20},
 			hop{2, get("a"), val("1"), 30, 40},
 		),
-		"unk cas applied": hist(
+		"unknown cas applied": hist(
 			hop{0, put("a", "1"), done, 0, 5},
 			hop{1, cas("a", "1", "2"), unk, 6, 0},
 			hop{2, get("a"), val("2"), 10, 20},
 		),
-		"unk delete applied": hist(
+		"unknown delete applied": hist(
 			hop{0, put("a", "1"), done, 0, 5},
 			hop{1, del("a"), unk, 6, 0},
 			hop{2, get("a"), val("1"), 10, 20},
@@ -173,7 +173,7 @@ func TestViolations(t *testing.T) {
 			hop{0, put("a", "1"), done, 0, 10},
 			hop{1, del("a"), Output{Deleted: false}, 20, 30},
 		),
-		"unk write cannot be undone": hist(
+		"unknown write cannot be undone": hist(
 			hop{0, put("a", "1"), unk, 0, 0},
 			hop{1, get("a"), val("1"), 10, 20},
 			hop{1, get("a"), absent, 30, 40},
@@ -278,7 +278,7 @@ func TestRecorder(t *testing.T) {
 	seen := map[string]bool{}
 	for _, op := range h.Ops {
 		if op.Input.Kind == KindGet && op.Output.Unknown {
-			t.Fatalf("unk read kept: %+v", op)
+			t.Fatalf("unknown read kept: %+v", op)
 		}
 		if op.Output.Unknown != (op.Return == h.End) || op.Call > op.Return || op.Return > h.End {
 			t.Fatalf("bad times: %+v (end %d)", op, h.End)

@@ -114,6 +114,7 @@ type State struct {
 	Value string
 }
 
+// String returns the quoted value, or "absent".
 func (s State) String() string {
 	if !s.Present {
 		return "absent"

@@ -155,6 +155,7 @@ type Stats struct {
 	KnownByKind map[string]int `json:"knownByKind"`
 }
 
+// String summarises the counts.
 func (s Stats) String() string {
 	return fmt.Sprintf("%d operations: %d known (%v), %d failed, %d unknown (%d never returned)",
 		s.Calls, s.Known, s.KnownByKind, s.Failed, s.Unknown, s.Pending)
