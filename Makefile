@@ -116,6 +116,18 @@ else
 	$(BIN)/shale-bench storage --engines $(BENCH_ENGINES) --dir $(BENCH_DIR) $(BENCH_ARGS)
 endif
 
+.PHONY: bench-cluster
+bench-cluster: build ## Cluster benchmark: a 3-node Shale cluster against a 3-member etcd cluster (BENCH_ARGS="--quick" for a short run).
+	@mkdir -p $(BIN) ./data/bench-cluster
+	cd bench && $(GO) build -trimpath -o $(BIN)/shale-bench ./cmd/shale-bench
+	$(BIN)/shale-bench cluster --shale-server $(BIN)/shale-server --dir ./data/bench-cluster $(BENCH_ARGS)
+
+.PHONY: bench-idle
+bench-idle: build ## CPU of 1,000 idle shards on a 3-node cluster, against a 1-shard baseline.
+	@mkdir -p $(BIN) ./data/bench-idle
+	cd bench && $(GO) build -trimpath -o $(BIN)/shale-bench ./cmd/shale-bench
+	$(BIN)/shale-bench idle --shale-server $(BIN)/shale-server --dir ./data/bench-idle $(BENCH_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Run every Fuzz* target (storage, replication, server) for FUZZTIME each (default 30s).
 	@pkgs="$$($(GO) list $(FUZZ_PKGS))"; n=0; \

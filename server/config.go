@@ -57,6 +57,9 @@ type Config struct {
 	ElectionTicks int
 	// LeaseReads serves linearizable reads from the leader's lease.
 	LeaseReads bool
+	// DisableQuiescence keeps idle Raft groups ticking and heartbeating
+	// (by default an idle, fully replicated group goes quiet).
+	DisableQuiescence bool
 	// SnapshotRateBytes limits outgoing snapshot bandwidth (default 64 MiB/s).
 	SnapshotRateBytes int64
 	// BlockCacheBytes sizes the block cache shared by the node's engines

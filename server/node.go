@@ -159,18 +159,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		tr = &filteredTransport{Transport: n.transport, self: meta.NodeID, allow: cfg.LinkFilter}
 	}
 	n.store, err = replication.NewStore(replication.Config{
-		NodeID:         meta.NodeID,
-		ClusterID:      meta.ClusterID,
-		LogDB:          n.logDB,
-		Transport:      tr,
-		TickInterval:   cfg.TickInterval,
-		ElectionTicks:  cfg.ElectionTicks,
-		LeaseReads:     cfg.LeaseReads,
-		SnapshotDir:    filepath.Join(cfg.DataDir, "snapshots", "out"),
-		OpenReplica:    n.openEmptyShard,
-		ReplicaRemoved: n.onReplicaRemoved,
-		Logger:         n.log.With("component", "replication"),
-		Metrics:        replication.NewMetrics(n.reg),
+		NodeID:            meta.NodeID,
+		ClusterID:         meta.ClusterID,
+		LogDB:             n.logDB,
+		Transport:         tr,
+		TickInterval:      cfg.TickInterval,
+		ElectionTicks:     cfg.ElectionTicks,
+		LeaseReads:        cfg.LeaseReads,
+		DisableQuiescence: cfg.DisableQuiescence,
+		SnapshotDir:       filepath.Join(cfg.DataDir, "snapshots", "out"),
+		OpenReplica:       n.openEmptyShard,
+		ReplicaRemoved:    n.onReplicaRemoved,
+		Logger:            n.log.With("component", "replication"),
+		Metrics:           replication.NewMetrics(n.reg),
 	})
 	if err != nil {
 		return nil, err

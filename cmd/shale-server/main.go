@@ -39,7 +39,7 @@ type flags struct {
 	maxKey, maxValue, maxBatchOps, maxBatch int
 	requestTimeout, tickInterval            time.Duration
 	electionTicks                           int
-	leaseReads                              bool
+	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
 	logLevel, logFormat                     string
 }
@@ -89,6 +89,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.tickInterval, "tick-interval", 100*time.Millisecond, "Raft tick")
 	fl.IntVar(&f.electionTicks, "election-ticks", 10, "Raft election timeout, in ticks")
 	fl.BoolVar(&f.leaseReads, "lease-reads", false, "serve linearizable reads from the leader's lease instead of ReadIndex (relies on bounded clock drift)")
+	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -185,6 +186,7 @@ func run(ctx context.Context, f flags) error {
 		TickInterval:      f.tickInterval,
 		ElectionTicks:     f.electionTicks,
 		LeaseReads:        f.leaseReads,
+		DisableQuiescence: f.noQuiesce,
 		SnapshotRateBytes: f.snapshotRate,
 		BlockCacheBytes:   f.blockCache,
 		Logger:            log,
