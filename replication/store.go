@@ -584,6 +584,7 @@ func (s *Store) cycle(tick bool) error {
 
 	// Persist: snapshots first (state machine, then log), then entries and
 	// hard states of every group, one sync.
+	idsWritten := !newIDs.Empty()
 	wb := newIDs
 	for i := range readies {
 		rr := &readies[i]
@@ -600,8 +601,14 @@ func (s *Store) cycle(tick bool) error {
 		}
 	}
 	if !wb.Empty() {
+		// Sync only when raft needs it (new entries, term or vote, a
+		// snapshot) or the Store recorded a new replica.
+		sync := idsWritten
+		for i := range readies {
+			sync = sync || readies[i].rd.MustSync || !raft.IsEmptySnap(readies[i].rd.Snapshot)
+		}
 		start := time.Now()
-		if err := s.log.Commit(wb); err != nil {
+		if err := s.log.Write(wb, sync); err != nil {
 			return err
 		}
 		if m := s.cfg.Metrics; m != nil {

@@ -85,10 +85,19 @@ func (n *Node) reconcileReplicas(ctx context.Context) {
 		// A node that is not registered (yet) makes no decisions.
 		return
 	}
-	live := n.liveNodes(ctx)
+	hosts := 0 // registered nodes that may host replicas
+	for _, d := range nodes {
+		if !d.GetRemoved() {
+			hosts++
+		}
+	}
+	var live map[uint64]bool // asked for only when a shard needs a change
 	for _, r := range n.store.Replicas() {
-		if !r.IsLeader() {
+		if !r.IsLeader() || !n.needsChange(r, registered, hosts, self.GetRemoved()) {
 			continue
+		}
+		if live == nil {
+			live = n.liveNodes(ctx)
 		}
 		if self.GetRemoved() {
 			// A removed node only hands its leaderships away.
@@ -101,6 +110,29 @@ func (n *Node) reconcileReplicas(ctx context.Context) {
 			n.log.Warn("membership change", "shard", r.ShardID(), "err", err)
 		}
 	}
+}
+
+// needsChange reports, from the replica's cached state alone (cheap enough
+// for every idle shard every second), whether its membership may need a
+// step: a learner, a joint configuration, a replica on a removed node, fewer
+// voters than the replication factor while a node could take one, or this
+// node being removed.
+func (n *Node) needsChange(r *replication.Replica, registered map[uint64]*shalev1.NodeDescriptor, hosts int, selfRemoved bool) bool {
+	if selfRemoved {
+		return true
+	}
+	desc := r.Status().Descriptor
+	voters := 0
+	for _, rd := range desc.GetReplicas() {
+		if rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
+			return true
+		}
+		if d, ok := registered[rd.GetNodeId()]; ok && d.GetRemoved() {
+			return true
+		}
+		voters++
+	}
+	return voters < n.cfg.ReplicationFactor && voters < hosts
 }
 
 // liveNodes returns the nodes that answered a status request just now

@@ -64,9 +64,13 @@ type Node struct {
 	mu     sync.Mutex
 	live   map[uint64]bool // nodes that answered recently (liveNodes)
 	liveAt time.Time
-	addrs  map[uint64]string
-	shards map[uint64]*shard.Shard
-	conns  map[string]*grpc.ClientConn
+	// remoteReg is the node registry as last read from a peer (nodes
+	// without a system shard replica), at remoteRegAt.
+	remoteReg   []*shalev1.NodeDescriptor
+	remoteRegAt time.Time
+	addrs       map[uint64]string
+	shards      map[uint64]*shard.Shard
+	conns       map[string]*grpc.ClientConn
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -599,6 +603,13 @@ func (n *Node) registry(ctx context.Context) ([]*shalev1.NodeDescriptor, error) 
 	if s := n.Shard(SystemShardID); s != nil && s.Descriptor() != nil {
 		return s.Nodes()
 	}
+	n.mu.Lock()
+	if time.Since(n.remoteRegAt) < 5*time.Second && n.remoteReg != nil {
+		reg := n.remoteReg
+		n.mu.Unlock()
+		return reg, nil
+	}
+	n.mu.Unlock()
 	for _, addr := range n.peerAddrs() {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		resp, err := shalev1.NewAdminClient(n.conn(addr)).ListNodes(cctx, &shalev1.ListNodesRequest{})
@@ -608,10 +619,11 @@ func (n *Node) registry(ctx context.Context) ([]*shalev1.NodeDescriptor, error) 
 		}
 		out := make([]*shalev1.NodeDescriptor, 0, len(resp.GetNodes()))
 		for _, s := range resp.GetNodes() {
-			if !s.GetRemoved() {
-				out = append(out, s.GetNode())
-			}
+			out = append(out, s.GetNode())
 		}
+		n.mu.Lock()
+		n.remoteReg, n.remoteRegAt = out, time.Now()
+		n.mu.Unlock()
 		return out, nil
 	}
 	return nil, errors.New("server: node registry unreachable")

@@ -232,8 +232,14 @@ func (s *Store) ShardIDs() ([]uint64, error) {
 // releases the entries staged into b to cache eviction and evicts the
 // oldest cached entries beyond the budget. b may be reset and reused after
 // Commit returns.
-func (s *Store) Commit(b *storage.Batch) error {
-	if err := s.db.Apply(b, storage.WriteOptions{Sync: true}); err != nil {
+func (s *Store) Commit(b *storage.Batch) error { return s.Write(b, true) }
+
+// Write is Commit with the choice of syncing: a batch that only moves
+// commit indexes (Raft's Ready.MustSync is false) need not be synced,
+// because Raft can recover a lost commit index from its peers; entries,
+// terms and votes must be.
+func (s *Store) Write(b *storage.Batch, sync bool) error {
+	if err := s.db.Apply(b, storage.WriteOptions{Sync: sync}); err != nil {
 		return fmt.Errorf("raftlog: commit: %w", err)
 	}
 	s.pendMu.Lock()
