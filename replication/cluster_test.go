@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication/raftlog"
 	"github.com/shale-db/shale/storage"
 )
 
@@ -693,4 +697,46 @@ func TestOverloadIsRefused(t *testing.T) {
 	if _, err := r.Propose(context.Background(), make([]byte, 9<<20)); !errors.Is(err, ErrProposalTooLarge) {
 		t.Fatalf("huge proposal: %v", err)
 	}
+}
+
+// A crash can keep a state machine's applied index while losing the
+// unsynced commit index of the Raft log: the restart must move the commit
+// index up instead of failing.
+func TestRestartWithAppliedPastDurableCommit(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	for i := 0; i < 20; i++ {
+		c.propose(1, fmt.Sprintf("k%02d", i), "v")
+	}
+	c.converged(1, 1, 2, 3)
+	applied := c.get(3).sm(1).AppliedState().Index
+	c.stopNode(3)
+	// Roll node 3's durable commit index back below what it applied.
+	db, err := storage.Open(filepath.Join(c.dir, "node3", "raftlog"), &storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := raftlog.New(db, raftlog.Options{})
+	lg, err := logs.Shard(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
+	hs.Commit = proto.Uint64(applied - 5)
+	b := storage.NewBatch()
+	if err := lg.Append(b, nil, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.startNode(3)
+	c.propose(1, "after", "restart")
+	c.converged(1, 1, 2, 3)
 }

@@ -384,6 +384,15 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 		if err := lg.ApplySnapshot(b, st.Index, st.Term, hs); err != nil {
 			return nil, fmt.Errorf("replication: shard %d: align log: %w", shardID, err)
 		}
+	} else if hs := lg.HardState(); st.Index > hs.GetCommit() {
+		// The state machine applied entries whose commit index was not made
+		// durable (commit-only writes are not synced): they were committed,
+		// so the commit index moves up to them.
+		hs = proto.Clone(hs).(*raftpb.HardState)
+		hs.Commit = proto.Uint64(st.Index)
+		if err := lg.Append(b, nil, hs); err != nil {
+			return nil, fmt.Errorf("replication: shard %d: align commit index: %w", shardID, err)
+		}
 	}
 	if !b.Empty() {
 		if err := s.log.Commit(b); err != nil {
@@ -582,12 +591,42 @@ func (s *Store) cycle(tick bool) error {
 		s.cfg.Transport.Send(b)
 	}
 
+	// Apply, before this cycle's write, the committed entries that are
+	// already durable in the local log (all but those this Ready appends):
+	// their clients need not wait for the next batch's sync.
+	for i := range readies {
+		rr := &readies[i]
+		ents := rr.rd.CommittedEntries
+		if len(ents) == 0 || !raft.IsEmptySnap(rr.rd.Snapshot) || rr.r.dead() {
+			continue
+		}
+		bound, _ := rr.r.log.LastIndex()
+		if len(rr.rd.Entries) > 0 {
+			bound = min(bound, rr.rd.Entries[0].GetIndex()-1)
+		}
+		k := 0
+		for k < len(ents) && ents[k].GetIndex() <= bound {
+			k++
+		}
+		if k == 0 {
+			continue
+		}
+		if err := rr.r.applyCommitted(ents[:k]); err != nil {
+			rr.r.fatal(err)
+			continue
+		}
+		rr.appliedEarly = k
+	}
+
 	// Persist: snapshots first (state machine, then log), then entries and
 	// hard states of every group, one sync.
 	idsWritten := !newIDs.Empty()
 	wb := newIDs
 	for i := range readies {
 		rr := &readies[i]
+		if rr.r.dead() {
+			continue
+		}
 		if !raft.IsEmptySnap(rr.rd.Snapshot) {
 			if err := rr.r.installSnapshot(wb, rr.rd.Snapshot, rr.rd.HardState); err != nil {
 				rr.r.fatal(err)
@@ -633,11 +672,11 @@ func (s *Store) cycle(tick bool) error {
 	// Apply and advance.
 	for i := range readies {
 		rr := &readies[i]
-		if rr.r.removed {
+		if rr.r.dead() {
 			continue
 		}
 		rr.r.handleReadStates(rr.rd.ReadStates)
-		if err := rr.r.applyCommitted(rr.rd.CommittedEntries); err != nil {
+		if err := rr.r.applyCommitted(rr.rd.CommittedEntries[rr.appliedEarly:]); err != nil {
 			rr.r.fatal(err)
 			continue
 		}
@@ -659,6 +698,8 @@ type readyReplica struct {
 	r    *Replica
 	rd   raft.Ready
 	sent bool // messages already sent (leaders send before persisting)
+	// appliedEarly committed entries were applied before the cycle's write.
+	appliedEarly int
 }
 
 // deliver steps a batch's messages into their replicas, creating
