@@ -10,9 +10,8 @@
 // An engine is a Factory registered under its name with Register, usually
 // from an init function in the engine's own file (etcd.go for etcd). Adding
 // an engine is one new file: implement Cluster and KV, and call
-// Register("name", start) in init. The Shale peer is planned but not built
-// yet; until a file registers "shale", asking for it fails with
-// "shale cluster peer not built yet".
+// Register("name", start) in init. The Shale peer (shale.go) runs
+// shale-server processes; the etcd peer (etcd.go) runs etcd members.
 //
 // # Clients
 //
@@ -104,9 +103,7 @@ var (
 
 // notBuilt are engines that are planned but not built into this binary,
 // with the error given when one is asked for.
-var notBuilt = map[string]string{
-	"shale": "shale cluster peer not built yet",
-}
+var notBuilt = map[string]string{}
 
 // Register makes an engine available under name. It is meant to be called
 // from an init function and panics if name is already registered.

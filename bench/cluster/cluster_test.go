@@ -189,11 +189,11 @@ func TestKeys(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
-	if _, err := ParseEngines("shale"); err == nil || err.Error() != "shale cluster peer not built yet" {
-		t.Errorf("ParseEngines(shale) = %v, want the not-built error", err)
+	if got, err := ParseEngines("etcd,shale"); err != nil || len(got) != 2 {
+		t.Errorf("ParseEngines(etcd,shale) = %v, %v", got, err)
 	}
-	if _, err := ParseEngines("shale,etcd"); err == nil {
-		t.Error("ParseEngines(shale,etcd) succeeded")
+	if names := EngineNames(); len(names) < 2 || names[0] != "shale" {
+		t.Errorf("EngineNames() = %v, want shale first", names)
 	}
 	if got, err := ParseEngines(" etcd,etcd "); err != nil || len(got) != 1 || got[0] != "etcd" {
 		t.Errorf("ParseEngines(etcd,etcd) = %v, %v", got, err)
@@ -342,5 +342,74 @@ func TestEtcdCluster(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("log:\n%s", log.String())
+	}
+}
+
+// TestShaleCluster builds shale-server (or uses --shale-server's binary via
+// SHALE_BENCH_SERVER), starts a real 3-node cluster and runs a tiny put,
+// get and ycsb-e.
+func TestShaleCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds shale-server and starts three processes")
+	}
+	SetShaleOptions(ShaleOptions{ServerPath: os.Getenv("SHALE_BENCH_SERVER")})
+	t.Cleanup(CleanupShaleServer)
+	cfg := Config{
+		Engines:   []string{"shale"},
+		Workloads: []string{"put", "get", "ycsb-e"},
+		Clients:   []int{1, 8},
+		Duration:  300 * time.Millisecond,
+		Keys:      200,
+		Dir:       t.TempDir(),
+		Seed:      1,
+	}
+	var log bytes.Buffer
+	cfg.Log = &log
+	results := Run(context.Background(), cfg, func(Result) {})
+	if len(results) != 6 {
+		t.Fatalf("%d results, want 6; log:\n%s", len(results), log.String())
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Ops == 0 {
+			t.Errorf("%s/%d: ops %d, err %v", r.Workload, r.Clients, r.Ops, r.Err)
+		}
+	}
+	if !strings.Contains(log.String(), "leader 3") {
+		t.Errorf("no shard led by node 3 after the leader moves")
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", log.String())
+	}
+}
+
+func TestIdleSplits(t *testing.T) {
+	if got := IdleSplits(1); got != "" {
+		t.Errorf("IdleSplits(1) = %q, want empty", got)
+	}
+	if got := IdleSplits(4); got != "k1,k2,k3" {
+		t.Errorf("IdleSplits(4) = %q", got)
+	}
+	keys := strings.Split(IdleSplits(1000), ",")
+	if len(keys) != 999 || keys[0] != "k001" || keys[998] != "k999" || !sort.StringsAreSorted(keys) {
+		t.Errorf("IdleSplits(1000): %d keys from %s to %s, sorted %v", len(keys), keys[0], keys[len(keys)-1], sort.StringsAreSorted(keys))
+	}
+}
+
+func TestCPUTicks(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	a, err := cpuTicks(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	b, err := cpuTicks(os.Getpid())
+	if err != nil || b <= a {
+		t.Errorf("CPU ticks %d then %d (%v) after 300 ms of spinning (%d)", a, b, err, x)
 	}
 }

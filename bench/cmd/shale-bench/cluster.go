@@ -19,6 +19,8 @@ import (
 func clusterCmd() *cobra.Command {
 	var (
 		engines, workloads, clients, dir string
+		shaleServer, shaleSplits         string
+		shaleArgs                        string
 		quick, keep, asJSON              bool
 		keys, valueSize, conns           int
 		duration, hang                   time.Duration
@@ -32,7 +34,10 @@ each engine, at several numbers of concurrent clients, and reports ops/s and
 latency percentiles. Each (workload, engine) gets a fresh cluster under --dir;
 within a workload the engines run back to back. The etcd peer is three
 shale-bench etcd-member processes embedding etcd with its default settings
-(fsync on).
+(fsync on). The Shale peer is three shale-server processes with their default
+settings (Raft log synced) and --initial-splits --shale-splits; shale-server
+is built once per run (go build in the bench module) unless --shale-server
+names a binary.
 
 Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 ` + cluster.WorkloadHelp(),
@@ -59,6 +64,12 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 			if keys <= 0 || valueSize <= 0 || duration <= 0 || conns < 0 {
 				return fmt.Errorf("need --keys > 0, --value-size > 0, --duration > 0, --conns >= 0")
 			}
+			cluster.SetShaleOptions(cluster.ShaleOptions{
+				ServerPath: shaleServer,
+				Splits:     shaleSplits,
+				ExtraArgs:  strings.Fields(shaleArgs),
+			})
+			defer cluster.CleanupShaleServer()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg := cluster.Config{
@@ -121,6 +132,9 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per (engine, workload, clients) instead of the table")
 	f.Uint64Var(&seed, "seed", 1, "random seed")
 	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
+	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary for the Shale peer (default: go build it once per run, else bin/shale-server)")
+	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node")
+	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 // Command shale-bench benchmarks Shale. Its storage subcommand is a
 // db_bench-style benchmark of Shale's storage engine against Pebble and
-// goleveldb; see docs/BENCHMARKS.md.
+// goleveldb, cluster compares a local 3-node Shale cluster with etcd, and
+// idle measures the CPU cost of idle shards; see docs/BENCHMARKS.md.
 package main
 
 import (
@@ -27,7 +28,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(storageCmd(), clusterCmd(), etcdMemberCmd())
+	root.AddCommand(storageCmd(), clusterCmd(), idleCmd(), etcdMemberCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shale-bench:", err)
 		os.Exit(1)

@@ -1,0 +1,632 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	shaleclient "github.com/shale-db/shale/client"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// The Shale peer: a cluster of shale-server processes (one per member,
+// node IDs 1..Members) started with shale-server's default settings (every
+// Raft log write synced, 100 ms tick, 10-tick election timeout, ReadIndex
+// linearizable reads, quiescence on) plus --initial-splits, which cuts the
+// benchmark key space into a few shards, and --http, which serves pprof.
+// Once every shard has a leader, the leadership of user shard i (in key
+// order) is moved to node i mod Members + 1, so that every node leads the
+// same share of the key space. Clients use the Go SDK (package client),
+// one client.Client per connection, with every member as an endpoint; Get
+// is the SDK's default, linearizable, read.
+
+func init() { Register("shale", startShale) }
+
+// DefaultShaleSplits are the split keys of the Shale peer's user shards:
+// the benchmark's keys are 16 lowercase hex digits spread uniformly over
+// the key order, so these five keys cut them into six shards of one sixth
+// each (two shard leaders per node of a 3-node cluster).
+const DefaultShaleSplits = "2aab,5555,8000,aaab,d555"
+
+// ShaleOptions configure how the Shale peer and RunIdle start shale-server.
+type ShaleOptions struct {
+	// ServerPath is the shale-server binary. Empty: build it once per
+	// process (go build of github.com/shale-db/shale/cmd/shale-server in
+	// the bench module, found from the working directory or the
+	// executable's), or else use a prebuilt bin/shale-server.
+	ServerPath string
+	// Splits is the benchmark cluster's --initial-splits (default
+	// DefaultShaleSplits).
+	Splits string
+	// ExtraArgs are appended to every shale-server command line.
+	ExtraArgs []string
+}
+
+var (
+	shaleMu   sync.Mutex
+	shaleOpts ShaleOptions
+	built     struct {
+		path, dir string
+		err       error
+		done      bool
+	}
+)
+
+// SetShaleOptions sets the options of every Shale cluster started after
+// the call.
+func SetShaleOptions(o ShaleOptions) {
+	shaleMu.Lock()
+	defer shaleMu.Unlock()
+	shaleOpts = o
+}
+
+func currentShaleOptions() ShaleOptions {
+	shaleMu.Lock()
+	defer shaleMu.Unlock()
+	o := shaleOpts
+	if strings.TrimSpace(o.Splits) == "" {
+		o.Splits = DefaultShaleSplits
+	}
+	return o
+}
+
+// CleanupShaleServer removes the shale-server binary built by this process,
+// if any. Call it once no Shale cluster runs any more.
+func CleanupShaleServer() {
+	shaleMu.Lock()
+	defer shaleMu.Unlock()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	built.path, built.dir, built.err, built.done = "", "", nil, false
+}
+
+// ShaleServerBinary returns the shale-server binary to run: the configured
+// one, else one built once per process, else a prebuilt bin/shale-server.
+func ShaleServerBinary(log io.Writer) (string, error) {
+	o := currentShaleOptions()
+	if o.ServerPath != "" {
+		p, err := filepath.Abs(o.ServerPath)
+		if err == nil {
+			_, err = os.Stat(p)
+		}
+		if err != nil {
+			return "", fmt.Errorf("--shale-server: %w", err)
+		}
+		return p, nil
+	}
+	shaleMu.Lock()
+	defer shaleMu.Unlock()
+	if built.done {
+		return built.path, built.err
+	}
+	built.done = true
+	built.path, built.dir, built.err = buildShaleServer(log)
+	return built.path, built.err
+}
+
+// buildShaleServer builds shale-server into a new temporary directory from
+// the bench module (whose replace directive makes the main module's
+// packages buildable), falling back to a prebuilt binary.
+func buildShaleServer(log io.Writer) (path, dir string, err error) {
+	logf := func(format string, args ...any) {
+		if log != nil {
+			fmt.Fprintf(log, format+"\n", args...)
+		}
+	}
+	var buildErr error
+	if mod := findBenchModule(); mod == "" {
+		buildErr = errors.New("bench module not found from the working directory or the executable")
+	} else if goBin, err := exec.LookPath("go"); err != nil {
+		buildErr = fmt.Errorf("no go command: %w", err)
+	} else {
+		dir, err := os.MkdirTemp("", "shale-bench-server-")
+		if err != nil {
+			return "", "", err
+		}
+		out := filepath.Join(dir, "shale-server")
+		t := time.Now()
+		cmd := exec.Command(goBin, "build", "-o", out, "github.com/shale-db/shale/cmd/shale-server")
+		cmd.Dir = mod
+		msg, err := cmd.CombinedOutput()
+		if err == nil {
+			logf("shale: built %s in %s (go build in %s)", out, time.Since(t).Round(time.Millisecond), mod)
+			return out, dir, nil
+		}
+		_ = os.RemoveAll(dir)
+		buildErr = fmt.Errorf("go build of shale-server in %s: %v: %s", mod, err, bytes.TrimSpace(msg))
+	}
+	for _, c := range prebuiltCandidates() {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			logf("shale: cannot build shale-server (%v); using prebuilt %s", buildErr, c)
+			return c, "", nil
+		}
+	}
+	return "", "", fmt.Errorf("no shale-server binary: %v; and no prebuilt bin/shale-server found (give --shale-server PATH)", buildErr)
+}
+
+// findBenchModule finds the bench module's directory from the working
+// directory or the executable's, looking upwards for its go.mod or the main
+// module's (whose bench/ subdirectory it then is).
+func findBenchModule() string {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, d := range starts {
+		for {
+			switch modulePath(filepath.Join(d, "go.mod")) {
+			case "github.com/shale-db/shale/bench":
+				return d
+			case "github.com/shale-db/shale":
+				if modulePath(filepath.Join(d, "bench", "go.mod")) == "github.com/shale-db/shale/bench" {
+					return filepath.Join(d, "bench")
+				}
+			}
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return ""
+}
+
+// modulePath is the module path declared by a go.mod file, "" if none.
+func modulePath(gomod string) string {
+	f, err := os.Open(gomod)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
+
+func prebuiltCandidates() []string {
+	var out []string
+	if wd, err := os.Getwd(); err == nil {
+		out = append(out, filepath.Join(wd, "bin", "shale-server"), filepath.Join(wd, "..", "bin", "shale-server"))
+	}
+	if exe, err := os.Executable(); err == nil {
+		out = append(out, filepath.Join(filepath.Dir(exe), "shale-server"))
+	}
+	return out
+}
+
+// ShaleNodes is a running set of shale-server processes forming one new
+// cluster.
+type ShaleNodes struct {
+	// Endpoints are the nodes' gRPC addresses, node i+1 at index i.
+	Endpoints []string
+	// HTTP are the nodes' /metrics and /debug/pprof addresses.
+	HTTP  []string
+	procs []*shaleProc
+}
+
+// shaleProc is one shale-server process.
+type shaleProc struct {
+	id      uint64
+	dir     string
+	cmd     *exec.Cmd
+	log     *os.File
+	done    chan struct{} // closed when the process has exited
+	waitErr error         // set before done is closed
+}
+
+func (p *shaleProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail is the end of the node's log, for error messages.
+func (p *shaleProc) tail() string {
+	name := filepath.Join(p.dir, "server.log")
+	b, _ := os.ReadFile(name)
+	b = bytes.TrimSpace(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return fmt.Sprintf("log %s ends: %s", name, b)
+}
+
+// Pids are the processes' IDs, node i+1 at index i.
+func (c *ShaleNodes) Pids() []int {
+	out := make([]int, len(c.procs))
+	for i, p := range c.procs {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
+// StartShaleNodes starts members shale-server processes, node i+1 in
+// dir/node<i+1> (data in data/, output in server.log), on free loopback
+// ports, as a new cluster with the given --initial-splits and
+// ShaleOptions.ExtraArgs. It returns once every process runs; it does not
+// wait for the cluster to be ready (see WaitShaleReady). Ports taken by
+// another process before a node binds them are retried.
+func StartShaleNodes(ctx context.Context, dir string, members int, splits string, log io.Writer) (*ShaleNodes, error) {
+	bin, err := ShaleServerBinary(log)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		c, err := startShaleOnce(ctx, bin, dir, members, splits, log)
+		if err == nil {
+			return c, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "shale: %v; retrying on other ports\n", err)
+		}
+		for i := range members {
+			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("node%d", i+1))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func startShaleOnce(ctx context.Context, bin, dir string, members int, splits string, log io.Writer) (*ShaleNodes, error) {
+	ports, err := freePorts(2 * members)
+	if err != nil {
+		return nil, fmt.Errorf("pick ports: %w", err)
+	}
+	c := &ShaleNodes{}
+	var initial []string
+	for i := range members {
+		c.Endpoints = append(c.Endpoints, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
+		c.HTTP = append(c.HTTP, fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]))
+		initial = append(initial, fmt.Sprintf("%d=%s", i+1, c.Endpoints[i]))
+	}
+	extra := currentShaleOptions().ExtraArgs
+	for i := range members {
+		ndir := filepath.Join(dir, fmt.Sprintf("node%d", i+1))
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+		logFile, err := os.Create(filepath.Join(ndir, "server.log"))
+		if err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+		args := []string{
+			"--node-id", strconv.Itoa(i + 1),
+			"--data-dir", filepath.Join(ndir, "data"),
+			"--listen", c.Endpoints[i],
+			"--http", c.HTTP[i],
+			"--initial-cluster", strings.Join(initial, ","),
+		}
+		if splits != "" {
+			args = append(args, "--initial-splits", splits)
+		}
+		args = append(args, extra...)
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout = logFile
+		cmd.Stderr = logFile
+		cmd.SysProcAttr = memberSysProcAttr()
+		// Only the flags above configure the node: drop SHALE_* settings
+		// from the environment.
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "SHALE_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		if err := cmd.Start(); err != nil {
+			logFile.Close()
+			_ = c.Stop()
+			return nil, fmt.Errorf("start shale-server node %d: %w", i+1, err)
+		}
+		p := &shaleProc{id: uint64(i + 1), dir: ndir, cmd: cmd, log: logFile, done: make(chan struct{})}
+		go func() {
+			p.waitErr = cmd.Wait()
+			close(p.done)
+		}()
+		c.procs = append(c.procs, p)
+		if log != nil {
+			extraNote := ""
+			if len(extra) > 0 {
+				extraNote = " " + strings.Join(extra, " ")
+			}
+			fmt.Fprintf(log, "shale: node %d pid %d, grpc %s, http %s%s\n", i+1, cmd.Process.Pid, c.Endpoints[i], c.HTTP[i], extraNote)
+		}
+	}
+	// A node that cannot bind its port exits at once: give it a moment so
+	// the port retry above sees it.
+	select {
+	case <-ctx.Done():
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := c.checkRunning(); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *ShaleNodes) checkRunning() error {
+	for _, p := range c.procs {
+		if p.exited() {
+			return fmt.Errorf("shale-server node %d exited (%v); %s", p.id, p.waitErr, p.tail())
+		}
+	}
+	return nil
+}
+
+// NewClient opens a Go SDK client with every node as an endpoint. Its
+// warnings go to log (nil: dropped).
+func (c *ShaleNodes) NewClient(ctx context.Context, log io.Writer) (*shaleclient.Client, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	l := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return shaleclient.New(ctx, c.Endpoints, shaleclient.WithLogger(l))
+}
+
+// WaitReady waits until the cluster lists wantShards shards (the system
+// shard included) and every one of them has a leader that reports itself
+// as such. It returns the shards.
+func (c *ShaleNodes) WaitReady(ctx context.Context, cli *shaleclient.Client, wantShards int) ([]*shalev1.ShardStatus, error) {
+	var last error
+	for {
+		if err := c.checkRunning(); err != nil {
+			return nil, err
+		}
+		shards, err := c.readyShards(ctx, cli, wantShards)
+		if err == nil {
+			return shards, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("shale cluster not ready: %w (last check: %v)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *ShaleNodes) readyShards(ctx context.Context, cli *shaleclient.Client, want int) ([]*shalev1.ShardStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	shards, err := cli.ListShards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(shards) != want {
+		return nil, fmt.Errorf("%d shards listed, want %d", len(shards), want)
+	}
+	noLeader := 0
+	for _, s := range shards {
+		if s.GetLeaderNodeId() == 0 || s.GetLeaderNodeId() != s.GetReportedBy() {
+			noLeader++
+		}
+	}
+	if noLeader > 0 {
+		return nil, fmt.Errorf("%d of %d shards without a leader", noLeader, want)
+	}
+	return shards, nil
+}
+
+// Stop sends SIGTERM to every node (each stops cleanly and exits), and
+// SIGKILL to any node still running 20 s later, and waits for them all.
+func (c *ShaleNodes) Stop() error {
+	for _, p := range c.procs {
+		if !p.exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			errs = append(errs, fmt.Errorf("shale-server node %d did not exit within 20s of SIGTERM; killed", p.id))
+		}
+		if p.waitErr != nil {
+			errs = append(errs, fmt.Errorf("shale-server node %d: %v; %s", p.id, p.waitErr, p.tail()))
+		}
+		p.log.Close()
+	}
+	c.procs = nil
+	return errors.Join(errs...)
+}
+
+// shaleCluster is the Shale peer: a ShaleNodes cluster of the benchmark.
+type shaleCluster struct {
+	nodes *ShaleNodes
+	log   io.Writer
+}
+
+// startShale starts the nodes, waits for every shard to have a leader,
+// spreads the user shards' leaders over the nodes and checks that every
+// user shard serves a linearizable read.
+func startShale(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
+	o := currentShaleOptions()
+	nodes, err := StartShaleNodes(ctx, cfg.Dir, cfg.Members, o.Splits, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	c := &shaleCluster{nodes: nodes, log: cfg.Log}
+	if err := c.prepare(ctx, o.Splits, cfg); err != nil {
+		_ = nodes.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *shaleCluster) prepare(ctx context.Context, splits string, cfg ClusterConfig) error {
+	cli, err := c.nodes.NewClient(ctx, cfg.Log)
+	if err != nil {
+		if e := c.nodes.checkRunning(); e != nil {
+			return e
+		}
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer cli.Close()
+	want := 2 // the system shard and one user shard
+	if strings.TrimSpace(splits) != "" {
+		want += len(strings.Split(splits, ","))
+	}
+	shards, err := c.nodes.WaitReady(ctx, cli, want)
+	if err != nil {
+		return err
+	}
+	// Move user shard i's leadership to node i mod members + 1.
+	var user []*shalev1.ShardStatus
+	for _, s := range shards {
+		if !s.GetDescriptor_().GetSystem() {
+			user = append(user, s)
+		}
+	}
+	members := uint64(len(c.nodes.Endpoints))
+	for i, s := range user {
+		id := s.GetDescriptor_().GetShardId()
+		target := uint64(i)%members + 1
+		if err := c.moveLeader(ctx, cli, id, target); err != nil {
+			return fmt.Errorf("move the leadership of shard %d to node %d: %w", id, target, err)
+		}
+	}
+	shards, err = c.nodes.WaitReady(ctx, cli, want)
+	if err != nil {
+		return err
+	}
+	var layout []string
+	for _, s := range shards {
+		d := s.GetDescriptor_()
+		name := "system"
+		if !d.GetSystem() {
+			name = fmt.Sprintf("[%q,%q)", d.GetStartKey(), d.GetEndKey())
+		}
+		layout = append(layout, fmt.Sprintf("shard %d %s leader %d", d.GetShardId(), name, s.GetLeaderNodeId()))
+	}
+	cfg.logf("shale: %s", strings.Join(layout, "; "))
+	// Every user shard serves a linearizable read.
+	for _, s := range user {
+		key := append([]byte(nil), s.GetDescriptor_().GetStartKey()...)
+		if len(key) == 0 {
+			key = []byte{0}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cli.Get(rctx, key)
+		cancel()
+		if err != nil && !errors.Is(err, shaleclient.ErrNotFound) {
+			return fmt.Errorf("probe read in shard %d: %w", s.GetDescriptor_().GetShardId(), err)
+		}
+	}
+	return nil
+}
+
+// moveLeader makes target the leader of shard id, retrying for a while:
+// a shard that just elected its first leader may refuse a transfer at
+// first.
+func (c *shaleCluster) moveLeader(ctx context.Context, cli *shaleclient.Client, id, target uint64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := cli.ShardInfo(tctx, id)
+		if err == nil && s.GetLeaderNodeId() == target && s.GetReportedBy() == target {
+			cancel()
+			return nil
+		}
+		if err == nil {
+			_, err = cli.TransferLeader(tctx, id, target)
+		}
+		cancel()
+		if err == nil {
+			last = errors.New("leader not yet reported")
+		} else {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Name implements Cluster.
+func (c *shaleCluster) Name() string { return "shale" }
+
+// Client implements Cluster: a client.Client with every node as an
+// endpoint.
+func (c *shaleCluster) Client(ctx context.Context) (KV, error) {
+	cli, err := c.nodes.NewClient(ctx, c.log)
+	if err != nil {
+		return nil, err
+	}
+	return shaleKV{cli}, nil
+}
+
+// Stop implements Cluster.
+func (c *shaleCluster) Stop() error { return c.nodes.Stop() }
+
+// shaleKV is the KV of one client.Client.
+type shaleKV struct{ c *shaleclient.Client }
+
+// Put implements KV.
+func (kv shaleKV) Put(ctx context.Context, key, value []byte) error {
+	_, err := kv.c.Put(ctx, key, value)
+	return err
+}
+
+// Get implements KV with the SDK's default, linearizable, read.
+func (kv shaleKV) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	v, err := kv.c.Get(ctx, key)
+	if errors.Is(err, shaleclient.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v.Value, true, nil
+}
+
+// Scan is the SDK's Scan (linearizable pages) from start to the end of the
+// key space with WithLimit(limit), counting the keys.
+func (kv shaleKV) Scan(ctx context.Context, start []byte, limit int) (int, error) {
+	it := kv.c.Scan(ctx, start, nil, shaleclient.WithLimit(limit))
+	defer it.Close()
+	n := 0
+	for it.Next() {
+		n++
+	}
+	return n, it.Err()
+}
+
+// Close implements KV.
+func (kv shaleKV) Close() error { return kv.c.Close() }
