@@ -153,6 +153,9 @@ type Store struct {
 	// quiescing are leaders that quiesced this cycle and must tell their
 	// followers.
 	quiescing []*Replica
+	// peers caches peerNodes (loop only), computed at peersAt.
+	peers   []uint64
+	peersAt time.Time
 }
 
 type incomingSnapshot struct {
@@ -854,8 +857,12 @@ func (s *Store) heartbeatNodes(out map[uint64]*shalev1.RaftMessageBatch) {
 	}
 }
 
-// peerNodes is every other node hosting a replica of a shard we host.
+// peerNodes is every other node hosting a replica of a shard we host,
+// recomputed at most once a second (it walks every replica).
 func (s *Store) peerNodes() []uint64 {
+	if s.peers != nil && time.Since(s.peersAt) < time.Second {
+		return s.peers
+	}
 	seen := make(map[uint64]struct{})
 	for _, r := range s.Replicas() {
 		r.mu.Lock()
@@ -870,6 +877,7 @@ func (s *Store) peerNodes() []uint64 {
 	for n := range seen {
 		out = append(out, n)
 	}
+	s.peers, s.peersAt = out, time.Now()
 	return out
 }
 
