@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		logSync: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "shale", Subsystem: "raft", Name: "log_sync_seconds",
-			Help:    "Duration of the per-cycle synced write of the Raft-log engine.",
+			Help:    "Duration of the per-cycle synced write of the Raft-log engine (cycles that only move commit indexes write without a sync and are not counted).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18),
 		}),
 	}

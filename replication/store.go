@@ -144,7 +144,6 @@ type Store struct {
 	lastHeard  map[uint64]time.Time // node → last batch received (under mu)
 	lastBeat   time.Time
 	truncating map[uint64]bool
-	failed     error
 	// quiesceNotices are this cycle's quiesce notices from leaders.
 	quiesceNotices []quiesceNotice
 	// active are the replicas stepped, ticked or proposed to this cycle
@@ -496,7 +495,6 @@ func (s *Store) run() {
 			// The log engine failed: nothing can be made durable any more.
 			// Stop acknowledging anything; the node must be restarted.
 			s.cfg.Logger.Error("raft loop stopped: log engine failed", "err", err)
-			s.failed = err
 			s.mu.Lock()
 			reps := make([]*Replica, 0, len(s.replicas))
 			for _, r := range s.replicas {
@@ -653,7 +651,7 @@ func (s *Store) cycle(tick bool) error {
 		if err := s.log.Write(wb, sync); err != nil {
 			return err
 		}
-		if m := s.cfg.Metrics; m != nil {
+		if m := s.cfg.Metrics; m != nil && sync {
 			m.logSync.Observe(time.Since(start).Seconds())
 		}
 	}

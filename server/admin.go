@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"sync"
@@ -290,7 +291,7 @@ func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.Transfer
 		defer cancel()
 		if err := r.TransferLeader(inner, req.GetTargetNodeId()); err != nil {
 			var nl *replication.NotLeaderError
-			if asNotLeader(err, &nl) {
+			if errors.As(err, &nl) {
 				return nil, n.notLeaderErr(req.GetShardId(), nl.LeaderNodeID)
 			}
 			if ctx.Err() == nil && inner.Err() != nil {
@@ -317,14 +318,6 @@ func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.Transfer
 		return nil, status.Errorf(codes.Unavailable, "shard %d has no known leader", req.GetShardId())
 	}
 	return shalev1.NewAdminClient(n.conn(n.addressOf(leader))).TransferLeader(forwarded(ctx), req)
-}
-
-func asNotLeader(err error, target **replication.NotLeaderError) bool {
-	nl, ok := err.(*replication.NotLeaderError)
-	if ok {
-		*target = nl
-	}
-	return ok
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -39,6 +39,7 @@ import (
 	"github.com/shale-db/shale/replication/snapshot"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage"
+	"github.com/shale-db/shale/storage/vfs"
 )
 
 // SystemShardID is the shard holding cluster metadata (the node registry).
@@ -539,12 +540,7 @@ func writeMeta(dir string, m nodeMeta) error {
 	if err := os.Rename(tmp, filepath.Join(dir, "NODE")); err != nil {
 		return fmt.Errorf("server: write node identity: %w", err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return vfs.SyncDir(vfs.Default, dir)
 }
 
 // resolve returns a node's address for the transport.

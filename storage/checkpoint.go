@@ -148,7 +148,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		return fail(err)
 	}
 	info.Files = append(info.Files, mname)
-	if err := syncDir(d.fs, destDir); err != nil {
+	if err := vfs.SyncDir(d.fs, destDir); err != nil {
 		return fail(err)
 	}
 	if err := manifest.SetCurrentFile(d.fs, destDir, manifestNum); err != nil {

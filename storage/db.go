@@ -261,7 +261,7 @@ func (d *DB) createNew() error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := syncDir(d.fs, d.dirname); err != nil {
+	if err := vfs.SyncDir(d.fs, d.dirname); err != nil {
 		return err
 	}
 	return manifest.SetCurrentFile(d.fs, d.dirname, manifestNum)
@@ -304,24 +304,9 @@ func mkdirAllDurable(fs vfs.FS, dir string) error {
 		return err
 	}
 	for i := len(created) - 1; i >= 0; i-- {
-		if err := syncDir(fs, filepath.Dir(created[i])); err != nil {
+		if err := vfs.SyncDir(fs, filepath.Dir(created[i])); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	f, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }
@@ -562,7 +547,7 @@ func (d *DB) newLogLocked() error {
 	if err != nil {
 		return fmt.Errorf("create wal: %w", err)
 	}
-	if err := syncDir(d.fs, d.dirname); err != nil {
+	if err := vfs.SyncDir(d.fs, d.dirname); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -305,7 +305,7 @@ func (d *DB) ingestLocked(files []*ingestFile) error {
 		ve.NewFiles = append(ve.NewFiles, manifest.NewFileEntry{Level: levels[i], Meta: meta})
 	}
 	if err == nil {
-		err = syncDir(d.fs, d.dirname)
+		err = vfs.SyncDir(d.fs, d.dirname)
 	}
 	if err == nil {
 		d.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/storage/manifest"
+	"github.com/shale-db/shale/storage/vfs"
 	"github.com/shale-db/shale/storage/wal"
 )
 
@@ -163,7 +164,7 @@ func (d *DB) appendManifest(ve *manifest.VersionEdit) error {
 		// The new files' directory entries must be durable before the
 		// edit naming them is, or a crash could leave the MANIFEST
 		// pointing at files that are gone.
-		if err := syncDir(d.fs, d.dirname); err != nil {
+		if err := vfs.SyncDir(d.fs, d.dirname); err != nil {
 			return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
 		}
 	}
@@ -207,7 +208,7 @@ func (d *DB) writeManifestFile(num manifest.FileNum, v *manifest.Version, ve *ma
 		}
 	}
 	if err == nil {
-		err = syncDir(d.fs, d.dirname)
+		err = vfs.SyncDir(d.fs, d.dirname)
 	}
 	if err == nil {
 		err = manifest.SetCurrentFile(d.fs, d.dirname, num)

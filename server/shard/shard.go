@@ -573,7 +573,7 @@ func (s *Shard) swapDirs(dir string) (movedIn bool, _ error) {
 		parents = append(parents, p)
 	}
 	for _, p := range parents {
-		if err := syncDir(s.fs, p); err != nil {
+		if err := vfs.SyncDir(s.fs, p); err != nil {
 			return true, fmt.Errorf("shard: restore: %w", err)
 		}
 	}
@@ -599,27 +599,12 @@ func (s *Shard) recoverRestore() error {
 		if err := s.fs.Rename(old, s.dir); err != nil {
 			return fmt.Errorf("shard: open %s: roll back restore: %w", s.dir, err)
 		}
-		return syncDir(s.fs, filepath.Dir(s.dir))
+		return vfs.SyncDir(s.fs, filepath.Dir(s.dir))
 	} else if err != nil {
 		return fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
 	if err := s.fs.RemoveAll(old); err != nil {
 		return fmt.Errorf("shard: open %s: remove %s: %w", s.dir, old, err)
-	}
-	return nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	f, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }

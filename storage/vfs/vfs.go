@@ -5,6 +5,7 @@
 package vfs
 
 import (
+	"fmt"
 	"io"
 	"os"
 )
@@ -59,4 +60,21 @@ type FS interface {
 	Lock(name string) (io.Closer, error)
 	// Join joins path elements with the filesystem's separator.
 	Join(elem ...string) string
+}
+
+// SyncDir makes the entries of directory dir (files created, renamed or
+// removed in it) durable by syncing the directory itself.
+func SyncDir(fs FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
 }
