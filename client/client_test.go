@@ -328,9 +328,15 @@ func TestRetryKeepsRequestIDAndAppliesOnce(t *testing.T) {
 	if toLeader != 3 {
 		t.Fatalf("%d attempts at the leader, want 3: %+v", toLeader, puts)
 	}
+	if !puts[0].first {
+		t.Errorf("first attempt not marked first_attempt")
+	}
 	for _, p := range puts[1:] {
 		if p.requestID != puts[0].requestID {
 			t.Errorf("retry used request ID %x, want %x", p.requestID, puts[0].requestID)
+		}
+		if p.first {
+			t.Errorf("retry at node %d marked first_attempt: the server would skip its dedup lookup", p.node)
 		}
 	}
 	fc.mu.Lock()

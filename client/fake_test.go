@@ -112,6 +112,7 @@ type fakeCall struct {
 	shard       uint64
 	epoch       uint64
 	requestID   string
+	first       bool // RequestHeader.first_attempt
 	consistency shalev1.ReadConsistency
 	key         []byte
 }
@@ -358,7 +359,7 @@ func (n *fakeNode) serve(ctx context.Context, k reqKind, hdr *shalev1.RequestHea
 	fn func(s *fakeShard) (proto.Message, error)) (proto.Message, error) {
 	fc := n.c
 	call := fakeCall{node: n.id, method: k.method, shard: hdr.GetShardId(), epoch: hdr.GetEpoch(),
-		requestID: string(hdr.GetRequestId()), consistency: hdr.GetConsistency()}
+		requestID: string(hdr.GetRequestId()), first: hdr.GetFirstAttempt(), consistency: hdr.GetConsistency()}
 	if len(spans) > 0 {
 		call.key = spans[0].start
 	}

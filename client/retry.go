@@ -176,6 +176,9 @@ func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attem
 			Epoch:       sh.epoch(),
 			RequestId:   spec.requestID,
 			Consistency: spec.consistency,
+			// Only the first attempt can promise the server that the ID is
+			// new; any later one may follow an attempt that was applied.
+			FirstAttempt: attempt == 1 && len(spec.requestID) > 0,
 		}
 		actx, acancel := c.attemptContext(ctx)
 		err = fn(actx, cc, sh, hdr)

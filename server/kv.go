@@ -214,6 +214,7 @@ func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, 
 	}
 	cmd := &shalev1.RaftCommand{
 		RequestId:          h.GetRequestId(),
+		FirstAttempt:       h.GetFirstAttempt(),
 		TimestampUnixNanos: time.Now().UnixNano(),
 		Epoch:              t.desc.GetEpoch(),
 		Command:            &shalev1.RaftCommand_Txn{Txn: txn},

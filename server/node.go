@@ -343,7 +343,9 @@ func (n *Node) shardDir(id uint64) string {
 
 func (n *Node) shardOptions() shard.Options {
 	return shard.Options{
-		Storage: &storage.Options{Shared: n.shared, MemTableSize: 16 << 20},
+		// Shard engines sync their WAL only before a Raft log truncation:
+		// preallocating it would only reserve space on every shard.
+		Storage: &storage.Options{Shared: n.shared, MemTableSize: 16 << 20, WALPreallocateSize: -1},
 		Logger:  n.log,
 	}
 }

@@ -69,6 +69,12 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 			if !ok || ft != manifest.FileTypeLog || num < minUnflushed {
 				continue
 			}
+			if num == d.logNum && d.logBuf != nil {
+				// The live WAL may be preallocated past its data: cut at
+				// what was written (flushed above, under the barrier).
+				wals = append(wals, walCut{num, d.logBuf.writtenBytes()})
+				continue
+			}
 			fi, err := d.fs.Stat(d.fs.Join(d.dirname, name))
 			if err != nil {
 				cutErr = err
@@ -321,6 +327,17 @@ func (d *DB) WALFiles() ([]WALFile, error) {
 			out = append(out, WALFile{Name: name, Path: path, Num: uint64(num), Size: fi.Size(), Archived: archived})
 		}
 	}
+	// The live WAL may be preallocated past its data: report what was
+	// written to it.
+	d.mu.Lock()
+	if buf := d.logBuf; buf != nil {
+		for i := range out {
+			if !out[i].Archived && out[i].Num == uint64(d.logNum) {
+				out[i].Size = min(out[i].Size, buf.writtenBytes())
+			}
+		}
+	}
+	d.mu.Unlock()
 	sortWALFiles(out)
 	// Drop the live entry of a WAL also listed as archived.
 	dedup := out[:0]

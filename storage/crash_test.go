@@ -398,7 +398,7 @@ func runCrashWorkload(cfg crashConfig, seed uint64, points map[int64]bool) (*cra
 }
 
 // crashWriter is one writer goroutine of a phase. Writer 0 also flushes,
-// compacts and holds snapshots (which make compactions keep old versions)
+// compacts, syncs the WAL and holds snapshots (which make compactions keep old versions)
 // now and then.
 func crashWriter(db *DB, tr *crashTracker, cfg crashConfig, seed uint64, phase, w int) error {
 	rng := rand.New(rand.NewPCG(seed, uint64(phase)<<8|uint64(w)))
@@ -429,6 +429,12 @@ func crashWriter(db *DB, tr *crashTracker, cfg crashConfig, seed uint64, phase, 
 				c := tr.now()
 				if err := db.CompactRange(crashKeyRange(rng)); err != nil {
 					return fmt.Errorf("compact range: %w", err)
+				}
+				tr.durableUpTo(c)
+			case p < 5:
+				c := tr.now()
+				if err := db.SyncWAL(); err != nil {
+					return fmt.Errorf("sync wal: %w", err)
 				}
 				tr.durableUpTo(c)
 			}

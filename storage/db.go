@@ -531,7 +531,13 @@ func (d *DB) newLogLocked() error {
 		if err := d.logWriter.Flush(); err != nil {
 			return fmt.Errorf("flush wal %s: %w", d.logNum, err)
 		}
-		if err := d.logBuf.sync(); err != nil {
+		if err := d.logBuf.drain(); err != nil {
+			return fmt.Errorf("write wal %s: %w", d.logNum, err)
+		}
+		if err := d.logBuf.trimReserved(); err != nil {
+			return fmt.Errorf("wal %s: %w", d.logNum, err)
+		}
+		if err := d.logFile.Sync(); err != nil {
 			return fmt.Errorf("sync wal %s: %w", d.logNum, err)
 		}
 		d.walSyncs.Add(1)
@@ -551,7 +557,7 @@ func (d *DB) newLogLocked() error {
 		_ = f.Close()
 		return err
 	}
-	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f)
+	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f, d.opts.WALPreallocateSize)
 	d.logWriter = wal.NewWriter(d.logBuf)
 	return nil
 }
@@ -616,7 +622,11 @@ func (d *DB) Close() error {
 	if d.logWriter != nil {
 		if err := d.logWriter.Flush(); err != nil {
 			errs = append(errs, fmt.Errorf("flush wal: %w", err))
-		} else if err := d.logBuf.sync(); err != nil {
+		} else if err := d.logBuf.drain(); err != nil {
+			errs = append(errs, fmt.Errorf("write wal: %w", err))
+		} else if err := d.logBuf.trimReserved(); err != nil {
+			errs = append(errs, err)
+		} else if err := d.logFile.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("sync wal: %w", err))
 		}
 		cleanSize := uint64(d.logWriter.Size())

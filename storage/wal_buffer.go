@@ -23,10 +23,55 @@ type walBuffer struct {
 	// drainMu serialises drains so bytes reach the file in order.
 	drainMu sync.Mutex
 	written int64 // bytes written to the file, under drainMu
+	// prealloc is the preallocation step (0: none); reserved is how far the
+	// file is preallocated. Both under drainMu.
+	prealloc, reserved int64
 }
 
-func newWALBuffer(f vfs.File) *walBuffer {
-	return &walBuffer{f: f, pending: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10)}
+// newWALBuffer buffers writes to f, preallocating the file in steps of
+// prealloc bytes (none if prealloc <= 0).
+func newWALBuffer(f vfs.File, prealloc int64) *walBuffer {
+	return &walBuffer{f: f, pending: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10), prealloc: max(prealloc, 0)}
+}
+
+// reserve preallocates the file past end when it is not yet. A file or
+// filesystem that cannot preallocate, or a failed preallocation, turns
+// preallocation off: the write then simply extends the file (and reports
+// any real problem, such as a full disk, itself).
+func (b *walBuffer) reserve(end int64) {
+	if b.prealloc == 0 || end <= b.reserved {
+		return
+	}
+	n := (end - b.reserved + b.prealloc - 1) / b.prealloc * b.prealloc
+	if err := vfs.Preallocate(b.f, b.reserved, n); err != nil {
+		b.prealloc = 0
+		return
+	}
+	b.reserved += n
+}
+
+// writtenBytes returns how many bytes reached the file (the file may be
+// longer: preallocated).
+func (b *walBuffer) writtenBytes() int64 {
+	b.drainMu.Lock()
+	defer b.drainMu.Unlock()
+	return b.written
+}
+
+// trimReserved gives back the preallocated space past the written bytes
+// (before the file is synced and closed), so the file's size is what was
+// written.
+func (b *walBuffer) trimReserved() error {
+	b.drainMu.Lock()
+	defer b.drainMu.Unlock()
+	if b.reserved <= b.written {
+		return nil
+	}
+	if err := vfs.Truncate(b.f, b.written); err != nil {
+		return fmt.Errorf("trim preallocated wal: %w", err)
+	}
+	b.reserved = b.written
+	return nil
 }
 
 // Write appends p to the pending bytes. It fails once a drain has failed:
@@ -56,6 +101,7 @@ func (b *walBuffer) drain() error {
 	b.pending, b.spare = b.spare[:0], nil
 	b.mu.Unlock()
 
+	b.reserve(b.written + int64(len(data)))
 	n, err := b.f.Write(data)
 	b.written += int64(n)
 
@@ -73,13 +119,13 @@ func (b *walBuffer) drain() error {
 	return nil
 }
 
-// sync drains and then syncs the file: on success everything appended
-// before the call is durable.
+// sync drains and then syncs the file's data: on success everything
+// appended before the call is durable.
 func (b *walBuffer) sync() error {
 	if err := b.drain(); err != nil {
 		return err
 	}
-	if err := b.f.Sync(); err != nil {
+	if err := vfs.SyncData(b.f); err != nil {
 		b.mu.Lock()
 		if b.err == nil {
 			b.err = fmt.Errorf("sync wal: %w", err)

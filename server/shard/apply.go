@@ -179,7 +179,9 @@ func errResult(code codes.Code, desc *shalev1.ShardDescriptor, format string, ar
 // produces none (no-op).
 func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
 	id := cmd.GetRequestId()
-	if len(id) > 0 {
+	// A first attempt's ID was never proposed before, so it cannot be in the
+	// table: skip the lookup (the ID is still recorded below).
+	if len(id) > 0 && !cmd.GetFirstAttempt() {
 		if res, ok, err := a.dedupLookup(id); err != nil || ok {
 			return res, err
 		}

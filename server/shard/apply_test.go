@@ -91,6 +91,30 @@ func TestDedupSameRequestOnce(t *testing.T) {
 	}
 }
 
+// TestDedupFirstAttempt: a command marked first_attempt skips the lookup but
+// records its ID, so its retry (not marked) is answered from the table; the
+// flag is the proposer's promise, so a marked duplicate is applied again.
+func TestDedupFirstAttempt(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s := env.bootstrap("a", userDesc(1, "", ""), 0)
+	f := newFeeder(s)
+	put := func(first bool) *shalev1.CommandResult {
+		cmd := withID("req-000000000002", txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", "v", 0, true)}}))
+		cmd.FirstAttempt = first
+		return applyOne(t, s, f, cmd)
+	}
+	first := put(true)
+	if retry := put(false); !proto.Equal(retry, first) || s.Revision() != 1 {
+		t.Fatalf("retry after a first attempt: %v at revision %d, want %v at 1", retry, s.Revision(), first)
+	}
+	if ids := dedupIDs(t, s); !slices.Equal(ids, []string{"req-000000000002"}) {
+		t.Fatalf("dedup table %q", ids)
+	}
+	if again := put(true); again.Txn.Header.Revision != 2 || s.Revision() != 2 {
+		t.Fatalf("a duplicate marked first_attempt: %v at revision %d; want it applied at revision 2", again, s.Revision())
+	}
+}
+
 func TestDedupEvictionOrder(t *testing.T) {
 	env := newTestEnv(t, nil)
 	s := env.bootstrap("a", userDesc(1, "", ""), 3)

@@ -407,11 +407,11 @@ func (s *Shard) Revision() uint64 { return s.st.Load().rev }
 // Dir returns the directory of the shard's engine.
 func (s *Shard) Dir() string { return s.dir }
 
-// Flush makes every applied command durable in the engine's SSTs (without
-// the Raft log or the unsynced shard WAL) and returns the applied index that
-// is now durable: the Raft log may be truncated up to it. It may run
-// concurrently with Apply; commands applied meanwhile may or may not be
-// flushed, but the returned index is always covered.
+// Flush makes every applied command durable without the Raft log (by
+// syncing the engine's WAL, which Apply writes without syncing) and returns
+// the applied index that is now durable: the Raft log may be truncated up to
+// it. It may run concurrently with Apply; commands applied meanwhile may or
+// may not be covered, but the returned index always is.
 func (s *Shard) Flush() (uint64, error) {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
@@ -421,12 +421,12 @@ func (s *Shard) Flush() (uint64, error) {
 	if s.db == nil {
 		return 0, ErrClosed
 	}
-	// Apply publishes an index only after its batch is in the memtable, and
-	// the engine's Flush seals every memtable holding batches committed
+	// Apply publishes an index only after its batch is acknowledged by the
+	// engine (in its WAL), and SyncWAL covers every write acknowledged
 	// before it starts, so the index read here is covered.
 	index := s.st.Load().index
-	if err := s.db.Flush(); err != nil {
-		return 0, fmt.Errorf("shard: flush %s: %w", s.dir, err)
+	if err := s.db.SyncWAL(); err != nil {
+		return 0, fmt.Errorf("shard: sync wal %s: %w", s.dir, err)
 	}
 	return index, nil
 }

@@ -194,7 +194,12 @@ type RequestHeader struct {
 	// applied once and answered from the shard's deduplication table. 8 to 32 bytes.
 	RequestId []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// consistency applies to reads.
-	Consistency   ReadConsistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=shale.v1.ReadConsistency" json:"consistency,omitempty"`
+	Consistency ReadConsistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=shale.v1.ReadConsistency" json:"consistency,omitempty"`
+	// first_attempt promises that request_id was never sent before: this is the
+	// request's first attempt. The server then skips the deduplication lookup
+	// (a new id cannot be in the table). Leave it false when unsure; a retry
+	// must leave it false, or it may be applied twice.
+	FirstAttempt  bool `protobuf:"varint,5,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -255,6 +260,13 @@ func (x *RequestHeader) GetConsistency() ReadConsistency {
 		return x.Consistency
 	}
 	return ReadConsistency_READ_CONSISTENCY_LINEARIZABLE_UNSPECIFIED
+}
+
+func (x *RequestHeader) GetFirstAttempt() bool {
+	if x != nil {
+		return x.FirstAttempt
+	}
+	return false
 }
 
 // ResponseHeader says which shard and replica served a request.
@@ -2184,13 +2196,14 @@ var File_shale_v1_kv_proto protoreflect.FileDescriptor
 
 const file_shale_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x11shale/v1/kv.proto\x12\bshale.v1\"\x9c\x01\n" +
+	"\x11shale/v1/kv.proto\x12\bshale.v1\"\xc1\x01\n" +
 	"\rRequestHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\fR\trequestId\x12;\n" +
-	"\vconsistency\x18\x04 \x01(\x0e2\x19.shale.v1.ReadConsistencyR\vconsistency\"v\n" +
+	"\vconsistency\x18\x04 \x01(\x0e2\x19.shale.v1.ReadConsistencyR\vconsistency\x12#\n" +
+	"\rfirst_attempt\x18\x05 \x01(\bR\ffirstAttempt\"v\n" +
 	"\x0eResponseHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x17\n" +

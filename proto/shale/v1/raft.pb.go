@@ -479,6 +479,9 @@ type RaftCommand struct {
 	// epoch is the shard epoch the proposer checked the command against; the
 	// command is rejected at apply if the shard's epoch changed since.
 	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// first_attempt copies RequestHeader.first_attempt: the state machine skips
+	// the deduplication lookup of request_id (it still records the id).
+	FirstAttempt bool `protobuf:"varint,4,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
 	// Types that are valid to be assigned to Command:
 	//
 	//	*RaftCommand_Txn
@@ -538,6 +541,13 @@ func (x *RaftCommand) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *RaftCommand) GetFirstAttempt() bool {
+	if x != nil {
+		return x.FirstAttempt
+	}
+	return false
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -857,12 +867,13 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xf2\x01\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x97\x02\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
 	"\x14timestamp_unix_nanos\x18\x02 \x01(\x03R\x12timestampUnixNanos\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12(\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12#\n" +
+	"\rfirst_attempt\x18\x04 \x01(\bR\ffirstAttempt\x12(\n" +
 	"\x03txn\x18\n" +
 	" \x01(\v2\x14.shale.v1.TxnRequestH\x00R\x03txn\x121\n" +
 	"\x06system\x18\v \x01(\v2\x17.shale.v1.SystemCommandH\x00R\x06system\x12\x14\n" +

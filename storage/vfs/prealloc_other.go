@@ -1,0 +1,9 @@
+//go:build !linux
+
+package vfs
+
+import "os"
+
+func preallocate(*os.File, int64, int64) error { return ErrUnsupported }
+
+func syncData(f *os.File) error { return f.Sync() }
