@@ -225,9 +225,11 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 		}
 		if d.mem.empty() && !flushEarly {
 			// A batch larger than a memtable gets a memtable of its own.
-			d.mem.release()
+			old := d.mem
+			old.release()
 			d.mem = newMemTable(footprint, d.logNum, d.shared)
 			d.updateReadStateLocked()
+			old.unref()
 			return nil
 		}
 		if len(d.imm)+1 >= d.opts.MaxMemTables || len(d.vers.Levels[0]) >= d.opts.L0StopTrigger ||

@@ -265,6 +265,9 @@ func (d *DB) runFlush() {
 	}
 	for _, m := range mems {
 		m.release()
+		// Out of d.imm (logAndApply published a read state without it):
+		// drop the DB's reference.
+		m.unref()
 	}
 	dur := time.Since(start)
 	d.metrics.flushes++

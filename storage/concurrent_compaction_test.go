@@ -31,6 +31,7 @@ func TestConcurrentCompactionsOnDisjointRanges(t *testing.T) {
 		Shared:                   NewShared(&SharedOptions{CompactionWorkers: 3}),
 	}
 	defer opts.Shared.Close()
+	opts.Shared.arenas.scribble = true
 	for i := range opts.Levels {
 		opts.Levels[i].TargetFileSize = 16 << 10
 	}

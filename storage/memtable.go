@@ -40,17 +40,38 @@ type memTable struct {
 	// rangeDelArena is the capacity of the range-tombstone skiplist, once
 	// created (charged to the shared budget too).
 	rangeDelArena atomic.Int64
+	// refs counts the DB's own reference (while the memtable is its mutable
+	// or an immutable one) and one per read state listing it. At zero
+	// nothing can reach the point skiplist any more, and its arena goes to
+	// the shared pool of spare arenas.
+	refs atomic.Int32
 }
 
 func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared) *memTable {
+	size := uint32(capacity + skiplistFixedOverhead)
+	points := shared.arenas.get(size)
+	if points == nil {
+		points = memtable.NewSkiplist(size)
+	}
 	m := &memTable{
-		points:   memtable.NewSkiplist(uint32(capacity + skiplistFixedOverhead)),
+		points:   points,
 		logNum:   logNum,
 		capacity: capacity,
 		shared:   shared,
 	}
+	m.refs.Store(1)
 	shared.memUsed.Add(int64(capacity))
 	return m
+}
+
+// unref drops a reference; the last one recycles the point skiplist's
+// arena. Callers drop the DB's reference only once the memtable is out of
+// d.mem and d.imm (and so out of every read state made afterwards).
+func (m *memTable) unref() {
+	if m.refs.Add(-1) == 0 {
+		m.shared.arenas.put(m.points)
+		m.points = nil
+	}
 }
 
 // release returns the memtable's bytes to the shared budget (once).

@@ -201,6 +201,9 @@ func runModel(t *testing.T, set modelOptionSet, seed uint64, ops int) bool {
 	opts.FS = fs
 	opts.Shared = NewShared(&SharedOptions{BlockCacheBytes: 1 << 20, TableCacheFiles: 50})
 	defer opts.Shared.Close()
+	// Recycled memtable arenas are scribbled over: a read through a
+	// memtable that was given up would see garbage.
+	opts.Shared.arenas.scribble = true
 	db, err := Open("db", opts)
 	if err != nil {
 		t.Fatalf("open: %v", err)

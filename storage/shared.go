@@ -9,6 +9,7 @@ import (
 
 	"github.com/shale-db/shale/storage/cache"
 	"github.com/shale-db/shale/storage/manifest"
+	"github.com/shale-db/shale/storage/memtable"
 	"github.com/shale-db/shale/storage/sstable"
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -29,6 +30,11 @@ type SharedOptions struct {
 	// these resources; past it, the writing DB flushes its memtable early.
 	// Default 0: unbounded (each DB is bounded by its own options).
 	MemTableBudget int64
+	// SpareArenaBytes bounds the memory of flushed memtables kept for reuse
+	// by new memtables of the same size (of any DB sharing these
+	// resources): reusing one costs neither an allocation nor the page
+	// faults of touching fresh memory. Default 128 MiB; negative keeps none.
+	SpareArenaBytes int64
 }
 
 // Shared is the set of resources that DBs opened with the same Options.Shared
@@ -41,6 +47,7 @@ type Shared struct {
 	tables     *tableCache
 	pool       *workerPool
 	memUsed    atomic.Int64
+	arenas     arenaPool
 }
 
 // NewShared creates shared resources; nil options take the defaults.
@@ -61,7 +68,11 @@ func NewShared(o *SharedOptions) *Shared {
 	if opts.FlushWorkers == 0 {
 		opts.FlushWorkers = 1
 	}
+	if opts.SpareArenaBytes == 0 {
+		opts.SpareArenaBytes = 128 << 20
+	}
 	s := &Shared{opts: opts, BlockCache: cache.New(opts.BlockCacheBytes)}
+	s.arenas.max = max(opts.SpareArenaBytes, 0)
 	s.tables = newTableCache(opts.TableCacheFiles)
 	s.pool = newWorkerPool(opts.FlushWorkers, opts.CompactionWorkers)
 	return s
@@ -338,4 +349,50 @@ func (tc *tableCache) String() string {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	return fmt.Sprintf("tableCache{open=%d cap=%d}", tc.lru.Len(), tc.capacity)
+}
+
+// arenaPool keeps the skiplists of flushed memtables that no reader uses any
+// more, by arena size, up to max bytes, for new memtables to reuse.
+type arenaPool struct {
+	mu    sync.Mutex
+	max   int64
+	bytes int64
+	free  map[uint32][]*memtable.Skiplist
+	// scribble (tests) overwrites every arena put in the pool, so a reader
+	// still using it sees garbage.
+	scribble bool
+}
+
+// get returns an empty skiplist with an arena of exactly size bytes from the
+// pool, or nil.
+func (p *arenaPool) get(size uint32) *memtable.Skiplist {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.free[size]
+	if len(l) == 0 {
+		return nil
+	}
+	s := l[len(l)-1]
+	p.free[size] = l[:len(l)-1]
+	p.bytes -= int64(size)
+	return s.Recycle()
+}
+
+// put offers s, which nothing uses any more, for reuse; it is dropped (left
+// to the garbage collector) when the pool is full.
+func (p *arenaPool) put(s *memtable.Skiplist) {
+	size := s.ArenaSize()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.scribble {
+		s.Scribble(0xa5)
+	}
+	if p.bytes+int64(size) > p.max {
+		return
+	}
+	if p.free == nil {
+		p.free = make(map[uint32][]*memtable.Skiplist)
+	}
+	p.free[size] = append(p.free[size], s)
+	p.bytes += int64(size)
 }

@@ -29,6 +29,15 @@ func (rs *readState) unref() {
 		d.mu.Lock()
 		d.unrefVersionLocked(rs.vers)
 		d.mu.Unlock()
+		rs.unrefMems()
+	}
+}
+
+// unrefMems drops the read state's references to its memtables (once, when
+// the read state itself is released).
+func (rs *readState) unrefMems() {
+	for _, m := range rs.mems {
+		m.unref()
 	}
 }
 
@@ -55,6 +64,9 @@ func (d *DB) updateReadStateLocked() {
 	for i := len(d.imm) - 1; i >= 0; i-- {
 		rs.mems = append(rs.mems, d.imm[i])
 	}
+	for _, m := range rs.mems {
+		m.refs.Add(1)
+	}
 	d.rsMu.Lock()
 	old := d.readState
 	d.readState = rs
@@ -63,6 +75,7 @@ func (d *DB) updateReadStateLocked() {
 		// Drop the DB's own reference without taking mu again.
 		if old.refs.Add(-1) == 0 {
 			d.unrefVersionLocked(old.vers)
+			old.unrefMems()
 		}
 	}
 }

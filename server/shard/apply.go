@@ -47,7 +47,20 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 	}
 	cur := s.st.Load()
 	ns := *cur
-	a := &applier{s: s, st: &ns, b: storage.NewBatch(), ov: overlay{db: s.db, writes: map[string]ovWrite{}}}
+	if s.applyBatch == nil {
+		s.applyBatch, s.applyWrites = storage.NewBatch(), map[string]ovWrite{}
+	}
+	defer func() {
+		// The engine keeps nothing of an applied batch: reuse it, unless one
+		// large command made it big.
+		if s.applyBatch.Len() > 1<<20 || len(s.applyWrites) > 4096 {
+			s.applyBatch, s.applyWrites = nil, nil
+			return
+		}
+		s.applyBatch.Reset()
+		clear(s.applyWrites)
+	}()
+	a := &applier{s: s, st: &ns, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites}}
 	results := make([]any, len(entries))
 	applied := false
 	for i := range entries {

@@ -228,6 +228,10 @@ type Shard struct {
 
 	// applyMu serialises Apply, Restore and Close.
 	applyMu sync.Mutex
+	// applyBatch and applyWrites are Apply's batch and overlay, kept (under
+	// applyMu) so a busy shard does not grow new ones on every call.
+	applyBatch  *storage.Batch
+	applyWrites map[string]ovWrite
 
 	// failMu guards failed, the error that stopped the Shard: every later
 	// Apply, Flush and Checkpoint returns it.

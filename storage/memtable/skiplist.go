@@ -81,9 +81,18 @@ func NewSkiplist(arenaSize uint32) *Skiplist {
 	if uint64(arenaSize) < sentinels+nodeAlign {
 		arenaSize = uint32(sentinels + nodeAlign)
 	}
-	s := &Skiplist{arena: newArena(arenaSize), rng: rand.Uint64() | 1}
+	return newSkiplistOn(newArena(arenaSize))
+}
+
+// newSkiplistOn builds an empty skiplist on a, whose space must be unused
+// (fresh, or reset).
+func newSkiplistOn(a *arena) *Skiplist {
+	s := &Skiplist{arena: a, rng: rand.Uint64() | 1}
 	s.head = s.newSentinel()
 	s.tail = s.newSentinel()
+	// A reused arena holds old bytes: the sentinels are written whole.
+	*s.node(s.head) = node{}
+	*s.node(s.tail) = node{}
 	head, tail := s.node(s.head), s.node(s.tail)
 	for i := range maxHeight {
 		head.tower[i] = s.tail
@@ -91,6 +100,32 @@ func NewSkiplist(arenaSize uint32) *Skiplist {
 	tail.prev = s.head
 	s.height.Store(1)
 	return s
+}
+
+// Scribble overwrites the whole arena with b, so that a test can check that
+// nothing reads a skiplist it gave up (for recycling) any more. The
+// skiplist must not be used afterwards except through Recycle.
+func (s *Skiplist) Scribble(b byte) {
+	buf := s.arena.buf
+	for i := range buf {
+		buf[i] = b
+	}
+}
+
+// ArenaSize returns the capacity of the skiplist's arena in bytes.
+func (s *Skiplist) ArenaSize() uint32 { return s.arena.cap }
+
+// Recycle returns a new, empty skiplist on s's arena memory, which is reused
+// as it is: neither reallocated nor zeroed (every field of a node is written
+// before the node is linked, and readers only follow links). The caller
+// must guarantee that nothing uses s any more — no reader, iterator or
+// writer — because its memory is overwritten.
+func (s *Skiplist) Recycle() *Skiplist {
+	a := s.arena
+	s.arena = nil
+	a.lo.Store(nodeAlign)
+	a.hi.Store(a.cap)
+	return newSkiplistOn(a)
 }
 
 func (s *Skiplist) newSentinel() uint32 {
