@@ -27,6 +27,8 @@ var (
 		"Estimated bytes compaction must rewrite to settle the tree.", []string{"engine"}, nil)
 	descStalls = prometheus.NewDesc("shale_storage_stall_seconds_total",
 		"Time writes were stalled by the write controller.", []string{"engine"}, nil)
+	descPacing = prometheus.NewDesc("shale_storage_pacing_delay_seconds_total",
+		"Time writes were delayed by write pacing (before the hard stall limits).", []string{"engine"}, nil)
 	descMemtable = prometheus.NewDesc("shale_storage_memtable_bytes",
 		"Bytes held in memtables.", []string{"engine"}, nil)
 	descShardApplied = prometheus.NewDesc("shale_shard_applied_index",
@@ -45,6 +47,7 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCompactions
 	ch <- descPending
 	ch <- descStalls
+	ch <- descPacing
 	ch <- descMemtable
 	ch <- descShardApplied
 	ch <- descShardLeader
@@ -82,6 +85,7 @@ func engineMetrics(ch chan<- prometheus.Metric, engine string, m *storage.Metric
 	ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, float64(m.Compactions), engine)
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(m.PendingCompactionBytes), engine)
 	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, m.StallTime.Seconds(), engine)
+	ch <- prometheus.MustNewConstMetric(descPacing, prometheus.CounterValue, m.PacingDelay.Seconds(), engine)
 	ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, float64(m.MemTableBytes), engine)
 }
 

@@ -54,11 +54,6 @@ func (s *raftServer) checkIDs(what string, clusterID string, toNodeID uint64) er
 	return nil
 }
 
-type recvResult struct {
-	b   *shalev1.RaftMessageBatch
-	err error
-}
-
 // SendMessages delivers the batches of one peer's stream to the Handler,
 // until the peer ends the stream, a batch is rejected, or Close.
 func (s *raftServer) SendMessages(stream shalev1.Raft_SendMessagesServer) error {
@@ -67,48 +62,48 @@ func (s *raftServer) SendMessages(stream shalev1.Raft_SendMessagesServer) error 
 		return errShutdown
 	}
 	defer t.wg.Done()
-	// Recv runs in its own goroutine so that Close can end the stream while
-	// Recv blocks: returning from the handler cancels the stream, which
-	// makes Recv return.
-	results := make(chan recvResult)
-	done := make(chan struct{})
-	defer close(done)
+	// Recv and the delivery of what it returns run in their own goroutine,
+	// so that Close can end the stream while Recv blocks (returning from the
+	// handler cancels the stream, which makes Recv return); delivering there
+	// rather than handing each batch to this goroutine saves a goroutine
+	// switch per batch on the replication path.
+	ended := make(chan error, 1)
 	t.wg.Add(1) // we hold a count, so Add cannot race with Wait
 	go func() {
 		defer t.wg.Done()
-		for {
-			b, err := stream.Recv()
-			select {
-			case results <- recvResult{b, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
+		ended <- s.receive(stream)
 	}()
-	for {
-		var r recvResult
-		select {
-		case <-t.ctx.Done():
-			return errShutdown
-		case r = <-results:
-		}
-		if r.err == io.EOF {
+	select {
+	case <-t.ctx.Done():
+		return errShutdown
+	case err := <-ended:
+		if err == io.EOF {
 			return stream.SendAndClose(&shalev1.RaftStreamResponse{})
 		}
-		if r.err != nil {
-			return r.err
+		return err
+	}
+}
+
+// receive hands the stream's batches to the Handler until Recv fails (io.EOF
+// when the peer ends the stream) or a batch is rejected.
+func (s *raftServer) receive(stream shalev1.Raft_SendMessagesServer) error {
+	t := s.t
+	for {
+		b, err := stream.Recv()
+		if err != nil {
+			return err
 		}
-		if err := s.checkIDs("raft batch", r.b.ClusterId, r.b.ToNodeId); err != nil {
+		if t.ctx.Err() != nil {
+			return errShutdown
+		}
+		if err := s.checkIDs("raft batch", b.ClusterId, b.ToNodeId); err != nil {
 			t.c.batchRejected.Add(1)
-			t.log.Warn("rejected raft batch", "from", r.b.FromNodeId, "err", err)
+			t.log.Warn("rejected raft batch", "from", b.FromNodeId, "err", err)
 			return err
 		}
 		t.c.batchesReceived.Add(1)
-		t.c.messagesReceived.Add(int64(len(r.b.Messages)))
-		s.h.HandleRaftBatch(r.b)
+		t.c.messagesReceived.Add(int64(len(b.Messages)))
+		s.h.HandleRaftBatch(b)
 	}
 }
 
