@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/signal"
@@ -313,6 +314,73 @@ func TestRunAllWorkloads(t *testing.T) {
 		t.Errorf("cluster directories left behind: %v", entries)
 	}
 }
+
+// TestRunRounds: with several rounds every cell is run once per round and
+// the median round is reported, with each round's rate noted.
+func TestRunRounds(t *testing.T) {
+	registerMem.Do(func() {
+		Register("mem-test", func(context.Context, ClusterConfig) (Cluster, error) {
+			return &memCluster{data: map[string][]byte{}}, nil
+		})
+	})
+	var starts []string
+	var mu sync.Mutex
+	cfg := Config{
+		Engines:   []string{"mem-test"},
+		Workloads: []string{"put"},
+		Clients:   []int{1, 2},
+		Duration:  50 * time.Millisecond,
+		Keys:      100,
+		Dir:       t.TempDir(),
+		Rounds:    3,
+		Log: writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if s := string(p); strings.Contains(s, "round ") {
+				starts = append(starts, strings.TrimSpace(s))
+			}
+			return len(p), nil
+		}),
+	}
+	var emitted int
+	results := Run(context.Background(), cfg, func(Result) { emitted++ })
+	if len(results) != 2 || emitted != 2 || len(starts) != 3 {
+		t.Fatalf("%d results, %d emitted, rounds started %q; want 2, 2 and 3 rounds", len(results), emitted, starts)
+	}
+	for _, r := range results {
+		if r.Err != nil || len(r.Notes) == 0 || !strings.Contains(r.Notes[len(r.Notes)-1], "median of 3 rounds") {
+			t.Fatalf("%d clients: err %v, notes %q", r.Clients, r.Err, r.Notes)
+		}
+	}
+}
+
+func TestMedianRounds(t *testing.T) {
+	res := func(clients int, ops int64) Result {
+		return Result{Clients: clients, Ops: ops, Elapsed: time.Second, Latency: &storagebench.Histogram{}}
+	}
+	rounds := [][]Result{
+		{res(1, 300), res(8, 10)},
+		{res(1, 100), res(8, 30)},
+		{res(1, 200), res(8, 20)},
+	}
+	got := medianRounds(rounds)
+	if len(got) != 2 || got[0].Ops != 200 || got[1].Ops != 20 {
+		t.Fatalf("medians %+v; want 200 and 20 ops", got)
+	}
+	if n := got[0].Notes[0]; n != "median of 3 rounds; ops/s by round: 300, 100, 200" {
+		t.Fatalf("note %q", n)
+	}
+	failed := res(8, 0)
+	failed.Err = errors.New("boom")
+	rounds[1][1] = failed
+	if got := medianRounds(rounds); got[1].Err == nil {
+		t.Fatalf("a failed round must be reported: %+v", got[1])
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // TestEtcdCluster starts a real 3-member etcd cluster (member processes of
 // this test binary) and runs a tiny get and ycsb-e.

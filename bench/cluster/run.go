@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +66,13 @@ type Config struct {
 	// HangTimeout is how long past Duration a cell may run (waiting for
 	// operations in flight) before it is cancelled and fails.
 	HangTimeout time.Duration
+	// Rounds repeats every (workload, engine) this many times (default 1),
+	// each time on a fresh cluster, alternating the engines' order from
+	// round to round (A B, B A, A B, ...), and reports for each cell the
+	// round with the median ops/s. On a shared machine whose speed drifts
+	// over minutes this keeps the drift from favouring whichever engine
+	// runs first.
+	Rounds int
 	// Log receives progress messages (nil: none).
 	Log io.Writer
 }
@@ -145,25 +155,55 @@ func Run(ctx context.Context, cfg Config, emit func(Result)) []Result {
 	created := missingDirs(cfg.Dir)
 	zipf := NewZipfian(uint64(cfg.Keys), ZipfianTheta)
 	vals := newValues(cfg.ValueSize, cfg.Seed)
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 1
+	}
 	var results []Result
 run:
 	for _, wname := range cfg.Workloads {
 		w, ok := findWorkload(wname)
-		for _, engine := range cfg.Engines {
-			if ctx.Err() != nil {
-				break run
-			}
-			var rs []Result
-			if !ok {
-				rs = failAll(&cfg, engine, wname, fmt.Errorf("unknown workload %q", wname))
+		if !ok {
+			for _, engine := range cfg.Engines {
+				rs := failAll(&cfg, engine, wname, fmt.Errorf("unknown workload %q", wname))
 				for _, r := range rs {
 					emit(r)
 				}
-			} else {
-				sh := &shared{keys: uint64(cfg.Keys), zipf: zipf, vals: vals}
-				rs = runEngine(ctx, &cfg, engine, w, sh, emit)
+				results = append(results, rs...)
 			}
-			results = append(results, rs...)
+			continue
+		}
+		if cfg.Rounds == 1 {
+			for _, engine := range cfg.Engines {
+				if ctx.Err() != nil {
+					break run
+				}
+				sh := &shared{keys: uint64(cfg.Keys), zipf: zipf, vals: vals}
+				results = append(results, runEngine(ctx, &cfg, engine, w, sh, emit)...)
+			}
+			continue
+		}
+		// Several rounds: collect every round's cells, then report the
+		// median round of each.
+		rounds := make(map[string][][]Result) // engine → round → cells
+		for round := 0; round < cfg.Rounds; round++ {
+			order := slices.Clone(cfg.Engines)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, engine := range order {
+				if ctx.Err() != nil {
+					break run
+				}
+				cfg.logf("%s/%s: round %d of %d", w.name, engine, round+1, cfg.Rounds)
+				sh := &shared{keys: uint64(cfg.Keys), zipf: zipf, vals: vals}
+				rounds[engine] = append(rounds[engine], runEngine(ctx, &cfg, engine, w, sh, nil))
+			}
+		}
+		for _, engine := range cfg.Engines {
+			for _, r := range medianRounds(rounds[engine]) {
+				emit(r)
+				results = append(results, r)
+			}
 		}
 	}
 	if !cfg.Keep {
@@ -175,6 +215,45 @@ run:
 		}
 	}
 	return results
+}
+
+// medianRounds picks, for every concurrency level, the round whose ops/s
+// is the median of the rounds (the lower middle one for an even count), and
+// notes every round's ops/s on it. A level that failed in any round reports
+// that failure.
+func medianRounds(rounds [][]Result) []Result {
+	byClients := make(map[int][]Result)
+	var levels []int
+	for _, rs := range rounds {
+		for _, r := range rs {
+			if _, ok := byClients[r.Clients]; !ok {
+				levels = append(levels, r.Clients)
+			}
+			byClients[r.Clients] = append(byClients[r.Clients], r)
+		}
+	}
+	var out []Result
+	for _, c := range levels {
+		rs := byClients[c]
+		var failed *Result
+		rates := make([]string, len(rs))
+		for i := range rs {
+			rates[i] = fmt.Sprintf("%.0f", rs[i].OpsPerSec())
+			if rs[i].Err != nil && failed == nil {
+				failed = &rs[i]
+			}
+		}
+		if failed != nil {
+			out = append(out, *failed)
+			continue
+		}
+		sorted := slices.Clone(rs)
+		slices.SortFunc(sorted, func(a, b Result) int { return cmp.Compare(a.OpsPerSec(), b.OpsPerSec()) })
+		m := sorted[(len(sorted)-1)/2]
+		m.Notes = append(slices.Clone(m.Notes), fmt.Sprintf("median of %d rounds; ops/s by round: %s", len(rs), strings.Join(rates, ", ")))
+		out = append(out, m)
+	}
+	return out
 }
 
 // missingDirs lists dir and those of its parents that do not exist yet,
@@ -209,6 +288,9 @@ func failAll(cfg *Config, engine, wname string, err error) []Result {
 // runEngine runs one workload at every concurrency level on a fresh
 // cluster of one engine.
 func runEngine(ctx context.Context, cfg *Config, engine string, w *workload, sh *shared, emit func(Result)) []Result {
+	if emit == nil {
+		emit = func(Result) {}
+	}
 	dir, err := filepath.Abs(filepath.Join(cfg.Dir, w.name+"-"+engine))
 	if err == nil {
 		err = os.RemoveAll(dir)

@@ -22,7 +22,7 @@ func clusterCmd() *cobra.Command {
 		shaleServer, shaleSplits         string
 		shaleArgs                        string
 		quick, keep, asJSON              bool
-		keys, valueSize, conns           int
+		keys, valueSize, conns, rounds   int
 		duration, hang                   time.Duration
 		seed                             uint64
 	)
@@ -61,8 +61,8 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 			if !cmd.Flags().Changed("keys") && quick {
 				keys = cluster.QuickKeys
 			}
-			if keys <= 0 || valueSize <= 0 || duration <= 0 || conns < 0 {
-				return fmt.Errorf("need --keys > 0, --value-size > 0, --duration > 0, --conns >= 0")
+			if keys <= 0 || valueSize <= 0 || duration <= 0 || conns < 0 || rounds < 1 {
+				return fmt.Errorf("need --keys > 0, --value-size > 0, --duration > 0, --conns >= 0, --rounds >= 1")
 			}
 			cluster.SetShaleOptions(cluster.ShaleOptions{
 				ServerPath: shaleServer,
@@ -85,6 +85,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 				Keep:        keep,
 				Seed:        seed,
 				HangTimeout: hang,
+				Rounds:      rounds,
 				Log:         os.Stderr,
 			}
 			out := cmd.OutOrStdout()
@@ -93,8 +94,12 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 				if conns > 0 {
 					c = fmt.Sprintf("at most %d connections", conns)
 				}
-				fmt.Fprintf(out, "shale-bench cluster: engines %s; 3 members each; clients %s (%s); %s per cell; %d keys (16-byte keys, %d-byte values); seed %d\n",
-					strings.Join(engs, ","), clients, c, duration, keys, valueSize, seed)
+				r := ""
+				if rounds > 1 {
+					r = fmt.Sprintf("; median of %d rounds in alternating engine order", rounds)
+				}
+				fmt.Fprintf(out, "shale-bench cluster: engines %s; 3 members each; clients %s (%s); %s per cell; %d keys (16-byte keys, %d-byte values); seed %d%s\n",
+					strings.Join(engs, ","), clients, c, duration, keys, valueSize, seed, r)
 			}
 			failed := 0
 			results := cluster.Run(ctx, cfg, func(r cluster.Result) {
@@ -131,6 +136,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.BoolVar(&keep, "keep", false, "keep each cluster's directory (data and logs); always kept when a run fails")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per (engine, workload, clients) instead of the table")
 	f.Uint64Var(&seed, "seed", 1, "random seed")
+	f.IntVar(&rounds, "rounds", 1, "run every (workload, engine) this many times on fresh clusters, alternating the engines' order, and report each cell's median round (tames a machine whose speed drifts)")
 	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary for the Shale peer (default: go build it once per run, else bin/shale-server)")
 	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node")
