@@ -6,48 +6,40 @@ import (
 )
 
 func preallocate(f *os.File, offset, n int64) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			ferr = syscall.Fallocate(int(fd), 0, offset, n)
-			if ferr != syscall.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if ferr == syscall.EOPNOTSUPP || ferr == syscall.ENOSYS {
+	err := onFD(f, func(fd int) error { return syscall.Fallocate(fd, 0, offset, n) })
+	if err == syscall.EOPNOTSUPP || err == syscall.ENOSYS {
 		return ErrUnsupported
 	}
-	if ferr != nil {
-		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: ferr}
+	if err != nil {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
 	}
 	return nil
 }
 
 func syncData(f *os.File) error {
+	if err := onFD(f, syscall.Fdatasync); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+// onFD runs call on f's descriptor (without taking it out of the runtime's
+// hands, unlike File.Fd), retrying while it is interrupted, and returns its
+// error.
+func onFD(f *os.File, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	var serr error
+	var callErr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			serr = syscall.Fdatasync(int(fd))
-			if serr != syscall.EINTR {
+			if callErr = call(int(fd)); callErr != syscall.EINTR {
 				return
 			}
 		}
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return callErr
 }
