@@ -184,7 +184,11 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 		return nil, fmt.Errorf("write wal: %w", err)
 	}
 	if !sync {
-		// Hand the write system call to the background flusher.
+		// Hand the write system call to the background flusher (once
+		// enough is buffered, with a WALFlushThreshold).
+		if t := d.opts.WALFlushThreshold; t > 0 && d.logBuf.pendingBytes() < t {
+			return nil, nil
+		}
 		select {
 		case d.walFlushC <- struct{}{}:
 		default:

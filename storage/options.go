@@ -152,6 +152,14 @@ type Options struct {
 	WALArchiveMaxBytes int64
 	// WALArchiveTTL removes archived WAL files older than this. Default 1 h.
 	WALArchiveTTL time.Duration
+	// WALFlushThreshold lets unsynced writes accumulate in memory until this
+	// many bytes are buffered before the background flusher writes them to
+	// the WAL file. Default 0: after every commit. A process crash loses
+	// what is buffered (a synced write, SyncWAL, a memtable rotation, Close,
+	// Checkpoint and UpdatesSince write it out first), so set it only for a
+	// DB whose writes are also recorded elsewhere, such as a state machine
+	// behind a Raft log; it saves a write system call per commit.
+	WALFlushThreshold int
 	// WALPreallocateSize reserves disk space ahead of the WAL's writes in
 	// steps of this many bytes, so that a synced write inside the reserved
 	// space commits no file metadata (see vfs.Preallocate): synced writes

@@ -87,6 +87,13 @@ func (b *walBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// pendingBytes returns how many appended bytes have not reached the file.
+func (b *walBuffer) pendingBytes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
 // drain writes every byte appended so far to the file (no sync).
 func (b *walBuffer) drain() error {
 	b.drainMu.Lock()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/shale-db/shale/storage/manifest"
 	"github.com/shale-db/shale/storage/vfs"
@@ -149,5 +150,41 @@ func TestPreallocateUnsupported(t *testing.T) {
 	defer f.Close()
 	if err := vfs.Preallocate(f, 0, 4096); err != vfs.ErrUnsupported {
 		t.Fatalf("Preallocate on a memory file: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestWALFlushThreshold: unsynced writes stay buffered (readable, not yet in
+// the file) until the threshold is reached or the WAL is synced.
+func TestWALFlushThreshold(t *testing.T) {
+	dir := t.TempDir()
+	db := apiMustOpen(t, dir, &Options{WALFlushThreshold: 8 << 10, WALPreallocateSize: -1, Logger: crashQuietLogger})
+	defer apiMustClose(t, db)
+	if err := db.Set([]byte("a"), make([]byte, 100), NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get([]byte("a")); err != nil {
+		t.Fatalf("buffered write not readable: %v", err)
+	}
+	if n := db.logBuf.pendingBytes(); n == 0 {
+		t.Fatalf("a 100-byte write under an 8 KiB threshold was handed to the file")
+	}
+	if err := db.SyncWAL(); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.logBuf.pendingBytes(); n != 0 {
+		t.Fatalf("%d bytes still buffered after SyncWAL", n)
+	}
+	// Past the threshold the flusher is woken.
+	for i := range 100 {
+		if err := db.Set([]byte(fmt.Sprintf("b%03d", i)), make([]byte, 200), NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for db.logBuf.pendingBytes() >= 8<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes buffered past the threshold", db.logBuf.pendingBytes())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
