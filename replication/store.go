@@ -152,6 +152,9 @@ type Store struct {
 	// quiescing are leaders that quiesced this cycle and must tell their
 	// followers.
 	quiescing []*Replica
+	// logBatch is the batch of the last cycle's log write, kept for the
+	// next one (loop only).
+	logBatch *storage.Batch
 	// peers caches peerNodes (loop only), computed at peersAt.
 	peers   []uint64
 	peersAt time.Time
@@ -525,7 +528,11 @@ func (s *Store) cycle(tick bool) error {
 	}
 	s.mu.Unlock()
 
-	newIDs := storage.NewBatch()
+	newIDs := s.logBatch
+	if newIDs == nil {
+		newIDs = storage.NewBatch()
+	}
+	s.logBatch = nil
 	for _, b := range inbox {
 		s.deliver(b, newIDs)
 	}
@@ -554,6 +561,7 @@ func (s *Store) cycle(tick bool) error {
 	sort.Slice(readies, func(i, j int) bool { return readies[i].r.shardID < readies[j].r.shardID })
 	defer s.handleQuiesceNotices()
 	if len(readies) == 0 && newIDs.Empty() {
+		s.logBatch = newIDs
 		s.finishSnapshots(snapIn)
 		out := make(map[uint64]*shalev1.RaftMessageBatch)
 		s.appendQuiesceNotices(out)
@@ -654,6 +662,12 @@ func (s *Store) cycle(tick bool) error {
 		if m := s.cfg.Metrics; m != nil && sync {
 			m.logSync.Observe(time.Since(start).Seconds())
 		}
+	}
+	// The log engine keeps nothing of a written batch: the next cycle
+	// reuses it (unless a snapshot or a burst made it large).
+	if wb.Len() <= 1<<20 {
+		wb.Reset()
+		s.logBatch = wb
 	}
 	s.finishSnapshots(snapIn)
 
