@@ -270,11 +270,7 @@ var registerMem sync.Once
 
 // TestRunAllWorkloads runs every workload against the in-memory cluster.
 func TestRunAllWorkloads(t *testing.T) {
-	registerMem.Do(func() {
-		Register("mem-test", func(context.Context, ClusterConfig) (Cluster, error) {
-			return &memCluster{data: map[string][]byte{}}, nil
-		})
-	})
+	registerMemTest()
 	dir := t.TempDir()
 	cfg := Config{
 		Engines:   []string{"mem-test"},
@@ -315,14 +311,19 @@ func TestRunAllWorkloads(t *testing.T) {
 	}
 }
 
-// TestRunRounds: with several rounds every cell is run once per round and
-// the median round is reported, with each round's rate noted.
-func TestRunRounds(t *testing.T) {
+// registerMemTest registers the in-memory "mem-test" engine (once).
+func registerMemTest() {
 	registerMem.Do(func() {
 		Register("mem-test", func(context.Context, ClusterConfig) (Cluster, error) {
 			return &memCluster{data: map[string][]byte{}}, nil
 		})
 	})
+}
+
+// TestRunRounds: with several rounds every cell is run once per round and
+// the median round is reported, with each round's rate noted.
+func TestRunRounds(t *testing.T) {
+	registerMemTest()
 	var starts []string
 	var mu sync.Mutex
 	cfg := Config{
