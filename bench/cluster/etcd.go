@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -109,39 +107,7 @@ func RunEtcdMember(ctx context.Context, m MemberConfig) error {
 // etcdCluster is a running etcd cluster of member processes.
 type etcdCluster struct {
 	endpoints []string
-	procs     []*memberProc
-}
-
-// memberProc is one member process.
-type memberProc struct {
-	name    string
-	dir     string
-	cmd     *exec.Cmd
-	stderr  *os.File
-	done    chan struct{} // closed when the process has exited
-	waitErr error         // set before done is closed
-}
-
-func (p *memberProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// tail is the end of the member's stderr, for error messages.
-func (p *memberProc) tail() string {
-	b, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
-	b = bytes.TrimSpace(b)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	if len(b) == 0 {
-		return fmt.Sprintf("no output on stderr; etcd log in %s", filepath.Join(p.dir, "etcd.log"))
-	}
-	return fmt.Sprintf("stderr: %s; etcd log in %s", b, filepath.Join(p.dir, "etcd.log"))
+	procs     []*childProc
 }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners
@@ -216,25 +182,12 @@ func startEtcdOnce(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
 			_ = c.Stop()
 			return nil, err
 		}
-		stderr, err := os.Create(filepath.Join(dir, "stderr.log"))
+		cmd := exec.Command(exe, append([]string{EtcdMemberCommand}, m.Args()...)...)
+		p, err := startChild("etcd member "+m.Name, cmd, filepath.Join(dir, "stderr.log"), "etcd log in "+m.LogFile)
 		if err != nil {
 			_ = c.Stop()
 			return nil, err
 		}
-		cmd := exec.Command(exe, append([]string{EtcdMemberCommand}, m.Args()...)...)
-		cmd.Stdout = stderr
-		cmd.Stderr = stderr
-		cmd.SysProcAttr = memberSysProcAttr()
-		if err := cmd.Start(); err != nil {
-			stderr.Close()
-			_ = c.Stop()
-			return nil, fmt.Errorf("start etcd member %s: %w", m.Name, err)
-		}
-		p := &memberProc{name: m.Name, dir: dir, cmd: cmd, stderr: stderr, done: make(chan struct{})}
-		go func() {
-			p.waitErr = cmd.Wait()
-			close(p.done)
-		}()
 		c.procs = append(c.procs, p)
 		cfg.logf("etcd: member %s pid %d, client %s, peer %s", m.Name, cmd.Process.Pid, m.ListenClient, m.ListenPeer)
 	}
@@ -257,7 +210,7 @@ func (c *etcdCluster) waitHealthy(ctx context.Context) error {
 	for {
 		for _, p := range c.procs {
 			if p.exited() {
-				return fmt.Errorf("etcd member %s exited during start (%v); %s", p.name, p.waitErr, p.tail())
+				return fmt.Errorf("%s exited during start (%v); %s", p.name, p.waitErr, p.tail())
 			}
 		}
 		if last = c.healthy(ctx, cli); last == nil {
@@ -319,33 +272,18 @@ func (c *etcdCluster) Client(ctx context.Context) (KV, error) {
 // that is told to stop transfers its leadership, which waits out a timeout
 // (about 7 s) when the chosen follower is stopping too.
 func (c *etcdCluster) Stop() error {
+	// The followers first, so the leader does not step down and hold an
+	// election while they go.
 	leader := c.leaderIndex()
-	var errs []error
-	stop := func(pick func(i int) bool) {
-		for i, p := range c.procs {
-			if pick(i) && !p.exited() {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		for i, p := range c.procs {
-			if !pick(i) {
-				continue
-			}
-			select {
-			case <-p.done:
-			case <-time.After(20 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-				errs = append(errs, fmt.Errorf("etcd member %s did not exit within 20s of SIGTERM; killed", p.name))
-			}
-			if p.waitErr != nil {
-				errs = append(errs, fmt.Errorf("etcd member %s: %v; %s", p.name, p.waitErr, p.tail()))
-			}
-			p.stderr.Close()
+	var followers, last []*childProc
+	for i, p := range c.procs {
+		if i == leader {
+			last = append(last, p)
+		} else {
+			followers = append(followers, p)
 		}
 	}
-	stop(func(i int) bool { return i != leader })
-	stop(func(i int) bool { return i == leader })
+	errs := append(stopChildren(followers), stopChildren(last)...)
 	c.procs = nil
 	return errors.Join(errs...)
 }

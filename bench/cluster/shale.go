@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	shaleclient "github.com/shale-db/shale/client"
@@ -222,37 +221,7 @@ type ShaleNodes struct {
 	Endpoints []string
 	// HTTP are the nodes' /metrics and /debug/pprof addresses.
 	HTTP  []string
-	procs []*shaleProc
-}
-
-// shaleProc is one shale-server process.
-type shaleProc struct {
-	id      uint64
-	dir     string
-	cmd     *exec.Cmd
-	log     *os.File
-	done    chan struct{} // closed when the process has exited
-	waitErr error         // set before done is closed
-}
-
-func (p *shaleProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// tail is the end of the node's log, for error messages.
-func (p *shaleProc) tail() string {
-	name := filepath.Join(p.dir, "server.log")
-	b, _ := os.ReadFile(name)
-	b = bytes.TrimSpace(b)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return fmt.Sprintf("log %s ends: %s", name, b)
+	procs []*childProc
 }
 
 // Pids are the processes' IDs, node i+1 at index i.
@@ -313,11 +282,6 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 			_ = c.Stop()
 			return nil, err
 		}
-		logFile, err := os.Create(filepath.Join(ndir, "server.log"))
-		if err != nil {
-			_ = c.Stop()
-			return nil, err
-		}
 		args := []string{
 			"--node-id", strconv.Itoa(i + 1),
 			"--data-dir", filepath.Join(ndir, "data"),
@@ -330,9 +294,6 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 		}
 		args = append(args, extra...)
 		cmd := exec.Command(bin, args...)
-		cmd.Stdout = logFile
-		cmd.Stderr = logFile
-		cmd.SysProcAttr = memberSysProcAttr()
 		// Only the flags above configure the node: drop SHALE_* settings
 		// from the environment.
 		for _, kv := range os.Environ() {
@@ -340,16 +301,11 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 				cmd.Env = append(cmd.Env, kv)
 			}
 		}
-		if err := cmd.Start(); err != nil {
-			logFile.Close()
+		p, err := startChild(fmt.Sprintf("shale-server node %d", i+1), cmd, filepath.Join(ndir, "server.log"), "")
+		if err != nil {
 			_ = c.Stop()
-			return nil, fmt.Errorf("start shale-server node %d: %w", i+1, err)
+			return nil, err
 		}
-		p := &shaleProc{id: uint64(i + 1), dir: ndir, cmd: cmd, log: logFile, done: make(chan struct{})}
-		go func() {
-			p.waitErr = cmd.Wait()
-			close(p.done)
-		}()
 		c.procs = append(c.procs, p)
 		if log != nil {
 			extraNote := ""
@@ -375,7 +331,7 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 func (c *ShaleNodes) checkRunning() error {
 	for _, p := range c.procs {
 		if p.exited() {
-			return fmt.Errorf("shale-server node %d exited (%v); %s", p.id, p.waitErr, p.tail())
+			return fmt.Errorf("%s exited (%v); %s", p.name, p.waitErr, p.tail())
 		}
 	}
 	return nil
@@ -438,25 +394,7 @@ func (c *ShaleNodes) readyShards(ctx context.Context, cli *shaleclient.Client, w
 // Stop sends SIGTERM to every node (each stops cleanly and exits), and
 // SIGKILL to any node still running 20 s later, and waits for them all.
 func (c *ShaleNodes) Stop() error {
-	for _, p := range c.procs {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	var errs []error
-	for _, p := range c.procs {
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-			errs = append(errs, fmt.Errorf("shale-server node %d did not exit within 20s of SIGTERM; killed", p.id))
-		}
-		if p.waitErr != nil {
-			errs = append(errs, fmt.Errorf("shale-server node %d: %v; %s", p.id, p.waitErr, p.tail()))
-		}
-		p.log.Close()
-	}
+	errs := stopChildren(c.procs)
 	c.procs = nil
 	return errors.Join(errs...)
 }
