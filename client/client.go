@@ -27,6 +27,12 @@ const (
 	// (see WithBackoff).
 	DefaultBackoffInitial = 20 * time.Millisecond
 	DefaultBackoffMax     = time.Second
+	// DefaultWindowBytes and DefaultConnWindowBytes are the HTTP/2
+	// flow-control windows (per stream, per connection) the client grants
+	// the nodes, the same as shale-server's defaults. Override them with
+	// WithDialOptions(grpc.WithInitialWindowSize(...), ...).
+	DefaultWindowBytes     = 2 << 20
+	DefaultConnWindowBytes = 16 << 20
 )
 
 // Option configures a Client in New.
@@ -209,9 +215,15 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	// Scan pages and MultiGet answers may be large: accept up to 64 MiB
-	// (dial options given by the caller come later and win).
-	opts := append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}, c.opts.dialOpts...)
+	// Scan pages and MultiGet answers may be large: accept up to 64 MiB.
+	// Fixed flow-control windows turn off gRPC's bandwidth estimator and
+	// its PING round trip after every response. Dial options given by the
+	// caller come later and win.
+	opts := append([]grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithInitialWindowSize(DefaultWindowBytes),
+		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),
+	}, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("shale: connect to %s: %w", addr, err)

@@ -152,12 +152,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
 	}
 	n.transport = grpctransport.New(grpctransport.Options{
-		NodeID:             meta.NodeID,
-		ClusterID:          meta.ClusterID,
-		Resolve:            n.resolve,
-		SnapshotLimiter:    snapshot.NewLimiter(cfg.SnapshotRateBytes),
-		SnapshotStagingDir: filepath.Join(cfg.DataDir, "snapshots", "in"),
-		Logger:             n.log.With("component", "transport"),
+		NodeID:                meta.NodeID,
+		ClusterID:             meta.ClusterID,
+		Resolve:               n.resolve,
+		SnapshotLimiter:       snapshot.NewLimiter(cfg.SnapshotRateBytes),
+		SnapshotStagingDir:    filepath.Join(cfg.DataDir, "snapshots", "in"),
+		Logger:                n.log.With("component", "transport"),
+		InitialWindowSize:     cfg.GRPCWindowBytes,
+		InitialConnWindowSize: cfg.GRPCConnWindowBytes,
 	})
 	var tr replication.Transport = n.transport
 	if cfg.LinkFilter != nil {
@@ -199,6 +201,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor()),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
+		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
+		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
 	)
 	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})

@@ -41,6 +41,7 @@ type flags struct {
 	electionTicks                           int
 	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
+	grpcWindow, grpcConnWindow              int32
 	logLevel, logFormat                     string
 }
 
@@ -92,6 +93,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
+	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
+	fl.Int32Var(&f.grpcConnWindow, "grpc-conn-window-bytes", 16<<20, "HTTP/2 flow-control window per gRPC connection, for clients and peers (at least 65535)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -167,29 +170,31 @@ func run(ctx context.Context, f flags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	node, err := server.Start(ctx, server.Config{
-		DataDir:           f.dataDir,
-		NodeID:            f.nodeID,
-		ListenAddr:        f.listen,
-		AdvertiseAddr:     f.advertise,
-		HTTPAddr:          f.httpAddr,
-		InitialCluster:    initial,
-		ClusterName:       f.clusterName,
-		Join:              f.join,
-		Zone:              f.zone,
-		InitialSplits:     splits,
-		ReplicationFactor: f.replicationFactor,
-		MaxKeyBytes:       f.maxKey,
-		MaxValueBytes:     f.maxValue,
-		MaxBatchOps:       f.maxBatchOps,
-		MaxBatchBytes:     f.maxBatch,
-		RequestTimeout:    f.requestTimeout,
-		TickInterval:      f.tickInterval,
-		ElectionTicks:     f.electionTicks,
-		LeaseReads:        f.leaseReads,
-		DisableQuiescence: f.noQuiesce,
-		SnapshotRateBytes: f.snapshotRate,
-		BlockCacheBytes:   f.blockCache,
-		Logger:            log,
+		DataDir:             f.dataDir,
+		NodeID:              f.nodeID,
+		ListenAddr:          f.listen,
+		AdvertiseAddr:       f.advertise,
+		HTTPAddr:            f.httpAddr,
+		InitialCluster:      initial,
+		ClusterName:         f.clusterName,
+		Join:                f.join,
+		Zone:                f.zone,
+		InitialSplits:       splits,
+		ReplicationFactor:   f.replicationFactor,
+		MaxKeyBytes:         f.maxKey,
+		MaxValueBytes:       f.maxValue,
+		MaxBatchOps:         f.maxBatchOps,
+		MaxBatchBytes:       f.maxBatch,
+		RequestTimeout:      f.requestTimeout,
+		TickInterval:        f.tickInterval,
+		ElectionTicks:       f.electionTicks,
+		LeaseReads:          f.leaseReads,
+		DisableQuiescence:   f.noQuiesce,
+		SnapshotRateBytes:   f.snapshotRate,
+		BlockCacheBytes:     f.blockCache,
+		GRPCWindowBytes:     f.grpcWindow,
+		GRPCConnWindowBytes: f.grpcConnWindow,
+		Logger:              log,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

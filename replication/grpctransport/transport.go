@@ -67,6 +67,14 @@ const (
 	DefaultReachableGrace = time.Second
 	// DefaultMaxBatchBytes is the default Options.MaxBatchBytes.
 	DefaultMaxBatchBytes = 2 << 20
+	// DefaultInitialWindowSize is the default Options.InitialWindowSize.
+	DefaultInitialWindowSize = 2 << 20
+	// DefaultInitialConnWindowSize is the default
+	// Options.InitialConnWindowSize.
+	DefaultInitialConnWindowSize = 16 << 20
+	// MinWindowSize is the smallest flow-control window gRPC accepts
+	// (HTTP/2's initial 64 KiB less one byte); smaller values are raised to it.
+	MinWindowSize = 65535
 )
 
 // ErrClosed is returned by SendSnapshot after Close.
@@ -88,8 +96,8 @@ type Options struct {
 	// DialOptions are used for every outbound connection. Default (nil):
 	// insecure transport credentials. When set they must include the
 	// credentials. They are applied after the transport's own
-	// grpc.WithConnectParams (a 5s minimum connect timeout), so they can
-	// override it; keepalive parameters also go here (and need a matching
+	// grpc.WithConnectParams (a 5s minimum connect timeout) and window
+	// sizes, so they can override them; keepalive parameters also go here (and need a matching
 	// server enforcement policy).
 	DialOptions []grpc.DialOption
 	// SnapshotLimiter paces outgoing snapshot bytes; share one Limiter
@@ -124,6 +132,17 @@ type Options struct {
 	// server's maximum message size (4 MiB by default). Default:
 	// DefaultMaxBatchBytes (2 MiB).
 	MaxBatchBytes int
+	// InitialWindowSize and InitialConnWindowSize are the HTTP/2
+	// flow-control windows, per stream and per connection, that outbound
+	// connections grant their peer. Fixed windows turn off gRPC's
+	// bandwidth-delay-product estimator, which answers every burst of
+	// received data with a PING round trip: for Raft traffic (a small batch
+	// per cycle) that doubled the frames on the wire. Values below
+	// MinWindowSize are raised to it. Defaults: DefaultInitialWindowSize
+	// (2 MiB) and DefaultInitialConnWindowSize (16 MiB). Serve the Raft
+	// service from a gRPC server with matching grpc.InitialWindowSize and
+	// grpc.InitialConnWindowSize options (shale-server does).
+	InitialWindowSize, InitialConnWindowSize int32
 }
 
 // Stats are the transport's cumulative counters since New.
@@ -213,13 +232,25 @@ func New(opts Options) *Transport {
 	if opts.MaxBatchBytes <= 0 {
 		opts.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if opts.InitialWindowSize <= 0 {
+		opts.InitialWindowSize = DefaultInitialWindowSize
+	}
+	if opts.InitialConnWindowSize <= 0 {
+		opts.InitialConnWindowSize = DefaultInitialConnWindowSize
+	}
+	opts.InitialWindowSize = max(opts.InitialWindowSize, MinWindowSize)
+	opts.InitialConnWindowSize = max(opts.InitialConnWindowSize, MinWindowSize)
 	if opts.SnapshotStagingDir == "" {
 		opts.SnapshotStagingDir = filepath.Join(os.TempDir(), "shale-snapshot-staging")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	dialOpts := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second})}
+	dialOpts := []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second}),
+		grpc.WithInitialWindowSize(opts.InitialWindowSize),
+		grpc.WithInitialConnWindowSize(opts.InitialConnWindowSize),
+	}
 	if len(opts.DialOptions) == 0 {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {
