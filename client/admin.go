@@ -203,3 +203,23 @@ func (c *Client) TransferLeader(ctx context.Context, shardID, targetNodeID uint6
 	}
 	return resp.GetLeaderNodeId(), nil
 }
+
+// SplitShard splits the shard holding splitKey at splitKey: that shard keeps
+// the keys below it and a new shard, on the same nodes, takes the rest. It
+// returns both descriptors (left, then right); the client's routing
+// follows. Splitting at a key where a shard already starts is an
+// InvalidArgument error.
+func (c *Client) SplitShard(ctx context.Context, splitKey []byte) (left, right *shalev1.ShardDescriptor, err error) {
+	var resp *shalev1.SplitShardResponse
+	err = c.invokeAdmin(ctx, "split-shard", true, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: splitKey})
+		return err
+	})
+	if err != nil {
+		return nil, nil, wrapOp("split-shard", err)
+	}
+	c.rt.apply(resp.GetLeft())
+	c.rt.apply(resp.GetRight())
+	return resp.GetLeft(), resp.GetRight(), nil
+}

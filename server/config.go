@@ -67,6 +67,13 @@ type Config struct {
 	// BlockCacheBytes sizes the block cache shared by the node's engines
 	// (default 256 MiB).
 	BlockCacheBytes int64
+	// ShardMemTableBytes is the memtable size of each shard engine (default
+	// 16 MiB).
+	ShardMemTableBytes int
+	// SplitSizeBytes is the size above which a shard's leader splits it in
+	// two, at a key chosen from its engine's index metadata (default 128
+	// MiB; negative: no automatic splits).
+	SplitSizeBytes int64
 	// GRPCWindowBytes and GRPCConnWindowBytes are the HTTP/2 flow-control
 	// windows (per stream, per connection) of the node's gRPC server and of
 	// its connections to peers (defaults 2 MiB and 16 MiB; at least 64 KiB
@@ -127,6 +134,12 @@ func (c *Config) applyDefaults() {
 	if c.BlockCacheBytes == 0 {
 		c.BlockCacheBytes = 256 << 20
 	}
+	if c.ShardMemTableBytes == 0 {
+		c.ShardMemTableBytes = 16 << 20
+	}
+	if c.SplitSizeBytes == 0 {
+		c.SplitSizeBytes = 128 << 20
+	}
 	if c.GRPCWindowBytes == 0 {
 		c.GRPCWindowBytes = grpctransport.DefaultInitialWindowSize
 	}
@@ -165,6 +178,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReplicationFactor < 1 {
 		return errors.New("server: the replication factor must be at least 1")
+	}
+	if c.ShardMemTableBytes < 64<<10 {
+		return fmt.Errorf("server: the shard memtable size must be at least 64 KiB (got %d)", c.ShardMemTableBytes)
 	}
 	if c.GRPCWindowBytes < grpctransport.MinWindowSize || c.GRPCConnWindowBytes < grpctransport.MinWindowSize {
 		return fmt.Errorf("server: gRPC window sizes must be at least %d bytes (got %d per stream, %d per connection)",

@@ -36,6 +36,7 @@ func (n *Node) maintain() {
 			n.refreshAddrs(ctx)
 		}
 		n.reconcileReplicas(ctx)
+		n.splitLargeShards(ctx)
 		cancel()
 	}
 }

@@ -71,6 +71,7 @@ type Node struct {
 	remoteRegAt time.Time
 	addrs       map[uint64]string
 	shards      map[uint64]*shard.Shard
+	lastSplit   map[uint64]time.Time // shard → when this node last split it (under mu)
 	conns       map[string]*grpc.ClientConn
 
 	stopOnce sync.Once
@@ -96,13 +97,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("server: data dir: %w", err)
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		addrs:  map[uint64]string{},
-		shards: map[uint64]*shard.Shard{},
-		conns:  map[string]*grpc.ClientConn{},
-		stop:   make(chan struct{}),
-		reg:    prometheus.NewRegistry(),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		addrs:     map[uint64]string{},
+		shards:    map[uint64]*shard.Shard{},
+		lastSplit: map[uint64]time.Time{},
+		conns:     map[string]*grpc.ClientConn{},
+		stop:      make(chan struct{}),
+		reg:       prometheus.NewRegistry(),
 	}
 	defer func() {
 		if err != nil {
@@ -352,8 +354,9 @@ func (n *Node) shardOptions() shard.Options {
 		// writes are in the Raft log too (a restart re-applies what a
 		// crash lost), so they reach the WAL file in 64 KiB pieces rather
 		// than a write system call per applied batch.
-		Storage: &storage.Options{Shared: n.shared, MemTableSize: 16 << 20, WALPreallocateSize: -1, WALFlushThreshold: 64 << 10},
+		Storage: &storage.Options{Shared: n.shared, MemTableSize: uint64(n.cfg.ShardMemTableBytes), WALPreallocateSize: -1, WALFlushThreshold: 64 << 10},
 		Logger:  n.log,
+		Splits:  splitHost{n},
 	}
 }
 

@@ -42,6 +42,8 @@ type flags struct {
 	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
 	grpcWindow, grpcConnWindow              int32
+	splitSize                               int64
+	shardMemTable                           int
 	logLevel, logFormat                     string
 }
 
@@ -93,6 +95,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
+	fl.IntVar(&f.shardMemTable, "shard-memtable-bytes", 16<<20, "memtable size of each shard's storage engine")
+	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
 	fl.Int32Var(&f.grpcConnWindow, "grpc-conn-window-bytes", 16<<20, "HTTP/2 flow-control window per gRPC connection, for clients and peers (at least 65535)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -192,6 +196,8 @@ func run(ctx context.Context, f flags) error {
 		DisableQuiescence:   f.noQuiesce,
 		SnapshotRateBytes:   f.snapshotRate,
 		BlockCacheBytes:     f.blockCache,
+		SplitSizeBytes:      f.splitSize,
+		ShardMemTableBytes:  f.shardMemTable,
 		GRPCWindowBytes:     f.grpcWindow,
 		GRPCConnWindowBytes: f.grpcConnWindow,
 		Logger:              log,

@@ -133,7 +133,38 @@ message.`,
 			return f.writeShardInfo(cmd.OutOrStdout(), s)
 		}),
 	}
-	return newAdminGroup("shard", "Inspect the cluster's shards", "", true, f, list, info)
+	split := &cobra.Command{
+		Use:   "split KEY",
+		Short: "Split the shard holding KEY at KEY",
+		Long: `split cuts the shard holding KEY in two at KEY: the shard keeps the keys below
+KEY and a new shard, with replicas on the same nodes, takes KEY and the keys
+above it. Both shards' epochs bump; clients follow on their next request.
+KEY must lie strictly inside its shard (not where it starts). It prints both
+shards; -o json prints the SplitShardResponse message. With --hex, KEY is
+hexadecimal and the boundaries print as hexadecimal.`,
+		Example: `  shalectl shard split user/5000
+  shalectl shard split --hex 7f00`,
+		Args: exactArgs("KEY"),
+		RunE: f.adminRun(func(ctx context.Context, cmd *cobra.Command, c *client.Client, args []string, asJSON bool) error {
+			key, err := f.keys().codec().Parse(args[0])
+			if err != nil {
+				return fmt.Errorf("KEY: %w", err)
+			}
+			left, right, err := c.SplitShard(ctx, key)
+			if err != nil {
+				return fmt.Errorf("shard split at %s: %w", f.keys().format(key), err)
+			}
+			if asJSON {
+				return writeProtoJSON(cmd.OutOrStdout(), &shalev1.SplitShardResponse{Left: left, Right: right})
+			}
+			k := f.keys()
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "shard %d: [%s, %s) epoch %d\nshard %d: [%s, %s) epoch %d (new)\n",
+				left.GetShardId(), k.rangeBound(left.GetStartKey(), false), k.rangeBound(left.GetEndKey(), true), left.GetEpoch(),
+				right.GetShardId(), k.rangeBound(right.GetStartKey(), false), k.rangeBound(right.GetEndKey(), true), right.GetEpoch())
+			return err
+		}),
+	}
+	return newAdminGroup("shard", "Inspect and split the cluster's shards", "", true, f, list, info, split)
 }
 
 func newNodeCmd(cf *clusterFlags) *cobra.Command {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -84,6 +85,11 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 		return nil, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
 	s.st.Store(a.st)
+	for _, fn := range a.after {
+		if err := fn(); err != nil {
+			return nil, s.fail(fmt.Errorf("shard %s: %w", s.dir, err))
+		}
+	}
 	return results, nil
 }
 
@@ -145,6 +151,9 @@ type applier struct {
 	st *state
 	b  *storage.Batch
 	ov overlay
+	// after runs once the call's state is published (a split hosts its new
+	// shard).
+	after []func() error
 }
 
 // getData returns the stored record of the user key whose engine key is ek,
@@ -212,6 +221,8 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 		res, wrote, err = a.applyTxn(c.Txn, cmd.GetTimestampUnixNanos())
 	case *shalev1.RaftCommand_System:
 		res, wrote, err = a.applySystem(c.System)
+	case *shalev1.RaftCommand_Split:
+		res, wrote, err = a.applySplit(c.Split)
 	default: // noop, or no command at all
 		return nil, nil
 	}
@@ -556,6 +567,24 @@ func (a *applier) applySystem(sc *shalev1.SystemCommand) (*shalev1.CommandResult
 			return nil, false, fmt.Errorf("encode shard descriptor: %w", err)
 		}
 		a.ov.set(a.b, key, enc)
+	case *shalev1.SystemCommand_AllocateShardId:
+		raw, ok, err := a.ov.get(keyNextShardID)
+		if err != nil {
+			return nil, false, err
+		}
+		next := op.AllocateShardId
+		if ok {
+			if len(raw) != 8 {
+				return nil, false, fmt.Errorf("%w: next shard ID is %d bytes", ErrCorrupt, len(raw))
+			}
+			next = max(next, binary.BigEndian.Uint64(raw))
+		}
+		if next == 0 || next == math.MaxUint64 {
+			return errResult(codes.InvalidArgument, desc, "allocate_shard_id: no shard ID at or above %d", op.AllocateShardId), false, nil
+		}
+		a.ov.set(a.b, keyNextShardID, binary.BigEndian.AppendUint64(nil, next+1))
+		a.st.rev++
+		return &shalev1.CommandResult{AllocatedId: next}, true, nil
 	default:
 		return errResult(codes.InvalidArgument, desc, "system command without an operation"), false, nil
 	}

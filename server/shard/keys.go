@@ -43,6 +43,8 @@ var (
 	nodePrefix = []byte("snode/")
 	// shardPrefix + shardID (8 bytes BE) -> shalev1.ShardDescriptor.
 	shardPrefix = []byte("sshard/")
+	// keyNextShardID holds the lowest shard ID not yet allocated (8 bytes BE).
+	keyNextShardID = []byte("snext-shard-id")
 )
 
 // formatVersion is the version of the engine key layout written in keyFormat.

@@ -58,6 +58,10 @@ type Options struct {
 	// Logger receives the shard's logs. Default slog.Default(). It is also
 	// the engine's logger when Storage.Logger is nil.
 	Logger *slog.Logger
+	// Splits, when set, lets the shard apply split commands: it places and
+	// hosts the new right-hand shards. Without it split commands are
+	// rejected (FailedPrecondition).
+	Splits Splitter
 }
 
 // state is the applied state of a shard: an immutable value, replaced as a
@@ -221,6 +225,8 @@ func emptyState() *state {
 // history.
 type Shard struct {
 	dir      string
+	opts     Options // as given (the right-hand shards of splits reuse them)
+	splits   Splitter
 	fs       vfs.FS
 	engOpts  storage.Options
 	log      *slog.Logger
@@ -264,7 +270,7 @@ func (s *Shard) fail(err error) error {
 }
 
 func newShard(dir string, opts Options) *Shard {
-	s := &Shard{dir: filepath.Clean(dir), log: opts.Logger}
+	s := &Shard{dir: filepath.Clean(dir), opts: opts, splits: opts.Splits, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -1,6 +1,7 @@
 package sstable
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -526,6 +527,26 @@ func (r *Reader) ApproximateOffset(userKey []byte) uint64 {
 		return r.dataEnd
 	}
 	return r.index[i].h.Offset
+}
+
+// DataBlockBounds calls fn, in key order, for every data block whose index
+// separator's user key lies in [lower, upper) (nil bounds are open): the
+// separator's user key, which is at or above every key of the block and
+// below every key of the next one (valid only during the call), and the
+// block's stored size in bytes. It reads only the index, which the Reader
+// holds in memory.
+func (r *Reader) DataBlockBounds(lower, upper []byte, fn func(sepUserKey []byte, size uint64)) {
+	i := 0
+	if lower != nil {
+		i = r.findBlock(base.MakeSearchKey(lower))
+	}
+	for ; i < len(r.index); i++ {
+		e := &r.index[i]
+		if upper != nil && bytes.Compare(e.sep.UserKey, upper) >= 0 {
+			return
+		}
+		fn(e.sep.UserKey, e.h.Length+BlockTrailerLen)
+	}
 }
 
 // Close releases the Reader. It does not close the underlying file.

@@ -1183,6 +1183,126 @@ func (x *NodeInfoResponse) GetUsedBytes() uint64 {
 	return 0
 }
 
+type SplitShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// split_key is the first key of the new right-hand shard; it must lie
+	// strictly inside its shard's range.
+	SplitKey []byte `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	// shard_id, when set, must be the shard holding split_key (a guard
+	// against splitting a shard that changed since the caller looked).
+	ShardId uint64 `protobuf:"varint,2,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// right_shard_id is internal: the node that allocated the new shard's ID
+	// sets it when it forwards the request to the shard's leader. Clients
+	// leave it 0.
+	RightShardId  uint64 `protobuf:"varint,3,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitShardRequest) Reset() {
+	*x = SplitShardRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitShardRequest) ProtoMessage() {}
+
+func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitShardRequest.ProtoReflect.Descriptor instead.
+func (*SplitShardRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SplitShardRequest) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+func (x *SplitShardRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *SplitShardRequest) GetRightShardId() uint64 {
+	if x != nil {
+		return x.RightShardId
+	}
+	return 0
+}
+
+type SplitShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// left is the split shard, now ending at split_key; right is the new shard.
+	Left          *ShardDescriptor `protobuf:"bytes,1,opt,name=left,proto3" json:"left,omitempty"`
+	Right         *ShardDescriptor `protobuf:"bytes,2,opt,name=right,proto3" json:"right,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitShardResponse) Reset() {
+	*x = SplitShardResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitShardResponse) ProtoMessage() {}
+
+func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitShardResponse.ProtoReflect.Descriptor instead.
+func (*SplitShardResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SplitShardResponse) GetLeft() *ShardDescriptor {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+func (x *SplitShardResponse) GetRight() *ShardDescriptor {
+	if x != nil {
+		return x.Right
+	}
+	return nil
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -1268,7 +1388,14 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12-\n" +
 	"\x06shards\x18\x02 \x03(\v2\x15.shale.v1.ShardStatusR\x06shards\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x03 \x01(\x04R\tusedBytes2\x98\x05\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\"q\n" +
+	"\x11SplitShardRequest\x12\x1b\n" +
+	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12\x19\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12$\n" +
+	"\x0eright_shard_id\x18\x03 \x01(\x04R\frightShardId\"t\n" +
+	"\x12SplitShardResponse\x12-\n" +
+	"\x04left\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x04left\x12/\n" +
+	"\x05right\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right2\xe1\x05\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -1281,7 +1408,9 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"ListShards\x12\x1b.shale.v1.ListShardsRequest\x1a\x1c.shale.v1.ListShardsResponse\x12D\n" +
 	"\tShardInfo\x12\x1a.shale.v1.ShardInfoRequest\x1a\x1b.shale.v1.ShardInfoResponse\x12S\n" +
 	"\x0eTransferLeader\x12\x1f.shale.v1.TransferLeaderRequest\x1a .shale.v1.TransferLeaderResponse\x12A\n" +
-	"\bNodeInfo\x12\x19.shale.v1.NodeInfoRequest\x1a\x1a.shale.v1.NodeInfoResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\bNodeInfo\x12\x19.shale.v1.NodeInfoRequest\x1a\x1a.shale.v1.NodeInfoResponse\x12G\n" +
+	"\n" +
+	"SplitShard\x12\x1b.shale.v1.SplitShardRequest\x1a\x1c.shale.v1.SplitShardResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -1295,7 +1424,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shale_v1_admin_proto_rawDescData
 }
 
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(*NodeStatus)(nil),             // 0: shale.v1.NodeStatus
 	(*ReplicaStatus)(nil),          // 1: shale.v1.ReplicaStatus
@@ -1319,50 +1448,56 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*TransferLeaderResponse)(nil), // 19: shale.v1.TransferLeaderResponse
 	(*NodeInfoRequest)(nil),        // 20: shale.v1.NodeInfoRequest
 	(*NodeInfoResponse)(nil),       // 21: shale.v1.NodeInfoResponse
-	(*NodeDescriptor)(nil),         // 22: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),               // 23: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),        // 24: shale.v1.ShardDescriptor
+	(*SplitShardRequest)(nil),      // 22: shale.v1.SplitShardRequest
+	(*SplitShardResponse)(nil),     // 23: shale.v1.SplitShardResponse
+	(*NodeDescriptor)(nil),         // 24: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),               // 25: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),        // 26: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	22, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	23, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	24, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	24, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	25, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	26, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	1,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	0,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	2,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	24, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	22, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	26, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	24, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	6,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	0,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	22, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	22, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	24, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	24, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	2,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	2,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	22, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	24, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	2,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	3,  // 16: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	5,  // 17: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	8,  // 18: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	10, // 19: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	12, // 20: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	14, // 21: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	16, // 22: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	18, // 23: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	20, // 24: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	4,  // 25: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	7,  // 26: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	9,  // 27: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	11, // 28: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	13, // 29: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	15, // 30: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	17, // 31: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	19, // 32: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	21, // 33: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	26, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	26, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	3,  // 18: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	5,  // 19: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	8,  // 20: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	10, // 21: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	12, // 22: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	14, // 23: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	16, // 24: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	18, // 25: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	20, // 26: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	22, // 27: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	4,  // 28: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	7,  // 29: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	9,  // 30: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	11, // 31: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	13, // 32: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	15, // 33: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	17, // 34: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	19, // 35: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	21, // 36: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	23, // 37: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -1377,7 +1512,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Admin_ShardInfo_FullMethodName      = "/shale.v1.Admin/ShardInfo"
 	Admin_TransferLeader_FullMethodName = "/shale.v1.Admin/TransferLeader"
 	Admin_NodeInfo_FullMethodName       = "/shale.v1.Admin/NodeInfo"
+	Admin_SplitShard_FullMethodName     = "/shale.v1.Admin/SplitShard"
 )
 
 // AdminClient is the client API for Admin service.
@@ -58,6 +59,10 @@ type AdminClient interface {
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 	// NodeInfo reports the receiving node's own replicas (used to build ClusterStatus).
 	NodeInfo(ctx context.Context, in *NodeInfoRequest, opts ...grpc.CallOption) (*NodeInfoResponse, error)
+	// SplitShard splits the shard holding split_key at split_key: the shard
+	// keeps the keys below it and a new shard, on the same nodes, takes the
+	// rest. Both descriptors' epochs bump.
+	SplitShard(ctx context.Context, in *SplitShardRequest, opts ...grpc.CallOption) (*SplitShardResponse, error)
 }
 
 type adminClient struct {
@@ -158,6 +163,16 @@ func (c *adminClient) NodeInfo(ctx context.Context, in *NodeInfoRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) SplitShard(ctx context.Context, in *SplitShardRequest, opts ...grpc.CallOption) (*SplitShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SplitShardResponse)
+	err := c.cc.Invoke(ctx, Admin_SplitShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -186,6 +201,10 @@ type AdminServer interface {
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	// NodeInfo reports the receiving node's own replicas (used to build ClusterStatus).
 	NodeInfo(context.Context, *NodeInfoRequest) (*NodeInfoResponse, error)
+	// SplitShard splits the shard holding split_key at split_key: the shard
+	// keeps the keys below it and a new shard, on the same nodes, takes the
+	// rest. Both descriptors' epochs bump.
+	SplitShard(context.Context, *SplitShardRequest) (*SplitShardResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -222,6 +241,9 @@ func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderR
 }
 func (UnimplementedAdminServer) NodeInfo(context.Context, *NodeInfoRequest) (*NodeInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeInfo not implemented")
+}
+func (UnimplementedAdminServer) SplitShard(context.Context, *SplitShardRequest) (*SplitShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SplitShard not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -406,6 +428,24 @@ func _Admin_NodeInfo_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SplitShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SplitShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SplitShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SplitShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SplitShard(ctx, req.(*SplitShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -448,6 +488,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeInfo",
 			Handler:    _Admin_NodeInfo_Handler,
+		},
+		{
+			MethodName: "SplitShard",
+			Handler:    _Admin_SplitShard_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

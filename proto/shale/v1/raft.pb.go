@@ -487,6 +487,7 @@ type RaftCommand struct {
 	//	*RaftCommand_Txn
 	//	*RaftCommand_System
 	//	*RaftCommand_Noop
+	//	*RaftCommand_Split
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -584,6 +585,15 @@ func (x *RaftCommand) GetNoop() bool {
 	return false
 }
 
+func (x *RaftCommand) GetSplit() *SplitCommand {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_Split); ok {
+			return x.Split
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -601,11 +611,71 @@ type RaftCommand_Noop struct {
 	Noop bool `protobuf:"varint,12,opt,name=noop,proto3,oneof"`
 }
 
+type RaftCommand_Split struct {
+	Split *SplitCommand `protobuf:"bytes,13,opt,name=split,proto3,oneof"`
+}
+
 func (*RaftCommand_Txn) isRaftCommand_Command() {}
 
 func (*RaftCommand_System) isRaftCommand_Command() {}
 
 func (*RaftCommand_Noop) isRaftCommand_Command() {}
+
+func (*RaftCommand_Split) isRaftCommand_Command() {}
+
+// SplitCommand splits the shard at split_key: keys from split_key on move to
+// a new shard, right_shard_id, with the same replicas and a fresh Raft group.
+type SplitCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SplitKey      []byte                 `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	RightShardId  uint64                 `protobuf:"varint,2,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitCommand) Reset() {
+	*x = SplitCommand{}
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitCommand) ProtoMessage() {}
+
+func (x *SplitCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
+func (*SplitCommand) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SplitCommand) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+func (x *SplitCommand) GetRightShardId() uint64 {
+	if x != nil {
+		return x.RightShardId
+	}
+	return 0
+}
 
 // SystemCommand changes cluster metadata held by the system shard.
 type SystemCommand struct {
@@ -615,6 +685,7 @@ type SystemCommand struct {
 	//	*SystemCommand_PutNode
 	//	*SystemCommand_RemoveNodeId
 	//	*SystemCommand_PutShard
+	//	*SystemCommand_AllocateShardId
 	Op            isSystemCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -622,7 +693,7 @@ type SystemCommand struct {
 
 func (x *SystemCommand) Reset() {
 	*x = SystemCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +705,7 @@ func (x *SystemCommand) String() string {
 func (*SystemCommand) ProtoMessage() {}
 
 func (x *SystemCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +718,7 @@ func (x *SystemCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemCommand.ProtoReflect.Descriptor instead.
 func (*SystemCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SystemCommand) GetOp() isSystemCommand_Op {
@@ -684,6 +755,15 @@ func (x *SystemCommand) GetPutShard() *ShardDescriptor {
 	return nil
 }
 
+func (x *SystemCommand) GetAllocateShardId() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*SystemCommand_AllocateShardId); ok {
+			return x.AllocateShardId
+		}
+	}
+	return 0
+}
+
 type isSystemCommand_Op interface {
 	isSystemCommand_Op()
 }
@@ -700,11 +780,19 @@ type SystemCommand_PutShard struct {
 	PutShard *ShardDescriptor `protobuf:"bytes,3,opt,name=put_shard,json=putShard,proto3,oneof"`
 }
 
+type SystemCommand_AllocateShardId struct {
+	// allocate_shard_id returns (in CommandResult.allocated_id) a shard ID
+	// never returned before and at least allocate_shard_id.
+	AllocateShardId uint64 `protobuf:"varint,4,opt,name=allocate_shard_id,json=allocateShardId,proto3,oneof"`
+}
+
 func (*SystemCommand_PutNode) isSystemCommand_Op() {}
 
 func (*SystemCommand_RemoveNodeId) isSystemCommand_Op() {}
 
 func (*SystemCommand_PutShard) isSystemCommand_Op() {}
+
+func (*SystemCommand_AllocateShardId) isSystemCommand_Op() {}
 
 // ConfChangeContext rides in a Raft ConfChangeV2's context: the node each
 // added replica lives on.
@@ -717,7 +805,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +817,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +830,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConfChangeContext) GetReplicas() []*ReplicaDescriptor {
@@ -759,16 +847,21 @@ type CommandResult struct {
 	Txn   *TxnResponse           `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
 	// error_code is a gRPC code (0 = OK) and error_message its text when the
 	// command was rejected at apply (for example, a stale epoch).
-	ErrorCode     uint32           `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	ErrorMessage  string           `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	Descriptor_   *ShardDescriptor `protobuf:"bytes,4,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorCode    uint32           `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string           `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Descriptor_  *ShardDescriptor `protobuf:"bytes,4,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	// allocated_id answers SystemCommand.allocate_shard_id.
+	AllocatedId uint64 `protobuf:"varint,5,opt,name=allocated_id,json=allocatedId,proto3" json:"allocated_id,omitempty"`
+	// right_descriptor is the new shard of a SplitCommand (descriptor is then
+	// the split shard's new descriptor).
+	RightDescriptor *ShardDescriptor `protobuf:"bytes,6,opt,name=right_descriptor,json=rightDescriptor,proto3" json:"right_descriptor,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +873,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +886,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandResult) GetTxn() *TxnResponse {
@@ -820,6 +913,20 @@ func (x *CommandResult) GetErrorMessage() string {
 func (x *CommandResult) GetDescriptor_() *ShardDescriptor {
 	if x != nil {
 		return x.Descriptor_
+	}
+	return nil
+}
+
+func (x *CommandResult) GetAllocatedId() uint64 {
+	if x != nil {
+		return x.AllocatedId
+	}
+	return 0
+}
+
+func (x *CommandResult) GetRightDescriptor() *ShardDescriptor {
+	if x != nil {
+		return x.RightDescriptor
 	}
 	return nil
 }
@@ -867,7 +974,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x97\x02\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xc7\x02\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
@@ -877,15 +984,20 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x03txn\x18\n" +
 	" \x01(\v2\x14.shale.v1.TxnRequestH\x00R\x03txn\x121\n" +
 	"\x06system\x18\v \x01(\v2\x17.shale.v1.SystemCommandH\x00R\x06system\x12\x14\n" +
-	"\x04noop\x18\f \x01(\bH\x00R\x04noopB\t\n" +
-	"\acommand\"\xae\x01\n" +
+	"\x04noop\x18\f \x01(\bH\x00R\x04noop\x12.\n" +
+	"\x05split\x18\r \x01(\v2\x16.shale.v1.SplitCommandH\x00R\x05splitB\t\n" +
+	"\acommand\"Q\n" +
+	"\fSplitCommand\x12\x1b\n" +
+	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
+	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\"\xdc\x01\n" +
 	"\rSystemCommand\x125\n" +
 	"\bput_node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorH\x00R\aputNode\x12&\n" +
 	"\x0eremove_node_id\x18\x02 \x01(\x04H\x00R\fremoveNodeId\x128\n" +
-	"\tput_shard\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorH\x00R\bputShardB\x04\n" +
+	"\tput_shard\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorH\x00R\bputShard\x12,\n" +
+	"\x11allocate_shard_id\x18\x04 \x01(\x04H\x00R\x0fallocateShardIdB\x04\n" +
 	"\x02op\"L\n" +
 	"\x11ConfChangeContext\x127\n" +
-	"\breplicas\x18\x01 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\"\xb7\x01\n" +
+	"\breplicas\x18\x01 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\"\xa0\x02\n" +
 	"\rCommandResult\x12'\n" +
 	"\x03txn\x18\x01 \x01(\v2\x15.shale.v1.TxnResponseR\x03txn\x12\x1d\n" +
 	"\n" +
@@ -893,7 +1005,9 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x129\n" +
 	"\n" +
 	"descriptor\x18\x04 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
-	"descriptor2\x99\x01\n" +
+	"descriptor\x12!\n" +
+	"\fallocated_id\x18\x05 \x01(\x04R\vallocatedId\x12D\n" +
+	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor2\x99\x01\n" +
 	"\x04Raft\x12J\n" +
 	"\fSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12E\n" +
 	"\fSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
@@ -910,7 +1024,7 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
-var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shale_v1_raft_proto_goTypes = []any{
 	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
 	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
@@ -920,36 +1034,39 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),      // 5: shale.v1.SnapshotChunk
 	(*SnapshotResponse)(nil),   // 6: shale.v1.SnapshotResponse
 	(*RaftCommand)(nil),        // 7: shale.v1.RaftCommand
-	(*SystemCommand)(nil),      // 8: shale.v1.SystemCommand
-	(*ConfChangeContext)(nil),  // 9: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 10: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 11: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 12: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 13: shale.v1.NodeDescriptor
-	(*ReplicaDescriptor)(nil),  // 14: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 15: shale.v1.TxnResponse
+	(*SplitCommand)(nil),       // 8: shale.v1.SplitCommand
+	(*SystemCommand)(nil),      // 9: shale.v1.SystemCommand
+	(*ConfChangeContext)(nil),  // 10: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 11: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 12: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 13: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 14: shale.v1.NodeDescriptor
+	(*ReplicaDescriptor)(nil),  // 15: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 16: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
 	3,  // 1: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	11, // 2: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	12, // 2: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
 	4,  // 3: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
-	12, // 4: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	8,  // 5: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	13, // 6: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	11, // 7: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	14, // 8: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	15, // 9: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	11, // 10: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 11: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	5,  // 12: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	2,  // 13: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	6,  // 14: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 4: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	9,  // 5: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	8,  // 6: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	14, // 7: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	12, // 8: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	15, // 9: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	16, // 10: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	12, // 11: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	12, // 12: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 13: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	5,  // 14: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	2,  // 15: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	6,  // 16: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	15, // [15:17] is the sub-list for method output_type
+	13, // [13:15] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -963,11 +1080,13 @@ func file_shale_v1_raft_proto_init() {
 		(*RaftCommand_Txn)(nil),
 		(*RaftCommand_System)(nil),
 		(*RaftCommand_Noop)(nil),
+		(*RaftCommand_Split)(nil),
 	}
-	file_shale_v1_raft_proto_msgTypes[8].OneofWrappers = []any{
+	file_shale_v1_raft_proto_msgTypes[9].OneofWrappers = []any{
 		(*SystemCommand_PutNode)(nil),
 		(*SystemCommand_RemoveNodeId)(nil),
 		(*SystemCommand_PutShard)(nil),
+		(*SystemCommand_AllocateShardId)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -975,7 +1094,7 @@ func file_shale_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

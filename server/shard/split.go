@@ -1,0 +1,196 @@
+package shard
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+
+	"google.golang.org/grpc/codes"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/storage"
+	"github.com/shale-db/shale/storage/vfs"
+)
+
+// Splitter is how a shard's node takes part in splits (see Options.Splits).
+type Splitter interface {
+	// RightDir returns the directory of the engine of a new right-hand
+	// shard, and whether this node already hosts a replica of that shard
+	// (one its Raft group created before this replica applied the split,
+	// or one opened after a restart that followed the split): the split
+	// then leaves it alone.
+	RightDir(shardID uint64) (dir string, hosted bool)
+	// Host starts serving the new right-hand shard of a split of shard
+	// left, once the split has applied here. An error halts the left shard.
+	Host(left uint64, right *Shard) error
+}
+
+// applySplit applies a SplitCommand: the keys from the split key on move to
+// a new engine (a checkpoint of this one with the left half deleted) that
+// the node hosts as a new shard with the same replicas and a fresh Raft
+// group; this shard deletes them and ends at the split key. Both epochs
+// bump. Every replica applies it identically.
+func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	key, rightID := sc.GetSplitKey(), sc.GetRightShardId()
+	switch {
+	case a.s.splits == nil:
+		return errResult(codes.FailedPrecondition, desc, "this node cannot host split shards"), false, nil
+	case desc == nil || desc.GetSystem():
+		return errResult(codes.InvalidArgument, desc, "the system shard does not split"), false, nil
+	case rightID == 0 || rightID == desc.GetShardId():
+		return errResult(codes.InvalidArgument, desc, "split: the new shard needs its own ID (got %d)", rightID), false, nil
+	case len(key) == 0 || bytes.Compare(key, desc.GetStartKey()) <= 0 || (len(desc.GetEndKey()) > 0 && bytes.Compare(key, desc.GetEndKey()) >= 0):
+		return errResult(codes.InvalidArgument, desc, "split key %q is not strictly inside shard %d [%q, %q)", key, desc.GetShardId(), desc.GetStartKey(), desc.GetEndKey()), false, nil
+	case len(a.st.conf.GetVotersOutgoing()) > 0 || len(a.st.conf.GetLearnersNext()) > 0:
+		return errResult(codes.FailedPrecondition, desc, "shard %d is changing its membership; split it afterwards", desc.GetShardId()), false, nil
+	}
+	left := cloneDesc(desc)
+	left.EndKey = append([]byte(nil), key...)
+	left.Epoch++
+	right := cloneDesc(desc)
+	right.ShardId = rightID
+	right.StartKey = append([]byte(nil), key...)
+	right.Epoch++
+
+	dir, hosted := a.s.splits.RightDir(rightID)
+	if !hosted {
+		// The right engine starts from everything applied so far: write
+		// what this Apply call staged, then checkpoint.
+		if err := a.flushStaged(); err != nil {
+			return nil, false, err
+		}
+		if err := a.s.makeRight(dir, right, a.st); err != nil {
+			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
+		}
+		leftID := desc.GetShardId()
+		a.after = append(a.after, func() error {
+			rs, err := Open(dir, a.s.opts)
+			if err != nil {
+				return fmt.Errorf("split: open shard %d: %w", rightID, err)
+			}
+			rs.compactAway(dataKey(nil), dataKey(key))
+			if len(desc.GetEndKey()) > 0 {
+				rs.compactAway(dataKey(desc.GetEndKey()), dataUpper)
+			}
+			if err := a.s.splits.Host(leftID, rs); err != nil {
+				_ = rs.Close()
+				return fmt.Errorf("split: host shard %d: %w", rightID, err)
+			}
+			return nil
+		})
+	}
+	a.ov.delRange(a.b, dataKey(key), dataBound(desc.GetEndKey()))
+	lo, hi := dataKey(key), dataBound(desc.GetEndKey())
+	a.after = append(a.after, func() error { a.s.compactAway(lo, hi); return nil })
+	if err := a.st.setDesc(left); err != nil {
+		return nil, false, err
+	}
+	a.s.log.Info("shard split", "shard", desc.GetShardId(), "split_key", fmt.Sprintf("%q", key), "right_shard", rightID, "right_already_hosted", hosted)
+	return &shalev1.CommandResult{Descriptor_: cloneDesc(left), RightDescriptor: right}, true, nil
+}
+
+// flushStaged writes the batch staged so far in this Apply call, with the
+// metadata of the last entry applied, and publishes that state.
+func (a *applier) flushStaged() error {
+	a.st.writeMeta(a.b)
+	if err := a.s.db.Apply(a.b, storage.NoSync); err != nil {
+		return err
+	}
+	published := *a.st
+	a.s.st.Store(&published)
+	a.b.Reset()
+	clear(a.ov.writes)
+	a.ov.rangeDels = a.ov.rangeDels[:0]
+	return nil
+}
+
+// makeRight creates, durably, the engine of a split's right-hand shard in
+// dir: a checkpoint of this engine without the keys outside right's range,
+// whose applied state is the start of a new Raft group (as a bootstrapped
+// shard's) with the left shard's configuration, revision and dedup table.
+func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) error {
+	tmp := dir + ".split"
+	if err := s.fs.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := s.fs.RemoveAll(dir); err != nil {
+		return err
+	}
+	if _, err := s.db.Checkpoint(tmp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	db, err := storage.Open(tmp, s.engineOptions())
+	if err != nil {
+		return err
+	}
+	st := *left
+	st.index, st.term = replication.InitialIndex, replication.InitialTerm
+	if err := st.setConf(cloneConfState(left.conf)); err != nil {
+		_ = db.Close()
+		return err
+	}
+	if err := st.setDesc(right); err != nil {
+		_ = db.Close()
+		return err
+	}
+	b := storage.NewBatch()
+	b.DeleteRange(dataKey(nil), dataKey(right.GetStartKey()))
+	if len(right.GetEndKey()) > 0 {
+		b.DeleteRange(dataKey(right.GetEndKey()), dataUpper)
+	}
+	st.writeMeta(b)
+	if err := db.Apply(b, storage.Sync); err != nil {
+		_ = db.Close()
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := s.fs.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return vfs.SyncDir(s.fs, filepath.Dir(dir))
+}
+
+// SplitKey returns a user key strictly inside the shard's range that
+// divides the data its engine's SSTs hold into two parts of about equal
+// size, or nil when there is too little to divide (see storage.DB.SplitKey:
+// only index metadata is read).
+func (s *Shard) SplitKey() ([]byte, error) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	desc := s.st.Load().desc
+	if desc == nil || desc.GetSystem() {
+		return nil, nil
+	}
+	k, err := s.db.SplitKey(dataKey(desc.GetStartKey()), dataBound(desc.GetEndKey()))
+	if err != nil || k == nil || !isDataKey(k) {
+		return nil, err
+	}
+	uk := bytes.Clone(k[1:])
+	if len(uk) == 0 || bytes.Compare(uk, desc.GetStartKey()) <= 0 || (len(desc.GetEndKey()) > 0 && bytes.Compare(uk, desc.GetEndKey()) >= 0) {
+		return nil, nil
+	}
+	return uk, nil
+}
+
+// compactAway compacts the engine keys in [lo, hi), which a split deleted,
+// in the background, so that the space (and the shard's size) is
+// reclaimed. Close and Restore wait for it.
+func (s *Shard) compactAway(lo, hi []byte) {
+	go func() {
+		s.dbMu.RLock()
+		defer s.dbMu.RUnlock()
+		if s.db == nil {
+			return
+		}
+		if err := s.db.CompactRange(lo, hi); err != nil {
+			s.log.Warn("compact the range a split moved away", "shard", s.dir, "err", err)
+		}
+	}()
+}

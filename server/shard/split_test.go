@@ -1,0 +1,199 @@
+package shard
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// testSplitter hosts split shards in a map, as a node would.
+type testSplitter struct {
+	root   string
+	hosted map[uint64]*Shard
+}
+
+func (sp *testSplitter) RightDir(id uint64) (string, bool) {
+	return filepath.Join(sp.root, fmt.Sprint(id)), sp.hosted[id] != nil
+}
+
+func (sp *testSplitter) Host(_ uint64, right *Shard) error {
+	sp.hosted[right.Descriptor().GetShardId()] = right
+	return nil
+}
+
+func splitCmd(key string, right uint64) *shalev1.RaftCommand {
+	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: []byte(key), RightShardId: right}}}
+}
+
+// TestSplit splits a shard after writes staged in the same Apply call: the
+// right shard's engine holds exactly the keys from the split key on, with
+// their revisions, the left keeps the rest, both epochs bump, the right
+// starts a fresh Raft group with the left's configuration, and both
+// survive a reopen.
+func TestSplit(t *testing.T) {
+	e := newTestEnv(t, nil)
+	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
+	opts := e.opts(0)
+	opts.Splits = sp
+	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	f := newFeeder(s)
+	for _, k := range []string{"b", "c", "m", "n", "x"} {
+		applyOne(t, s, f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}}))
+	}
+	before := dataDump(t, s)
+	// One Apply call: a write, the split, a write to the left half.
+	res, err := s.Apply([]replication.Entry{
+		f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("o", "vo", 0, false)}}))),
+		f.entry(marshalCmd(t, splitCmd("m", 7))),
+		f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("d", "vd", 0, false)}}))),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := res[1].(*shalev1.CommandResult)
+	if cr.GetErrorCode() != 0 {
+		t.Fatalf("split: %s", cr.GetErrorMessage())
+	}
+	right := sp.hosted[7]
+	if right == nil {
+		t.Fatal("the right shard was not hosted")
+	}
+	t.Cleanup(func() { _ = right.Close() })
+	ld, rd := s.Descriptor(), right.Descriptor()
+	if string(ld.GetEndKey()) != "m" || ld.GetEpoch() != 2 || string(rd.GetStartKey()) != "m" || string(rd.GetEndKey()) != "y" ||
+		rd.GetEpoch() != 2 || rd.GetShardId() != 7 || len(rd.GetReplicas()) != 3 {
+		t.Fatalf("descriptors after split: left %v, right %v", ld, rd)
+	}
+	if st := right.AppliedState(); st.Index != replication.InitialIndex || st.Term != replication.InitialTerm || len(st.ConfState.GetVoters()) != 3 {
+		t.Fatalf("right applied state %+v", st)
+	}
+	lk, rk := dataDump(t, s), dataDump(t, right)
+	for k, r := range before {
+		in := lk
+		if k >= "m" {
+			in = rk
+		}
+		if in[k] != r {
+			t.Errorf("key %s: %+v after the split, %+v before", k, in[k], r)
+		}
+	}
+	if _, ok := rk["o"]; !ok {
+		t.Error("the right shard lacks the write applied just before the split")
+	}
+	if _, ok := lk["d"]; !ok {
+		t.Error("the left shard lacks the write applied after the split")
+	}
+	for k := range lk {
+		if k >= "m" {
+			t.Errorf("left shard still holds %s", k)
+		}
+	}
+	for k := range rk {
+		if k < "m" {
+			t.Errorf("right shard holds %s", k)
+		}
+	}
+	if right.Revision() != s.Revision()-1 {
+		t.Errorf("right revision %d, left %d (one write since)", right.Revision(), s.Revision())
+	}
+	// Both reopen with the same state.
+	want := engineDump(t, right)
+	if err := right.Close(); err != nil {
+		t.Fatal(err)
+	}
+	delete(sp.hosted, 7)
+	re := e.open("shards/7", 0)
+	if got := engineDump(t, re); !maps.Equal(want, got) {
+		t.Fatalf("right shard after reopen: %s", diffMaps(want, got))
+	}
+}
+
+// TestSplitRejected checks the split commands a shard refuses, and that a
+// right shard already hosted (created by its Raft group first) is left
+// alone.
+func TestSplitRejected(t *testing.T) {
+	e := newTestEnv(t, nil)
+	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
+	opts := e.opts(0)
+	opts.Splits = sp
+	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	f := newFeeder(s)
+	for _, tc := range []struct {
+		key   string
+		right uint64
+		code  codes.Code
+	}{
+		{"b", 7, codes.InvalidArgument}, // the shard's start
+		{"a", 7, codes.InvalidArgument}, // below the range
+		{"y", 7, codes.InvalidArgument}, // the end
+		{"", 7, codes.InvalidArgument},
+		{"m", 0, codes.InvalidArgument},
+		{"m", 2, codes.InvalidArgument}, // its own ID
+	} {
+		if cr := applyOne(t, s, f, splitCmd(tc.key, tc.right)); codes.Code(cr.GetErrorCode()) != tc.code {
+			t.Errorf("split at %q into %d: %v %q, want %v", tc.key, tc.right, codes.Code(cr.GetErrorCode()), cr.GetErrorMessage(), tc.code)
+		}
+	}
+	if d := s.Descriptor(); d.GetEpoch() != 1 || string(d.GetEndKey()) != "y" {
+		t.Fatalf("a refused split changed the descriptor: %v", d)
+	}
+	// Without a Splitter, splits are refused.
+	plain := e.bootstrap("shards/3", userDesc(3, "", ""), 0)
+	if cr := applyOne(t, plain, newFeeder(plain), splitCmd("m", 8)); codes.Code(cr.GetErrorCode()) != codes.FailedPrecondition {
+		t.Errorf("split without a Splitter: %v %q", codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
+	}
+	// A right shard already hosted is not recreated; the left still shrinks.
+	existing := e.bootstrap("shards/9", userDesc(9, "m", "y"), 0)
+	sp.hosted[9] = existing
+	if cr := applyOne(t, s, f, splitCmd("m", 9)); cr.GetErrorCode() != 0 {
+		t.Fatalf("split into a hosted shard: %s", cr.GetErrorMessage())
+	}
+	if sp.hosted[9] != existing || string(s.Descriptor().GetEndKey()) != "m" {
+		t.Fatalf("split into a hosted shard: hosted %v, left %v", sp.hosted[9] == existing, s.Descriptor())
+	}
+}
+
+// TestAllocateShardID checks that the system shard hands out every shard ID
+// once, never below the floor the proposer asks for.
+func TestAllocateShardID(t *testing.T) {
+	e := newTestEnv(t, nil)
+	d := userDesc(1, "", "")
+	d.System = true
+	s := e.bootstrap("shards/1", d, 0)
+	f := newFeeder(s)
+	alloc := func(floor uint64) uint64 {
+		t.Helper()
+		cr := applyOne(t, s, f, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_System{System: &shalev1.SystemCommand{
+			Op: &shalev1.SystemCommand_AllocateShardId{AllocateShardId: floor}}}})
+		if cr.GetErrorCode() != 0 {
+			t.Fatalf("allocate at least %d: %s", floor, cr.GetErrorMessage())
+		}
+		return cr.GetAllocatedId()
+	}
+	for _, step := range []struct{ floor, want uint64 }{{5, 5}, {3, 6}, {6, 7}, {20, 20}, {1, 21}} {
+		if got := alloc(step.floor); got != step.want {
+			t.Fatalf("allocate at least %d: got %d, want %d", step.floor, got, step.want)
+		}
+	}
+	// A user shard refuses system commands.
+	u := e.bootstrap("shards/2", userDesc(2, "", ""), 0)
+	cr := applyOne(t, u, newFeeder(u), &shalev1.RaftCommand{Command: &shalev1.RaftCommand_System{System: &shalev1.SystemCommand{
+		Op: &shalev1.SystemCommand_AllocateShardId{AllocateShardId: 5}}}})
+	if codes.Code(cr.GetErrorCode()) != codes.InvalidArgument {
+		t.Fatalf("allocation on a user shard: %v %q", codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
+	}
+}

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server/shard"
+)
+
+// splitHost is the node's part in splits (shard.Splitter): the new
+// right-hand shard's engine goes in the node's shards directory and is
+// hosted like any other replica.
+type splitHost struct{ n *Node }
+
+// RightDir implements shard.Splitter.
+func (h splitHost) RightDir(shardID uint64) (string, bool) {
+	return h.n.shardDir(shardID), h.n.store.Replica(shardID) != nil
+}
+
+// Host implements shard.Splitter. It runs on the Raft loop (inside the left
+// shard's Apply). The left shard's leader campaigns in the new group at
+// once, so the right shard gets a leader without an election timeout.
+func (h splitHost) Host(left uint64, right *shard.Shard) error {
+	n := h.n
+	rr, err := n.store.AddReplica(right)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.shards[rr.ShardID()] = right
+	n.mu.Unlock()
+	if lr := n.store.Replica(left); lr != nil && lr.IsLeader() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			defer cancel()
+			if err := rr.Campaign(ctx); err != nil {
+				n.log.Debug("campaign in a split's new shard", "shard", rr.ShardID(), "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// SplitShard implements the Admin RPC. The new shard's ID is allocated by
+// the system shard (on its leader), then the split is proposed on the
+// shard's leader; the request is forwarded to each as needed.
+func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRequest) (*shalev1.SplitShardResponse, error) {
+	n := s.n
+	key := req.GetSplitKey()
+	if err := n.checkKey(key); err != nil {
+		return nil, err
+	}
+	var target *shalev1.ShardDescriptor
+	var maxID uint64
+	for _, ss := range mergeShards(n.gather(ctx)) {
+		d := ss.GetDescriptor_()
+		maxID = max(maxID, d.GetShardId())
+		if !d.GetSystem() && contains(d, key) {
+			target = d
+		}
+	}
+	if target == nil {
+		return nil, status.Errorf(codes.Unavailable, "no live node reports the shard holding %q", key)
+	}
+	if id := req.GetShardId(); id != 0 && id != target.GetShardId() {
+		return nil, withDetail(codes.FailedPrecondition, fmt.Sprintf("key %q is in shard %d, not shard %d", key, target.GetShardId(), id),
+			&shalev1.EpochMismatch{Current: target})
+	}
+	if string(key) == string(target.GetStartKey()) {
+		return nil, invalidArg("%q is already where shard %d starts", key, target.GetShardId())
+	}
+
+	allocatedHere := false
+	if req.GetRightShardId() == 0 {
+		sys := n.store.Replica(SystemShardID)
+		if sys == nil || !sys.IsLeader() {
+			if isForwarded(ctx) {
+				return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+			}
+			addr, err := n.systemLeaderAddr(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return shalev1.NewAdminClient(n.conn(addr)).SplitShard(forwarded(ctx), req)
+		}
+		res, err := n.proposeSystem(ctx, randomID(), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_AllocateShardId{AllocateShardId: maxID + 1}})
+		if err != nil {
+			return nil, err
+		}
+		req = proto.Clone(req).(*shalev1.SplitShardRequest)
+		req.ShardId, req.RightShardId = target.GetShardId(), res.GetAllocatedId()
+		allocatedHere = true
+	}
+
+	if r := n.store.Replica(target.GetShardId()); r != nil && r.IsLeader() {
+		return n.proposeSplit(ctx, target, req)
+	}
+	if isForwarded(ctx) && !allocatedHere {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: leadership moved; retry", target.GetShardId())
+	}
+	var leader uint64
+	for _, ss := range mergeShards(n.gather(ctx)) {
+		if ss.GetDescriptor_().GetShardId() == target.GetShardId() {
+			leader = ss.GetLeaderNodeId()
+		}
+	}
+	if leader == 0 {
+		return nil, status.Errorf(codes.Unavailable, "shard %d has no known leader", target.GetShardId())
+	}
+	return shalev1.NewAdminClient(n.conn(n.addressOf(leader))).SplitShard(forwarded(ctx), req)
+}
+
+// proposeSplit proposes the split on the local leader of the shard and
+// returns both descriptors once it applied here.
+func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor, req *shalev1.SplitShardRequest) (*shalev1.SplitShardResponse, error) {
+	id := target.GetShardId()
+	r := n.store.Replica(id)
+	if r == nil {
+		return nil, n.shardNotFoundErr(id)
+	}
+	cmd := &shalev1.RaftCommand{
+		RequestId:          randomID(),
+		FirstAttempt:       true,
+		TimestampUnixNanos: time.Now().UnixNano(),
+		Epoch:              target.GetEpoch(),
+		Command:            &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId()}},
+	}
+	payload, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ctx, inner, cancel := n.requestCtx(ctx)
+	defer cancel()
+	res, err := r.Propose(inner, payload)
+	if err != nil {
+		if ctx.Err() == nil && inner.Err() != nil {
+			return nil, status.Errorf(codes.Unavailable, "shard %d: the split did not commit in time", id)
+		}
+		return nil, n.replicationErr(ctx, id, err)
+	}
+	cr, _ := res.(*shalev1.CommandResult)
+	if cr == nil {
+		return nil, status.Errorf(codes.Internal, "shard %d: split returned %T", id, res)
+	}
+	if c := codes.Code(cr.GetErrorCode()); c != codes.OK {
+		if c == codes.FailedPrecondition && cr.GetDescriptor_() != nil {
+			return nil, withDetail(c, cr.GetErrorMessage(), &shalev1.EpochMismatch{Current: cr.GetDescriptor_()})
+		}
+		return nil, status.Error(c, cr.GetErrorMessage())
+	}
+	n.log.Info("split shard", "shard", id, "split_key", fmt.Sprintf("%q", req.GetSplitKey()), "right_shard", req.GetRightShardId())
+	return &shalev1.SplitShardResponse{Left: cr.GetDescriptor_(), Right: cr.GetRightDescriptor()}, nil
+}
+
+// randomID returns a fresh 16-byte request ID.
+func randomID() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// splitLargeShards splits, at most one per call, a shard this node leads
+// whose engine holds more than SplitSizeBytes. A shard split in the last
+// ten seconds is left alone while its moved-away half is compacted.
+func (n *Node) splitLargeShards(ctx context.Context) {
+	if n.cfg.SplitSizeBytes < 0 {
+		return
+	}
+	now := time.Now()
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil || !r.IsLeader() {
+			continue
+		}
+		desc := sm.Descriptor()
+		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= sm.SizeBytes() {
+			continue
+		}
+		n.mu.Lock()
+		recent := now.Sub(n.lastSplit[desc.GetShardId()]) < 10*time.Second
+		n.mu.Unlock()
+		if recent {
+			continue
+		}
+		key, err := sm.SplitKey()
+		if err != nil || key == nil {
+			continue
+		}
+		n.mu.Lock()
+		n.lastSplit[desc.GetShardId()] = now
+		n.mu.Unlock()
+		resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: desc.GetShardId()})
+		if err != nil {
+			n.log.Warn("automatic split failed", "shard", desc.GetShardId(), "size", sm.SizeBytes(), "split_key", fmt.Sprintf("%q", key), "err", err)
+			return
+		}
+		n.log.Info("split a shard over the size threshold", "shard", desc.GetShardId(), "size", sm.SizeBytes(),
+			"threshold", n.cfg.SplitSizeBytes, "right_shard", resp.GetRight().GetShardId())
+		return
+	}
+}

@@ -1,0 +1,224 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
+)
+
+// TestManualSplit splits a shard of a 3-node cluster under concurrent
+// writes: every acknowledged key reads back from the right shard, scans
+// cross the new boundary in both directions with exactly the written keys,
+// both halves take writes, and all of it survives a restart of every node.
+func TestManualSplit(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	want := map[string]string{}
+	for i := range 200 {
+		k := fmt.Sprintf("k%03d", i)
+		if _, err := cl.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = "v" + k
+	}
+	// Writers keep going during the split.
+	type ack struct{ k, v string }
+	acks := make(chan ack, 1000)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		defer close(acks)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			k, v := fmt.Sprintf("k%03d", (i*37)%200), fmt.Sprintf("w%d", i)
+			if _, err := cl.Put(ctx, []byte(k), []byte(v)); err != nil {
+				done <- fmt.Errorf("put %s during the split: %w", k, err)
+				return
+			}
+			acks <- ack{k, v}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	left, right, err := cl.SplitShard(ctx, []byte("k100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	for a := range acks {
+		want[a.k] = a.v
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if string(left.GetEndKey()) != "k100" || string(right.GetStartKey()) != "k100" || right.GetShardId() == left.GetShardId() ||
+		right.GetEpoch() != left.GetEpoch() || len(right.GetReplicas()) != 3 {
+		t.Fatalf("split descriptors: left %v, right %v", left, right)
+	}
+	// Splitting again at the same key is refused.
+	if _, _, err := cl.SplitShard(ctx, []byte("k100")); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("second split at k100: %v, want InvalidArgument", err)
+	}
+	check := func(cl *client.Client) {
+		t.Helper()
+		for k, v := range want {
+			kv, err := cl.Get(ctx, []byte(k))
+			if err != nil || string(kv.Value) != v {
+				t.Fatalf("get %s: %v, %v; want %q", k, kv, err, v)
+			}
+		}
+		for _, reverse := range []bool{false, true} {
+			var opts []client.ScanOption
+			if reverse {
+				opts = append(opts, client.WithReverse())
+			}
+			it := cl.Scan(ctx, []byte("k050"), []byte("k150"), opts...)
+			var got []string
+			for it.Next() {
+				got = append(got, string(it.KV().Key))
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 100 {
+				t.Fatalf("scan [k050, k150) reverse=%v: %d keys, want 100", reverse, len(got))
+			}
+			for i, k := range got {
+				j := i
+				if reverse {
+					j = 99 - i
+				}
+				if k != fmt.Sprintf("k%03d", 50+j) {
+					t.Fatalf("scan reverse=%v: key %d is %s", reverse, i, k)
+				}
+			}
+		}
+		// Each half holds only its keys, on every node.
+		for _, id := range c.NodeIDs() {
+			n := c.Node(id)
+			ls, rs := n.Shard(left.GetShardId()), n.Shard(right.GetShardId())
+			if ls == nil || rs == nil {
+				t.Fatalf("node %d hosts left %v, right %v", id, ls != nil, rs != nil)
+			}
+			if d := rs.Descriptor(); !bytes.Equal(d.GetStartKey(), []byte("k100")) {
+				t.Fatalf("node %d: right shard descriptor %v", id, d)
+			}
+			now := time.Now().UnixNano()
+			for _, probe := range []struct {
+				sm interface {
+					Get([]byte, int64) (*shalev1.KeyValue, uint64, error)
+				}
+				key  string
+				want bool
+			}{{ls, "k050", true}, {rs, "k150", true}} {
+				kv, _, err := probe.sm.Get([]byte(probe.key), now)
+				if err != nil || (kv != nil) != probe.want {
+					t.Fatalf("node %d: replica lookup of %s: %v, %v", id, probe.key, kv, err)
+				}
+			}
+		}
+	}
+	check(cl)
+	for _, k := range []string{"k000x", "k199x"} {
+		if _, err := cl.Put(ctx, []byte(k), []byte("new")); err != nil {
+			t.Fatalf("put %s after the split: %v", k, err)
+		}
+		want[k] = "new"
+	}
+	c.StopAll()
+	for _, id := range []uint64{1, 2, 3} {
+		c.Restart(id)
+	}
+	c.WaitLeaders(30 * time.Second)
+	check(newClient(t, c))
+}
+
+// TestAutomaticSplitBySize loads a cluster whose split threshold is tiny:
+// the shard splits by itself, more than once, and every key reads back and
+// scans in order across the new boundaries.
+func TestAutomaticSplitBySize(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.ShardMemTableBytes = 64 << 10
+		cfg.SplitSizeBytes = 128 << 10
+	}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	val := make([]byte, 1024)
+	for i := range val {
+		val[i] = byte(i*7 + i/13)
+	}
+	const n = 1500
+	key := func(i int) []byte { return []byte(fmt.Sprintf("key-%05d", i)) }
+	for i := range n {
+		v := append([]byte(fmt.Sprint(i)), val...)
+		if _, err := cl.Put(ctx, key(i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	userShards := func() int {
+		shards, err := cl.ListShards(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := 0
+		for _, s := range shards {
+			if !s.GetDescriptor_().GetSystem() {
+				u++
+			}
+		}
+		return u
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for userShards() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d user shards after a minute, want at least 4", userShards())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i := range n {
+		kv, err := cl.Get(ctx, key(i))
+		if err != nil || !bytes.HasPrefix(kv.Value, []byte(fmt.Sprint(i))) {
+			t.Fatalf("get %s: %v", key(i), err)
+		}
+	}
+	for _, reverse := range []bool{false, true} {
+		var opts []client.ScanOption
+		if reverse {
+			opts = append(opts, client.WithReverse())
+		}
+		it := cl.Scan(ctx, nil, nil, append(opts, client.WithKeysOnly())...)
+		i := 0
+		for it.Next() {
+			want := key(i)
+			if reverse {
+				want = key(n - 1 - i)
+			}
+			if !bytes.Equal(it.KV().Key, want) {
+				t.Fatalf("scan reverse=%v: key %d is %s, want %s", reverse, i, it.KV().Key, want)
+			}
+			i++
+		}
+		if err := it.Err(); err != nil || i != n {
+			t.Fatalf("scan reverse=%v: %d keys, %v", reverse, i, err)
+		}
+	}
+	t.Logf("%d user shards", userShards())
+}
