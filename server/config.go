@@ -74,6 +74,12 @@ type Config struct {
 	// two, at a key chosen from its engine's index metadata (default 128
 	// MiB; negative: no automatic splits).
 	SplitSizeBytes int64
+	// SplitQPS is the request rate (requests per second served by the
+	// shard's leader) above which, sustained for five seconds, a shard is
+	// split at the median key of its recent requests and the new half's
+	// leadership moves to another node (default 2,500; negative: no
+	// load-based splits).
+	SplitQPS int
 	// GRPCWindowBytes and GRPCConnWindowBytes are the HTTP/2 flow-control
 	// windows (per stream, per connection) of the node's gRPC server and of
 	// its connections to peers (defaults 2 MiB and 16 MiB; at least 64 KiB
@@ -133,6 +139,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.BlockCacheBytes == 0 {
 		c.BlockCacheBytes = 256 << 20
+	}
+	if c.SplitQPS == 0 {
+		c.SplitQPS = 2500
 	}
 	if c.ShardMemTableBytes == 0 {
 		c.ShardMemTableBytes = 16 << 20

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"time"
 
@@ -55,6 +56,9 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 		if key != nil && !contains(desc, key) {
 			return target{}, keyOutsideErr(key, desc)
 		}
+		if len(key) > 0 {
+			n.loadOf(id).record(key)
+		}
 		return target{r: r, sm: sm, desc: desc}, nil
 	}
 	for _, r := range n.store.Replicas() {
@@ -68,6 +72,9 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
 			return target{}, epochMismatchErr(e, desc)
+		}
+		if len(key) > 0 {
+			n.loadOf(desc.GetShardId()).record(key)
 		}
 		return target{r: r, sm: sm, desc: desc}, nil
 	}
@@ -280,6 +287,11 @@ func (n *Node) readHeader(t target, rev uint64) *shalev1.ResponseHeader {
 func (n *Node) shardErr(t target, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if errors.Is(err, shard.ErrKeyOutsideShard) {
+		// The request was routed on t.desc and checked against it: the
+		// shard's range changed since (a split applied in between).
+		return epochMismatchErr(t.desc.GetEpoch(), t.sm.Descriptor())
 	}
 	return status.Errorf(codes.Internal, "shard %d: %v", t.desc.GetShardId(), err)
 }

@@ -37,6 +37,7 @@ func (n *Node) maintain() {
 		}
 		n.reconcileReplicas(ctx)
 		n.splitLargeShards(ctx)
+		n.splitHotShards(ctx)
 		cancel()
 	}
 }

@@ -72,6 +72,7 @@ type Node struct {
 	addrs       map[uint64]string
 	shards      map[uint64]*shard.Shard
 	lastSplit   map[uint64]time.Time // shard → when this node last split it (under mu)
+	loads       sync.Map             // shard ID → *shardLoad
 	conns       map[string]*grpc.ClientConn
 
 	stopOnce sync.Once
@@ -483,6 +484,7 @@ func (n *Node) onReplicaRemoved(id uint64) {
 	n.mu.Lock()
 	delete(n.shards, id)
 	n.mu.Unlock()
+	n.loads.Delete(id)
 	if err := os.RemoveAll(n.shardDir(id)); err != nil {
 		n.log.Warn("delete removed replica's data", "shard", id, "err", err)
 	}

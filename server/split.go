@@ -183,19 +183,14 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= sm.SizeBytes() {
 			continue
 		}
-		n.mu.Lock()
-		recent := now.Sub(n.lastSplit[desc.GetShardId()]) < 10*time.Second
-		n.mu.Unlock()
-		if recent {
+		if n.splitRecently(desc.GetShardId(), now) {
 			continue
 		}
 		key, err := sm.SplitKey()
 		if err != nil || key == nil {
 			continue
 		}
-		n.mu.Lock()
-		n.lastSplit[desc.GetShardId()] = now
-		n.mu.Unlock()
+		n.noteSplit(desc.GetShardId(), now)
 		resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: desc.GetShardId()})
 		if err != nil {
 			n.log.Warn("automatic split failed", "shard", desc.GetShardId(), "size", sm.SizeBytes(), "split_key", fmt.Sprintf("%q", key), "err", err)

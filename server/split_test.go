@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,4 +222,84 @@ func TestAutomaticSplitBySize(t *testing.T) {
 		}
 	}
 	t.Logf("%d user shards", userShards())
+}
+
+// TestLoadBasedSplit hammers a key range with reads: its shard splits at
+// the median of the requested keys, and the two halves' leaders end up on
+// different nodes.
+func TestLoadBasedSplit(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.SplitQPS = 150
+		cfg.SplitSizeBytes = -1
+	}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	key := func(i int) []byte { return []byte(fmt.Sprintf("hot/%03d", i)) }
+	for i := range 100 {
+		if _, err := cl.Put(ctx, key(i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cold key far from the hot range stays in the original shard.
+	if _, err := cl.Put(ctx, []byte("cold"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	shardOf := func(k []byte) *shalev1.ShardStatus {
+		t.Helper()
+		shards, err := cl.ListShards(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range shards {
+			d := s.GetDescriptor_()
+			if !d.GetSystem() && bytes.Compare(k, d.GetStartKey()) >= 0 && (len(d.GetEndKey()) == 0 || bytes.Compare(k, d.GetEndKey()) < 0) {
+				return s
+			}
+		}
+		t.Fatalf("no shard holds %q", k)
+		return nil
+	}
+	first := shardOf(key(0)).GetDescriptor_().GetShardId()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i += 7 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := cl.Get(ctx, key(i%100)); err != nil && ctx.Err() == nil {
+					t.Errorf("get: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		lo, hi := shardOf(key(0)), shardOf(key(99))
+		ld, hd := lo.GetDescriptor_(), hi.GetDescriptor_()
+		if ld.GetShardId() != hd.GetShardId() && lo.GetLeaderNodeId() != 0 && hi.GetLeaderNodeId() != 0 && lo.GetLeaderNodeId() != hi.GetLeaderNodeId() {
+			// The split key is inside the hot range, near its middle.
+			if k := hd.GetStartKey(); bytes.Compare(k, key(20)) < 0 || bytes.Compare(k, key(80)) > 0 {
+				t.Fatalf("split at %q, want near the middle of hot/000..hot/099", k)
+			}
+			if ld.GetShardId() != first && hd.GetShardId() != first {
+				t.Fatalf("neither half kept the original shard ID %d: %v, %v", first, ld, hd)
+			}
+			t.Logf("split at %q; leaders on nodes %d and %d", hd.GetStartKey(), lo.GetLeaderNodeId(), hi.GetLeaderNodeId())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute of load: hot/000 in shard %d (leader %d), hot/099 in shard %d (leader %d)",
+				ld.GetShardId(), lo.GetLeaderNodeId(), hd.GetShardId(), hi.GetLeaderNodeId())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

@@ -43,7 +43,7 @@ type flags struct {
 	snapshotRate, blockCache                int64
 	grpcWindow, grpcConnWindow              int32
 	splitSize                               int64
-	shardMemTable                           int
+	shardMemTable, splitQPS                 int
 	logLevel, logFormat                     string
 }
 
@@ -95,6 +95,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
+	fl.IntVar(&f.splitQPS, "split-qps", 2500, "requests per second above which (for 5 s) a shard splits at its median requested key (negative: no load-based splits)")
 	fl.IntVar(&f.shardMemTable, "shard-memtable-bytes", 16<<20, "memtable size of each shard's storage engine")
 	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
@@ -198,6 +199,7 @@ func run(ctx context.Context, f flags) error {
 		BlockCacheBytes:     f.blockCache,
 		SplitSizeBytes:      f.splitSize,
 		ShardMemTableBytes:  f.shardMemTable,
+		SplitQPS:            f.splitQPS,
 		GRPCWindowBytes:     f.grpcWindow,
 		GRPCConnWindowBytes: f.grpcConnWindow,
 		Logger:              log,

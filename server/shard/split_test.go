@@ -27,6 +27,21 @@ func (sp *testSplitter) Host(_ uint64, right *Shard) error {
 	return nil
 }
 
+// newSplittingShard bootstraps shard 2 over [b, y) with a testSplitter.
+func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
+	t.Helper()
+	e := newTestEnv(t, nil)
+	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
+	opts := e.opts(0)
+	opts.Splits = sp
+	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return e, sp, s
+}
+
 func splitCmd(key string, right uint64) *shalev1.RaftCommand {
 	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: []byte(key), RightShardId: right}}}
 }
@@ -37,15 +52,7 @@ func splitCmd(key string, right uint64) *shalev1.RaftCommand {
 // starts a fresh Raft group with the left's configuration, and both
 // survive a reopen.
 func TestSplit(t *testing.T) {
-	e := newTestEnv(t, nil)
-	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
-	opts := e.opts(0)
-	opts.Splits = sp
-	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	e, sp, s := newSplittingShard(t)
 	f := newFeeder(s)
 	for _, k := range []string{"b", "c", "m", "n", "x"} {
 		applyOne(t, s, f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}}))
@@ -122,15 +129,7 @@ func TestSplit(t *testing.T) {
 // right shard already hosted (created by its Raft group first) is left
 // alone.
 func TestSplitRejected(t *testing.T) {
-	e := newTestEnv(t, nil)
-	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
-	opts := e.opts(0)
-	opts.Splits = sp
-	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	e, sp, s := newSplittingShard(t)
 	f := newFeeder(s)
 	for _, tc := range []struct {
 		key   string

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Load-based splitting: each node counts the requests it routes to each
+// shard and keeps a sample of their keys; a shard this node leads whose
+// request rate stays above SplitQPS for loadSplitTicks maintenance ticks is
+// split at the median sampled key, and the new half's leadership moves to
+// another node, so the load spreads.
+const (
+	// loadSampleSize is how many recent request keys a shard's sampler keeps.
+	loadSampleSize = 512
+	// loadSampleEvery samples one request in this many.
+	loadSampleEvery = 4
+	// loadSplitTicks is how many consecutive one-second ticks a shard's
+	// rate must stay above the threshold.
+	loadSplitTicks = 5
+)
+
+// shardLoad is one shard's request counter and key sampler on this node.
+type shardLoad struct {
+	ops atomic.Uint64
+
+	mu      sync.Mutex
+	samples [][]byte // ring of sampled keys
+	next    int
+	// Maintenance-loop state.
+	lastOps  uint64
+	lastAt   time.Time
+	hotTicks int
+}
+
+func (l *shardLoad) record(key []byte) {
+	if l.ops.Add(1)%loadSampleEvery != 0 {
+		return
+	}
+	k := bytes.Clone(key)
+	l.mu.Lock()
+	if len(l.samples) < loadSampleSize {
+		l.samples = append(l.samples, k)
+	} else {
+		l.samples[l.next] = k
+		l.next = (l.next + 1) % loadSampleSize
+	}
+	l.mu.Unlock()
+}
+
+// medianKey returns the median sampled key strictly inside (start, end),
+// or nil.
+func (l *shardLoad) medianKey(start, end []byte) []byte {
+	l.mu.Lock()
+	keys := slices.Clone(l.samples)
+	l.mu.Unlock()
+	keys = slices.DeleteFunc(keys, func(k []byte) bool {
+		return bytes.Compare(k, start) <= 0 || (len(end) > 0 && bytes.Compare(k, end) >= 0)
+	})
+	if len(keys) < 2 {
+		return nil
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	return keys[len(keys)/2]
+}
+
+func (l *shardLoad) reset() {
+	l.mu.Lock()
+	l.samples, l.next, l.hotTicks = nil, 0, 0
+	l.mu.Unlock()
+}
+
+// loadOf returns the load tracker of a shard, creating it.
+func (n *Node) loadOf(shardID uint64) *shardLoad {
+	if l, ok := n.loads.Load(shardID); ok {
+		return l.(*shardLoad)
+	}
+	l, _ := n.loads.LoadOrStore(shardID, &shardLoad{})
+	return l.(*shardLoad)
+}
+
+// splitHotShards splits, at most one per call, a shard this node leads
+// whose request rate stayed above SplitQPS for loadSplitTicks ticks, then
+// moves the new half's leadership to the replica node leading the fewest
+// shards here.
+func (n *Node) splitHotShards(ctx context.Context) {
+	if n.cfg.SplitQPS < 0 {
+		return
+	}
+	now := time.Now()
+	var hot *shalev1.ShardDescriptor
+	var hotLoad *shardLoad
+	var hotQPS float64
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil {
+			continue
+		}
+		l := n.loadOf(r.ShardID())
+		ops := l.ops.Load()
+		l.mu.Lock()
+		qps := 0.0
+		if !l.lastAt.IsZero() {
+			qps = float64(ops-l.lastOps) / now.Sub(l.lastAt).Seconds()
+		}
+		l.lastOps, l.lastAt = ops, now
+		if qps > float64(n.cfg.SplitQPS) && r.IsLeader() {
+			l.hotTicks++
+		} else {
+			l.hotTicks = 0
+		}
+		ready := l.hotTicks >= loadSplitTicks
+		l.mu.Unlock()
+		desc := sm.Descriptor()
+		if ready && hot == nil && desc != nil && !desc.GetSystem() && !n.splitRecently(desc.GetShardId(), now) {
+			hot, hotLoad, hotQPS = desc, l, qps
+		}
+	}
+	if hot == nil {
+		return
+	}
+	key := hotLoad.medianKey(hot.GetStartKey(), hot.GetEndKey())
+	if key == nil {
+		return
+	}
+	n.noteSplit(hot.GetShardId(), now)
+	hotLoad.reset()
+	resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: hot.GetShardId()})
+	if err != nil {
+		n.log.Warn("load-based split failed", "shard", hot.GetShardId(), "qps", hotQPS, "split_key", fmt.Sprintf("%q", key), "err", err)
+		return
+	}
+	right := resp.GetRight()
+	n.log.Info("split a shard over the load threshold", "shard", hot.GetShardId(), "qps", int(hotQPS), "threshold", n.cfg.SplitQPS,
+		"split_key", fmt.Sprintf("%q", key), "right_shard", right.GetShardId())
+	n.noteSplit(right.GetShardId(), now)
+	if target := n.leastLeadingPeer(right); target != 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.moveLeaderAfterSplit(right.GetShardId(), target)
+		}()
+	}
+}
+
+// leastLeadingPeer returns the node, other than this one, with a replica
+// of desc that leads the fewest of the shards this node hosts, or 0.
+func (n *Node) leastLeadingPeer(desc *shalev1.ShardDescriptor) uint64 {
+	leads := map[uint64]int{}
+	for _, r := range n.store.Replicas() {
+		if st := r.Status(); st.LeaderNodeID != 0 {
+			leads[st.LeaderNodeID]++
+		}
+	}
+	var best uint64
+	for _, rd := range desc.GetReplicas() {
+		id := rd.GetNodeId()
+		if id == n.cfg.NodeID || rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_LEARNER || !n.store.NodeLive(id) {
+			continue
+		}
+		if best == 0 || leads[id] < leads[best] || (leads[id] == leads[best] && id < best) {
+			best = id
+		}
+	}
+	return best
+}
+
+// moveLeaderAfterSplit waits for this node's replica of a split's new
+// shard to lead (it campaigns right after the split), then hands the
+// leadership to target.
+func (n *Node) moveLeaderAfterSplit(shardID, target uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.RequestTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for ctx.Err() == nil {
+		if r := n.store.Replica(shardID); r != nil && r.IsLeader() {
+			if err := r.TransferLeader(ctx, target); err != nil {
+				n.log.Warn("move a split shard's leadership", "shard", shardID, "to_node", target, "err", err)
+			} else {
+				n.log.Info("moved a load-split shard's leadership", "shard", shardID, "to_node", target)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// splitRecently reports whether this node split the shard (or created it
+// by a split) in the last ten seconds.
+func (n *Node) splitRecently(shardID uint64, now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Sub(n.lastSplit[shardID]) < 10*time.Second
+}
+
+func (n *Node) noteSplit(shardID uint64, now time.Time) {
+	n.mu.Lock()
+	n.lastSplit[shardID] = now
+	n.mu.Unlock()
+}
