@@ -48,8 +48,8 @@ type procCluster struct {
 }
 
 // startProcCluster starts n founding nodes, each with its own data dir and
-// log file under a temporary directory.
-func startProcCluster(t *testing.T, bins binaries, n int, splits string) *procCluster {
+// log file under a temporary directory, with extra flags appended.
+func startProcCluster(t *testing.T, bins binaries, n int, splits string, extra ...string) *procCluster {
 	t.Helper()
 	dir := t.TempDir()
 	ports := freePorts(t, n)
@@ -73,6 +73,7 @@ func startProcCluster(t *testing.T, bins binaries, n int, splits string) *procCl
 			"--initial-splits", splits,
 			"--tick-interval", tickInterval.String(),
 		}
+		args = append(args, extra...)
 		c.nodes = append(c.nodes, startServer(t, bins.server, id, addr, logPath, args))
 	}
 	dumpLogsOnFailure(t, logs...)
