@@ -38,6 +38,7 @@ func (n *Node) maintain() {
 		n.reconcileReplicas(ctx)
 		n.splitLargeShards(ctx)
 		n.splitHotShards(ctx)
+		n.reportDescriptors(ctx)
 		cancel()
 	}
 }

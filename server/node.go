@@ -73,6 +73,7 @@ type Node struct {
 	shards      map[uint64]*shard.Shard
 	lastSplit   map[uint64]time.Time // shard → when this node last split it (under mu)
 	loads       sync.Map             // shard ID → *shardLoad
+	reported    map[uint64]uint64    // shard → epoch last reported to the directory (under mu)
 	conns       map[string]*grpc.ClientConn
 
 	stopOnce sync.Once
@@ -103,6 +104,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		addrs:     map[uint64]string{},
 		shards:    map[uint64]*shard.Shard{},
 		lastSplit: map[uint64]time.Time{},
+		reported:  map[uint64]uint64{},
 		conns:     map[string]*grpc.ClientConn{},
 		stop:      make(chan struct{}),
 		reg:       prometheus.NewRegistry(),

@@ -1303,6 +1303,167 @@ func (x *SplitShardResponse) GetRight() *ShardDescriptor {
 	return nil
 }
 
+type ShardDirectoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardDirectoryRequest) Reset() {
+	*x = ShardDirectoryRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardDirectoryRequest) ProtoMessage() {}
+
+func (x *ShardDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*ShardDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+type ShardDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shards are sorted by start key, the system shard first.
+	Shards        []*ShardDescriptor `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardDirectoryResponse) Reset() {
+	*x = ShardDirectoryResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardDirectoryResponse) ProtoMessage() {}
+
+func (x *ShardDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*ShardDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ShardDirectoryResponse) GetShards() []*ShardDescriptor {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type ReportShardsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Descriptors   []*ShardDescriptor     `protobuf:"bytes,1,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportShardsRequest) Reset() {
+	*x = ReportShardsRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportShardsRequest) ProtoMessage() {}
+
+func (x *ReportShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportShardsRequest.ProtoReflect.Descriptor instead.
+func (*ReportShardsRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReportShardsRequest) GetDescriptors() []*ShardDescriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+type ReportShardsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportShardsResponse) Reset() {
+	*x = ReportShardsResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportShardsResponse) ProtoMessage() {}
+
+func (x *ReportShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportShardsResponse.ProtoReflect.Descriptor instead.
+func (*ReportShardsResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -1395,7 +1556,13 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x0eright_shard_id\x18\x03 \x01(\x04R\frightShardId\"t\n" +
 	"\x12SplitShardResponse\x12-\n" +
 	"\x04left\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x04left\x12/\n" +
-	"\x05right\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right2\xe1\x05\n" +
+	"\x05right\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\"\x17\n" +
+	"\x15ShardDirectoryRequest\"K\n" +
+	"\x16ShardDirectoryResponse\x121\n" +
+	"\x06shards\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\x06shards\"R\n" +
+	"\x13ReportShardsRequest\x12;\n" +
+	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\"\x16\n" +
+	"\x14ReportShardsResponse2\x85\a\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -1410,7 +1577,9 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x0eTransferLeader\x12\x1f.shale.v1.TransferLeaderRequest\x1a .shale.v1.TransferLeaderResponse\x12A\n" +
 	"\bNodeInfo\x12\x19.shale.v1.NodeInfoRequest\x1a\x1a.shale.v1.NodeInfoResponse\x12G\n" +
 	"\n" +
-	"SplitShard\x12\x1b.shale.v1.SplitShardRequest\x1a\x1c.shale.v1.SplitShardResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"SplitShard\x12\x1b.shale.v1.SplitShardRequest\x1a\x1c.shale.v1.SplitShardResponse\x12S\n" +
+	"\x0eShardDirectory\x12\x1f.shale.v1.ShardDirectoryRequest\x1a .shale.v1.ShardDirectoryResponse\x12M\n" +
+	"\fReportShards\x12\x1d.shale.v1.ReportShardsRequest\x1a\x1e.shale.v1.ReportShardsResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -1424,7 +1593,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shale_v1_admin_proto_rawDescData
 }
 
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(*NodeStatus)(nil),             // 0: shale.v1.NodeStatus
 	(*ReplicaStatus)(nil),          // 1: shale.v1.ReplicaStatus
@@ -1450,54 +1619,64 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*NodeInfoResponse)(nil),       // 21: shale.v1.NodeInfoResponse
 	(*SplitShardRequest)(nil),      // 22: shale.v1.SplitShardRequest
 	(*SplitShardResponse)(nil),     // 23: shale.v1.SplitShardResponse
-	(*NodeDescriptor)(nil),         // 24: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),               // 25: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),        // 26: shale.v1.ShardDescriptor
+	(*ShardDirectoryRequest)(nil),  // 24: shale.v1.ShardDirectoryRequest
+	(*ShardDirectoryResponse)(nil), // 25: shale.v1.ShardDirectoryResponse
+	(*ReportShardsRequest)(nil),    // 26: shale.v1.ReportShardsRequest
+	(*ReportShardsResponse)(nil),   // 27: shale.v1.ReportShardsResponse
+	(*NodeDescriptor)(nil),         // 28: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),               // 29: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),        // 30: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	24, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	25, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	26, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	28, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	29, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	30, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	1,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	0,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	2,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	26, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	24, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	30, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	28, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	6,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	0,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	24, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	24, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	28, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	28, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	2,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	2,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	24, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	28, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	2,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	26, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	26, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	3,  // 18: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	5,  // 19: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	8,  // 20: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	10, // 21: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	12, // 22: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	14, // 23: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	16, // 24: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	18, // 25: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	20, // 26: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	22, // 27: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	4,  // 28: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	7,  // 29: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	9,  // 30: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	11, // 31: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	13, // 32: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	15, // 33: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	17, // 34: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	19, // 35: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	21, // 36: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	23, // 37: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	30, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	30, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	30, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	3,  // 20: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	5,  // 21: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	8,  // 22: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	10, // 23: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	12, // 24: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	14, // 25: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	16, // 26: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	18, // 27: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	20, // 28: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	22, // 29: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	24, // 30: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	26, // 31: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	4,  // 32: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	7,  // 33: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	9,  // 34: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	11, // 35: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	13, // 36: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	15, // 37: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	17, // 38: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	19, // 39: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	21, // 40: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	23, // 41: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	25, // 42: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	27, // 43: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -1512,7 +1691,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,8 @@ const (
 	Admin_TransferLeader_FullMethodName = "/shale.v1.Admin/TransferLeader"
 	Admin_NodeInfo_FullMethodName       = "/shale.v1.Admin/NodeInfo"
 	Admin_SplitShard_FullMethodName     = "/shale.v1.Admin/SplitShard"
+	Admin_ShardDirectory_FullMethodName = "/shale.v1.Admin/ShardDirectory"
+	Admin_ReportShards_FullMethodName   = "/shale.v1.Admin/ReportShards"
 )
 
 // AdminClient is the client API for Admin service.
@@ -63,6 +65,13 @@ type AdminClient interface {
 	// keeps the keys below it and a new shard, on the same nodes, takes the
 	// rest. Both descriptors' epochs bump.
 	SplitShard(ctx context.Context, in *SplitShardRequest, opts ...grpc.CallOption) (*SplitShardResponse, error)
+	// ShardDirectory returns the shard directory: every shard's descriptor as
+	// recorded in the system shard (answered by the system shard's leader).
+	ShardDirectory(ctx context.Context, in *ShardDirectoryRequest, opts ...grpc.CallOption) (*ShardDirectoryResponse, error)
+	// ReportShards is internal: a node reports the descriptors of the shards
+	// it leads that changed; the system shard's leader records those newer
+	// than the directory's.
+	ReportShards(ctx context.Context, in *ReportShardsRequest, opts ...grpc.CallOption) (*ReportShardsResponse, error)
 }
 
 type adminClient struct {
@@ -173,6 +182,26 @@ func (c *adminClient) SplitShard(ctx context.Context, in *SplitShardRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ShardDirectory(ctx context.Context, in *ShardDirectoryRequest, opts ...grpc.CallOption) (*ShardDirectoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardDirectoryResponse)
+	err := c.cc.Invoke(ctx, Admin_ShardDirectory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReportShards(ctx context.Context, in *ReportShardsRequest, opts ...grpc.CallOption) (*ReportShardsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportShardsResponse)
+	err := c.cc.Invoke(ctx, Admin_ReportShards_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -205,6 +234,13 @@ type AdminServer interface {
 	// keeps the keys below it and a new shard, on the same nodes, takes the
 	// rest. Both descriptors' epochs bump.
 	SplitShard(context.Context, *SplitShardRequest) (*SplitShardResponse, error)
+	// ShardDirectory returns the shard directory: every shard's descriptor as
+	// recorded in the system shard (answered by the system shard's leader).
+	ShardDirectory(context.Context, *ShardDirectoryRequest) (*ShardDirectoryResponse, error)
+	// ReportShards is internal: a node reports the descriptors of the shards
+	// it leads that changed; the system shard's leader records those newer
+	// than the directory's.
+	ReportShards(context.Context, *ReportShardsRequest) (*ReportShardsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -244,6 +280,12 @@ func (UnimplementedAdminServer) NodeInfo(context.Context, *NodeInfoRequest) (*No
 }
 func (UnimplementedAdminServer) SplitShard(context.Context, *SplitShardRequest) (*SplitShardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SplitShard not implemented")
+}
+func (UnimplementedAdminServer) ShardDirectory(context.Context, *ShardDirectoryRequest) (*ShardDirectoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardDirectory not implemented")
+}
+func (UnimplementedAdminServer) ReportShards(context.Context, *ReportShardsRequest) (*ReportShardsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportShards not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -446,6 +488,42 @@ func _Admin_SplitShard_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ShardDirectory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardDirectoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ShardDirectory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ShardDirectory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ShardDirectory(ctx, req.(*ShardDirectoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReportShards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportShardsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReportShards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReportShards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReportShards(ctx, req.(*ReportShardsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -492,6 +570,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SplitShard",
 			Handler:    _Admin_SplitShard_Handler,
+		},
+		{
+			MethodName: "ShardDirectory",
+			Handler:    _Admin_ShardDirectory_Handler,
+		},
+		{
+			MethodName: "ReportShards",
+			Handler:    _Admin_ReportShards_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"sort"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// The shard directory is every shard's descriptor, recorded in the system
+// shard. Each node reports, once a second, the descriptors of the shards it
+// leads whose epoch it has not reported yet (after a split, a membership
+// change, or when it becomes leader); the system shard's leader records
+// them with put_shard, which keeps the newest epoch of each shard.
+
+// reportDescriptors reports the changed descriptors of the shards this node
+// leads to the system shard's leader.
+func (n *Node) reportDescriptors(ctx context.Context) {
+	var descs []*shalev1.ShardDescriptor
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil || !r.IsLeader() {
+			continue
+		}
+		d := sm.Descriptor()
+		if d == nil {
+			continue
+		}
+		n.mu.Lock()
+		done := n.reported[d.GetShardId()] >= d.GetEpoch()
+		n.mu.Unlock()
+		if !done {
+			descs = append(descs, d)
+		}
+	}
+	if len(descs) == 0 {
+		return
+	}
+	if _, err := (&adminService{n: n}).ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: descs}); err != nil {
+		n.log.Debug("report shard descriptors to the directory", "shards", len(descs), "err", err)
+		return
+	}
+	n.mu.Lock()
+	for _, d := range descs {
+		n.reported[d.GetShardId()] = max(n.reported[d.GetShardId()], d.GetEpoch())
+	}
+	n.mu.Unlock()
+}
+
+// ReportShards implements the Admin RPC.
+func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShardsRequest) (*shalev1.ReportShardsResponse, error) {
+	n := s.n
+	for _, d := range req.GetDescriptors() {
+		if d.GetShardId() == 0 || d.GetEpoch() == 0 {
+			return nil, invalidArg("a reported descriptor needs a shard_id and an epoch")
+		}
+	}
+	if r := n.store.Replica(SystemShardID); r == nil || !r.IsLeader() {
+		if isForwarded(ctx) {
+			return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+		}
+		addr, err := n.systemLeaderAddr(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return shalev1.NewAdminClient(n.conn(addr)).ReportShards(forwarded(ctx), req)
+	}
+	for _, d := range req.GetDescriptors() {
+		id := requestIDFor("put-shard", itoa(d.GetShardId()), itoa(d.GetEpoch()))
+		res, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutShard{PutShard: d}})
+		if err != nil && codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
+			// FailedPrecondition: the directory already has a newer epoch.
+			return nil, err
+		}
+	}
+	return &shalev1.ReportShardsResponse{}, nil
+}
+
+// ShardDirectory implements the Admin RPC: the system shard's leader
+// answers from its applied state.
+func (s *adminService) ShardDirectory(ctx context.Context, _ *shalev1.ShardDirectoryRequest) (*shalev1.ShardDirectoryResponse, error) {
+	n := s.n
+	r := n.store.Replica(SystemShardID)
+	if r == nil || !r.IsLeader() {
+		if isForwarded(ctx) {
+			return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+		}
+		addr, err := n.systemLeaderAddr(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return shalev1.NewAdminClient(n.conn(addr)).ShardDirectory(forwarded(ctx), &shalev1.ShardDirectoryRequest{})
+	}
+	ctx, inner, cancel := n.requestCtx(ctx)
+	defer cancel()
+	if err := r.ReadIndex(inner); err != nil {
+		return nil, n.replicationErr(ctx, SystemShardID, err)
+	}
+	descs, err := n.Shard(SystemShardID).Shards()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read the shard directory: %v", err)
+	}
+	sort.Slice(descs, func(i, j int) bool {
+		a, b := descs[i], descs[j]
+		if a.GetSystem() != b.GetSystem() {
+			return a.GetSystem()
+		}
+		return bytes.Compare(a.GetStartKey(), b.GetStartKey()) < 0
+	})
+	return &shalev1.ShardDirectoryResponse{Shards: descs}, nil
+}
