@@ -121,6 +121,13 @@ func mergeShards(infos map[uint64]*shalev1.NodeInfoResponse) []*shalev1.ShardSta
 	for _, ss := range best {
 		out = append(out, ss)
 	}
+	sortShards(out)
+	return out
+}
+
+// sortShards orders statuses as listings show them: the system shard
+// first, then by start key.
+func sortShards(out []*shalev1.ShardStatus) {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].GetDescriptor_(), out[j].GetDescriptor_()
 		if a.GetSystem() != b.GetSystem() {
@@ -128,6 +135,34 @@ func mergeShards(infos map[uint64]*shalev1.NodeInfoResponse) []*shalev1.ShardSta
 		}
 		return bytes.Compare(a.GetStartKey(), b.GetStartKey()) < 0
 	})
+}
+
+// shardStatuses is every shard: the live nodes' reports merged, plus the
+// shards of the shard directory that no live node reported (with their
+// descriptor only: no leader, no Raft state). Without a readable directory
+// it is the reports alone.
+func (n *Node) shardStatuses(ctx context.Context, infos map[uint64]*shalev1.NodeInfoResponse) []*shalev1.ShardStatus {
+	out := mergeShards(infos)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	dir, err := (&adminService{n: n}).ShardDirectory(dctx, &shalev1.ShardDirectoryRequest{})
+	if err != nil {
+		return out
+	}
+	seen := make(map[uint64]bool, len(out))
+	for _, ss := range out {
+		seen[ss.GetDescriptor_().GetShardId()] = true
+	}
+	added := false
+	for _, d := range dir.GetShards() {
+		if !seen[d.GetShardId()] {
+			out = append(out, &shalev1.ShardStatus{Descriptor_: d})
+			added = true
+		}
+	}
+	if added {
+		sortShards(out)
+	}
 	return out
 }
 
@@ -139,7 +174,7 @@ func (s *adminService) GetRouting(ctx context.Context, _ *shalev1.GetRoutingRequ
 	n := s.n
 	infos := n.gather(ctx)
 	resp := &shalev1.GetRoutingResponse{ClusterId: n.clusterID}
-	for _, ss := range mergeShards(infos) {
+	for _, ss := range n.shardStatuses(ctx, infos) {
 		if ss.GetDescriptor_().GetSystem() {
 			continue
 		}
@@ -193,7 +228,7 @@ func (s *adminService) ClusterStatus(ctx context.Context, _ *shalev1.ClusterStat
 	if err != nil {
 		return nil, err
 	}
-	return &shalev1.ClusterStatusResponse{ClusterId: s.n.clusterID, Nodes: nodes, Shards: mergeShards(infos)}, nil
+	return &shalev1.ClusterStatusResponse{ClusterId: s.n.clusterID, Nodes: nodes, Shards: s.n.shardStatuses(ctx, infos)}, nil
 }
 
 func (s *adminService) ListNodes(ctx context.Context, _ *shalev1.ListNodesRequest) (*shalev1.ListNodesResponse, error) {
@@ -205,7 +240,7 @@ func (s *adminService) ListNodes(ctx context.Context, _ *shalev1.ListNodesReques
 }
 
 func (s *adminService) ListShards(ctx context.Context, _ *shalev1.ListShardsRequest) (*shalev1.ListShardsResponse, error) {
-	return &shalev1.ListShardsResponse{Shards: mergeShards(s.n.gather(ctx))}, nil
+	return &shalev1.ListShardsResponse{Shards: s.n.shardStatuses(ctx, s.n.gather(ctx))}, nil
 }
 
 func (s *adminService) ShardInfo(ctx context.Context, req *shalev1.ShardInfoRequest) (*shalev1.ShardInfoResponse, error) {
