@@ -290,6 +290,36 @@ func (h *biHarness) waitRegistry() {
 	}
 }
 
+// waitDirectory waits until the system shard's directory records every
+// shard at its current epoch: the nodes' background reports write the
+// system shard, which the test then expects to stay unchanged.
+func (h *biHarness) waitDirectory() {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l := h.c.Leader(biSystemShard)
+		settled := l != 0
+		if settled {
+			dir, err := h.c.Node(l).Shard(biSystemShard).Shards()
+			byID := map[uint64]uint64{}
+			for _, d := range dir {
+				byID[d.GetShardId()] = d.GetEpoch()
+			}
+			settled = err == nil
+			for _, id := range []uint64{biSystemShard, biShardA, biShardB} {
+				settled = settled && byID[id] == h.c.Node(l).Shard(id).Descriptor().GetEpoch()
+			}
+		}
+		if settled {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("the shard directory did not catch up with the shards' epochs")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // bumpEpoch makes shard's descriptor epoch move past 1 with a membership
 // change that keeps the membership: re-adding an existing voter is a
 // configuration change like any other (the epoch bumps on every applied
@@ -918,6 +948,7 @@ func TestBadInput(t *testing.T) {
 	h.waitRegistry()
 	h.seed()
 	staleEpoch := h.bumpEpoch(biShardB) - 1
+	h.waitDirectory()
 
 	// A genuine continuation token of range [a, m) (resuming inside it).
 	ctx, cancel := biCtx()

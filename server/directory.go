@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -69,7 +70,20 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 		}
 		return shalev1.NewAdminClient(n.conn(addr)).ReportShards(forwarded(ctx), req)
 	}
+	// Records the directory already holds are not written again (a new
+	// leader, or a restarted node, reports every shard it leads).
+	have := map[uint64]*shalev1.ShardDescriptor{}
+	if sm := n.Shard(SystemShardID); sm != nil {
+		if stored, err := sm.Shards(); err == nil {
+			for _, d := range stored {
+				have[d.GetShardId()] = d
+			}
+		}
+	}
 	for _, d := range req.GetDescriptors() {
+		if proto.Equal(have[d.GetShardId()], d) {
+			continue
+		}
 		id := requestIDFor("put-shard", itoa(d.GetShardId()), itoa(d.GetEpoch()))
 		res, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutShard{PutShard: d}})
 		if err != nil && codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
