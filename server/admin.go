@@ -256,6 +256,21 @@ func (s *adminService) ShardInfo(ctx context.Context, req *shalev1.ShardInfoRequ
 }
 
 // systemLeaderAddr finds the node leading the system shard, for forwarding.
+// systemLeaderAdmin returns the Admin client of the system shard's leader
+// and the context to call it with, for a request this node cannot answer
+// because it does not lead the system shard. A request already forwarded
+// once is not forwarded again (Unavailable: the leadership moved).
+func (n *Node) systemLeaderAdmin(ctx context.Context) (shalev1.AdminClient, context.Context, error) {
+	if isForwarded(ctx) {
+		return nil, nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+	}
+	addr, err := n.systemLeaderAddr(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return shalev1.NewAdminClient(n.conn(addr)), forwarded(ctx), nil
+}
+
 func (n *Node) systemLeaderAddr(ctx context.Context) (string, error) {
 	if r := n.store.Replica(SystemShardID); r != nil {
 		if st := r.Status(); st.LeaderNodeID != 0 {
@@ -282,14 +297,11 @@ func (s *adminService) AddNode(ctx context.Context, req *shalev1.AddNodeRequest)
 		}
 		return &shalev1.AddNodeResponse{Node: d, ClusterId: n.clusterID, Peers: peers}, nil
 	}
-	if isForwarded(ctx) {
-		return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-	}
-	addr, err := n.systemLeaderAddr(ctx)
+	a, fctx, err := n.systemLeaderAdmin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return shalev1.NewAdminClient(n.conn(addr)).AddNode(forwarded(ctx), req)
+	return a.AddNode(fctx, req)
 }
 
 func (s *adminService) RemoveNode(ctx context.Context, req *shalev1.RemoveNodeRequest) (*shalev1.RemoveNodeResponse, error) {
@@ -306,14 +318,11 @@ func (s *adminService) RemoveNode(ctx context.Context, req *shalev1.RemoveNodeRe
 		}
 		return &shalev1.RemoveNodeResponse{}, nil
 	}
-	if isForwarded(ctx) {
-		return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-	}
-	addr, err := n.systemLeaderAddr(ctx)
+	a, fctx, err := n.systemLeaderAdmin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return shalev1.NewAdminClient(n.conn(addr)).RemoveNode(forwarded(ctx), req)
+	return a.RemoveNode(fctx, req)
 }
 
 func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.TransferLeaderRequest) (*shalev1.TransferLeaderResponse, error) {

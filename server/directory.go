@@ -61,14 +61,11 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 		}
 	}
 	if r := n.store.Replica(SystemShardID); r == nil || !r.IsLeader() {
-		if isForwarded(ctx) {
-			return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-		}
-		addr, err := n.systemLeaderAddr(ctx)
+		a, fctx, err := n.systemLeaderAdmin(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return shalev1.NewAdminClient(n.conn(addr)).ReportShards(forwarded(ctx), req)
+		return a.ReportShards(fctx, req)
 	}
 	// Records the directory already holds are not written again (a new
 	// leader, or a restarted node, reports every shard it leads).
@@ -100,14 +97,11 @@ func (s *adminService) ShardDirectory(ctx context.Context, _ *shalev1.ShardDirec
 	n := s.n
 	r := n.store.Replica(SystemShardID)
 	if r == nil || !r.IsLeader() {
-		if isForwarded(ctx) {
-			return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-		}
-		addr, err := n.systemLeaderAddr(ctx)
+		a, fctx, err := n.systemLeaderAdmin(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return shalev1.NewAdminClient(n.conn(addr)).ShardDirectory(forwarded(ctx), &shalev1.ShardDirectoryRequest{})
+		return a.ShardDirectory(fctx, &shalev1.ShardDirectoryRequest{})
 	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()

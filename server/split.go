@@ -58,12 +58,12 @@ func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRe
 		return nil, err
 	}
 	var target *shalev1.ShardDescriptor
-	var maxID uint64
+	var maxID, leader uint64
 	for _, ss := range mergeShards(n.gather(ctx)) {
 		d := ss.GetDescriptor_()
 		maxID = max(maxID, d.GetShardId())
 		if !d.GetSystem() && contains(d, key) {
-			target = d
+			target, leader = d, ss.GetLeaderNodeId()
 		}
 	}
 	if target == nil {
@@ -81,14 +81,11 @@ func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRe
 	if req.GetRightShardId() == 0 {
 		sys := n.store.Replica(SystemShardID)
 		if sys == nil || !sys.IsLeader() {
-			if isForwarded(ctx) {
-				return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-			}
-			addr, err := n.systemLeaderAddr(ctx)
+			a, fctx, err := n.systemLeaderAdmin(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return shalev1.NewAdminClient(n.conn(addr)).SplitShard(forwarded(ctx), req)
+			return a.SplitShard(fctx, req)
 		}
 		res, err := n.proposeSystem(ctx, randomID(), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_AllocateShardId{AllocateShardId: maxID + 1}})
 		if err != nil {
@@ -104,12 +101,6 @@ func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRe
 	}
 	if isForwarded(ctx) && !allocatedHere {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: leadership moved; retry", target.GetShardId())
-	}
-	var leader uint64
-	for _, ss := range mergeShards(n.gather(ctx)) {
-		if ss.GetDescriptor_().GetShardId() == target.GetShardId() {
-			leader = ss.GetLeaderNodeId()
-		}
 	}
 	if leader == 0 {
 		return nil, status.Errorf(codes.Unavailable, "shard %d has no known leader", target.GetShardId())
