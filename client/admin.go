@@ -170,6 +170,19 @@ func (c *Client) ListShards(ctx context.Context) ([]*shalev1.ShardStatus, error)
 	return resp.GetShards(), wrapOp("list-shards", err)
 }
 
+// ShardDirectory returns the shard directory: every shard's descriptor as
+// the system shard records it (the system shard first, then by start key).
+// It may trail a split or membership change by about a second.
+func (c *Client) ShardDirectory(ctx context.Context) ([]*shalev1.ShardDescriptor, error) {
+	var resp *shalev1.ShardDirectoryResponse
+	err := c.invokeAdmin(ctx, "shard-directory", false, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.ShardDirectory(ctx, &shalev1.ShardDirectoryRequest{})
+		return err
+	})
+	return resp.GetShards(), wrapOp("shard-directory", err)
+}
+
 // ShardInfo reports one shard's status. An unknown shard is a gRPC
 // NotFound error (status.Code(err) == codes.NotFound).
 func (c *Client) ShardInfo(ctx context.Context, shardID uint64) (*shalev1.ShardStatus, error) {

@@ -164,7 +164,39 @@ hexadecimal and the boundaries print as hexadecimal.`,
 			return err
 		}),
 	}
-	return newAdminGroup("shard", "Inspect and split the cluster's shards", "", true, f, list, info, split)
+	directory := &cobra.Command{
+		Use:   "directory",
+		Short: "List the shard directory held by the system shard",
+		Long: `directory lists every shard's descriptor as the system shard's directory
+records it: ID, range, epoch and replicas (node IDs, learners marked "(l)"). It
+can trail a split or a membership change by about a second; unlike "shard
+list" it needs no answer from the shards' own nodes, so it also lists shards
+whose nodes are down. -o json prints the ShardDirectoryResponse message.`,
+		Example: `  shalectl shard directory`,
+		Args:    noArgs,
+		RunE: f.adminRun(func(ctx context.Context, cmd *cobra.Command, c *client.Client, _ []string, asJSON bool) error {
+			descs, err := c.ShardDirectory(ctx)
+			if err != nil {
+				return fmt.Errorf("shard directory: %w", err)
+			}
+			if asJSON {
+				return writeProtoJSON(cmd.OutOrStdout(), &shalev1.ShardDirectoryResponse{Shards: descs})
+			}
+			k := f.keys()
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tSTART\tEND\tEPOCH\tREPLICAS")
+			for _, d := range descs {
+				id := strconv.FormatUint(d.GetShardId(), 10)
+				if d.GetSystem() {
+					id += " (system)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", id, k.rangeBound(d.GetStartKey(), false), k.rangeBound(d.GetEndKey(), true),
+					d.GetEpoch(), replicaList(d, 0))
+			}
+			return tw.Flush()
+		}),
+	}
+	return newAdminGroup("shard", "Inspect and split the cluster's shards", "", true, f, list, info, split, directory)
 }
 
 func newNodeCmd(cf *clusterFlags) *cobra.Command {

@@ -79,6 +79,16 @@ func TestShalectlShardSplit(t *testing.T) {
 		}
 	}
 	check(cli)
+	// The shard directory records both halves within a few seconds.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err = ctl("shard", "directory")
+		if err == nil && strings.Contains(out, resp.Right.ShardID+"  ") && strings.Contains(out, "p/20") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard directory after the split: %v\n%s", err, out)
+		}
+	}
 	if out, err := ctl("kv", "put", "p/30x", "after"); err != nil {
 		t.Fatalf("shalectl kv put into the new shard: %v\n%s", err, out)
 	}
