@@ -22,7 +22,7 @@ import (
 // HTTP/2 PINGs during ordinary traffic. gRPC's bandwidth estimator, on
 // unless the flow-control windows are fixed, answers each burst of received
 // data with a PING round trip; on small requests that doubled the frames
-// and cost a third of the servers' CPU per put.
+// and cost 12–22% of the servers' CPU per put (docs/BENCHMARKS.md).
 func TestNoFlowControlPings(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
 	t.Run("sdk", func(t *testing.T) {

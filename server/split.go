@@ -171,7 +171,8 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 			continue
 		}
 		desc := sm.Descriptor()
-		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= sm.SizeBytes() {
+		size := sm.SizeBytes()
+		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= size {
 			continue
 		}
 		if n.splitRecently(desc.GetShardId(), now) {
@@ -184,10 +185,10 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 		n.noteSplit(desc.GetShardId(), now)
 		resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: desc.GetShardId()})
 		if err != nil {
-			n.log.Warn("automatic split failed", "shard", desc.GetShardId(), "size", sm.SizeBytes(), "split_key", fmt.Sprintf("%q", key), "err", err)
+			n.log.Warn("automatic split failed", "shard", desc.GetShardId(), "size", size, "split_key", fmt.Sprintf("%q", key), "err", err)
 			return
 		}
-		n.log.Info("split a shard over the size threshold", "shard", desc.GetShardId(), "size", sm.SizeBytes(),
+		n.log.Info("split a shard over the size threshold", "shard", desc.GetShardId(), "size", size,
 			"threshold", n.cfg.SplitSizeBytes, "right_shard", resp.GetRight().GetShardId())
 		return
 	}

@@ -61,3 +61,19 @@ func (d *DB) SplitKey(lower, upper []byte) ([]byte, error) {
 	}
 	return nil, nil
 }
+
+// SSTBytes returns the total size of the live SST files: what SplitKey
+// divides. It reads only the in-memory version (no directory listing, no
+// lock), so it is cheap enough to ask of many DBs every second.
+func (d *DB) SSTBytes() (uint64, error) {
+	rs := d.loadReadState()
+	if rs == nil {
+		return 0, ErrClosed
+	}
+	defer rs.unref()
+	var n uint64
+	for level := range rs.vers.Levels {
+		n += rs.vers.LevelSize(level)
+	}
+	return n, nil
+}

@@ -45,6 +45,14 @@ func TestSplitKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiWaitIdle(t, d)
+	// SSTBytes is the SST bytes Metrics reports.
+	var want uint64
+	for _, l := range d.Metrics().Levels {
+		want += l.Bytes
+	}
+	if got, err := d.SSTBytes(); err != nil || got != want || got == 0 {
+		t.Fatalf("SSTBytes = %d, %v; Metrics says %d", got, err, want)
+	}
 	// Total ≈ 1000×400 + 3000×100 = 700,000 bytes; half (350,000) is at
 	// about key 875 (by count it would be key 2000).
 	k, err := d.SplitKey(nil, nil)

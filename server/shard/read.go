@@ -253,18 +253,15 @@ func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, m
 }
 
 // SizeBytes returns the engine's on-disk size: the bytes of its SST files
-// (memtables and WAL not counted), from the engine's metrics.
+// (memtables and WAL not counted), from its current version: no I/O, so
+// the node may ask it of every shard every second.
 func (s *Shard) SizeBytes() uint64 {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
 		return 0
 	}
-	m := s.db.Metrics()
-	var n uint64
-	for _, l := range m.Levels {
-		n += l.Bytes
-	}
+	n, _ := s.db.SSTBytes()
 	return n
 }
 
