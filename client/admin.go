@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"math"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -200,12 +202,24 @@ func (c *Client) ShardInfo(ctx context.Context, shardID uint64) (*shalev1.ShardS
 
 // TransferLeader moves the leadership of a shard to its replica on
 // targetNodeID and returns the leader the server reports afterwards; the
-// client's routing follows.
+// client's routing follows. The server pins the leadership there for its
+// default pin duration, so that leader balancing does not move it back;
+// TransferLeaderPinned chooses the pin.
 func (c *Client) TransferLeader(ctx context.Context, shardID, targetNodeID uint64) (uint64, error) {
+	return c.TransferLeaderPinned(ctx, shardID, targetNodeID, 0)
+}
+
+// TransferLeaderPinned is TransferLeader with a pin: leader balancing
+// leaves the shard's leadership on targetNodeID for pin (rounded up to
+// whole seconds), for the server's default pin duration when pin is 0, or
+// may move it at once when pin is negative (no pin). Repair (moving
+// leaderships off dead or draining nodes) ignores pins.
+func (c *Client) TransferLeaderPinned(ctx context.Context, shardID, targetNodeID uint64, pin time.Duration) (uint64, error) {
+	req := &shalev1.TransferLeaderRequest{ShardId: shardID, TargetNodeId: targetNodeID, PinSeconds: pinSeconds(pin)}
 	var resp *shalev1.TransferLeaderResponse
 	err := c.invokeAdmin(ctx, "transfer-leader", true, func(ctx context.Context, a shalev1.AdminClient) error {
 		var err error
-		resp, err = a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: shardID, TargetNodeId: targetNodeID})
+		resp, err = a.TransferLeader(ctx, req)
 		return err
 	})
 	if err != nil {
@@ -235,4 +249,113 @@ func (c *Client) SplitShard(ctx context.Context, splitKey []byte) (left, right *
 	c.rt.apply(resp.GetLeft())
 	c.rt.apply(resp.GetRight())
 	return resp.GetLeft(), resp.GetRight(), nil
+}
+
+// PlacementStatus reports what the placement leader (the system shard's
+// leader) sees: every node with its state,
+// last heartbeat, replica, leader and byte counts and decommissioning flag,
+// the operations running, every replica that should move but cannot (with
+// the reason), the replica, leader and byte spreads and whether the cluster
+// is balanced. It is read-only and retried like the other reads.
+func (c *Client) PlacementStatus(ctx context.Context) (*shalev1.PlacementStatusResponse, error) {
+	var resp *shalev1.PlacementStatusResponse
+	err := c.invokeAdmin(ctx, "placement-status", false, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.PlacementStatus(ctx, &shalev1.PlacementStatusRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, wrapOp("placement-status", err)
+	}
+	return resp, nil
+}
+
+// PlacementHistory returns the placement leader's recent scheduling
+// decisions (running, done and failed operations), oldest first: at most
+// limit of them, or every one it keeps when limit is 0. A negative limit
+// is an ErrInvalidArgument error, returned without sending a request; a
+// limit above math.MaxUint32 is sent as math.MaxUint32.
+func (c *Client) PlacementHistory(ctx context.Context, limit int) ([]*shalev1.PlacementOperation, error) {
+	if limit < 0 {
+		return nil, wrapOp("placement-history", invalidArgf("negative limit %d", limit))
+	}
+	req := &shalev1.PlacementHistoryRequest{Limit: uint32(min(uint64(limit), math.MaxUint32))}
+	var resp *shalev1.PlacementHistoryResponse
+	err := c.invokeAdmin(ctx, "placement-history", false, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.PlacementHistory(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, wrapOp("placement-history", err)
+	}
+	return resp.GetOperations(), nil
+}
+
+// DecommissionNode starts draining the node: the placement service moves
+// its replicas and leaderships to other nodes and gives it no new ones. It
+// returns once the server recorded the decommission, not when the node is
+// drained; follow the drain with PlacementStatus (the node's replica count
+// reaches 0), then remove the node with RemoveNode. It is retried only on
+// errors that mean it was not applied (Unavailable, NotLeader).
+func (c *Client) DecommissionNode(ctx context.Context, nodeID uint64) error {
+	err := c.invokeAdmin(ctx, "decommission-node", true, func(ctx context.Context, a shalev1.AdminClient) error {
+		_, err := a.DecommissionNode(ctx, &shalev1.DecommissionNodeRequest{NodeId: nodeID})
+		return err
+	})
+	return wrapOp("decommission-node", err)
+}
+
+// RecommissionNode stops the node's draining: it may take replicas and
+// leaderships again. It returns once the server recorded it, and is
+// retried only on errors that mean it was not applied (Unavailable,
+// NotLeader).
+func (c *Client) RecommissionNode(ctx context.Context, nodeID uint64) error {
+	err := c.invokeAdmin(ctx, "recommission-node", true, func(ctx context.Context, a shalev1.AdminClient) error {
+		_, err := a.RecommissionNode(ctx, &shalev1.RecommissionNodeRequest{NodeId: nodeID})
+		return err
+	})
+	return wrapOp("recommission-node", err)
+}
+
+// MoveReplica asks the placement leader to move shard shardID's replica on
+// node fromNode to node toNode (a learner is added on toNode, caught up and
+// promoted, then the replica on fromNode is removed) and returns the
+// operation as accepted; it does not wait for the move, whose steps follow
+// in PlacementStatus and PlacementHistory. The shard is pinned so that
+// balancing does not move it back: for pin (rounded up to whole seconds),
+// for the server's default pin duration when pin is 0, and when pin is
+// negative only for as long as the move itself needs. Repair of replicas
+// on dead or draining nodes ignores pins. The call is retried only on
+// errors that mean it was not applied (Unavailable, NotLeader).
+func (c *Client) MoveReplica(ctx context.Context, shardID, fromNode, toNode uint64, pin time.Duration) (*shalev1.PlacementOperation, error) {
+	req := &shalev1.MoveReplicaRequest{ShardId: shardID, FromNodeId: fromNode, ToNodeId: toNode, PinSeconds: pinSeconds(pin)}
+	var resp *shalev1.MoveReplicaResponse
+	err := c.invokeAdmin(ctx, "move-replica", true, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.MoveReplica(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, wrapOp("move-replica", err)
+	}
+	return resp.GetOperation(), nil
+}
+
+// pinSeconds converts a pin duration to the requests' pin_seconds: 0 (the
+// server's default) for 0, -1 (no pin) for a negative duration, and whole
+// seconds rounded up otherwise, so that a short pin is not taken for the
+// default.
+func pinSeconds(pin time.Duration) int64 {
+	switch {
+	case pin == 0:
+		return 0
+	case pin < 0:
+		return -1
+	}
+	s := int64(pin / time.Second)
+	if pin%time.Second != 0 {
+		s++
+	}
+	return s
 }

@@ -143,6 +143,16 @@ type fakeCluster struct {
 	after  func(ctx context.Context, c fakeCall) error
 	// removed nodes.
 	removed map[uint64]bool
+	// decommissioning nodes; placementOps is the placement history (the
+	// running operations have state "running"); stuck the stuck replicas
+	// PlacementStatus reports.
+	decommissioning map[uint64]bool
+	placementOps    []*shalev1.PlacementOperation
+	stuck           []*shalev1.StuckReplica
+	// adminReqs records the placement-related Admin requests the nodes
+	// received (TransferLeader, MoveReplica, PlacementHistory,
+	// DecommissionNode, RecommissionNode), NotLeader answers included.
+	adminReqs []proto.Message
 }
 
 type fakeNode struct {
@@ -168,7 +178,7 @@ type fakeAdminService struct {
 func newFakeCluster(t *testing.T, nodes int, splits ...string) *fakeCluster {
 	t.Helper()
 	fc := &fakeCluster{t: t, pageSize: 3, dedup: map[string]proto.Message{}, applies: map[string]int{},
-		removed: map[uint64]bool{}}
+		removed: map[uint64]bool{}, decommissioning: map[uint64]bool{}}
 	var all []uint64
 	for i := 1; i <= nodes; i++ {
 		all = append(all, uint64(i))
@@ -915,6 +925,7 @@ func (a *fakeAdminService) TransferLeader(ctx context.Context, req *shalev1.Tran
 	fc := a.n.c
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
+	fc.adminReqs = append(fc.adminReqs, req)
 	if err := a.mutation(); err != nil {
 		return nil, err
 	}
@@ -927,4 +938,138 @@ func (a *fakeAdminService) TransferLeader(ctx context.Context, req *shalev1.Tran
 	}
 	s.leader = req.GetTargetNodeId()
 	return &shalev1.TransferLeaderResponse{LeaderNodeId: s.leader}, nil
+}
+
+// adminRequests returns the recorded Admin requests of type T.
+func adminRequests[T proto.Message](fc *fakeCluster) []T {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	var out []T
+	for _, m := range fc.adminReqs {
+		if r, ok := m.(T); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// knownNode returns whether id is a registered node (removed or not).
+func (fc *fakeCluster) knownNode(id uint64) bool { return id >= 1 && id <= uint64(len(fc.nodes)) }
+
+// PlacementStatus answers from any node (the real one forwards it to the
+// placement leader): node 1 leads placement; replicas, leaders and bytes
+// come from the shards, the running operations from placementOps.
+func (a *fakeAdminService) PlacementStatus(ctx context.Context, _ *shalev1.PlacementStatusRequest) (*shalev1.PlacementStatusResponse, error) {
+	fc := a.n.c
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	resp := &shalev1.PlacementStatusResponse{PlacementLeaderNodeId: 1, Stuck: fc.stuck}
+	for _, n := range fc.nodes {
+		np := &shalev1.NodePlacement{Node: &shalev1.NodeDescriptor{NodeId: n.id, Address: n.addr, Zone: n.zone,
+			Removed: fc.removed[n.id], Decommissioning: fc.decommissioning[n.id]},
+			State: "live", LastHeartbeatUnixNanos: time.Now().UnixNano()}
+		if fc.removed[n.id] {
+			np.State = "removed"
+		}
+		for _, s := range fc.shards {
+			if s.hasReplica(n.id) {
+				np.Replicas++
+				np.Bytes += uint64(len(s.data)) * 1500
+			}
+			if s.leader == n.id {
+				np.Leaders++
+			}
+		}
+		for _, st := range fc.stuck {
+			if st.GetNodeId() == n.id {
+				np.Stuck = append(np.Stuck, st)
+			}
+		}
+		resp.Nodes = append(resp.Nodes, np)
+	}
+	for _, op := range fc.placementOps {
+		if op.GetState() == "running" {
+			resp.Running = append(resp.Running, op)
+		}
+	}
+	resp.Balanced = len(resp.Running) == 0 && len(resp.Stuck) == 0
+	return resp, nil
+}
+
+func (a *fakeAdminService) PlacementHistory(ctx context.Context, req *shalev1.PlacementHistoryRequest) (*shalev1.PlacementHistoryResponse, error) {
+	fc := a.n.c
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.adminReqs = append(fc.adminReqs, req)
+	ops := fc.placementOps
+	if l := int(req.GetLimit()); l > 0 && l < len(ops) {
+		ops = ops[len(ops)-l:]
+	}
+	return &shalev1.PlacementHistoryResponse{Operations: ops}, nil
+}
+
+// setDecommissioning is DecommissionNode and RecommissionNode.
+func (a *fakeAdminService) setDecommissioning(req proto.Message, id uint64, on bool) error {
+	fc := a.n.c
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.adminReqs = append(fc.adminReqs, req)
+	if err := a.mutation(); err != nil {
+		return err
+	}
+	if id == 0 {
+		return status.Error(codes.InvalidArgument, "node_id required")
+	}
+	if !fc.knownNode(id) {
+		return status.Errorf(codes.NotFound, "node %d not found", id)
+	}
+	fc.decommissioning[id] = on
+	return nil
+}
+
+func (a *fakeAdminService) DecommissionNode(ctx context.Context, req *shalev1.DecommissionNodeRequest) (*shalev1.DecommissionNodeResponse, error) {
+	if err := a.setDecommissioning(req, req.GetNodeId(), true); err != nil {
+		return nil, err
+	}
+	return &shalev1.DecommissionNodeResponse{}, nil
+}
+
+func (a *fakeAdminService) RecommissionNode(ctx context.Context, req *shalev1.RecommissionNodeRequest) (*shalev1.RecommissionNodeResponse, error) {
+	if err := a.setDecommissioning(req, req.GetNodeId(), false); err != nil {
+		return nil, err
+	}
+	return &shalev1.RecommissionNodeResponse{}, nil
+}
+
+// MoveReplica checks the shard and both nodes and, as the server does,
+// records the accepted move (kind "move", done) and its first step, a
+// running add-learner operation; the shard's replicas do not change.
+func (a *fakeAdminService) MoveReplica(ctx context.Context, req *shalev1.MoveReplicaRequest) (*shalev1.MoveReplicaResponse, error) {
+	fc := a.n.c
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.adminReqs = append(fc.adminReqs, req)
+	if err := a.mutation(); err != nil {
+		return nil, err
+	}
+	s := fc.shardByID(req.GetShardId())
+	if s == nil {
+		return nil, status.Errorf(codes.NotFound, "shard %d not found", req.GetShardId())
+	}
+	if !fc.knownNode(req.GetToNodeId()) {
+		return nil, status.Errorf(codes.NotFound, "node %d not found", req.GetToNodeId())
+	}
+	if !s.hasReplica(req.GetFromNodeId()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d has no replica of shard %d", req.GetFromNodeId(), s.id)
+	}
+	if s.hasReplica(req.GetToNodeId()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d already has a replica of shard %d", req.GetToNodeId(), s.id)
+	}
+	now := time.Now().UnixNano()
+	op := &shalev1.PlacementOperation{ShardId: s.id, Kind: "move", NodeId: req.GetToNodeId(),
+		FromNodeId: req.GetFromNodeId(), Reason: "manual move", StartedUnixNanos: now, FinishedUnixNanos: now, State: "done"}
+	step := &shalev1.PlacementOperation{ShardId: s.id, Kind: "add-learner", NodeId: req.GetToNodeId(),
+		FromNodeId: s.leader, Reason: "manual move", StartedUnixNanos: now, State: "running"}
+	fc.placementOps = append(fc.placementOps, op, step)
+	return &shalev1.MoveReplicaResponse{Operation: op}, nil
 }

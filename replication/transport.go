@@ -29,7 +29,9 @@ type Handler interface {
 	// for long (the Store queues the messages for its Raft loop).
 	HandleRaftBatch(b *shalev1.RaftMessageBatch)
 	// HandleSnapshot is called with a completely received, checksum-verified
-	// checkpoint in dir. It installs the snapshot and takes ownership of dir
-	// (moves or deletes it), or returns why it refused.
+	// checkpoint in dir, and owns dir from then on in every case: it
+	// installs the snapshot (moving or deleting dir), or refuses and deletes
+	// dir, now or — when it returns early because ctx ended — once it has
+	// finished with it. The caller never touches dir again.
 	HandleSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) error
 }

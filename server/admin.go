@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -330,6 +331,31 @@ func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.Transfer
 	if req.GetShardId() == 0 || req.GetTargetNodeId() == 0 {
 		return nil, invalidArg("shard_id and target_node_id are required")
 	}
+	if !req.GetScheduled() {
+		// An operator's transfer goes through the placement leader, which
+		// pins the shard's leadership once it has moved.
+		if !n.isPlacementLeader() {
+			a, fctx, err := n.systemLeaderAdmin(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return a.TransferLeader(fctx, req)
+		}
+		sched := proto.Clone(req).(*shalev1.TransferLeaderRequest)
+		sched.Scheduled = true
+		resp, err := s.transferLeader(ctx, sched, true)
+		if err == nil {
+			n.pinLeader(ctx, req)
+		}
+		return resp, err
+	}
+	return s.transferLeader(ctx, req, false)
+}
+
+// transferLeader moves the leadership, here or through the shard's leader;
+// mayForward allows that even for a request forwarded to this node.
+func (s *adminService) transferLeader(ctx context.Context, req *shalev1.TransferLeaderRequest, mayForward bool) (*shalev1.TransferLeaderResponse, error) {
+	n := s.n
 	if r := n.store.Replica(req.GetShardId()); r != nil && r.IsLeader() {
 		ctx, inner, cancel := n.requestCtx(ctx)
 		defer cancel()
@@ -345,7 +371,7 @@ func (s *adminService) TransferLeader(ctx context.Context, req *shalev1.Transfer
 		}
 		return &shalev1.TransferLeaderResponse{LeaderNodeId: req.GetTargetNodeId()}, nil
 	}
-	if isForwarded(ctx) {
+	if isForwarded(ctx) && !mayForward {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: leadership moved; retry", req.GetShardId())
 	}
 	var leader uint64

@@ -87,6 +87,18 @@ type Config struct {
 	// whose PING round trips cost 12–22% of the servers' CPU per small put.
 	GRPCWindowBytes     int32
 	GRPCConnWindowBytes int32
+	// DeadNodeTimeout is how long a node may miss heartbeats before the
+	// placement leader replaces its replicas on other nodes (default 5m).
+	DeadNodeTimeout time.Duration
+	// PlacementMaxMovesPerNode caps the replica moves (new replicas
+	// catching up by snapshot) a node takes part in at once, as receiver or
+	// sender (default 2); PlacementMaxMoves caps them cluster-wide
+	// (default 8).
+	PlacementMaxMovesPerNode int
+	PlacementMaxMoves        int
+	// PlacementPinDuration is how long an operator's replica move or
+	// leadership transfer keeps balancing away from the shard (default 1h).
+	PlacementPinDuration time.Duration
 	// Logger receives the node's logs (default slog.Default()).
 	Logger *slog.Logger
 	// LinkFilter, when set, is asked before any Raft traffic leaves for a
@@ -155,6 +167,18 @@ func (c *Config) applyDefaults() {
 	if c.GRPCConnWindowBytes == 0 {
 		c.GRPCConnWindowBytes = grpctransport.DefaultInitialConnWindowSize
 	}
+	if c.DeadNodeTimeout == 0 {
+		c.DeadNodeTimeout = 5 * time.Minute
+	}
+	if c.PlacementMaxMovesPerNode == 0 {
+		c.PlacementMaxMovesPerNode = 2
+	}
+	if c.PlacementMaxMoves == 0 {
+		c.PlacementMaxMoves = 8
+	}
+	if c.PlacementPinDuration == 0 {
+		c.PlacementPinDuration = time.Hour
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -187,6 +211,15 @@ func (c *Config) validate() error {
 	}
 	if c.ReplicationFactor < 1 {
 		return errors.New("server: the replication factor must be at least 1")
+	}
+	if c.DeadNodeTimeout < 2*time.Second {
+		return fmt.Errorf("server: the dead node timeout must be at least 2s (got %v)", c.DeadNodeTimeout)
+	}
+	if c.PlacementMaxMovesPerNode < 1 || c.PlacementMaxMoves < 1 {
+		return fmt.Errorf("server: the placement move limits must be at least 1 (got %d per node, %d in the cluster)", c.PlacementMaxMovesPerNode, c.PlacementMaxMoves)
+	}
+	if c.PlacementPinDuration < 0 {
+		return fmt.Errorf("server: the placement pin duration must not be negative (got %v)", c.PlacementPinDuration)
 	}
 	if c.ShardMemTableBytes < 64<<10 {
 		return fmt.Errorf("server: the shard memtable size must be at least 64 KiB (got %d)", c.ShardMemTableBytes)

@@ -236,6 +236,7 @@ func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, 
 	if err != nil {
 		return nil, n.replicationErr(ctx, t.desc.GetShardId(), err)
 	}
+	n.writeBytes.Add(uint64(len(payload)))
 	cr, ok := res.(*shalev1.CommandResult)
 	if !ok || cr == nil {
 		return nil, status.Errorf(codes.Internal, "shard %d: apply returned %T", t.desc.GetShardId(), res)

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -62,9 +63,7 @@ type Node struct {
 	httpLis   net.Listener
 	reg       *prometheus.Registry
 
-	mu     sync.Mutex
-	live   map[uint64]bool // nodes that answered recently (liveNodes)
-	liveAt time.Time
+	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
 	// without a system shard replica), at remoteRegAt.
 	remoteReg   []*shalev1.NodeDescriptor
@@ -75,6 +74,8 @@ type Node struct {
 	loads       sync.Map             // shard ID → *shardLoad
 	reported    map[uint64]uint64    // shard → epoch last reported to the directory (under mu)
 	conns       map[string]*grpc.ClientConn
+	place       *placementState
+	writeBytes  atomic.Uint64 // bytes of write commands this node proposed
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -109,6 +110,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		stop:      make(chan struct{}),
 		reg:       prometheus.NewRegistry(),
 	}
+	n.place = newPlacementState(cfg, n.reg)
 	defer func() {
 		if err != nil {
 			n.Stop()

@@ -42,6 +42,8 @@ type flags struct {
 	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
 	grpcWindow, grpcConnWindow              int32
+	deadNodeTimeout, pinDuration            time.Duration
+	maxMovesPerNode, maxMoves               int
 	splitSize                               int64
 	shardMemTable, splitQPS                 int
 	logLevel, logFormat                     string
@@ -100,6 +102,10 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
 	fl.Int32Var(&f.grpcConnWindow, "grpc-conn-window-bytes", 16<<20, "HTTP/2 flow-control window per gRPC connection, for clients and peers (at least 65535)")
+	fl.DurationVar(&f.deadNodeTimeout, "dead-node-timeout", 5*time.Minute, "how long a node may miss heartbeats before its replicas are replaced on other nodes")
+	fl.IntVar(&f.maxMovesPerNode, "placement-max-moves-per-node", 2, "replica moves (snapshots in flight) a node takes part in at once")
+	fl.IntVar(&f.maxMoves, "placement-max-moves", 8, "replica moves running at once in the cluster")
+	fl.DurationVar(&f.pinDuration, "placement-pin-duration", time.Hour, "how long a manual replica move or leader transfer keeps balancing away from its shard")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -175,34 +181,38 @@ func run(ctx context.Context, f flags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	node, err := server.Start(ctx, server.Config{
-		DataDir:             f.dataDir,
-		NodeID:              f.nodeID,
-		ListenAddr:          f.listen,
-		AdvertiseAddr:       f.advertise,
-		HTTPAddr:            f.httpAddr,
-		InitialCluster:      initial,
-		ClusterName:         f.clusterName,
-		Join:                f.join,
-		Zone:                f.zone,
-		InitialSplits:       splits,
-		ReplicationFactor:   f.replicationFactor,
-		MaxKeyBytes:         f.maxKey,
-		MaxValueBytes:       f.maxValue,
-		MaxBatchOps:         f.maxBatchOps,
-		MaxBatchBytes:       f.maxBatch,
-		RequestTimeout:      f.requestTimeout,
-		TickInterval:        f.tickInterval,
-		ElectionTicks:       f.electionTicks,
-		LeaseReads:          f.leaseReads,
-		DisableQuiescence:   f.noQuiesce,
-		SnapshotRateBytes:   f.snapshotRate,
-		BlockCacheBytes:     f.blockCache,
-		SplitSizeBytes:      f.splitSize,
-		ShardMemTableBytes:  f.shardMemTable,
-		SplitQPS:            f.splitQPS,
-		GRPCWindowBytes:     f.grpcWindow,
-		GRPCConnWindowBytes: f.grpcConnWindow,
-		Logger:              log,
+		DataDir:                  f.dataDir,
+		NodeID:                   f.nodeID,
+		ListenAddr:               f.listen,
+		AdvertiseAddr:            f.advertise,
+		HTTPAddr:                 f.httpAddr,
+		InitialCluster:           initial,
+		ClusterName:              f.clusterName,
+		Join:                     f.join,
+		Zone:                     f.zone,
+		InitialSplits:            splits,
+		ReplicationFactor:        f.replicationFactor,
+		MaxKeyBytes:              f.maxKey,
+		MaxValueBytes:            f.maxValue,
+		MaxBatchOps:              f.maxBatchOps,
+		MaxBatchBytes:            f.maxBatch,
+		RequestTimeout:           f.requestTimeout,
+		TickInterval:             f.tickInterval,
+		ElectionTicks:            f.electionTicks,
+		LeaseReads:               f.leaseReads,
+		DisableQuiescence:        f.noQuiesce,
+		SnapshotRateBytes:        f.snapshotRate,
+		BlockCacheBytes:          f.blockCache,
+		SplitSizeBytes:           f.splitSize,
+		ShardMemTableBytes:       f.shardMemTable,
+		SplitQPS:                 f.splitQPS,
+		GRPCWindowBytes:          f.grpcWindow,
+		GRPCConnWindowBytes:      f.grpcConnWindow,
+		DeadNodeTimeout:          f.deadNodeTimeout,
+		PlacementMaxMovesPerNode: f.maxMovesPerNode,
+		PlacementMaxMoves:        f.maxMoves,
+		PlacementPinDuration:     f.pinDuration,
+		Logger:                   log,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -44,6 +46,15 @@ type fakeCluster struct {
 	removed  map[uint64]bool
 	servers  []*grpc.Server
 	pageSize int
+	// The placement fake: decommissioning nodes, the operations (history;
+	// those "running" are reported as running), the stuck replicas, and the
+	// pin_seconds and limits the requests carried.
+	decommissioning map[uint64]bool
+	ops             []*shalev1.PlacementOperation
+	stuck           []*shalev1.StuckReplica
+	transferPins    []int64
+	movePins        []int64
+	historyLimits   []uint32
 }
 
 type fakeKV struct {
@@ -59,7 +70,8 @@ type fakeAdmin struct {
 
 func newFakeCluster(t *testing.T) *fakeCluster {
 	t.Helper()
-	fc := &fakeCluster{data: map[string]*fakeEntry{}, removed: map[uint64]bool{}, pageSize: 2}
+	fc := &fakeCluster{data: map[string]*fakeEntry{}, removed: map[uint64]bool{}, pageSize: 2,
+		decommissioning: map[uint64]bool{}}
 	reps := []*shalev1.ReplicaDescriptor{{NodeId: 1, ReplicaId: 1}, {NodeId: 2, ReplicaId: 2}}
 	fc.shards = []*fakeShard{
 		{desc: &shalev1.ShardDescriptor{ShardId: 1, EndKey: []byte("m"), Epoch: 3, Replicas: reps}, leader: 1},
@@ -384,6 +396,7 @@ func (a *fakeAdmin) ShardInfo(ctx context.Context, req *shalev1.ShardInfoRequest
 func (a *fakeAdmin) TransferLeader(ctx context.Context, req *shalev1.TransferLeaderRequest) (*shalev1.TransferLeaderResponse, error) {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
+	a.c.transferPins = append(a.c.transferPins, req.GetPinSeconds())
 	for _, s := range a.c.shards {
 		if s.desc.GetShardId() == req.GetShardId() {
 			if req.GetTargetNodeId() < 1 || req.GetTargetNodeId() > 2 {
@@ -394,4 +407,123 @@ func (a *fakeAdmin) TransferLeader(ctx context.Context, req *shalev1.TransferLea
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "shard %d not found", req.GetShardId())
+}
+
+// hasReplica returns whether node holds a replica of s.
+func (s *fakeShard) hasReplica(node uint64) bool {
+	for _, r := range s.desc.GetReplicas() {
+		if r.GetNodeId() == node {
+			return true
+		}
+	}
+	return false
+}
+
+// PlacementStatus reports node 1 as the placement leader; nodes 1 and 2
+// hold both shards (3 MiB each), added nodes none.
+func (a *fakeAdmin) PlacementStatus(ctx context.Context, _ *shalev1.PlacementStatusRequest) (*shalev1.PlacementStatusResponse, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	resp := &shalev1.PlacementStatusResponse{PlacementLeaderNodeId: 1, Stuck: a.c.stuck, ReplicaSpread: 2,
+		LeaderSpread: 1, BytesSpreadPercent: 100}
+	for _, n := range a.c.nodes {
+		id := n.GetNodeId()
+		d := proto.Clone(n).(*shalev1.NodeDescriptor)
+		d.Removed, d.Decommissioning = a.c.removed[id], a.c.decommissioning[id]
+		np := &shalev1.NodePlacement{Node: d, State: "live", LastHeartbeatUnixNanos: time.Now().Add(-2 * time.Second).UnixNano(),
+			Stats: &shalev1.NodeStats{Node: d, CapacityBytes: 100 << 30, AvailableBytes: 60 << 30}}
+		if d.Removed {
+			np.State = "removed"
+		}
+		for _, s := range a.c.shards {
+			if s.hasReplica(id) {
+				np.Replicas++
+				np.Bytes += 3 << 20
+			}
+			if s.leader == id {
+				np.Leaders++
+			}
+		}
+		for _, st := range a.c.stuck {
+			if st.GetNodeId() == id {
+				np.Stuck = append(np.Stuck, st)
+			}
+		}
+		resp.Nodes = append(resp.Nodes, np)
+	}
+	for _, op := range a.c.ops {
+		if op.GetState() == "running" {
+			resp.Running = append(resp.Running, op)
+		}
+	}
+	return resp, nil
+}
+
+func (a *fakeAdmin) PlacementHistory(ctx context.Context, req *shalev1.PlacementHistoryRequest) (*shalev1.PlacementHistoryResponse, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	a.c.historyLimits = append(a.c.historyLimits, req.GetLimit())
+	ops := a.c.ops
+	if l := int(req.GetLimit()); l > 0 && l < len(ops) {
+		ops = ops[len(ops)-l:]
+	}
+	return &shalev1.PlacementHistoryResponse{Operations: ops}, nil
+}
+
+func (a *fakeAdmin) setDecommissioning(id uint64, on bool) error {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	if id == 0 || id > uint64(len(a.c.nodes)) {
+		return status.Errorf(codes.NotFound, "node %d not found", id)
+	}
+	a.c.decommissioning[id] = on
+	return nil
+}
+
+func (a *fakeAdmin) DecommissionNode(ctx context.Context, req *shalev1.DecommissionNodeRequest) (*shalev1.DecommissionNodeResponse, error) {
+	if err := a.setDecommissioning(req.GetNodeId(), true); err != nil {
+		return nil, err
+	}
+	return &shalev1.DecommissionNodeResponse{}, nil
+}
+
+func (a *fakeAdmin) RecommissionNode(ctx context.Context, req *shalev1.RecommissionNodeRequest) (*shalev1.RecommissionNodeResponse, error) {
+	if err := a.setDecommissioning(req.GetNodeId(), false); err != nil {
+		return nil, err
+	}
+	return &shalev1.RecommissionNodeResponse{}, nil
+}
+
+// MoveReplica records the accepted move and its first step, a running
+// add-learner operation, as the server does (the shard's replicas do not
+// change).
+func (a *fakeAdmin) MoveReplica(ctx context.Context, req *shalev1.MoveReplicaRequest) (*shalev1.MoveReplicaResponse, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	a.c.movePins = append(a.c.movePins, req.GetPinSeconds())
+	var s *fakeShard
+	for _, x := range a.c.shards {
+		if x.desc.GetShardId() == req.GetShardId() {
+			s = x
+		}
+	}
+	switch {
+	case s == nil:
+		return nil, status.Errorf(codes.NotFound, "shard %d not found", req.GetShardId())
+	case req.GetToNodeId() > uint64(len(a.c.nodes)):
+		return nil, status.Errorf(codes.NotFound, "node %d not found", req.GetToNodeId())
+	case !s.hasReplica(req.GetFromNodeId()):
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d has no replica of shard %d", req.GetFromNodeId(), req.GetShardId())
+	case s.hasReplica(req.GetToNodeId()):
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d already has a replica of shard %d", req.GetToNodeId(), req.GetShardId())
+	}
+	reason := fmt.Sprintf("manual move from node %d to node %d", req.GetFromNodeId(), req.GetToNodeId())
+	now := time.Now()
+	op := &shalev1.PlacementOperation{ShardId: req.GetShardId(), Kind: "move", NodeId: req.GetToNodeId(),
+		FromNodeId: req.GetFromNodeId(), Reason: reason, StartedUnixNanos: now.UnixNano(), FinishedUnixNanos: now.UnixNano(),
+		State: "done"}
+	step := &shalev1.PlacementOperation{ShardId: req.GetShardId(), Kind: "add-learner", NodeId: req.GetToNodeId(),
+		FromNodeId: s.leader, Reason: reason, StartedUnixNanos: now.Add(-5 * time.Second).UnixNano(), State: "running"}
+	a.c.ops = append(a.c.ops, op, step)
+	return &shalev1.MoveReplicaResponse{Operation: op}, nil
 }

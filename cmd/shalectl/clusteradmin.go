@@ -196,7 +196,8 @@ whose nodes are down. -o json prints the ShardDirectoryResponse message.`,
 			return tw.Flush()
 		}),
 	}
-	return newAdminGroup("shard", "Inspect and split the cluster's shards", "", true, f, list, info, split, directory)
+	return newAdminGroup("shard", "Inspect, split and move the cluster's shards", "", true, f, list, info, split, directory,
+		newShardMoveCmd(f))
 }
 
 func newNodeCmd(cf *clusterFlags) *cobra.Command {
@@ -274,19 +275,25 @@ progress with "node list" and "shard list". -o json prints
 			return err
 		}),
 	}
-	return newAdminGroup("node", "List, add and remove the cluster's nodes", "", false, f, list, add, remove)
+	return newAdminGroup("node", "List, add, drain and remove the cluster's nodes", "", false, f, list, add, remove,
+		newNodeStatusCmd(f), newNodeCommissionCmd(f, true), newNodeCommissionCmd(f, false))
 }
 
 func newLeaderCmd(cf *clusterFlags) *cobra.Command {
 	f := &adminFlags{clusterFlags: cf}
+	var pf pinFlags
 	transfer := &cobra.Command{
 		Use:   "transfer SHARD NODE",
 		Short: "Move the leadership of shard SHARD to its replica on node NODE",
 		Long: `transfer asks shard SHARD's leader to hand its leadership to the replica on
-node NODE and prints the leader afterwards. -o json prints
-{"shard_id": SHARD, "leader_node_id": N}.`,
-		Example: `  shalectl leader transfer 7 2`,
-		Args:    exactArgs("SHARD", "NODE"),
+node NODE and prints the leader afterwards. The leadership is pinned there so
+that leader balancing does not move it back: for --pin D, for the server's
+default pin duration (--placement-pin-duration) without --pin, or not at all
+with --no-pin. -o json prints {"shard_id": SHARD, "leader_node_id": N}.`,
+		Example: `  shalectl leader transfer 7 2
+  shalectl leader transfer 7 2 --pin 1h
+  shalectl leader transfer 7 2 --no-pin`,
+		Args: exactArgs("SHARD", "NODE"),
 		RunE: f.adminRun(func(ctx context.Context, cmd *cobra.Command, c *client.Client, args []string, asJSON bool) error {
 			shard, err := parseID(cmd, "SHARD", args[0])
 			if err != nil {
@@ -296,7 +303,11 @@ node NODE and prints the leader afterwards. -o json prints
 			if err != nil {
 				return err
 			}
-			leader, err := c.TransferLeader(ctx, shard, node)
+			pin, err := pf.duration(cmd)
+			if err != nil {
+				return err
+			}
+			leader, err := c.TransferLeaderPinned(ctx, shard, node, pin)
 			if err != nil {
 				return fmt.Errorf("leader transfer of shard %d to node %d: %w", shard, node, err)
 			}
@@ -310,6 +321,7 @@ node NODE and prints the leader afterwards. -o json prints
 			return err
 		}),
 	}
+	pf.add(transfer)
 	return newAdminGroup("leader", "Move shard leadership", "", false, f, transfer)
 }
 

@@ -6,9 +6,10 @@
 //
 //	shalectl [--endpoints A,B,C] [--timeout D] kv get|put|del|scan|cas ...
 //	shalectl cluster status
-//	shalectl shard list|info ID
-//	shalectl node list|add ADDR|remove ID
+//	shalectl shard list|info ID|split KEY|directory|move SHARD FROM TO
+//	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID
 //	shalectl leader transfer SHARD NODE
+//	shalectl placement status|history
 //	shalectl debug sst-dump FILE
 //	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
 //	                            compact|checkpoint|updates-since|metrics|live-files
@@ -87,7 +88,7 @@ func newRootCmd() *cobra.Command {
 		Short: "Shale's command-line tool",
 		Long: `shalectl operates Shale databases.
 
-The cluster commands (kv, cluster, shard, node, leader) talk to a running
+The cluster commands (kv, cluster, shard, node, leader, placement) talk to a running
 cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
 else 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003).
 

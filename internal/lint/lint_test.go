@@ -78,7 +78,7 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/..."},
 		testAllow: []string{
-			"internal/testcluster", "server/...", "replication/...", "storage/...",
+			"internal/testcluster", "server/...", "placement/...", "replication/...", "storage/...",
 		},
 	},
 	{

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,26 +71,40 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.TickInterval == 0 {
 		opts.TickInterval = 20 * time.Millisecond
 	}
-	c := &Cluster{t: t, dir: t.TempDir(), opts: opts, addrs: map[uint64]string{}, nodes: map[uint64]*server.Node{}, blocked: map[[2]uint64]bool{}}
-	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
-		c.addrs[id] = freeAddr(t)
-	}
+	c := &Cluster{t: t, opts: opts, nodes: map[uint64]*server.Node{}, blocked: map[[2]uint64]bool{}}
 	t.Cleanup(c.StopAll)
-	var wg sync.WaitGroup
-	errs := make(chan error, opts.Nodes)
-	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.start(id, true); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	// A port reserved by freeAddr can be taken by another process before
+	// the node binds it: then start over on new ports, in a new directory.
+	for attempt := 1; ; attempt++ {
+		c.dir = t.TempDir()
+		c.addrs = map[uint64]string{}
+		for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+			c.addrs[id] = freeAddr(t)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, opts.Nodes)
+		for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.start(id, true); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		var failed error
+		for err := range errs {
+			failed = err
+		}
+		if failed == nil {
+			break
+		}
+		c.StopAll()
+		if attempt == 3 || !strings.Contains(failed.Error(), "address already in use") {
+			t.Fatal(failed)
+		}
 	}
 	c.WaitLeaders(30 * time.Second)
 	return c

@@ -155,9 +155,9 @@ func (s *raftServer) SendSnapshot(stream shalev1.Raft_SendSnapshotServer) error 
 		return errShutdown
 	}
 	if err := s.h.HandleSnapshot(ctx, hdr, dir); err != nil {
-		// A refusing handler should have removed dir; if it is still
-		// there, it is a leftover in our staging area.
-		_ = os.RemoveAll(dir)
+		// The handler owns dir even when it refuses: it may still be
+		// installing it (a Store whose caller went away finishes the
+		// install), so dir is not ours to delete.
 		t.c.snapRejected.Add(1)
 		t.log.Warn("snapshot refused by handler", "shard", hdr.ShardId, "from", hdr.FromNodeId, "err", err)
 		return toStatus(fmt.Errorf("install snapshot of shard %d: %w", hdr.ShardId, err), codes.Internal)

@@ -672,7 +672,10 @@ func TestSnapshotRefused(t *testing.T) {
 	if status.Code(err) != codes.Aborted || !bytes.Contains([]byte(err.Error()), []byte("stale snapshot")) {
 		t.Fatalf("err = %v", err)
 	}
-	n2.h.setOnSnapshot(func(*shalev1.SnapshotHeader, string) error { return errors.New("disk full") })
+	n2.h.setOnSnapshot(func(_ *shalev1.SnapshotHeader, dir string) error {
+		_ = os.RemoveAll(dir)
+		return errors.New("disk full")
+	})
 	err = n1.tr.SendSnapshot(context.Background(), &shalev1.SnapshotHeader{ShardId: 3, ToNodeId: 2}, ckpt)
 	if status.Code(err) != codes.Internal || !bytes.Contains([]byte(err.Error()), []byte("disk full")) {
 		t.Fatalf("err = %v", err)
@@ -786,4 +789,27 @@ func TestCloseEndsEverything(t *testing.T) {
 	n1.stop()
 	n3.stop()
 	goleak.VerifyNone(t)
+}
+
+// TestSnapshotDirOwnedByHandler: a handler that returns early (its caller's
+// context ended) while it still installs the snapshot keeps dir — the
+// transport must not delete it. Found when a sender died mid-install: the
+// receiving replica then failed to restore a checkpoint deleted under it.
+func TestSnapshotDirOwnedByHandler(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.start(1, "", Options{})
+	n2 := c.start(2, "", Options{})
+	ckpt, _ := makeCheckpoint(t, 100)
+	var kept string
+	n2.h.setOnSnapshot(func(_ *shalev1.SnapshotHeader, dir string) error {
+		kept = dir
+		return context.Canceled // still installing, as a Store does
+	})
+	if err := n1.tr.SendSnapshot(context.Background(), &shalev1.SnapshotHeader{ShardId: 3, ToNodeId: 2}, ckpt); err == nil {
+		t.Fatal("refused snapshot reported as sent")
+	}
+	if _, err := os.Stat(filepath.Join(kept, "CURRENT")); err != nil {
+		t.Fatalf("the transport deleted the handler's snapshot dir: %v", err)
+	}
+	_ = os.RemoveAll(kept)
 }

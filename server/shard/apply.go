@@ -567,6 +567,21 @@ func (a *applier) applySystem(sc *shalev1.SystemCommand) (*shalev1.CommandResult
 			return nil, false, fmt.Errorf("encode shard descriptor: %w", err)
 		}
 		a.ov.set(a.b, key, enc)
+	case *shalev1.SystemCommand_PutPin:
+		pin := op.PutPin
+		if pin.GetShardId() == 0 {
+			return errResult(codes.InvalidArgument, desc, "put_pin needs a shard_id"), false, nil
+		}
+		key := u64Key(pinPrefix, pin.GetShardId())
+		if pin.GetUntilUnixNanos() == 0 {
+			a.ov.del(a.b, key)
+			break
+		}
+		enc, err := marshalOpts.Marshal(pin)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode shard pin: %w", err)
+		}
+		a.ov.set(a.b, key, enc)
 	case *shalev1.SystemCommand_AllocateShardId:
 		raw, ok, err := a.ov.get(keyNextShardID)
 		if err != nil {

@@ -502,8 +502,21 @@ func TestSystemShard(t *testing.T) {
 	if err != nil || len(shards) != 2 || shards[0].ShardId != 2 || string(shards[0].EndKey) != "n" || shards[1].ShardId != 3 {
 		t.Fatalf("shards %v %v", shards, err)
 	}
+	// Pins: put, replace, delete (until 0).
+	putPin := func(id uint64, until int64) *shalev1.CommandResult {
+		return sysCmd(&shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutPin{PutPin: &shalev1.ShardPin{ShardId: id, UntilUnixNanos: until, MoveFromNodeId: 1, MoveToNodeId: 4}}})
+	}
+	putPin(7, 100)
+	putPin(9, 200)
+	putPin(7, 300)
+	putPin(9, 0)
+	pins, err := s.Pins()
+	if err != nil || len(pins) != 1 || pins[0].GetShardId() != 7 || pins[0].GetUntilUnixNanos() != 300 || pins[0].GetMoveToNodeId() != 4 {
+		t.Fatalf("pins %v %v", pins, err)
+	}
 	for _, bad := range []*shalev1.SystemCommand{
 		{},
+		{Op: &shalev1.SystemCommand_PutPin{PutPin: &shalev1.ShardPin{UntilUnixNanos: 5}}},
 		{Op: &shalev1.SystemCommand_PutNode{PutNode: &shalev1.NodeDescriptor{}}},
 		{Op: &shalev1.SystemCommand_PutShard{PutShard: &shalev1.ShardDescriptor{}}},
 		{Op: &shalev1.SystemCommand_RemoveNodeId{}},

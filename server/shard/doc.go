@@ -19,6 +19,7 @@
 //	'm' + "dedup-seq/" + seq (8 BE) -> requestID
 //	's' + "node/" + nodeID (8 BE)   -> shalev1.NodeDescriptor   (system shard)
 //	's' + "shard/" + shardID (8 BE) -> shalev1.ShardDescriptor  (system shard)
+//	's' + "pin/" + shardID (8 BE)   -> shalev1.ShardPin         (system shard)
 //	's' + "next-shard-id"           -> lowest unallocated shard ID (system shard)
 //
 // Every Apply call writes the effects of all its entries and the new

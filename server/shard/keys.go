@@ -43,6 +43,8 @@ var (
 	nodePrefix = []byte("snode/")
 	// shardPrefix + shardID (8 bytes BE) -> shalev1.ShardDescriptor.
 	shardPrefix = []byte("sshard/")
+	// pinPrefix + shardID (8 bytes BE) -> shalev1.ShardPin.
+	pinPrefix = []byte("spin/")
 	// keyNextShardID holds the lowest shard ID not yet allocated (8 bytes BE).
 	keyNextShardID = []byte("snext-shard-id")
 )

@@ -295,6 +295,22 @@ func (s *Shard) Shards() ([]*shalev1.ShardDescriptor, error) {
 	return out, err
 }
 
+// Pins returns the shard pins held by the system shard, by shard ID, read
+// at one point (expired pins included). It fails with ErrNotSystemShard on
+// other shards.
+func (s *Shard) Pins() ([]*shalev1.ShardPin, error) {
+	var out []*shalev1.ShardPin
+	err := s.scanSystem(pinPrefix, func(b []byte) error {
+		p := &shalev1.ShardPin{}
+		if err := proto.Unmarshal(b, p); err != nil {
+			return err
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
 func (s *Shard) scanSystem(prefix []byte, fn func([]byte) error) (err error) {
 	v, err := s.view()
 	if err != nil {

@@ -21,6 +21,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReplicaChange_Type int32
+
+const (
+	ReplicaChange_TYPE_UNSPECIFIED ReplicaChange_Type = 0
+	// ADD_LEARNER adds a non-voting replica on node_id.
+	ReplicaChange_TYPE_ADD_LEARNER ReplicaChange_Type = 1
+	// PROMOTE_LEARNER makes the learner replica_id a voter.
+	ReplicaChange_TYPE_PROMOTE_LEARNER ReplicaChange_Type = 2
+	// REMOVE_REPLICA removes replica_id.
+	ReplicaChange_TYPE_REMOVE_REPLICA ReplicaChange_Type = 3
+)
+
+// Enum value maps for ReplicaChange_Type.
+var (
+	ReplicaChange_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "TYPE_ADD_LEARNER",
+		2: "TYPE_PROMOTE_LEARNER",
+		3: "TYPE_REMOVE_REPLICA",
+	}
+	ReplicaChange_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED":     0,
+		"TYPE_ADD_LEARNER":     1,
+		"TYPE_PROMOTE_LEARNER": 2,
+		"TYPE_REMOVE_REPLICA":  3,
+	}
+)
+
+func (x ReplicaChange_Type) Enum() *ReplicaChange_Type {
+	p := new(ReplicaChange_Type)
+	*p = x
+	return p
+}
+
+func (x ReplicaChange_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaChange_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_shale_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (ReplicaChange_Type) Type() protoreflect.EnumType {
+	return &file_shale_v1_admin_proto_enumTypes[0]
+}
+
+func (x ReplicaChange_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaChange_Type.Descriptor instead.
+func (ReplicaChange_Type) EnumDescriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32, 0}
+}
+
 // NodeStatus is a node with what the cluster knows of its health.
 type NodeStatus struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -992,9 +1047,16 @@ func (x *ShardInfoResponse) GetShard() *ShardStatus {
 }
 
 type TransferLeaderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ShardId       uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
-	TargetNodeId  uint64                 `protobuf:"varint,2,opt,name=target_node_id,json=targetNodeId,proto3" json:"target_node_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ShardId      uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	TargetNodeId uint64                 `protobuf:"varint,2,opt,name=target_node_id,json=targetNodeId,proto3" json:"target_node_id,omitempty"`
+	// pin_seconds pins the shard's leadership there for that long (0: the
+	// server's default, --placement-pin-duration), so leader balancing does
+	// not move it back. Negative: no pin.
+	PinSeconds int64 `protobuf:"varint,3,opt,name=pin_seconds,json=pinSeconds,proto3" json:"pin_seconds,omitempty"`
+	// scheduled is internal: set on the placement leader's own transfers,
+	// which pin nothing.
+	Scheduled     bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,6 +1103,20 @@ func (x *TransferLeaderRequest) GetTargetNodeId() uint64 {
 		return x.TargetNodeId
 	}
 	return 0
+}
+
+func (x *TransferLeaderRequest) GetPinSeconds() int64 {
+	if x != nil {
+		return x.PinSeconds
+	}
+	return 0
+}
+
+func (x *TransferLeaderRequest) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
 }
 
 type TransferLeaderResponse struct {
@@ -1464,6 +1540,1227 @@ func (*ReportShardsResponse) Descriptor() ([]byte, []int) {
 	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
+// NodeStats is what a node reports about itself in its heartbeat.
+type NodeStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeDescriptor        `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// capacity_bytes and available_bytes are those of the file system holding
+	// the data directory; used_bytes is what the node's shards hold.
+	CapacityBytes  uint64 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	AvailableBytes uint64 `protobuf:"varint,3,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	UsedBytes      uint64 `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	ReplicaCount   uint64 `protobuf:"varint,5,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
+	LeaderCount    uint64 `protobuf:"varint,6,opt,name=leader_count,json=leaderCount,proto3" json:"leader_count,omitempty"`
+	// requests_per_second is the rate of requests routed to the node's shards
+	// over the last interval; write_bytes_per_second the rate of bytes
+	// written to its shard engines.
+	RequestsPerSecond   float64 `protobuf:"fixed64,7,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	WriteBytesPerSecond float64 `protobuf:"fixed64,8,opt,name=write_bytes_per_second,json=writeBytesPerSecond,proto3" json:"write_bytes_per_second,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *NodeStats) Reset() {
+	*x = NodeStats{}
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStats) ProtoMessage() {}
+
+func (x *NodeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
+func (*NodeStats) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *NodeStats) GetNode() *NodeDescriptor {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *NodeStats) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *NodeStats) GetAvailableBytes() uint64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+func (x *NodeStats) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *NodeStats) GetReplicaCount() uint64 {
+	if x != nil {
+		return x.ReplicaCount
+	}
+	return 0
+}
+
+func (x *NodeStats) GetLeaderCount() uint64 {
+	if x != nil {
+		return x.LeaderCount
+	}
+	return 0
+}
+
+func (x *NodeStats) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *NodeStats) GetWriteBytesPerSecond() float64 {
+	if x != nil {
+		return x.WriteBytesPerSecond
+	}
+	return 0
+}
+
+// LedShard is a shard the reporting node leads.
+type LedShard struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// epoch is the descriptor epoch the leader holds (the placement leader
+	// acts on a shard only when its directory holds the same epoch).
+	Epoch     uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// caught_up_learners are the replica IDs of learners whose log has caught
+	// up with the leader's (ready to be promoted).
+	CaughtUpLearners []uint64 `protobuf:"varint,4,rep,packed,name=caught_up_learners,json=caughtUpLearners,proto3" json:"caught_up_learners,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LedShard) Reset() {
+	*x = LedShard{}
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedShard) ProtoMessage() {}
+
+func (x *LedShard) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedShard.ProtoReflect.Descriptor instead.
+func (*LedShard) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LedShard) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *LedShard) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LedShard) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *LedShard) GetCaughtUpLearners() []uint64 {
+	if x != nil {
+		return x.CaughtUpLearners
+	}
+	return nil
+}
+
+type HeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stats         *NodeStats             `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	Led           []*LedShard            `protobuf:"bytes,2,rep,name=led,proto3" json:"led,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *HeartbeatRequest) GetStats() *NodeStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetLed() []*LedShard {
+	if x != nil {
+		return x.Led
+	}
+	return nil
+}
+
+type HeartbeatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+// ReplicaChange is one membership change of ChangeReplicasRequest.
+type ReplicaChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          ReplicaChange_Type     `protobuf:"varint,1,opt,name=type,proto3,enum=shale.v1.ReplicaChange_Type" json:"type,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ReplicaId     uint64                 `protobuf:"varint,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaChange) Reset() {
+	*x = ReplicaChange{}
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaChange) ProtoMessage() {}
+
+func (x *ReplicaChange) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaChange.ProtoReflect.Descriptor instead.
+func (*ReplicaChange) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReplicaChange) GetType() ReplicaChange_Type {
+	if x != nil {
+		return x.Type
+	}
+	return ReplicaChange_TYPE_UNSPECIFIED
+}
+
+func (x *ReplicaChange) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ReplicaChange) GetReplicaId() uint64 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+type ChangeReplicasRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// epoch must be the shard's current epoch (FailedPrecondition otherwise).
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// changes are made in one configuration change; several go through joint
+	// consensus.
+	Changes       []*ReplicaChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasRequest) Reset() {
+	*x = ChangeReplicasRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasRequest) ProtoMessage() {}
+
+func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ChangeReplicasRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetChanges() []*ReplicaChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type ChangeReplicasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Descriptor_   *ShardDescriptor       `protobuf:"bytes,1,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasResponse) Reset() {
+	*x = ChangeReplicasResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasResponse) ProtoMessage() {}
+
+func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ChangeReplicasResponse) GetDescriptor_() *ShardDescriptor {
+	if x != nil {
+		return x.Descriptor_
+	}
+	return nil
+}
+
+// PlacementOperation is one scheduling decision.
+type PlacementOperation struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// kind: add-learner, promote, remove-replica, transfer-leader.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// node_id is the node gaining a replica or the leadership;
+	// from_node_id the node losing one (0 when none).
+	NodeId     uint64 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	FromNodeId uint64 `protobuf:"varint,4,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
+	// reason says why, e.g. "repair: node 3 dead for 5m0s".
+	Reason            string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	StartedUnixNanos  int64  `protobuf:"varint,6,opt,name=started_unix_nanos,json=startedUnixNanos,proto3" json:"started_unix_nanos,omitempty"`
+	FinishedUnixNanos int64  `protobuf:"varint,7,opt,name=finished_unix_nanos,json=finishedUnixNanos,proto3" json:"finished_unix_nanos,omitempty"`
+	// state: running, done, failed.
+	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementOperation) Reset() {
+	*x = PlacementOperation{}
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementOperation) ProtoMessage() {}
+
+func (x *PlacementOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementOperation.ProtoReflect.Descriptor instead.
+func (*PlacementOperation) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PlacementOperation) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *PlacementOperation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PlacementOperation) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *PlacementOperation) GetFromNodeId() uint64 {
+	if x != nil {
+		return x.FromNodeId
+	}
+	return 0
+}
+
+func (x *PlacementOperation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlacementOperation) GetStartedUnixNanos() int64 {
+	if x != nil {
+		return x.StartedUnixNanos
+	}
+	return 0
+}
+
+func (x *PlacementOperation) GetFinishedUnixNanos() int64 {
+	if x != nil {
+		return x.FinishedUnixNanos
+	}
+	return 0
+}
+
+func (x *PlacementOperation) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PlacementOperation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// StuckReplica is a replica that should move but cannot.
+type StuckReplica struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	NodeId  uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// reason says why it cannot move, e.g. "no eligible node: every live node
+	// in another zone already holds a replica".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StuckReplica) Reset() {
+	*x = StuckReplica{}
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StuckReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StuckReplica) ProtoMessage() {}
+
+func (x *StuckReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StuckReplica.ProtoReflect.Descriptor instead.
+func (*StuckReplica) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StuckReplica) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *StuckReplica) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *StuckReplica) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// NodePlacement is one node as the placement leader sees it.
+type NodePlacement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeDescriptor        `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// state: live, suspect (no heartbeat for a few seconds), dead (none for
+	// longer than the dead timeout), removed.
+	State                  string     `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	LastHeartbeatUnixNanos int64      `protobuf:"varint,3,opt,name=last_heartbeat_unix_nanos,json=lastHeartbeatUnixNanos,proto3" json:"last_heartbeat_unix_nanos,omitempty"`
+	Stats                  *NodeStats `protobuf:"bytes,4,opt,name=stats,proto3" json:"stats,omitempty"`
+	// replicas, leaders and bytes as the shard directory and the leaders'
+	// reports count them.
+	Replicas uint64 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Leaders  uint64 `protobuf:"varint,6,opt,name=leaders,proto3" json:"leaders,omitempty"`
+	Bytes    uint64 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// stuck lists the node's replicas that should move but cannot.
+	Stuck         []*StuckReplica `protobuf:"bytes,8,rep,name=stuck,proto3" json:"stuck,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePlacement) Reset() {
+	*x = NodePlacement{}
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePlacement) ProtoMessage() {}
+
+func (x *NodePlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePlacement.ProtoReflect.Descriptor instead.
+func (*NodePlacement) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *NodePlacement) GetNode() *NodeDescriptor {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *NodePlacement) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodePlacement) GetLastHeartbeatUnixNanos() int64 {
+	if x != nil {
+		return x.LastHeartbeatUnixNanos
+	}
+	return 0
+}
+
+func (x *NodePlacement) GetStats() *NodeStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+func (x *NodePlacement) GetReplicas() uint64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *NodePlacement) GetLeaders() uint64 {
+	if x != nil {
+		return x.Leaders
+	}
+	return 0
+}
+
+func (x *NodePlacement) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *NodePlacement) GetStuck() []*StuckReplica {
+	if x != nil {
+		return x.Stuck
+	}
+	return nil
+}
+
+type PlacementStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementStatusRequest) Reset() {
+	*x = PlacementStatusRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementStatusRequest) ProtoMessage() {}
+
+func (x *PlacementStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementStatusRequest.ProtoReflect.Descriptor instead.
+func (*PlacementStatusRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+type PlacementStatusResponse struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	PlacementLeaderNodeId uint64                 `protobuf:"varint,1,opt,name=placement_leader_node_id,json=placementLeaderNodeId,proto3" json:"placement_leader_node_id,omitempty"`
+	Nodes                 []*NodePlacement       `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Running               []*PlacementOperation  `protobuf:"bytes,3,rep,name=running,proto3" json:"running,omitempty"`
+	Stuck                 []*StuckReplica        `protobuf:"bytes,4,rep,name=stuck,proto3" json:"stuck,omitempty"`
+	// replica_spread and leader_spread are max minus min over the live nodes
+	// that may hold replicas; bytes_spread_percent is (max - min) / max.
+	ReplicaSpread      uint64  `protobuf:"varint,5,opt,name=replica_spread,json=replicaSpread,proto3" json:"replica_spread,omitempty"`
+	LeaderSpread       uint64  `protobuf:"varint,6,opt,name=leader_spread,json=leaderSpread,proto3" json:"leader_spread,omitempty"`
+	BytesSpreadPercent float64 `protobuf:"fixed64,7,opt,name=bytes_spread_percent,json=bytesSpreadPercent,proto3" json:"bytes_spread_percent,omitempty"`
+	// balanced is true when nothing is running or stuck and the spreads are
+	// within the scheduler's targets.
+	Balanced      bool `protobuf:"varint,8,opt,name=balanced,proto3" json:"balanced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementStatusResponse) Reset() {
+	*x = PlacementStatusResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementStatusResponse) ProtoMessage() {}
+
+func (x *PlacementStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementStatusResponse.ProtoReflect.Descriptor instead.
+func (*PlacementStatusResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PlacementStatusResponse) GetPlacementLeaderNodeId() uint64 {
+	if x != nil {
+		return x.PlacementLeaderNodeId
+	}
+	return 0
+}
+
+func (x *PlacementStatusResponse) GetNodes() []*NodePlacement {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *PlacementStatusResponse) GetRunning() []*PlacementOperation {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+func (x *PlacementStatusResponse) GetStuck() []*StuckReplica {
+	if x != nil {
+		return x.Stuck
+	}
+	return nil
+}
+
+func (x *PlacementStatusResponse) GetReplicaSpread() uint64 {
+	if x != nil {
+		return x.ReplicaSpread
+	}
+	return 0
+}
+
+func (x *PlacementStatusResponse) GetLeaderSpread() uint64 {
+	if x != nil {
+		return x.LeaderSpread
+	}
+	return 0
+}
+
+func (x *PlacementStatusResponse) GetBytesSpreadPercent() float64 {
+	if x != nil {
+		return x.BytesSpreadPercent
+	}
+	return 0
+}
+
+func (x *PlacementStatusResponse) GetBalanced() bool {
+	if x != nil {
+		return x.Balanced
+	}
+	return false
+}
+
+type PlacementHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit caps the number of operations returned (0: all kept).
+	Limit         uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementHistoryRequest) Reset() {
+	*x = PlacementHistoryRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementHistoryRequest) ProtoMessage() {}
+
+func (x *PlacementHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementHistoryRequest.ProtoReflect.Descriptor instead.
+func (*PlacementHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PlacementHistoryRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type PlacementHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operations    []*PlacementOperation  `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementHistoryResponse) Reset() {
+	*x = PlacementHistoryResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementHistoryResponse) ProtoMessage() {}
+
+func (x *PlacementHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementHistoryResponse.ProtoReflect.Descriptor instead.
+func (*PlacementHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PlacementHistoryResponse) GetOperations() []*PlacementOperation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+type DecommissionNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeRequest) Reset() {
+	*x = DecommissionNodeRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeRequest) ProtoMessage() {}
+
+func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DecommissionNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type DecommissionNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeResponse) Reset() {
+	*x = DecommissionNodeResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeResponse) ProtoMessage() {}
+
+func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+type RecommissionNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecommissionNodeRequest) Reset() {
+	*x = RecommissionNodeRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecommissionNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecommissionNodeRequest) ProtoMessage() {}
+
+func (x *RecommissionNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecommissionNodeRequest.ProtoReflect.Descriptor instead.
+func (*RecommissionNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RecommissionNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type RecommissionNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecommissionNodeResponse) Reset() {
+	*x = RecommissionNodeResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecommissionNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecommissionNodeResponse) ProtoMessage() {}
+
+func (x *RecommissionNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecommissionNodeResponse.ProtoReflect.Descriptor instead.
+func (*RecommissionNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+type MoveReplicaRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ShardId    uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	FromNodeId uint64                 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
+	ToNodeId   uint64                 `protobuf:"varint,3,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
+	// pin_seconds as in TransferLeaderRequest.
+	PinSeconds    int64 `protobuf:"varint,4,opt,name=pin_seconds,json=pinSeconds,proto3" json:"pin_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaRequest) Reset() {
+	*x = MoveReplicaRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaRequest) ProtoMessage() {}
+
+func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
+func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MoveReplicaRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *MoveReplicaRequest) GetFromNodeId() uint64 {
+	if x != nil {
+		return x.FromNodeId
+	}
+	return 0
+}
+
+func (x *MoveReplicaRequest) GetToNodeId() uint64 {
+	if x != nil {
+		return x.ToNodeId
+	}
+	return 0
+}
+
+func (x *MoveReplicaRequest) GetPinSeconds() int64 {
+	if x != nil {
+		return x.PinSeconds
+	}
+	return 0
+}
+
+type MoveReplicaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation is the move as started; placement status and history follow it.
+	Operation     *PlacementOperation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaResponse) Reset() {
+	*x = MoveReplicaResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaResponse) ProtoMessage() {}
+
+func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
+func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *MoveReplicaResponse) GetOperation() *PlacementOperation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -1538,10 +2835,13 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x10ShardInfoRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\"@\n" +
 	"\x11ShardInfoResponse\x12+\n" +
-	"\x05shard\x18\x01 \x01(\v2\x15.shale.v1.ShardStatusR\x05shard\"X\n" +
+	"\x05shard\x18\x01 \x01(\v2\x15.shale.v1.ShardStatusR\x05shard\"\x97\x01\n" +
 	"\x15TransferLeaderRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12$\n" +
-	"\x0etarget_node_id\x18\x02 \x01(\x04R\ftargetNodeId\">\n" +
+	"\x0etarget_node_id\x18\x02 \x01(\x04R\ftargetNodeId\x12\x1f\n" +
+	"\vpin_seconds\x18\x03 \x01(\x03R\n" +
+	"pinSeconds\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\">\n" +
 	"\x16TransferLeaderResponse\x12$\n" +
 	"\x0eleader_node_id\x18\x01 \x01(\x04R\fleaderNodeId\"\x11\n" +
 	"\x0fNodeInfoRequest\"\x8e\x01\n" +
@@ -1562,7 +2862,101 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x06shards\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\x06shards\"R\n" +
 	"\x13ReportShardsRequest\x12;\n" +
 	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\"\x16\n" +
-	"\x14ReportShardsResponse2\x85\a\n" +
+	"\x14ReportShardsResponse\"\xd5\x02\n" +
+	"\tNodeStats\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12%\n" +
+	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12'\n" +
+	"\x0favailable_bytes\x18\x03 \x01(\x04R\x0eavailableBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12#\n" +
+	"\rreplica_count\x18\x05 \x01(\x04R\freplicaCount\x12!\n" +
+	"\fleader_count\x18\x06 \x01(\x04R\vleaderCount\x12.\n" +
+	"\x13requests_per_second\x18\a \x01(\x01R\x11requestsPerSecond\x123\n" +
+	"\x16write_bytes_per_second\x18\b \x01(\x01R\x13writeBytesPerSecond\"\x88\x01\n" +
+	"\bLedShard\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12,\n" +
+	"\x12caught_up_learners\x18\x04 \x03(\x04R\x10caughtUpLearners\"c\n" +
+	"\x10HeartbeatRequest\x12)\n" +
+	"\x05stats\x18\x01 \x01(\v2\x13.shale.v1.NodeStatsR\x05stats\x12$\n" +
+	"\x03led\x18\x02 \x03(\v2\x12.shale.v1.LedShardR\x03led\"\x13\n" +
+	"\x11HeartbeatResponse\"\xe0\x01\n" +
+	"\rReplicaChange\x120\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1c.shale.v1.ReplicaChange.TypeR\x04type\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x03 \x01(\x04R\treplicaId\"e\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10TYPE_ADD_LEARNER\x10\x01\x12\x18\n" +
+	"\x14TYPE_PROMOTE_LEARNER\x10\x02\x12\x17\n" +
+	"\x13TYPE_REMOVE_REPLICA\x10\x03\"{\n" +
+	"\x15ChangeReplicasRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x121\n" +
+	"\achanges\x18\x03 \x03(\v2\x17.shale.v1.ReplicaChangeR\achanges\"S\n" +
+	"\x16ChangeReplicasResponse\x129\n" +
+	"\n" +
+	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
+	"descriptor\"\xa0\x02\n" +
+	"\x12PlacementOperation\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\x04R\x06nodeId\x12 \n" +
+	"\ffrom_node_id\x18\x04 \x01(\x04R\n" +
+	"fromNodeId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12,\n" +
+	"\x12started_unix_nanos\x18\x06 \x01(\x03R\x10startedUnixNanos\x12.\n" +
+	"\x13finished_unix_nanos\x18\a \x01(\x03R\x11finishedUnixNanos\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"Z\n" +
+	"\fStuckReplica\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb3\x02\n" +
+	"\rNodePlacement\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
+	"\x19last_heartbeat_unix_nanos\x18\x03 \x01(\x03R\x16lastHeartbeatUnixNanos\x12)\n" +
+	"\x05stats\x18\x04 \x01(\v2\x13.shale.v1.NodeStatsR\x05stats\x12\x1a\n" +
+	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12\x18\n" +
+	"\aleaders\x18\x06 \x01(\x04R\aleaders\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12,\n" +
+	"\x05stuck\x18\b \x03(\v2\x16.shale.v1.StuckReplicaR\x05stuck\"\x18\n" +
+	"\x16PlacementStatusRequest\"\x81\x03\n" +
+	"\x17PlacementStatusResponse\x127\n" +
+	"\x18placement_leader_node_id\x18\x01 \x01(\x04R\x15placementLeaderNodeId\x12-\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x17.shale.v1.NodePlacementR\x05nodes\x126\n" +
+	"\arunning\x18\x03 \x03(\v2\x1c.shale.v1.PlacementOperationR\arunning\x12,\n" +
+	"\x05stuck\x18\x04 \x03(\v2\x16.shale.v1.StuckReplicaR\x05stuck\x12%\n" +
+	"\x0ereplica_spread\x18\x05 \x01(\x04R\rreplicaSpread\x12#\n" +
+	"\rleader_spread\x18\x06 \x01(\x04R\fleaderSpread\x120\n" +
+	"\x14bytes_spread_percent\x18\a \x01(\x01R\x12bytesSpreadPercent\x12\x1a\n" +
+	"\bbalanced\x18\b \x01(\bR\bbalanced\"/\n" +
+	"\x17PlacementHistoryRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\"X\n" +
+	"\x18PlacementHistoryResponse\x12<\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2\x1c.shale.v1.PlacementOperationR\n" +
+	"operations\"2\n" +
+	"\x17DecommissionNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"\x1a\n" +
+	"\x18DecommissionNodeResponse\"2\n" +
+	"\x17RecommissionNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"\x1a\n" +
+	"\x18RecommissionNodeResponse\"\x90\x01\n" +
+	"\x12MoveReplicaRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12 \n" +
+	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
+	"fromNodeId\x12\x1c\n" +
+	"\n" +
+	"to_node_id\x18\x03 \x01(\x04R\btoNodeId\x12\x1f\n" +
+	"\vpin_seconds\x18\x04 \x01(\x03R\n" +
+	"pinSeconds\"Q\n" +
+	"\x13MoveReplicaResponse\x12:\n" +
+	"\toperation\x18\x01 \x01(\v2\x1c.shale.v1.PlacementOperationR\toperation2\xd5\v\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -1579,7 +2973,14 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"SplitShard\x12\x1b.shale.v1.SplitShardRequest\x1a\x1c.shale.v1.SplitShardResponse\x12S\n" +
 	"\x0eShardDirectory\x12\x1f.shale.v1.ShardDirectoryRequest\x1a .shale.v1.ShardDirectoryResponse\x12M\n" +
-	"\fReportShards\x12\x1d.shale.v1.ReportShardsRequest\x1a\x1e.shale.v1.ReportShardsResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\fReportShards\x12\x1d.shale.v1.ReportShardsRequest\x1a\x1e.shale.v1.ReportShardsResponse\x12D\n" +
+	"\tHeartbeat\x12\x1a.shale.v1.HeartbeatRequest\x1a\x1b.shale.v1.HeartbeatResponse\x12S\n" +
+	"\x0eChangeReplicas\x12\x1f.shale.v1.ChangeReplicasRequest\x1a .shale.v1.ChangeReplicasResponse\x12V\n" +
+	"\x0fPlacementStatus\x12 .shale.v1.PlacementStatusRequest\x1a!.shale.v1.PlacementStatusResponse\x12Y\n" +
+	"\x10PlacementHistory\x12!.shale.v1.PlacementHistoryRequest\x1a\".shale.v1.PlacementHistoryResponse\x12Y\n" +
+	"\x10DecommissionNode\x12!.shale.v1.DecommissionNodeRequest\x1a\".shale.v1.DecommissionNodeResponse\x12Y\n" +
+	"\x10RecommissionNode\x12!.shale.v1.RecommissionNodeRequest\x1a\".shale.v1.RecommissionNodeResponse\x12J\n" +
+	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -1593,90 +2994,140 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 	return file_shale_v1_admin_proto_rawDescData
 }
 
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_shale_v1_admin_proto_goTypes = []any{
-	(*NodeStatus)(nil),             // 0: shale.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 1: shale.v1.ReplicaStatus
-	(*ShardStatus)(nil),            // 2: shale.v1.ShardStatus
-	(*ClusterStatusRequest)(nil),   // 3: shale.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 4: shale.v1.ClusterStatusResponse
-	(*GetRoutingRequest)(nil),      // 5: shale.v1.GetRoutingRequest
-	(*RoutedShard)(nil),            // 6: shale.v1.RoutedShard
-	(*GetRoutingResponse)(nil),     // 7: shale.v1.GetRoutingResponse
-	(*ListNodesRequest)(nil),       // 8: shale.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 9: shale.v1.ListNodesResponse
-	(*AddNodeRequest)(nil),         // 10: shale.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 11: shale.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 12: shale.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 13: shale.v1.RemoveNodeResponse
-	(*ListShardsRequest)(nil),      // 14: shale.v1.ListShardsRequest
-	(*ListShardsResponse)(nil),     // 15: shale.v1.ListShardsResponse
-	(*ShardInfoRequest)(nil),       // 16: shale.v1.ShardInfoRequest
-	(*ShardInfoResponse)(nil),      // 17: shale.v1.ShardInfoResponse
-	(*TransferLeaderRequest)(nil),  // 18: shale.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 19: shale.v1.TransferLeaderResponse
-	(*NodeInfoRequest)(nil),        // 20: shale.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),       // 21: shale.v1.NodeInfoResponse
-	(*SplitShardRequest)(nil),      // 22: shale.v1.SplitShardRequest
-	(*SplitShardResponse)(nil),     // 23: shale.v1.SplitShardResponse
-	(*ShardDirectoryRequest)(nil),  // 24: shale.v1.ShardDirectoryRequest
-	(*ShardDirectoryResponse)(nil), // 25: shale.v1.ShardDirectoryResponse
-	(*ReportShardsRequest)(nil),    // 26: shale.v1.ReportShardsRequest
-	(*ReportShardsResponse)(nil),   // 27: shale.v1.ReportShardsResponse
-	(*NodeDescriptor)(nil),         // 28: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),               // 29: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),        // 30: shale.v1.ShardDescriptor
+	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
+	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
+	(*ReplicaStatus)(nil),            // 2: shale.v1.ReplicaStatus
+	(*ShardStatus)(nil),              // 3: shale.v1.ShardStatus
+	(*ClusterStatusRequest)(nil),     // 4: shale.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),    // 5: shale.v1.ClusterStatusResponse
+	(*GetRoutingRequest)(nil),        // 6: shale.v1.GetRoutingRequest
+	(*RoutedShard)(nil),              // 7: shale.v1.RoutedShard
+	(*GetRoutingResponse)(nil),       // 8: shale.v1.GetRoutingResponse
+	(*ListNodesRequest)(nil),         // 9: shale.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 10: shale.v1.ListNodesResponse
+	(*AddNodeRequest)(nil),           // 11: shale.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),          // 12: shale.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),        // 13: shale.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),       // 14: shale.v1.RemoveNodeResponse
+	(*ListShardsRequest)(nil),        // 15: shale.v1.ListShardsRequest
+	(*ListShardsResponse)(nil),       // 16: shale.v1.ListShardsResponse
+	(*ShardInfoRequest)(nil),         // 17: shale.v1.ShardInfoRequest
+	(*ShardInfoResponse)(nil),        // 18: shale.v1.ShardInfoResponse
+	(*TransferLeaderRequest)(nil),    // 19: shale.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),   // 20: shale.v1.TransferLeaderResponse
+	(*NodeInfoRequest)(nil),          // 21: shale.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),         // 22: shale.v1.NodeInfoResponse
+	(*SplitShardRequest)(nil),        // 23: shale.v1.SplitShardRequest
+	(*SplitShardResponse)(nil),       // 24: shale.v1.SplitShardResponse
+	(*ShardDirectoryRequest)(nil),    // 25: shale.v1.ShardDirectoryRequest
+	(*ShardDirectoryResponse)(nil),   // 26: shale.v1.ShardDirectoryResponse
+	(*ReportShardsRequest)(nil),      // 27: shale.v1.ReportShardsRequest
+	(*ReportShardsResponse)(nil),     // 28: shale.v1.ReportShardsResponse
+	(*NodeStats)(nil),                // 29: shale.v1.NodeStats
+	(*LedShard)(nil),                 // 30: shale.v1.LedShard
+	(*HeartbeatRequest)(nil),         // 31: shale.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 32: shale.v1.HeartbeatResponse
+	(*ReplicaChange)(nil),            // 33: shale.v1.ReplicaChange
+	(*ChangeReplicasRequest)(nil),    // 34: shale.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil),   // 35: shale.v1.ChangeReplicasResponse
+	(*PlacementOperation)(nil),       // 36: shale.v1.PlacementOperation
+	(*StuckReplica)(nil),             // 37: shale.v1.StuckReplica
+	(*NodePlacement)(nil),            // 38: shale.v1.NodePlacement
+	(*PlacementStatusRequest)(nil),   // 39: shale.v1.PlacementStatusRequest
+	(*PlacementStatusResponse)(nil),  // 40: shale.v1.PlacementStatusResponse
+	(*PlacementHistoryRequest)(nil),  // 41: shale.v1.PlacementHistoryRequest
+	(*PlacementHistoryResponse)(nil), // 42: shale.v1.PlacementHistoryResponse
+	(*DecommissionNodeRequest)(nil),  // 43: shale.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 44: shale.v1.DecommissionNodeResponse
+	(*RecommissionNodeRequest)(nil),  // 45: shale.v1.RecommissionNodeRequest
+	(*RecommissionNodeResponse)(nil), // 46: shale.v1.RecommissionNodeResponse
+	(*MoveReplicaRequest)(nil),       // 47: shale.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),      // 48: shale.v1.MoveReplicaResponse
+	(*NodeDescriptor)(nil),           // 49: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 50: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 51: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	28, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	29, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	30, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
-	0,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
-	2,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	30, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	28, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
-	6,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
-	0,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	28, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	28, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
-	2,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
-	2,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	28, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
-	2,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	30, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	30, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	30, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	30, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	3,  // 20: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	5,  // 21: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	8,  // 22: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	10, // 23: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	12, // 24: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	14, // 25: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	16, // 26: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	18, // 27: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	20, // 28: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	22, // 29: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	24, // 30: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	26, // 31: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	4,  // 32: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	7,  // 33: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	9,  // 34: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	11, // 35: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	13, // 36: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	15, // 37: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	17, // 38: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	19, // 39: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	21, // 40: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	23, // 41: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	25, // 42: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	27, // 43: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	49, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	50, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	51, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
+	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
+	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
+	51, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	49, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
+	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
+	49, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	49, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
+	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
+	49, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
+	51, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	51, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	51, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	51, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	49, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
+	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
+	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
+	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
+	51, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	49, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
+	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
+	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
+	36, // 30: shale.v1.PlacementStatusResponse.running:type_name -> shale.v1.PlacementOperation
+	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
+	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
+	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
+	4,  // 34: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	6,  // 35: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	9,  // 36: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	11, // 37: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	13, // 38: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	15, // 39: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	17, // 40: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	19, // 41: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	21, // 42: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	23, // 43: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	25, // 44: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	27, // 45: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	31, // 46: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	34, // 47: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	39, // 48: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	41, // 49: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	43, // 50: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	45, // 51: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	47, // 52: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	5,  // 53: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 54: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 55: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 56: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 57: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 58: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 59: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 60: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 61: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 62: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 63: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 64: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 65: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 66: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 67: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 68: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 69: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 70: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 71: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	53, // [53:72] is the sub-list for method output_type
+	34, // [34:53] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -1690,13 +3141,14 @@ func file_shale_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   28,
+			NumEnums:      1,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_shale_v1_admin_proto_goTypes,
 		DependencyIndexes: file_shale_v1_admin_proto_depIdxs,
+		EnumInfos:         file_shale_v1_admin_proto_enumTypes,
 		MessageInfos:      file_shale_v1_admin_proto_msgTypes,
 	}.Build()
 	File_shale_v1_admin_proto = out.File

@@ -19,18 +19,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ClusterStatus_FullMethodName  = "/shale.v1.Admin/ClusterStatus"
-	Admin_GetRouting_FullMethodName     = "/shale.v1.Admin/GetRouting"
-	Admin_ListNodes_FullMethodName      = "/shale.v1.Admin/ListNodes"
-	Admin_AddNode_FullMethodName        = "/shale.v1.Admin/AddNode"
-	Admin_RemoveNode_FullMethodName     = "/shale.v1.Admin/RemoveNode"
-	Admin_ListShards_FullMethodName     = "/shale.v1.Admin/ListShards"
-	Admin_ShardInfo_FullMethodName      = "/shale.v1.Admin/ShardInfo"
-	Admin_TransferLeader_FullMethodName = "/shale.v1.Admin/TransferLeader"
-	Admin_NodeInfo_FullMethodName       = "/shale.v1.Admin/NodeInfo"
-	Admin_SplitShard_FullMethodName     = "/shale.v1.Admin/SplitShard"
-	Admin_ShardDirectory_FullMethodName = "/shale.v1.Admin/ShardDirectory"
-	Admin_ReportShards_FullMethodName   = "/shale.v1.Admin/ReportShards"
+	Admin_ClusterStatus_FullMethodName    = "/shale.v1.Admin/ClusterStatus"
+	Admin_GetRouting_FullMethodName       = "/shale.v1.Admin/GetRouting"
+	Admin_ListNodes_FullMethodName        = "/shale.v1.Admin/ListNodes"
+	Admin_AddNode_FullMethodName          = "/shale.v1.Admin/AddNode"
+	Admin_RemoveNode_FullMethodName       = "/shale.v1.Admin/RemoveNode"
+	Admin_ListShards_FullMethodName       = "/shale.v1.Admin/ListShards"
+	Admin_ShardInfo_FullMethodName        = "/shale.v1.Admin/ShardInfo"
+	Admin_TransferLeader_FullMethodName   = "/shale.v1.Admin/TransferLeader"
+	Admin_NodeInfo_FullMethodName         = "/shale.v1.Admin/NodeInfo"
+	Admin_SplitShard_FullMethodName       = "/shale.v1.Admin/SplitShard"
+	Admin_ShardDirectory_FullMethodName   = "/shale.v1.Admin/ShardDirectory"
+	Admin_ReportShards_FullMethodName     = "/shale.v1.Admin/ReportShards"
+	Admin_Heartbeat_FullMethodName        = "/shale.v1.Admin/Heartbeat"
+	Admin_ChangeReplicas_FullMethodName   = "/shale.v1.Admin/ChangeReplicas"
+	Admin_PlacementStatus_FullMethodName  = "/shale.v1.Admin/PlacementStatus"
+	Admin_PlacementHistory_FullMethodName = "/shale.v1.Admin/PlacementHistory"
+	Admin_DecommissionNode_FullMethodName = "/shale.v1.Admin/DecommissionNode"
+	Admin_RecommissionNode_FullMethodName = "/shale.v1.Admin/RecommissionNode"
+	Admin_MoveReplica_FullMethodName      = "/shale.v1.Admin/MoveReplica"
 )
 
 // AdminClient is the client API for Admin service.
@@ -72,6 +79,29 @@ type AdminClient interface {
 	// it leads that changed; the system shard's leader records those newer
 	// than the directory's.
 	ReportShards(ctx context.Context, in *ReportShardsRequest, opts ...grpc.CallOption) (*ReportShardsResponse, error)
+	// Heartbeat is internal: every node reports its stats and the shards it
+	// leads, once a second, to the placement leader (the system shard's
+	// leader), which judges liveness from them.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// ChangeReplicas is internal: the placement leader asks a shard's leader
+	// for one membership change, at the shard's current epoch.
+	ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasResponse, error)
+	// PlacementStatus reports, from the placement leader, every node's
+	// replicas, leaders and bytes, the running operations, and every replica
+	// that should move but cannot, with the reason.
+	PlacementStatus(ctx context.Context, in *PlacementStatusRequest, opts ...grpc.CallOption) (*PlacementStatusResponse, error)
+	// PlacementHistory returns the placement leader's recent scheduling
+	// decisions, oldest first.
+	PlacementHistory(ctx context.Context, in *PlacementHistoryRequest, opts ...grpc.CallOption) (*PlacementHistoryResponse, error)
+	// DecommissionNode starts draining a node: its replicas and leaderships
+	// move to other nodes and it gets no new ones.
+	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
+	// RecommissionNode stops a node's draining; it may take replicas again.
+	RecommissionNode(ctx context.Context, in *RecommissionNodeRequest, opts ...grpc.CallOption) (*RecommissionNodeResponse, error)
+	// MoveReplica moves a shard's replica from one node to another (add a
+	// learner, catch it up, promote it and remove the old replica) and pins
+	// the shard so balancing does not move it back.
+	MoveReplica(ctx context.Context, in *MoveReplicaRequest, opts ...grpc.CallOption) (*MoveReplicaResponse, error)
 }
 
 type adminClient struct {
@@ -202,6 +232,76 @@ func (c *adminClient) ReportShards(ctx context.Context, in *ReportShardsRequest,
 	return out, nil
 }
 
+func (c *adminClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, Admin_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReplicasResponse)
+	err := c.cc.Invoke(ctx, Admin_ChangeReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PlacementStatus(ctx context.Context, in *PlacementStatusRequest, opts ...grpc.CallOption) (*PlacementStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlacementStatusResponse)
+	err := c.cc.Invoke(ctx, Admin_PlacementStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PlacementHistory(ctx context.Context, in *PlacementHistoryRequest, opts ...grpc.CallOption) (*PlacementHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlacementHistoryResponse)
+	err := c.cc.Invoke(ctx, Admin_PlacementHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecommissionNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_DecommissionNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RecommissionNode(ctx context.Context, in *RecommissionNodeRequest, opts ...grpc.CallOption) (*RecommissionNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecommissionNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_RecommissionNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) MoveReplica(ctx context.Context, in *MoveReplicaRequest, opts ...grpc.CallOption) (*MoveReplicaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveReplicaResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -241,6 +341,29 @@ type AdminServer interface {
 	// it leads that changed; the system shard's leader records those newer
 	// than the directory's.
 	ReportShards(context.Context, *ReportShardsRequest) (*ReportShardsResponse, error)
+	// Heartbeat is internal: every node reports its stats and the shards it
+	// leads, once a second, to the placement leader (the system shard's
+	// leader), which judges liveness from them.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// ChangeReplicas is internal: the placement leader asks a shard's leader
+	// for one membership change, at the shard's current epoch.
+	ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasResponse, error)
+	// PlacementStatus reports, from the placement leader, every node's
+	// replicas, leaders and bytes, the running operations, and every replica
+	// that should move but cannot, with the reason.
+	PlacementStatus(context.Context, *PlacementStatusRequest) (*PlacementStatusResponse, error)
+	// PlacementHistory returns the placement leader's recent scheduling
+	// decisions, oldest first.
+	PlacementHistory(context.Context, *PlacementHistoryRequest) (*PlacementHistoryResponse, error)
+	// DecommissionNode starts draining a node: its replicas and leaderships
+	// move to other nodes and it gets no new ones.
+	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
+	// RecommissionNode stops a node's draining; it may take replicas again.
+	RecommissionNode(context.Context, *RecommissionNodeRequest) (*RecommissionNodeResponse, error)
+	// MoveReplica moves a shard's replica from one node to another (add a
+	// learner, catch it up, promote it and remove the old replica) and pins
+	// the shard so balancing does not move it back.
+	MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -286,6 +409,27 @@ func (UnimplementedAdminServer) ShardDirectory(context.Context, *ShardDirectoryR
 }
 func (UnimplementedAdminServer) ReportShards(context.Context, *ReportShardsRequest) (*ReportShardsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportShards not implemented")
+}
+func (UnimplementedAdminServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedAdminServer) ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangeReplicas not implemented")
+}
+func (UnimplementedAdminServer) PlacementStatus(context.Context, *PlacementStatusRequest) (*PlacementStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlacementStatus not implemented")
+}
+func (UnimplementedAdminServer) PlacementHistory(context.Context, *PlacementHistoryRequest) (*PlacementHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlacementHistory not implemented")
+}
+func (UnimplementedAdminServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecommissionNode not implemented")
+}
+func (UnimplementedAdminServer) RecommissionNode(context.Context, *RecommissionNodeRequest) (*RecommissionNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecommissionNode not implemented")
+}
+func (UnimplementedAdminServer) MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveReplica not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -524,6 +668,132 @@ func _Admin_ReportShards_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ChangeReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ChangeReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ChangeReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ChangeReplicas(ctx, req.(*ChangeReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PlacementStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlacementStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PlacementStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PlacementStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PlacementStatus(ctx, req.(*PlacementStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PlacementHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlacementHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PlacementHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PlacementHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PlacementHistory(ctx, req.(*PlacementHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DecommissionNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecommissionNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DecommissionNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DecommissionNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DecommissionNode(ctx, req.(*DecommissionNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RecommissionNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecommissionNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RecommissionNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RecommissionNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RecommissionNode(ctx, req.(*RecommissionNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_MoveReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveReplica(ctx, req.(*MoveReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -578,6 +848,34 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportShards",
 			Handler:    _Admin_ReportShards_Handler,
+		},
+		{
+			MethodName: "Heartbeat",
+			Handler:    _Admin_Heartbeat_Handler,
+		},
+		{
+			MethodName: "ChangeReplicas",
+			Handler:    _Admin_ChangeReplicas_Handler,
+		},
+		{
+			MethodName: "PlacementStatus",
+			Handler:    _Admin_PlacementStatus_Handler,
+		},
+		{
+			MethodName: "PlacementHistory",
+			Handler:    _Admin_PlacementHistory_Handler,
+		},
+		{
+			MethodName: "DecommissionNode",
+			Handler:    _Admin_DecommissionNode_Handler,
+		},
+		{
+			MethodName: "RecommissionNode",
+			Handler:    _Admin_RecommissionNode_Handler,
+		},
+		{
+			MethodName: "MoveReplica",
+			Handler:    _Admin_MoveReplica_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

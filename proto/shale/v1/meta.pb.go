@@ -246,9 +246,13 @@ type NodeDescriptor struct {
 	Zone    string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
 	// removed marks a node that was removed from the cluster: its replicas
 	// are moved away and it gets no new ones. Its ID is never reused.
-	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Removed bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	// decommissioning marks a node being drained: the placement service moves
+	// its replicas and leaderships to other nodes and gives it no new ones.
+	// Recommissioning clears it. A drained node can then be removed.
+	Decommissioning bool `protobuf:"varint,5,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeDescriptor) Reset() {
@@ -309,6 +313,98 @@ func (x *NodeDescriptor) GetRemoved() bool {
 	return false
 }
 
+func (x *NodeDescriptor) GetDecommissioning() bool {
+	if x != nil {
+		return x.Decommissioning
+	}
+	return false
+}
+
+// ShardPin records a manual placement decision (a replica move or a
+// leadership transfer asked for by an operator): until until_unix_nanos the
+// placement service's balancing leaves the shard's replicas and leadership
+// where they are. Repair (replacing replicas on dead or draining nodes) still
+// applies.
+type ShardPin struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ShardId        uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	UntilUnixNanos int64                  `protobuf:"varint,2,opt,name=until_unix_nanos,json=untilUnixNanos,proto3" json:"until_unix_nanos,omitempty"`
+	Reason         string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// move_from_node_id and move_to_node_id, when set, are a manual replica
+	// move still to be finished: the placement service adds a replica on
+	// move_to_node_id and, once it has caught up, removes the one on
+	// move_from_node_id.
+	MoveFromNodeId uint64 `protobuf:"varint,4,opt,name=move_from_node_id,json=moveFromNodeId,proto3" json:"move_from_node_id,omitempty"`
+	MoveToNodeId   uint64 `protobuf:"varint,5,opt,name=move_to_node_id,json=moveToNodeId,proto3" json:"move_to_node_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ShardPin) Reset() {
+	*x = ShardPin{}
+	mi := &file_shale_v1_meta_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPin) ProtoMessage() {}
+
+func (x *ShardPin) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_meta_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPin.ProtoReflect.Descriptor instead.
+func (*ShardPin) Descriptor() ([]byte, []int) {
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShardPin) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *ShardPin) GetUntilUnixNanos() int64 {
+	if x != nil {
+		return x.UntilUnixNanos
+	}
+	return 0
+}
+
+func (x *ShardPin) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ShardPin) GetMoveFromNodeId() uint64 {
+	if x != nil {
+		return x.MoveFromNodeId
+	}
+	return 0
+}
+
+func (x *ShardPin) GetMoveToNodeId() uint64 {
+	if x != nil {
+		return x.MoveToNodeId
+	}
+	return 0
+}
+
 // NotLeader is attached to an error when the request reached a replica that
 // is not the shard's leader. leader_node_id is 0 when no leader is known.
 type NotLeader struct {
@@ -322,7 +418,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_shale_v1_meta_proto_msgTypes[3]
+	mi := &file_shale_v1_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +430,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[3]
+	mi := &file_shale_v1_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +443,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{3}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NotLeader) GetShardId() uint64 {
@@ -384,7 +480,7 @@ type EpochMismatch struct {
 
 func (x *EpochMismatch) Reset() {
 	*x = EpochMismatch{}
-	mi := &file_shale_v1_meta_proto_msgTypes[4]
+	mi := &file_shale_v1_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +492,7 @@ func (x *EpochMismatch) String() string {
 func (*EpochMismatch) ProtoMessage() {}
 
 func (x *EpochMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[4]
+	mi := &file_shale_v1_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +505,7 @@ func (x *EpochMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochMismatch.ProtoReflect.Descriptor instead.
 func (*EpochMismatch) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{4}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EpochMismatch) GetRequestedEpoch() uint64 {
@@ -438,7 +534,7 @@ type KeyOutsideShard struct {
 
 func (x *KeyOutsideShard) Reset() {
 	*x = KeyOutsideShard{}
-	mi := &file_shale_v1_meta_proto_msgTypes[5]
+	mi := &file_shale_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +546,7 @@ func (x *KeyOutsideShard) String() string {
 func (*KeyOutsideShard) ProtoMessage() {}
 
 func (x *KeyOutsideShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[5]
+	mi := &file_shale_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +559,7 @@ func (x *KeyOutsideShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOutsideShard.ProtoReflect.Descriptor instead.
 func (*KeyOutsideShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KeyOutsideShard) GetKey() []byte {
@@ -491,7 +587,7 @@ type ShardNotFound struct {
 
 func (x *ShardNotFound) Reset() {
 	*x = ShardNotFound{}
-	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	mi := &file_shale_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +599,7 @@ func (x *ShardNotFound) String() string {
 func (*ShardNotFound) ProtoMessage() {}
 
 func (x *ShardNotFound) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	mi := &file_shale_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +612,7 @@ func (x *ShardNotFound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardNotFound.ProtoReflect.Descriptor instead.
 func (*ShardNotFound) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShardNotFound) GetShardId() uint64 {
@@ -546,7 +642,7 @@ type CrossShardRequest struct {
 
 func (x *CrossShardRequest) Reset() {
 	*x = CrossShardRequest{}
-	mi := &file_shale_v1_meta_proto_msgTypes[7]
+	mi := &file_shale_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +654,7 @@ func (x *CrossShardRequest) String() string {
 func (*CrossShardRequest) ProtoMessage() {}
 
 func (x *CrossShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[7]
+	mi := &file_shale_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +667,7 @@ func (x *CrossShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CrossShardRequest.ProtoReflect.Descriptor instead.
 func (*CrossShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CrossShardRequest) GetSplitKey() []byte {
@@ -605,12 +701,19 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x127\n" +
 	"\breplicas\x18\x05 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\x12&\n" +
 	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\x12\x16\n" +
-	"\x06system\x18\a \x01(\bR\x06system\"q\n" +
+	"\x06system\x18\a \x01(\bR\x06system\"\x9b\x01\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x18\n" +
-	"\aremoved\x18\x04 \x01(\bR\aremoved\"s\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\x12(\n" +
+	"\x0fdecommissioning\x18\x05 \x01(\bR\x0fdecommissioning\"\xb9\x01\n" +
+	"\bShardPin\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12(\n" +
+	"\x10until_unix_nanos\x18\x02 \x01(\x03R\x0euntilUnixNanos\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12)\n" +
+	"\x11move_from_node_id\x18\x04 \x01(\x04R\x0emoveFromNodeId\x12%\n" +
+	"\x0fmove_to_node_id\x18\x05 \x01(\x04R\fmoveToNodeId\"s\n" +
 	"\tNotLeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12%\n" +
@@ -646,17 +749,18 @@ func file_shale_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_shale_v1_meta_proto_goTypes = []any{
 	(ReplicaRole)(0),          // 0: shale.v1.ReplicaRole
 	(*ReplicaDescriptor)(nil), // 1: shale.v1.ReplicaDescriptor
 	(*ShardDescriptor)(nil),   // 2: shale.v1.ShardDescriptor
 	(*NodeDescriptor)(nil),    // 3: shale.v1.NodeDescriptor
-	(*NotLeader)(nil),         // 4: shale.v1.NotLeader
-	(*EpochMismatch)(nil),     // 5: shale.v1.EpochMismatch
-	(*KeyOutsideShard)(nil),   // 6: shale.v1.KeyOutsideShard
-	(*ShardNotFound)(nil),     // 7: shale.v1.ShardNotFound
-	(*CrossShardRequest)(nil), // 8: shale.v1.CrossShardRequest
+	(*ShardPin)(nil),          // 4: shale.v1.ShardPin
+	(*NotLeader)(nil),         // 5: shale.v1.NotLeader
+	(*EpochMismatch)(nil),     // 6: shale.v1.EpochMismatch
+	(*KeyOutsideShard)(nil),   // 7: shale.v1.KeyOutsideShard
+	(*ShardNotFound)(nil),     // 8: shale.v1.ShardNotFound
+	(*CrossShardRequest)(nil), // 9: shale.v1.CrossShardRequest
 }
 var file_shale_v1_meta_proto_depIdxs = []int32{
 	0, // 0: shale.v1.ReplicaDescriptor.role:type_name -> shale.v1.ReplicaRole
@@ -681,7 +785,7 @@ func file_shale_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_meta_proto_rawDesc), len(file_shale_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

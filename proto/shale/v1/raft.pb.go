@@ -686,6 +686,7 @@ type SystemCommand struct {
 	//	*SystemCommand_RemoveNodeId
 	//	*SystemCommand_PutShard
 	//	*SystemCommand_AllocateShardId
+	//	*SystemCommand_PutPin
 	Op            isSystemCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -764,6 +765,15 @@ func (x *SystemCommand) GetAllocateShardId() uint64 {
 	return 0
 }
 
+func (x *SystemCommand) GetPutPin() *ShardPin {
+	if x != nil {
+		if x, ok := x.Op.(*SystemCommand_PutPin); ok {
+			return x.PutPin
+		}
+	}
+	return nil
+}
+
 type isSystemCommand_Op interface {
 	isSystemCommand_Op()
 }
@@ -786,6 +796,11 @@ type SystemCommand_AllocateShardId struct {
 	AllocateShardId uint64 `protobuf:"varint,4,opt,name=allocate_shard_id,json=allocateShardId,proto3,oneof"`
 }
 
+type SystemCommand_PutPin struct {
+	// put_pin records (or, with until_unix_nanos 0, deletes) a shard's pin.
+	PutPin *ShardPin `protobuf:"bytes,5,opt,name=put_pin,json=putPin,proto3,oneof"`
+}
+
 func (*SystemCommand_PutNode) isSystemCommand_Op() {}
 
 func (*SystemCommand_RemoveNodeId) isSystemCommand_Op() {}
@@ -793,6 +808,8 @@ func (*SystemCommand_RemoveNodeId) isSystemCommand_Op() {}
 func (*SystemCommand_PutShard) isSystemCommand_Op() {}
 
 func (*SystemCommand_AllocateShardId) isSystemCommand_Op() {}
+
+func (*SystemCommand_PutPin) isSystemCommand_Op() {}
 
 // ConfChangeContext rides in a Raft ConfChangeV2's context: the node each
 // added replica lives on.
@@ -989,12 +1006,13 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\acommand\"Q\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
-	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\"\xdc\x01\n" +
+	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\"\x8b\x02\n" +
 	"\rSystemCommand\x125\n" +
 	"\bput_node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorH\x00R\aputNode\x12&\n" +
 	"\x0eremove_node_id\x18\x02 \x01(\x04H\x00R\fremoveNodeId\x128\n" +
 	"\tput_shard\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorH\x00R\bputShard\x12,\n" +
-	"\x11allocate_shard_id\x18\x04 \x01(\x04H\x00R\x0fallocateShardIdB\x04\n" +
+	"\x11allocate_shard_id\x18\x04 \x01(\x04H\x00R\x0fallocateShardId\x12-\n" +
+	"\aput_pin\x18\x05 \x01(\v2\x12.shale.v1.ShardPinH\x00R\x06putPinB\x04\n" +
 	"\x02op\"L\n" +
 	"\x11ConfChangeContext\x127\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\"\xa0\x02\n" +
@@ -1041,8 +1059,9 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*ShardDescriptor)(nil),    // 12: shale.v1.ShardDescriptor
 	(*TxnRequest)(nil),         // 13: shale.v1.TxnRequest
 	(*NodeDescriptor)(nil),     // 14: shale.v1.NodeDescriptor
-	(*ReplicaDescriptor)(nil),  // 15: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 16: shale.v1.TxnResponse
+	(*ShardPin)(nil),           // 15: shale.v1.ShardPin
+	(*ReplicaDescriptor)(nil),  // 16: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 17: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
@@ -1054,19 +1073,20 @@ var file_shale_v1_raft_proto_depIdxs = []int32{
 	8,  // 6: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
 	14, // 7: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
 	12, // 8: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	15, // 9: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	16, // 10: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	12, // 11: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	12, // 12: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 13: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	5,  // 14: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	2,  // 15: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	6,  // 16: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	15, // [15:17] is the sub-list for method output_type
-	13, // [13:15] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 9: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	16, // 10: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	17, // 11: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	12, // 12: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	12, // 13: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 14: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	5,  // 15: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	2,  // 16: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	6,  // 17: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1087,6 +1107,7 @@ func file_shale_v1_raft_proto_init() {
 		(*SystemCommand_RemoveNodeId)(nil),
 		(*SystemCommand_PutShard)(nil),
 		(*SystemCommand_AllocateShardId)(nil),
+		(*SystemCommand_PutPin)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
