@@ -251,6 +251,26 @@ func (c *Client) SplitShard(ctx context.Context, splitKey []byte) (left, right *
 	return resp.GetLeft(), resp.GetRight(), nil
 }
 
+// MergeShards merges the shard holding key with its right neighbour: the
+// shard keeps its ID and takes the neighbour's keys and range, and the
+// neighbour is gone. The node leading the shard must host a replica of the
+// neighbour (FailedPrecondition otherwise, and for the last shard, which
+// has no neighbour). It returns the merged shard's descriptor and the
+// removed shard's ID; the client's routing follows.
+func (c *Client) MergeShards(ctx context.Context, key []byte) (merged *shalev1.ShardDescriptor, removed uint64, err error) {
+	var resp *shalev1.MergeShardsResponse
+	err = c.invokeAdmin(ctx, "merge-shards", true, func(ctx context.Context, a shalev1.AdminClient) error {
+		var err error
+		resp, err = a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: key})
+		return err
+	})
+	if err != nil {
+		return nil, 0, wrapOp("merge-shards", err)
+	}
+	c.rt.apply(resp.GetMerged())
+	return resp.GetMerged(), resp.GetRemovedShardId(), nil
+}
+
 // PlacementStatus reports what the placement leader (the system shard's
 // leader) sees: every node with its state,
 // last heartbeat, replica, leader and byte counts and decommissioning flag,

@@ -255,20 +255,18 @@ func (s *scheduler) count() {
 			}
 		}
 	}
-	// The voters that running moves will remove (decided on the counts
-	// above, as finishLearner will).
+	// The voters that running moves will remove, decided one move at a
+	// time on counts that already leave out the voters picked before (so
+	// that several moves do not all pick the fullest node), and kept for
+	// finishLearner.
 	for i := range s.shards {
 		sh := &s.shards[i]
 		if ls := learners(sh.Desc); len(ls) > 0 && len(voters(sh.Desc))+1 > s.cfg.ReplicationFactor {
 			if v := s.victim(sh, ls[0].GetNodeId()); v != nil {
 				s.victims[sh.Desc.GetShardId()] = v
+				s.replicas[v.GetNodeId()]--
+				s.bytes[v.GetNodeId()] -= min(s.bytes[v.GetNodeId()], sh.SizeBytes)
 			}
-		}
-	}
-	for i := range s.shards {
-		if v := s.victims[s.shards[i].Desc.GetShardId()]; v != nil {
-			s.replicas[v.GetNodeId()]--
-			s.bytes[v.GetNodeId()] -= min(s.bytes[v.GetNodeId()], s.shards[i].SizeBytes)
 		}
 	}
 }
@@ -400,6 +398,11 @@ func (s *scheduler) victim(sh *Shard, learnerNode uint64) *shalev1.ReplicaDescri
 			if o != v && s.zone(o.GetNodeId()) == z {
 				return 2
 			}
+		}
+		if sh.Desc.GetSystem() && v.GetNodeId() == sh.Leader {
+			// Its leader is the placement leader: moving it restarts
+			// placement, so it goes last.
+			return 4
 		}
 		return 3
 	}
@@ -782,7 +785,9 @@ func (s *scheduler) balanceLeaders(touched map[uint64]bool) {
 			for k := range s.shards {
 				sh := &s.shards[k]
 				d := sh.Desc
-				if sh.Leader != src || touched[d.GetShardId()] || sh.Pinned || sh.Busy || len(learners(d)) > 0 || joint(d) {
+				// The system shard's leader is the placement leader:
+				// balancing leaves it alone (moving it restarts placement).
+				if sh.Leader != src || d.GetSystem() || touched[d.GetShardId()] || sh.Pinned || sh.Busy || len(learners(d)) > 0 || joint(d) {
 					continue
 				}
 				for _, v := range voters(d) {

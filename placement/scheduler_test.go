@@ -253,7 +253,7 @@ func (m *model) simulate(t *testing.T, maxSteps int) string {
 	for _, sh := range m.shards {
 		minVoters[sh.Desc.GetShardId()] = min(len(voters(sh.Desc)), m.cfg.ReplicationFactor)
 	}
-	steps, ops, maxMoves := 0, 0, 0
+	steps, ops, adds, maxMoves := 0, 0, 0, 0
 	for ; steps < maxSteps; steps++ {
 		// Learners present since the last step have caught up.
 		for i := range m.shards {
@@ -269,6 +269,9 @@ func (m *model) simulate(t *testing.T, maxSteps int) string {
 		for _, op := range p.Ops {
 			m.apply(t, op)
 			ops++
+			if op.Kind == AddLearner {
+				adds++
+			}
 		}
 		for _, sh := range m.shards {
 			seen := map[uint64]bool{}
@@ -290,7 +293,7 @@ func (m *model) simulate(t *testing.T, maxSteps int) string {
 	if steps == maxSteps {
 		fmt.Fprintf(&b, "did not converge in %d steps\n", maxSteps)
 	} else {
-		fmt.Fprintf(&b, "converged after %d steps, %d operations\n", steps, ops)
+		fmt.Fprintf(&b, "converged after %d steps, %d operations, %d replicas added\n", steps, ops, adds)
 	}
 	b.WriteString(m.state())
 	if p := Schedule(m.cfg, slices.Clone(m.nodes), m.shards); len(p.Stuck) > 0 {

@@ -384,6 +384,19 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 	}
 }
 
+// Destroy removes this replica from the node (its Raft state and, through
+// the Store's ReplicaRemoved hook, its data), as a replica removed from its
+// shard is. It is for replicas of shards that no longer exist (a merge
+// retired the shard while this replica was away).
+func (r *Replica) Destroy(ctx context.Context) error {
+	return r.runOnLoop(ctx, func() error {
+		if !r.dead() {
+			r.store.removeReplica(r)
+		}
+		return nil
+	})
+}
+
 // ChangeType is a kind of membership change.
 type ChangeType int
 
@@ -1008,6 +1021,10 @@ func (r *Replica) applyCommitted(ents []*raftpb.Entry) error {
 		r.appliedWaiters = keep
 	}
 	r.updateNodes(r.sm.AppliedState().Descriptor)
+	if r.sm.AppliedState().Descriptor.GetRetired() {
+		// The shard was merged into its left neighbour.
+		removedSelf = true
+	}
 	if removedSelf {
 		r.store.removeReplica(r)
 	}

@@ -342,7 +342,13 @@ func (s *Store) AddReplica(sm StateMachine) (*Replica, error) {
 		}
 		replicaID = id
 	}
-	return s.addReplica(shardID, replicaID, sm, true)
+	r, err := s.addReplica(shardID, replicaID, sm, true)
+	if err == nil && st.Descriptor.GetRetired() {
+		// Retired (merged away) before a restart removed it: remove it now.
+		s.removeReplica(r)
+		return nil, ErrReplicaRemoved
+	}
+	return r, err
 }
 
 // AddEmptyReplica hosts an uninitialized replica (created on demand before

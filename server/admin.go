@@ -150,6 +150,19 @@ func (n *Node) shardStatuses(ctx context.Context, infos map[uint64]*shalev1.Node
 	if err != nil {
 		return out
 	}
+	listed := make(map[uint64]bool, len(dir.GetShards()))
+	for _, d := range dir.GetShards() {
+		listed[d.GetShardId()] = true
+	}
+	// A frozen replica of a shard merged away (its node was down when the
+	// merge retired it) is not a shard any more.
+	kept := out[:0]
+	for _, ss := range out {
+		if d := ss.GetDescriptor_(); d.GetMergingInto() == 0 || listed[d.GetShardId()] {
+			kept = append(kept, ss)
+		}
+	}
+	out = kept
 	seen := make(map[uint64]bool, len(out))
 	for _, ss := range out {
 		seen[ss.GetDescriptor_().GetShardId()] = true

@@ -905,7 +905,48 @@ func (h *biHarness) adminCases() []biCase {
 			return err
 		})
 	}
+	call := func(fn func(ctx context.Context, a shalev1.AdminClient) (any, error)) biCall {
+		return adm(func(ctx context.Context, a shalev1.AdminClient) error { _, err := fn(ctx, a); return err })
+	}
+	changeReplicas := func(req *shalev1.ChangeReplicasRequest) biCall {
+		return call(func(ctx context.Context, a shalev1.AdminClient) (any, error) { return a.ChangeReplicas(ctx, req) })
+	}
+	move := func(shard, from, to uint64) biCall {
+		return call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: to})
+		})
+	}
+	addLearner := []*shalev1.ReplicaChange{{Type: shalev1.ReplicaChange_TYPE_ADD_LEARNER, NodeId: 1}}
 	return []biCase{
+		{name: "ChangeReplicas/no epoch", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Changes: addLearner}), code: codes.InvalidArgument},
+		{name: "ChangeReplicas/no changes", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Epoch: 1}), code: codes.InvalidArgument},
+		{name: "ChangeReplicas/unknown type", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Epoch: 1, Changes: []*shalev1.ReplicaChange{{NodeId: 1}}}), code: codes.InvalidArgument},
+		{name: "ChangeReplicas/learner without node", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Epoch: 1, Changes: []*shalev1.ReplicaChange{{Type: shalev1.ReplicaChange_TYPE_ADD_LEARNER}}}), code: codes.InvalidArgument},
+		{name: "ChangeReplicas/remove without replica", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Epoch: 1, Changes: []*shalev1.ReplicaChange{{Type: shalev1.ReplicaChange_TYPE_REMOVE_REPLICA}}}), code: codes.InvalidArgument},
+		{name: "ChangeReplicas/stale epoch", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biShardA, Epoch: 99, Changes: addLearner}), code: codes.FailedPrecondition},
+		{name: "ChangeReplicas/unknown shard", to: A, call: changeReplicas(&shalev1.ChangeReplicasRequest{ShardId: biUnknown, Epoch: 1, Changes: addLearner}), code: codes.NotFound, detail: h.wantShardNotFound(biUnknown, false)},
+		{name: "MoveReplica/no shard", to: A, call: move(0, 1, 2), code: codes.InvalidArgument},
+		{name: "MoveReplica/same node", to: A, call: move(biShardA, 1, 1), code: codes.InvalidArgument},
+		{name: "MoveReplica/unknown shard", to: A, call: move(biUnknown, 1, 2), code: codes.NotFound, detail: h.wantShardNotFound(biUnknown, false)},
+		{name: "MoveReplica/unknown target, follower", to: F, call: move(biShardA, 1, biUnknown), code: codes.NotFound},
+		{name: "DecommissionNode/no node id", to: A, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.DecommissionNode(ctx, &shalev1.DecommissionNodeRequest{})
+		}), code: codes.InvalidArgument},
+		{name: "DecommissionNode/unknown node", to: F, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.DecommissionNode(ctx, &shalev1.DecommissionNodeRequest{NodeId: biUnknown})
+		}), code: codes.NotFound},
+		{name: "RecommissionNode/no node id", to: A, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.RecommissionNode(ctx, &shalev1.RecommissionNodeRequest{})
+		}), code: codes.InvalidArgument},
+		{name: "Heartbeat/no node", to: A, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.Heartbeat(ctx, &shalev1.HeartbeatRequest{})
+		}), code: codes.InvalidArgument},
+		{name: "MergeShards/no key", to: A, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.MergeShards(ctx, &shalev1.MergeShardsRequest{})
+		}), code: codes.InvalidArgument},
+		{name: "ReportShards/removed system shard", to: A, call: call(func(ctx context.Context, a shalev1.AdminClient) (any, error) {
+			return a.ReportShards(ctx, &shalev1.ReportShardsRequest{RemovedShardIds: []uint64{1}})
+		}), code: codes.InvalidArgument},
 		{name: "ShardInfo/no shard id", to: A, call: shardInfo(0), code: codes.InvalidArgument},
 		{name: "ShardInfo/unknown shard", to: A, call: shardInfo(biUnknown), code: codes.NotFound, detail: h.wantShardNotFound(biUnknown, false)},
 		{name: "TransferLeader/no shard id", to: A, call: transfer(0, 1), code: codes.InvalidArgument},

@@ -80,6 +80,15 @@ type Config struct {
 	// leadership moves to another node (default 2,500; negative: no
 	// load-based splits).
 	SplitQPS int
+	// MergeSizeBytes is the combined size under which a shard's leader
+	// merges it with its right neighbour, when the boundary between them was
+	// made by an automatic split, both are quiet (under half of SplitQPS)
+	// and neither was split in the last five minutes (default a quarter of
+	// SplitSizeBytes; negative: no automatic merges).
+	MergeSizeBytes int64
+	// MergeDelay is how long after a split of either shard an automatic
+	// merge waits, so that load splits outlive their load (default 5m).
+	MergeDelay time.Duration
 	// GRPCWindowBytes and GRPCConnWindowBytes are the HTTP/2 flow-control
 	// windows (per stream, per connection) of the node's gRPC server and of
 	// its connections to peers (defaults 2 MiB and 16 MiB; at least 64 KiB
@@ -160,6 +169,15 @@ func (c *Config) applyDefaults() {
 	}
 	if c.SplitSizeBytes == 0 {
 		c.SplitSizeBytes = 128 << 20
+	}
+	if c.MergeDelay == 0 {
+		c.MergeDelay = 5 * time.Minute
+	}
+	if c.MergeSizeBytes == 0 {
+		c.MergeSizeBytes = -1
+		if c.SplitSizeBytes > 0 {
+			c.MergeSizeBytes = c.SplitSizeBytes / 4
+		}
 	}
 	if c.GRPCWindowBytes == 0 {
 		c.GRPCWindowBytes = grpctransport.DefaultInitialWindowSize

@@ -28,7 +28,7 @@ func (n *Node) reportDescriptors(ctx context.Context) {
 			continue
 		}
 		d := sm.Descriptor()
-		if d == nil {
+		if d == nil || d.GetRetired() {
 			continue
 		}
 		n.mu.Lock()
@@ -38,16 +38,26 @@ func (n *Node) reportDescriptors(ctx context.Context) {
 			descs = append(descs, d)
 		}
 	}
-	if len(descs) == 0 {
+	n.mu.Lock()
+	removed := make([]uint64, 0, len(n.removedShards))
+	for id := range n.removedShards {
+		removed = append(removed, id)
+	}
+	n.mu.Unlock()
+	if len(descs) == 0 && len(removed) == 0 {
 		return
 	}
-	if _, err := (&adminService{n: n}).ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: descs}); err != nil {
-		n.log.Debug("report shard descriptors to the directory", "shards", len(descs), "err", err)
+	if _, err := (&adminService{n: n}).ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: descs, RemovedShardIds: removed}); err != nil {
+		n.log.Debug("report shard descriptors to the directory", "shards", len(descs), "removed", len(removed), "err", err)
 		return
 	}
 	n.mu.Lock()
 	for _, d := range descs {
 		n.reported[d.GetShardId()] = max(n.reported[d.GetShardId()], d.GetEpoch())
+	}
+	for _, id := range removed {
+		delete(n.removedShards, id)
+		delete(n.reported, id)
 	}
 	n.mu.Unlock()
 }
@@ -58,6 +68,11 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 	for _, d := range req.GetDescriptors() {
 		if d.GetShardId() == 0 || d.GetEpoch() == 0 {
 			return nil, invalidArg("a reported descriptor needs a shard_id and an epoch")
+		}
+	}
+	for _, id := range req.GetRemovedShardIds() {
+		if id == 0 || id == SystemShardID {
+			return nil, invalidArg("removed_shard_ids must name user shards (got %d)", id)
 		}
 	}
 	if r := n.store.Replica(SystemShardID); r == nil || !r.IsLeader() {
@@ -78,13 +93,21 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 		}
 	}
 	for _, d := range req.GetDescriptors() {
-		if proto.Equal(have[d.GetShardId()], d) {
-			continue
+		if proto.Equal(have[d.GetShardId()], d) || d.GetRetired() {
+			continue // a retired shard is removed by its merge, never recorded
 		}
 		id := requestIDFor("put-shard", itoa(d.GetShardId()), itoa(d.GetEpoch()))
 		res, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutShard{PutShard: d}})
 		if err != nil && codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
 			// FailedPrecondition: the directory already has a newer epoch.
+			return nil, err
+		}
+	}
+	for _, id := range req.GetRemovedShardIds() {
+		if _, ok := have[id]; !ok {
+			continue
+		}
+		if _, err := n.proposeSystem(ctx, requestIDFor("remove-shard", itoa(id)), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_RemoveShardId{RemoveShardId: id}}); err != nil {
 			return nil, err
 		}
 	}

@@ -50,6 +50,9 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 		if desc.GetSystem() {
 			return target{}, invalidArg("shard %d is the system shard; it holds no user keys", id)
 		}
+		if desc.GetMergingInto() != 0 {
+			return target{}, status.Errorf(codes.Unavailable, "shard %d is being merged into shard %d; retry", id, desc.GetMergingInto())
+		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
 			return target{}, epochMismatchErr(e, desc)
 		}
@@ -67,7 +70,7 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 			continue
 		}
 		desc := sm.Descriptor()
-		if desc == nil || desc.GetSystem() || !contains(desc, key) {
+		if desc == nil || desc.GetSystem() || desc.GetMergingInto() != 0 || !contains(desc, key) {
 			continue
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
@@ -669,7 +672,7 @@ func (n *Node) routeScan(h *shalev1.RequestHeader, p scanPlan) (target, error) {
 			continue
 		}
 		d := sm.Descriptor()
-		if d == nil || d.GetSystem() {
+		if d == nil || d.GetSystem() || d.GetMergingInto() != 0 {
 			continue
 		}
 		if len(p.end) == 0 {

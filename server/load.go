@@ -37,6 +37,7 @@ type shardLoad struct {
 	// Maintenance-loop state.
 	lastOps  uint64
 	lastAt   time.Time
+	qps      float64 // over the last tick
 	hotTicks int
 }
 
@@ -110,7 +111,7 @@ func (n *Node) splitHotShards(ctx context.Context) {
 		if !l.lastAt.IsZero() {
 			qps = float64(ops-l.lastOps) / now.Sub(l.lastAt).Seconds()
 		}
-		l.lastOps, l.lastAt = ops, now
+		l.lastOps, l.lastAt, l.qps = ops, now, qps
 		if qps > float64(n.cfg.SplitQPS) && r.IsLeader() {
 			l.hotTicks++
 		} else {
@@ -132,7 +133,7 @@ func (n *Node) splitHotShards(ctx context.Context) {
 	}
 	n.noteSplit(hot.GetShardId(), now)
 	hotLoad.reset()
-	resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: hot.GetShardId()})
+	resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: hot.GetShardId(), Automatic: true})
 	if err != nil {
 		n.log.Warn("load-based split failed", "shard", hot.GetShardId(), "qps", hotQPS, "split_key", fmt.Sprintf("%q", key), "err", err)
 		return
@@ -207,6 +208,28 @@ func (n *Node) splitRecently(shardID uint64, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return now.Sub(n.lastSplit[shardID]) < 10*time.Second
+}
+
+// splitWithin reports whether this node split the shard (or created it by
+// a split) in the last d.
+func (n *Node) splitWithin(shardID uint64, now time.Time, d time.Duration) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t, ok := n.lastSplit[shardID]
+	return ok && now.Sub(t) < d
+}
+
+// recentQPS is the shard's request rate over the last maintenance tick, as
+// routed through this node.
+func (n *Node) recentQPS(shardID uint64) float64 {
+	v, ok := n.loads.Load(shardID)
+	if !ok {
+		return 0
+	}
+	l := v.(*shardLoad)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.qps
 }
 
 func (n *Node) noteSplit(shardID uint64, now time.Time) {

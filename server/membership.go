@@ -35,6 +35,10 @@ func (n *Node) maintain() {
 		n.runPlacement(ctx)
 		n.splitLargeShards(ctx)
 		n.splitHotShards(ctx)
+		n.mergeSmallShards(ctx)
+		if i%10 == 0 {
+			n.collectMergedReplicas(ctx)
+		}
 		n.reportDescriptors(ctx)
 		cancel()
 	}

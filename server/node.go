@@ -73,9 +73,12 @@ type Node struct {
 	lastSplit   map[uint64]time.Time // shard → when this node last split it (under mu)
 	loads       sync.Map             // shard ID → *shardLoad
 	reported    map[uint64]uint64    // shard → epoch last reported to the directory (under mu)
-	conns       map[string]*grpc.ClientConn
-	place       *placementState
-	writeBytes  atomic.Uint64 // bytes of write commands this node proposed
+	// removedShards are shards this node merged away whose removal from
+	// the directory is still to be reported (under mu).
+	removedShards map[uint64]bool
+	conns         map[string]*grpc.ClientConn
+	place         *placementState
+	writeBytes    atomic.Uint64 // bytes of write commands this node proposed
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -100,15 +103,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("server: data dir: %w", err)
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		addrs:     map[uint64]string{},
-		shards:    map[uint64]*shard.Shard{},
-		lastSplit: map[uint64]time.Time{},
-		reported:  map[uint64]uint64{},
-		conns:     map[string]*grpc.ClientConn{},
-		stop:      make(chan struct{}),
-		reg:       prometheus.NewRegistry(),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		addrs:         map[uint64]string{},
+		shards:        map[uint64]*shard.Shard{},
+		lastSplit:     map[uint64]time.Time{},
+		reported:      map[uint64]uint64{},
+		removedShards: map[uint64]bool{},
+		conns:         map[string]*grpc.ClientConn{},
+		stop:          make(chan struct{}),
+		reg:           prometheus.NewRegistry(),
 	}
 	n.place = newPlacementState(cfg, n.reg)
 	defer func() {
@@ -392,6 +396,9 @@ func (n *Node) openShards() error {
 			_, err = n.store.AddEmptyReplica(id, s)
 		} else {
 			_, err = n.store.AddReplica(s)
+		}
+		if errors.Is(err, replication.ErrReplicaRemoved) {
+			continue // a shard merged away; its replica removed itself
 		}
 		if err != nil {
 			_ = s.Close()

@@ -403,7 +403,7 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 	shards := make([]placement.Shard, 0, len(dir))
 	for _, d := range dir {
 		id := d.GetShardId()
-		sh := placement.Shard{Desc: d, Busy: p.inflight[id]}
+		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0}
 		if l, ok := led[id]; ok {
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
@@ -682,6 +682,9 @@ func (s *adminService) ChangeReplicas(ctx context.Context, req *shalev1.ChangeRe
 		return nil, n.notLeaderErr(req.GetShardId(), r.Status().LeaderNodeID)
 	}
 	d := sm.Descriptor()
+	if d.GetMergingInto() != 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "shard %d is being merged into shard %d", req.GetShardId(), d.GetMergingInto())
+	}
 	if d.GetEpoch() != req.GetEpoch() {
 		return nil, status.Errorf(codes.FailedPrecondition, "shard %d is at epoch %d, not %d", req.GetShardId(), d.GetEpoch(), req.GetEpoch())
 	}

@@ -121,7 +121,7 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 		FirstAttempt:       true,
 		TimestampUnixNanos: time.Now().UnixNano(),
 		Epoch:              target.GetEpoch(),
-		Command:            &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId()}},
+		Command:            &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
 	}
 	payload, err := proto.Marshal(cmd)
 	if err != nil {
@@ -183,7 +183,7 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 			continue
 		}
 		n.noteSplit(desc.GetShardId(), now)
-		resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: desc.GetShardId()})
+		resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: desc.GetShardId(), Automatic: true})
 		if err != nil {
 			n.log.Warn("automatic split failed", "shard", desc.GetShardId(), "size", size, "split_key", fmt.Sprintf("%q", key), "err", err)
 			return

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	shaleclient "github.com/shale-db/shale/client"
 )
 
 // IdleConfig is one run of the idle-cost benchmark: for every entry of
@@ -185,6 +187,11 @@ func runIdleCase(ctx context.Context, cfg *IdleConfig, shards int) IdleResult {
 		return fail(fmt.Errorf("connect: %w", err))
 	}
 	_, err = nodes.WaitReady(startCtx, cli, shards+1)
+	if err == nil {
+		// Wait for the placement service to finish balancing leaders, so
+		// the window measures idle shards, not leadership transfers.
+		err = waitPlacementBalanced(startCtx, cli)
+	}
 	cancel()
 	cli.Close()
 	if err != nil {
@@ -393,4 +400,26 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// waitPlacementBalanced waits until the placement leader reports nothing
+// to do, running or stuck.
+func waitPlacementBalanced(ctx context.Context, cli *shaleclient.Client) error {
+	var last error
+	for {
+		st, err := cli.PlacementStatus(ctx)
+		if err == nil && st.GetBalanced() {
+			return nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = fmt.Errorf("placement not balanced: %d running, %d stuck, leader spread %d", len(st.GetRunning()), len(st.GetStuck()), st.GetLeaderSpread())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for placement to settle: %w", last)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -328,6 +328,77 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 	return c, nil
 }
 
+// StartJoiningNode starts one more shale-server process that joins the
+// running cluster (--join the first node's address), in dir/node<k> where
+// k is its index in c plus one (data in data/, output in server.log), on
+// free loopback ports, with extraArgs and then ShaleOptions.ExtraArgs. The
+// cluster gives it its node ID (match it by its Endpoints address). It
+// returns once the process runs; the join itself completes in the
+// background (see ListNodes). It returns the new node's index in c.
+func (c *ShaleNodes) StartJoiningNode(ctx context.Context, dir string, extraArgs []string, log io.Writer) (int, error) {
+	if len(c.Endpoints) == 0 {
+		return 0, errors.New("no cluster to join")
+	}
+	bin, err := ShaleServerBinary(log)
+	if err != nil {
+		return 0, err
+	}
+	k := len(c.procs) + 1
+	ndir := filepath.Join(dir, fmt.Sprintf("node%d", k))
+	for attempt := 1; ; attempt++ {
+		if err := os.RemoveAll(ndir); err != nil {
+			return 0, err
+		}
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return 0, err
+		}
+		ports, err := freePorts(2)
+		if err != nil {
+			return 0, fmt.Errorf("pick ports: %w", err)
+		}
+		grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
+		args := []string{
+			"--data-dir", filepath.Join(ndir, "data"),
+			"--listen", grpcAddr,
+			"--advertise", grpcAddr,
+			"--http", httpAddr,
+			"--join", c.Endpoints[0],
+		}
+		args = append(args, extraArgs...)
+		args = append(args, currentShaleOptions().ExtraArgs...)
+		cmd := exec.Command(bin, args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "SHALE_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		p, err := startChild(fmt.Sprintf("shale-server node%d (joining)", k), cmd, filepath.Join(ndir, "server.log"), "")
+		if err != nil {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+		if p.exited() {
+			err := fmt.Errorf("%s exited (%v); %s", p.name, p.waitErr, p.tail())
+			p.out.Close()
+			if attempt < 3 && strings.Contains(err.Error(), "address already in use") {
+				continue
+			}
+			return 0, err
+		}
+		c.procs = append(c.procs, p)
+		c.Endpoints = append(c.Endpoints, grpcAddr)
+		c.HTTP = append(c.HTTP, httpAddr)
+		if log != nil {
+			fmt.Fprintf(log, "shale: joining node%d pid %d, grpc %s, http %s, --join %s %s\n", k, cmd.Process.Pid, grpcAddr, httpAddr, c.Endpoints[0], strings.Join(args[10:], " "))
+		}
+		return k - 1, nil
+	}
+}
+
 func (c *ShaleNodes) checkRunning() error {
 	for _, p := range c.procs {
 		if p.exited() {

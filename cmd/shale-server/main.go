@@ -43,6 +43,8 @@ type flags struct {
 	snapshotRate, blockCache                int64
 	grpcWindow, grpcConnWindow              int32
 	deadNodeTimeout, pinDuration            time.Duration
+	mergeSize                               int64
+	mergeDelay                              time.Duration
 	maxMovesPerNode, maxMoves               int
 	splitSize                               int64
 	shardMemTable, splitQPS                 int
@@ -100,6 +102,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.IntVar(&f.splitQPS, "split-qps", 2500, "requests per second above which (for 5 s) a shard splits at its median requested key (negative: no load-based splits)")
 	fl.IntVar(&f.shardMemTable, "shard-memtable-bytes", 16<<20, "memtable size of each shard's storage engine")
 	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
+	fl.Int64Var(&f.mergeSize, "merge-size-bytes", 0, "combined size under which two adjacent shards split automatically merge again (0: a quarter of --split-size-bytes; negative: no automatic merges)")
+	fl.DurationVar(&f.mergeDelay, "merge-delay", 5*time.Minute, "how long after a split an automatic merge of its shards waits")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
 	fl.Int32Var(&f.grpcConnWindow, "grpc-conn-window-bytes", 16<<20, "HTTP/2 flow-control window per gRPC connection, for clients and peers (at least 65535)")
 	fl.DurationVar(&f.deadNodeTimeout, "dead-node-timeout", 5*time.Minute, "how long a node may miss heartbeats before its replicas are replaced on other nodes")
@@ -208,6 +212,8 @@ func run(ctx context.Context, f flags) error {
 		SplitQPS:                 f.splitQPS,
 		GRPCWindowBytes:          f.grpcWindow,
 		GRPCConnWindowBytes:      f.grpcConnWindow,
+		MergeSizeBytes:           f.mergeSize,
+		MergeDelay:               f.mergeDelay,
 		DeadNodeTimeout:          f.deadNodeTimeout,
 		PlacementMaxMovesPerNode: f.maxMovesPerNode,
 		PlacementMaxMoves:        f.maxMoves,

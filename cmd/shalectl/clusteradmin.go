@@ -164,6 +164,37 @@ hexadecimal and the boundaries print as hexadecimal.`,
 			return err
 		}),
 	}
+	merge := &cobra.Command{
+		Use:   "merge KEY",
+		Short: "Merge the shard holding KEY with its right neighbour",
+		Long: `merge joins the shard holding KEY and the shard that follows it: the first
+keeps its ID and takes the second's keys and range; the second is removed.
+Requests to either keep working (clients retry transparently while the
+merge completes). The node leading the first shard must host a replica of
+the second; the last shard has no neighbour. It prints the merged shard;
+-o json prints the MergeShardsResponse message. With --hex, KEY is
+hexadecimal.`,
+		Example: `  shalectl shard merge user/5000
+  shalectl shard merge --hex 7f00`,
+		Args: exactArgs("KEY"),
+		RunE: f.adminRun(func(ctx context.Context, cmd *cobra.Command, c *client.Client, args []string, asJSON bool) error {
+			key, err := f.keys().codec().Parse(args[0])
+			if err != nil {
+				return fmt.Errorf("KEY: %w", err)
+			}
+			merged, removed, err := c.MergeShards(ctx, key)
+			if err != nil {
+				return fmt.Errorf("shard merge at %s: %w", f.keys().format(key), err)
+			}
+			if asJSON {
+				return writeProtoJSON(cmd.OutOrStdout(), &shalev1.MergeShardsResponse{Merged: merged, RemovedShardId: removed})
+			}
+			k := f.keys()
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "shard %d: [%s, %s) epoch %d (absorbed shard %d)\n",
+				merged.GetShardId(), k.rangeBound(merged.GetStartKey(), false), k.rangeBound(merged.GetEndKey(), true), merged.GetEpoch(), removed)
+			return err
+		}),
+	}
 	directory := &cobra.Command{
 		Use:   "directory",
 		Short: "List the shard directory held by the system shard",
@@ -196,7 +227,7 @@ whose nodes are down. -o json prints the ShardDirectoryResponse message.`,
 			return tw.Flush()
 		}),
 	}
-	return newAdminGroup("shard", "Inspect, split and move the cluster's shards", "", true, f, list, info, split, directory,
+	return newAdminGroup("shard", "Inspect, split, merge and move the cluster's shards", "", true, f, list, info, split, merge, directory,
 		newShardMoveCmd(f))
 }
 

@@ -110,4 +110,40 @@ func TestShalectlShardSplit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// shalectl shard merge joins them again: the left shard takes the
+	// right's keys and range, the right is gone from the directory.
+	var merged string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		merged, err = ctl("shard", "merge", "p/10")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shalectl shard merge: %v\n%s", err, merged)
+		}
+	}
+	if !strings.Contains(merged, fmt.Sprintf("shard %d:", before)) || !strings.Contains(merged, "absorbed shard "+resp.Right.ShardID) {
+		t.Fatalf("merge answer: %s", merged)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err = ctl("shard", "directory")
+		if err == nil && !strings.Contains(out, "p/20") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard directory after the merge: %v\n%s", err, out)
+		}
+	}
+	if got := shardOf(ctx, t, cli, []byte("p/20")); got != before {
+		t.Fatalf("p/20 is in shard %d after the merge, want %d", got, before)
+	}
+	for i := range 40 {
+		k := fmt.Sprintf("p/%02d", i)
+		if kv, err := cli.Get(ctx, []byte(k)); err != nil || string(kv.Value) != string(valueOf(k)) {
+			t.Fatalf("get %s after the merge: %v %v", k, kv, err)
+		}
+	}
+	if out, err := ctl("kv", "get", "p/30x"); err != nil || !strings.Contains(out, "after") {
+		t.Fatalf("p/30x after the merge: %v\n%s", err, out)
+	}
 }

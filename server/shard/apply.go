@@ -213,6 +213,12 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 		return errResult(codes.FailedPrecondition, desc, "shard epoch mismatch: command epoch %d, shard epoch %d",
 			cmd.GetEpoch(), desc.GetEpoch()), nil
 	}
+	if desc.GetMergingInto() != 0 {
+		switch cmd.GetCommand().(type) {
+		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Split, *shalev1.RaftCommand_MergeAbsorb:
+			return errResult(codes.Unavailable, desc, "shard %d is being merged into shard %d", desc.GetShardId(), desc.GetMergingInto()), nil
+		}
+	}
 	var res *shalev1.CommandResult
 	var wrote bool
 	var err error
@@ -223,6 +229,12 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 		res, wrote, err = a.applySystem(c.System)
 	case *shalev1.RaftCommand_Split:
 		res, wrote, err = a.applySplit(c.Split)
+	case *shalev1.RaftCommand_MergeFreeze:
+		res, wrote, err = a.applyMergeFreeze(c.MergeFreeze)
+	case *shalev1.RaftCommand_MergeAbsorb:
+		res, wrote, err = a.applyMergeAbsorb(c.MergeAbsorb)
+	case *shalev1.RaftCommand_MergeRetire:
+		res, wrote, err = a.applyMergeRetire()
 	default: // noop, or no command at all
 		return nil, nil
 	}
@@ -582,6 +594,11 @@ func (a *applier) applySystem(sc *shalev1.SystemCommand) (*shalev1.CommandResult
 			return nil, false, fmt.Errorf("encode shard pin: %w", err)
 		}
 		a.ov.set(a.b, key, enc)
+	case *shalev1.SystemCommand_RemoveShardId:
+		if op.RemoveShardId == 0 {
+			return errResult(codes.InvalidArgument, desc, "remove_shard_id must be non-zero"), false, nil
+		}
+		a.ov.del(a.b, u64Key(shardPrefix, op.RemoveShardId))
 	case *shalev1.SystemCommand_AllocateShardId:
 		raw, ok, err := a.ov.get(keyNextShardID)
 		if err != nil {

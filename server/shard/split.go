@@ -46,6 +46,11 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	case len(a.st.conf.GetVotersOutgoing()) > 0 || len(a.st.conf.GetLearnersNext()) > 0:
 		return errResult(codes.FailedPrecondition, desc, "shard %d is changing its membership; split it afterwards", desc.GetShardId()), false, nil
 	}
+	if _, pending, err := a.ov.get(keyMergePending); err != nil {
+		return nil, false, err
+	} else if pending {
+		return errResult(codes.FailedPrecondition, desc, "shard %d is absorbing its right neighbour; split it afterwards", desc.GetShardId()), false, nil
+	}
 	left := cloneDesc(desc)
 	left.EndKey = append([]byte(nil), key...)
 	left.Epoch++
@@ -53,6 +58,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	right.ShardId = rightID
 	right.StartKey = append([]byte(nil), key...)
 	right.Epoch++
+	right.AutoSplit = sc.GetAutomatic()
 
 	dir, hosted := a.s.splits.RightDir(rightID)
 	if !hosted {

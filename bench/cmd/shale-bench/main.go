@@ -1,7 +1,9 @@
 // Command shale-bench benchmarks Shale. Its storage subcommand is a
 // db_bench-style benchmark of Shale's storage engine against Pebble and
-// goleveldb, cluster compares a local 3-node Shale cluster with etcd, and
-// idle measures the CPU cost of idle shards; see docs/BENCHMARKS.md.
+// goleveldb, cluster compares a local 3-node Shale cluster with etcd, idle
+// measures the CPU cost of idle shards, and placement times the rebalancing
+// after two nodes join a loaded cluster (and runs idle with 10,000 shards);
+// see docs/BENCHMARKS.md.
 package main
 
 import (
@@ -28,7 +30,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(storageCmd(), clusterCmd(), idleCmd(), etcdMemberCmd())
+	root.AddCommand(storageCmd(), clusterCmd(), idleCmd(), placementCmd(), etcdMemberCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shale-bench:", err)
 		os.Exit(1)

@@ -1270,7 +1270,9 @@ type SplitShardRequest struct {
 	// right_shard_id is internal: the node that allocated the new shard's ID
 	// sets it when it forwards the request to the shard's leader. Clients
 	// leave it 0.
-	RightShardId  uint64 `protobuf:"varint,3,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	RightShardId uint64 `protobuf:"varint,3,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	// automatic is internal: set by a node's automatic (size or load) split.
+	Automatic     bool `protobuf:"varint,4,opt,name=automatic,proto3" json:"automatic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1324,6 +1326,13 @@ func (x *SplitShardRequest) GetRightShardId() uint64 {
 		return x.RightShardId
 	}
 	return 0
+}
+
+func (x *SplitShardRequest) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
 }
 
 type SplitShardResponse struct {
@@ -1461,10 +1470,12 @@ func (x *ShardDirectoryResponse) GetShards() []*ShardDescriptor {
 }
 
 type ReportShardsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Descriptors   []*ShardDescriptor     `protobuf:"bytes,1,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Descriptors []*ShardDescriptor     `protobuf:"bytes,1,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// removed_shard_ids are shards merged away, to delete from the directory.
+	RemovedShardIds []uint64 `protobuf:"varint,2,rep,packed,name=removed_shard_ids,json=removedShardIds,proto3" json:"removed_shard_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReportShardsRequest) Reset() {
@@ -1500,6 +1511,13 @@ func (*ReportShardsRequest) Descriptor() ([]byte, []int) {
 func (x *ReportShardsRequest) GetDescriptors() []*ShardDescriptor {
 	if x != nil {
 		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *ReportShardsRequest) GetRemovedShardIds() []uint64 {
+	if x != nil {
+		return x.RemovedShardIds
 	}
 	return nil
 }
@@ -2761,6 +2779,114 @@ func (x *MoveReplicaResponse) GetOperation() *PlacementOperation {
 	return nil
 }
 
+type MergeShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is any key of the left shard of the merge.
+	Key []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// shard_id, when set, must be the shard holding key.
+	ShardId       uint64 `protobuf:"varint,2,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeShardsRequest) Reset() {
+	*x = MergeShardsRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeShardsRequest) ProtoMessage() {}
+
+func (x *MergeShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeShardsRequest.ProtoReflect.Descriptor instead.
+func (*MergeShardsRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *MergeShardsRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *MergeShardsRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+type MergeShardsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// merged is the left shard's descriptor after the merge.
+	Merged *ShardDescriptor `protobuf:"bytes,1,opt,name=merged,proto3" json:"merged,omitempty"`
+	// removed_shard_id is the right shard, merged away.
+	RemovedShardId uint64 `protobuf:"varint,2,opt,name=removed_shard_id,json=removedShardId,proto3" json:"removed_shard_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MergeShardsResponse) Reset() {
+	*x = MergeShardsResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeShardsResponse) ProtoMessage() {}
+
+func (x *MergeShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeShardsResponse.ProtoReflect.Descriptor instead.
+func (*MergeShardsResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MergeShardsResponse) GetMerged() *ShardDescriptor {
+	if x != nil {
+		return x.Merged
+	}
+	return nil
+}
+
+func (x *MergeShardsResponse) GetRemovedShardId() uint64 {
+	if x != nil {
+		return x.RemovedShardId
+	}
+	return 0
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -2849,19 +2975,21 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12-\n" +
 	"\x06shards\x18\x02 \x03(\v2\x15.shale.v1.ShardStatusR\x06shards\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\"q\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\"\x8f\x01\n" +
 	"\x11SplitShardRequest\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12\x19\n" +
 	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12$\n" +
-	"\x0eright_shard_id\x18\x03 \x01(\x04R\frightShardId\"t\n" +
+	"\x0eright_shard_id\x18\x03 \x01(\x04R\frightShardId\x12\x1c\n" +
+	"\tautomatic\x18\x04 \x01(\bR\tautomatic\"t\n" +
 	"\x12SplitShardResponse\x12-\n" +
 	"\x04left\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x04left\x12/\n" +
 	"\x05right\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\"\x17\n" +
 	"\x15ShardDirectoryRequest\"K\n" +
 	"\x16ShardDirectoryResponse\x121\n" +
-	"\x06shards\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\x06shards\"R\n" +
+	"\x06shards\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\x06shards\"~\n" +
 	"\x13ReportShardsRequest\x12;\n" +
-	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\"\x16\n" +
+	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\x12*\n" +
+	"\x11removed_shard_ids\x18\x02 \x03(\x04R\x0fremovedShardIds\"\x16\n" +
 	"\x14ReportShardsResponse\"\xd5\x02\n" +
 	"\tNodeStats\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12%\n" +
@@ -2956,7 +3084,13 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vpin_seconds\x18\x04 \x01(\x03R\n" +
 	"pinSeconds\"Q\n" +
 	"\x13MoveReplicaResponse\x12:\n" +
-	"\toperation\x18\x01 \x01(\v2\x1c.shale.v1.PlacementOperationR\toperation2\xd5\v\n" +
+	"\toperation\x18\x01 \x01(\v2\x1c.shale.v1.PlacementOperationR\toperation\"A\n" +
+	"\x12MergeShardsRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x19\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\"r\n" +
+	"\x13MergeShardsResponse\x121\n" +
+	"\x06merged\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x06merged\x12(\n" +
+	"\x10removed_shard_id\x18\x02 \x01(\x04R\x0eremovedShardId2\xa1\f\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -2980,7 +3114,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x10PlacementHistory\x12!.shale.v1.PlacementHistoryRequest\x1a\".shale.v1.PlacementHistoryResponse\x12Y\n" +
 	"\x10DecommissionNode\x12!.shale.v1.DecommissionNodeRequest\x1a\".shale.v1.DecommissionNodeResponse\x12Y\n" +
 	"\x10RecommissionNode\x12!.shale.v1.RecommissionNodeRequest\x1a\".shale.v1.RecommissionNodeResponse\x12J\n" +
-	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponse\x12J\n" +
+	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -2995,7 +3130,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
@@ -3046,38 +3181,40 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*RecommissionNodeResponse)(nil), // 46: shale.v1.RecommissionNodeResponse
 	(*MoveReplicaRequest)(nil),       // 47: shale.v1.MoveReplicaRequest
 	(*MoveReplicaResponse)(nil),      // 48: shale.v1.MoveReplicaResponse
-	(*NodeDescriptor)(nil),           // 49: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 50: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 51: shale.v1.ShardDescriptor
+	(*MergeShardsRequest)(nil),       // 49: shale.v1.MergeShardsRequest
+	(*MergeShardsResponse)(nil),      // 50: shale.v1.MergeShardsResponse
+	(*NodeDescriptor)(nil),           // 51: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 52: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 53: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	49, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	50, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	51, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	51, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	52, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	53, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	51, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	49, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	53, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	51, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	49, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	49, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	51, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	51, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	49, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	51, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	51, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	51, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	51, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	51, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	49, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	53, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	53, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	53, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	53, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	51, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	51, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	49, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	53, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	51, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3085,49 +3222,52 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	4,  // 34: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	6,  // 35: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	9,  // 36: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	11, // 37: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	13, // 38: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	15, // 39: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	17, // 40: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	19, // 41: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	21, // 42: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	23, // 43: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	25, // 44: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	27, // 45: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	31, // 46: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	34, // 47: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	39, // 48: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	41, // 49: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	43, // 50: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	45, // 51: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	47, // 52: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	5,  // 53: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 54: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 55: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 56: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 57: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 58: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 59: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 60: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 61: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 62: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 63: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 64: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 65: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 66: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 67: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 68: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 69: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 70: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 71: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	53, // [53:72] is the sub-list for method output_type
-	34, // [34:53] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	53, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	4,  // 35: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	6,  // 36: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	9,  // 37: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	11, // 38: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	13, // 39: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	15, // 40: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	17, // 41: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	19, // 42: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	21, // 43: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	23, // 44: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	25, // 45: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	27, // 46: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	31, // 47: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	34, // 48: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	39, // 49: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	41, // 50: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	43, // 51: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	45, // 52: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	47, // 53: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	49, // 54: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	5,  // 55: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 56: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 57: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 58: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 59: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 60: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 61: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 62: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 63: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 64: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 65: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 66: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 67: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 68: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 69: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 70: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 71: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 72: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 73: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	50, // 74: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	55, // [55:75] is the sub-list for method output_type
+	35, // [35:55] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -3142,7 +3282,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

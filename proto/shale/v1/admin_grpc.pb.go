@@ -38,6 +38,7 @@ const (
 	Admin_DecommissionNode_FullMethodName = "/shale.v1.Admin/DecommissionNode"
 	Admin_RecommissionNode_FullMethodName = "/shale.v1.Admin/RecommissionNode"
 	Admin_MoveReplica_FullMethodName      = "/shale.v1.Admin/MoveReplica"
+	Admin_MergeShards_FullMethodName      = "/shale.v1.Admin/MergeShards"
 )
 
 // AdminClient is the client API for Admin service.
@@ -102,6 +103,10 @@ type AdminClient interface {
 	// learner, catch it up, promote it and remove the old replica) and pins
 	// the shard so balancing does not move it back.
 	MoveReplica(ctx context.Context, in *MoveReplicaRequest, opts ...grpc.CallOption) (*MoveReplicaResponse, error)
+	// MergeShards merges the shard holding key with its right neighbour; the
+	// two must have their replicas on the same nodes. The merged shard keeps
+	// the left shard's ID.
+	MergeShards(ctx context.Context, in *MergeShardsRequest, opts ...grpc.CallOption) (*MergeShardsResponse, error)
 }
 
 type adminClient struct {
@@ -302,6 +307,16 @@ func (c *adminClient) MoveReplica(ctx context.Context, in *MoveReplicaRequest, o
 	return out, nil
 }
 
+func (c *adminClient) MergeShards(ctx context.Context, in *MergeShardsRequest, opts ...grpc.CallOption) (*MergeShardsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MergeShardsResponse)
+	err := c.cc.Invoke(ctx, Admin_MergeShards_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -364,6 +379,10 @@ type AdminServer interface {
 	// learner, catch it up, promote it and remove the old replica) and pins
 	// the shard so balancing does not move it back.
 	MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error)
+	// MergeShards merges the shard holding key with its right neighbour; the
+	// two must have their replicas on the same nodes. The merged shard keeps
+	// the left shard's ID.
+	MergeShards(context.Context, *MergeShardsRequest) (*MergeShardsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -430,6 +449,9 @@ func (UnimplementedAdminServer) RecommissionNode(context.Context, *RecommissionN
 }
 func (UnimplementedAdminServer) MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveReplica not implemented")
+}
+func (UnimplementedAdminServer) MergeShards(context.Context, *MergeShardsRequest) (*MergeShardsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergeShards not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -794,6 +816,24 @@ func _Admin_MoveReplica_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_MergeShards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergeShardsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MergeShards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MergeShards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MergeShards(ctx, req.(*MergeShardsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -876,6 +916,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveReplica",
 			Handler:    _Admin_MoveReplica_Handler,
+		},
+		{
+			MethodName: "MergeShards",
+			Handler:    _Admin_MergeShards_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

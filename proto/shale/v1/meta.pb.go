@@ -154,7 +154,18 @@ type ShardDescriptor struct {
 	NextReplicaId uint64                 `protobuf:"varint,6,opt,name=next_replica_id,json=nextReplicaId,proto3" json:"next_replica_id,omitempty"`
 	// system is true for the system shard, which holds cluster metadata and no
 	// user keys (its key range is not part of the user key space).
-	System        bool `protobuf:"varint,7,opt,name=system,proto3" json:"system,omitempty"`
+	System bool `protobuf:"varint,7,opt,name=system,proto3" json:"system,omitempty"`
+	// merging_into, when set, is the shard this one is being merged into (its
+	// left neighbour): the shard serves nothing and changes no more until the
+	// merge retires it.
+	MergingInto uint64 `protobuf:"varint,8,opt,name=merging_into,json=mergingInto,proto3" json:"merging_into,omitempty"`
+	// retired marks a shard merged into its left neighbour: its replicas
+	// delete themselves once they apply it.
+	Retired bool `protobuf:"varint,9,opt,name=retired,proto3" json:"retired,omitempty"`
+	// auto_split is true when the shard's start boundary was made by an
+	// automatic split (by size or load); only such boundaries are removed by
+	// automatic merges (initial and manual splits stay).
+	AutoSplit     bool `protobuf:"varint,10,opt,name=auto_split,json=autoSplit,proto3" json:"auto_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +245,27 @@ func (x *ShardDescriptor) GetNextReplicaId() uint64 {
 func (x *ShardDescriptor) GetSystem() bool {
 	if x != nil {
 		return x.System
+	}
+	return false
+}
+
+func (x *ShardDescriptor) GetMergingInto() uint64 {
+	if x != nil {
+		return x.MergingInto
+	}
+	return 0
+}
+
+func (x *ShardDescriptor) GetRetired() bool {
+	if x != nil {
+		return x.Retired
+	}
+	return false
+}
+
+func (x *ShardDescriptor) GetAutoSplit() bool {
+	if x != nil {
+		return x.AutoSplit
 	}
 	return false
 }
@@ -693,7 +725,7 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\x04R\treplicaId\x12)\n" +
-	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\"\xf1\x01\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\"\xcd\x02\n" +
 	"\x0fShardDescriptor\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
@@ -701,7 +733,12 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x127\n" +
 	"\breplicas\x18\x05 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\x12&\n" +
 	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\x12\x16\n" +
-	"\x06system\x18\a \x01(\bR\x06system\"\x9b\x01\n" +
+	"\x06system\x18\a \x01(\bR\x06system\x12!\n" +
+	"\fmerging_into\x18\b \x01(\x04R\vmergingInto\x12\x18\n" +
+	"\aretired\x18\t \x01(\bR\aretired\x12\x1d\n" +
+	"\n" +
+	"auto_split\x18\n" +
+	" \x01(\bR\tautoSplit\"\x9b\x01\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +

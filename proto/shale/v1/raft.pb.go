@@ -488,6 +488,9 @@ type RaftCommand struct {
 	//	*RaftCommand_System
 	//	*RaftCommand_Noop
 	//	*RaftCommand_Split
+	//	*RaftCommand_MergeFreeze
+	//	*RaftCommand_MergeAbsorb
+	//	*RaftCommand_MergeRetire
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -594,6 +597,33 @@ func (x *RaftCommand) GetSplit() *SplitCommand {
 	return nil
 }
 
+func (x *RaftCommand) GetMergeFreeze() *MergeFreeze {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_MergeFreeze); ok {
+			return x.MergeFreeze
+		}
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetMergeAbsorb() *MergeAbsorb {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_MergeAbsorb); ok {
+			return x.MergeAbsorb
+		}
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetMergeRetire() bool {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_MergeRetire); ok {
+			return x.MergeRetire
+		}
+	}
+	return false
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -615,6 +645,24 @@ type RaftCommand_Split struct {
 	Split *SplitCommand `protobuf:"bytes,13,opt,name=split,proto3,oneof"`
 }
 
+type RaftCommand_MergeFreeze struct {
+	// merge_freeze, on the right shard of a merge, stops it serving and
+	// changing: its descriptor gets merging_into (and a new epoch).
+	MergeFreeze *MergeFreeze `protobuf:"bytes,14,opt,name=merge_freeze,json=mergeFreeze,proto3,oneof"`
+}
+
+type RaftCommand_MergeAbsorb struct {
+	// merge_absorb, on the left shard of a merge, copies the frozen right
+	// shard's records in, then takes over its key range.
+	MergeAbsorb *MergeAbsorb `protobuf:"bytes,15,opt,name=merge_absorb,json=mergeAbsorb,proto3,oneof"`
+}
+
+type RaftCommand_MergeRetire struct {
+	// merge_retire, on a frozen right shard whose left neighbour has
+	// absorbed it, retires the shard: every replica deletes itself.
+	MergeRetire bool `protobuf:"varint,16,opt,name=merge_retire,json=mergeRetire,proto3,oneof"`
+}
+
 func (*RaftCommand_Txn) isRaftCommand_Command() {}
 
 func (*RaftCommand_System) isRaftCommand_Command() {}
@@ -623,19 +671,162 @@ func (*RaftCommand_Noop) isRaftCommand_Command() {}
 
 func (*RaftCommand_Split) isRaftCommand_Command() {}
 
+func (*RaftCommand_MergeFreeze) isRaftCommand_Command() {}
+
+func (*RaftCommand_MergeAbsorb) isRaftCommand_Command() {}
+
+func (*RaftCommand_MergeRetire) isRaftCommand_Command() {}
+
+// MergeFreeze freezes a shard that is being merged into into_shard_id.
+type MergeFreeze struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	IntoShardId   uint64                 `protobuf:"varint,1,opt,name=into_shard_id,json=intoShardId,proto3" json:"into_shard_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeFreeze) Reset() {
+	*x = MergeFreeze{}
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeFreeze) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeFreeze) ProtoMessage() {}
+
+func (x *MergeFreeze) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeFreeze.ProtoReflect.Descriptor instead.
+func (*MergeFreeze) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MergeFreeze) GetIntoShardId() uint64 {
+	if x != nil {
+		return x.IntoShardId
+	}
+	return 0
+}
+
+// MergeAbsorb is one step of a left shard absorbing its frozen right
+// neighbour: begin (records right as pending and clears its key range in
+// this engine, dropping any earlier partial attempt), records (stored
+// records of right's keys: user keys and their encoded values), then commit
+// (the shard's range extends to right's end, its epoch passes both shards'
+// and its revision is at least right_revision).
+type MergeAbsorb struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Right         *ShardDescriptor       `protobuf:"bytes,1,opt,name=right,proto3" json:"right,omitempty"`
+	Begin         bool                   `protobuf:"varint,2,opt,name=begin,proto3" json:"begin,omitempty"`
+	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	Values        [][]byte               `protobuf:"bytes,4,rep,name=values,proto3" json:"values,omitempty"`
+	Commit        bool                   `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
+	RightRevision uint64                 `protobuf:"varint,6,opt,name=right_revision,json=rightRevision,proto3" json:"right_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeAbsorb) Reset() {
+	*x = MergeAbsorb{}
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeAbsorb) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeAbsorb) ProtoMessage() {}
+
+func (x *MergeAbsorb) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeAbsorb.ProtoReflect.Descriptor instead.
+func (*MergeAbsorb) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MergeAbsorb) GetRight() *ShardDescriptor {
+	if x != nil {
+		return x.Right
+	}
+	return nil
+}
+
+func (x *MergeAbsorb) GetBegin() bool {
+	if x != nil {
+		return x.Begin
+	}
+	return false
+}
+
+func (x *MergeAbsorb) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *MergeAbsorb) GetValues() [][]byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *MergeAbsorb) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *MergeAbsorb) GetRightRevision() uint64 {
+	if x != nil {
+		return x.RightRevision
+	}
+	return 0
+}
+
 // SplitCommand splits the shard at split_key: keys from split_key on move to
 // a new shard, right_shard_id, with the same replicas and a fresh Raft group.
 type SplitCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SplitKey      []byte                 `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
-	RightShardId  uint64                 `protobuf:"varint,2,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SplitKey     []byte                 `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	RightShardId uint64                 `protobuf:"varint,2,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
+	// automatic marks a split by size or load (see auto_split).
+	Automatic     bool `protobuf:"varint,3,opt,name=automatic,proto3" json:"automatic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +838,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +851,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -677,6 +868,13 @@ func (x *SplitCommand) GetRightShardId() uint64 {
 	return 0
 }
 
+func (x *SplitCommand) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
+}
+
 // SystemCommand changes cluster metadata held by the system shard.
 type SystemCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -687,6 +885,7 @@ type SystemCommand struct {
 	//	*SystemCommand_PutShard
 	//	*SystemCommand_AllocateShardId
 	//	*SystemCommand_PutPin
+	//	*SystemCommand_RemoveShardId
 	Op            isSystemCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -694,7 +893,7 @@ type SystemCommand struct {
 
 func (x *SystemCommand) Reset() {
 	*x = SystemCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +905,7 @@ func (x *SystemCommand) String() string {
 func (*SystemCommand) ProtoMessage() {}
 
 func (x *SystemCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +918,7 @@ func (x *SystemCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemCommand.ProtoReflect.Descriptor instead.
 func (*SystemCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SystemCommand) GetOp() isSystemCommand_Op {
@@ -774,6 +973,15 @@ func (x *SystemCommand) GetPutPin() *ShardPin {
 	return nil
 }
 
+func (x *SystemCommand) GetRemoveShardId() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*SystemCommand_RemoveShardId); ok {
+			return x.RemoveShardId
+		}
+	}
+	return 0
+}
+
 type isSystemCommand_Op interface {
 	isSystemCommand_Op()
 }
@@ -801,6 +1009,12 @@ type SystemCommand_PutPin struct {
 	PutPin *ShardPin `protobuf:"bytes,5,opt,name=put_pin,json=putPin,proto3,oneof"`
 }
 
+type SystemCommand_RemoveShardId struct {
+	// remove_shard_id deletes a shard from the directory (it was merged
+	// away).
+	RemoveShardId uint64 `protobuf:"varint,6,opt,name=remove_shard_id,json=removeShardId,proto3,oneof"`
+}
+
 func (*SystemCommand_PutNode) isSystemCommand_Op() {}
 
 func (*SystemCommand_RemoveNodeId) isSystemCommand_Op() {}
@@ -810,6 +1024,8 @@ func (*SystemCommand_PutShard) isSystemCommand_Op() {}
 func (*SystemCommand_AllocateShardId) isSystemCommand_Op() {}
 
 func (*SystemCommand_PutPin) isSystemCommand_Op() {}
+
+func (*SystemCommand_RemoveShardId) isSystemCommand_Op() {}
 
 // ConfChangeContext rides in a Raft ConfChangeV2's context: the node each
 // added replica lives on.
@@ -822,7 +1038,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1050,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1063,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConfChangeContext) GetReplicas() []*ReplicaDescriptor {
@@ -878,7 +1094,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1106,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1119,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommandResult) GetTxn() *TxnResponse {
@@ -991,7 +1207,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xc7\x02\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xe4\x03\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
@@ -1002,17 +1218,31 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	" \x01(\v2\x14.shale.v1.TxnRequestH\x00R\x03txn\x121\n" +
 	"\x06system\x18\v \x01(\v2\x17.shale.v1.SystemCommandH\x00R\x06system\x12\x14\n" +
 	"\x04noop\x18\f \x01(\bH\x00R\x04noop\x12.\n" +
-	"\x05split\x18\r \x01(\v2\x16.shale.v1.SplitCommandH\x00R\x05splitB\t\n" +
-	"\acommand\"Q\n" +
+	"\x05split\x18\r \x01(\v2\x16.shale.v1.SplitCommandH\x00R\x05split\x12:\n" +
+	"\fmerge_freeze\x18\x0e \x01(\v2\x15.shale.v1.MergeFreezeH\x00R\vmergeFreeze\x12:\n" +
+	"\fmerge_absorb\x18\x0f \x01(\v2\x15.shale.v1.MergeAbsorbH\x00R\vmergeAbsorb\x12#\n" +
+	"\fmerge_retire\x18\x10 \x01(\bH\x00R\vmergeRetireB\t\n" +
+	"\acommand\"1\n" +
+	"\vMergeFreeze\x12\"\n" +
+	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\xbf\x01\n" +
+	"\vMergeAbsorb\x12/\n" +
+	"\x05right\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\x12\x14\n" +
+	"\x05begin\x18\x02 \x01(\bR\x05begin\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\fR\x04keys\x12\x16\n" +
+	"\x06values\x18\x04 \x03(\fR\x06values\x12\x16\n" +
+	"\x06commit\x18\x05 \x01(\bR\x06commit\x12%\n" +
+	"\x0eright_revision\x18\x06 \x01(\x04R\rrightRevision\"o\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
-	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\"\x8b\x02\n" +
+	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\x12\x1c\n" +
+	"\tautomatic\x18\x03 \x01(\bR\tautomatic\"\xb5\x02\n" +
 	"\rSystemCommand\x125\n" +
 	"\bput_node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorH\x00R\aputNode\x12&\n" +
 	"\x0eremove_node_id\x18\x02 \x01(\x04H\x00R\fremoveNodeId\x128\n" +
 	"\tput_shard\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorH\x00R\bputShard\x12,\n" +
 	"\x11allocate_shard_id\x18\x04 \x01(\x04H\x00R\x0fallocateShardId\x12-\n" +
-	"\aput_pin\x18\x05 \x01(\v2\x12.shale.v1.ShardPinH\x00R\x06putPinB\x04\n" +
+	"\aput_pin\x18\x05 \x01(\v2\x12.shale.v1.ShardPinH\x00R\x06putPin\x12(\n" +
+	"\x0fremove_shard_id\x18\x06 \x01(\x04H\x00R\rremoveShardIdB\x04\n" +
 	"\x02op\"L\n" +
 	"\x11ConfChangeContext\x127\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\"\xa0\x02\n" +
@@ -1042,7 +1272,7 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
-var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_shale_v1_raft_proto_goTypes = []any{
 	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
 	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
@@ -1052,41 +1282,46 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),      // 5: shale.v1.SnapshotChunk
 	(*SnapshotResponse)(nil),   // 6: shale.v1.SnapshotResponse
 	(*RaftCommand)(nil),        // 7: shale.v1.RaftCommand
-	(*SplitCommand)(nil),       // 8: shale.v1.SplitCommand
-	(*SystemCommand)(nil),      // 9: shale.v1.SystemCommand
-	(*ConfChangeContext)(nil),  // 10: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 11: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 12: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 13: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 14: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 15: shale.v1.ShardPin
-	(*ReplicaDescriptor)(nil),  // 16: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 17: shale.v1.TxnResponse
+	(*MergeFreeze)(nil),        // 8: shale.v1.MergeFreeze
+	(*MergeAbsorb)(nil),        // 9: shale.v1.MergeAbsorb
+	(*SplitCommand)(nil),       // 10: shale.v1.SplitCommand
+	(*SystemCommand)(nil),      // 11: shale.v1.SystemCommand
+	(*ConfChangeContext)(nil),  // 12: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 13: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 14: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 15: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 16: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 17: shale.v1.ShardPin
+	(*ReplicaDescriptor)(nil),  // 18: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 19: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
 	3,  // 1: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	12, // 2: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	14, // 2: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
 	4,  // 3: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
-	13, // 4: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	9,  // 5: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	8,  // 6: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
-	14, // 7: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	12, // 8: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	15, // 9: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	16, // 10: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	17, // 11: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	12, // 12: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	12, // 13: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 14: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	5,  // 15: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	2,  // 16: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	6,  // 17: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 4: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	11, // 5: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	10, // 6: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	8,  // 7: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
+	9,  // 8: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
+	14, // 9: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	16, // 10: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	14, // 11: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	17, // 12: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	18, // 13: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	19, // 14: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	14, // 15: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	14, // 16: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 17: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	5,  // 18: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	2,  // 19: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	6,  // 20: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	19, // [19:21] is the sub-list for method output_type
+	17, // [17:19] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1101,13 +1336,17 @@ func file_shale_v1_raft_proto_init() {
 		(*RaftCommand_System)(nil),
 		(*RaftCommand_Noop)(nil),
 		(*RaftCommand_Split)(nil),
+		(*RaftCommand_MergeFreeze)(nil),
+		(*RaftCommand_MergeAbsorb)(nil),
+		(*RaftCommand_MergeRetire)(nil),
 	}
-	file_shale_v1_raft_proto_msgTypes[9].OneofWrappers = []any{
+	file_shale_v1_raft_proto_msgTypes[11].OneofWrappers = []any{
 		(*SystemCommand_PutNode)(nil),
 		(*SystemCommand_RemoveNodeId)(nil),
 		(*SystemCommand_PutShard)(nil),
 		(*SystemCommand_AllocateShardId)(nil),
 		(*SystemCommand_PutPin)(nil),
+		(*SystemCommand_RemoveShardId)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1115,7 +1354,7 @@ func file_shale_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

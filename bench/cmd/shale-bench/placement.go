@@ -1,0 +1,226 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shale-db/shale/bench/cluster"
+)
+
+// Sizes of the full (default) and --quick placement runs.
+const (
+	fullPlacementBytes  = 1 << 30
+	quickPlacementBytes = 128 << 20
+	fullDiskTestBytes   = 1 << 30
+	quickDiskTestBytes  = 256 << 20
+	fullIdleShards      = 10_000
+	quickIdleShards     = 1_000
+)
+
+func placementCmd() *cobra.Command {
+	var (
+		dir, shaleServer, serverArgs, joinArgs, idleServerArgs string
+		dataBytes, diskBytes, minMem                           int64
+		shards, valueSize, writers, idleShards                 int
+		timeout, poll, idleSettle, idleWindow                  time.Duration
+		quick, skipIdle, skipRebalance, keep, asJSON           bool
+		idleForce                                              bool
+		seed                                                   uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "placement",
+		Short: "Placement service: rebalance after adding 2 nodes to a loaded 3-node cluster, and the CPU of idle shards",
+		Long: `Two measurements of the placement service, on local shale-server processes
+(default settings unless --server-args):
+
+Rebalance. Writes --disk-bytes sequentially (1 MiB writes, then fsync) to a
+file under --dir to measure the disk. Starts a 3-node cluster whose
+--initial-splits make --shards user shards of equal key ranges, loads
+--data-bytes of random (incompressible) --value-size values under keys spread
+uniformly over them (--writers concurrent writers), then starts 2 nodes that
+--join the cluster. From the moment the cluster lists both as live, it polls
+ClusterStatus every --poll until the placement is balanced for 3 polls in a
+row: every shard has a leader and 3 replicas, all voters (no learner or joint
+configuration left); the replica counts per node differ by at most 1 (or their
+shards' bytes by at most 20%); the leader counts differ by at most 1. It
+reports the time that took, the data moved (the new nodes' data directories
+on disk, and the moved replicas' shard sizes), MB/s moved against the disk's
+sequential write speed, and the replicas, leaders and bytes per node. A
+placement not balanced within --timeout is reported as a failure, with the
+last counts.
+
+Idle. The same as 'shale-bench idle --shards N' (N = --idle-shards, 10,000;
+1,000 with --quick): a fresh 3-node cluster with N user shards, left alone,
+and each process's CPU over --idle-window. Each shard engine keeps about three
+files open: the open-file limit the servers inherit is raised (to 8 per shard)
+where the process may, and if it stays below 3 per shard the case is reported
+as not run (--idle-force runs it anyway). A memory guard stops the servers if
+the machine's available memory falls below --min-available-memory, so a case
+too big for the machine fails instead of waking the OOM killer.
+
+--quick: 128 MiB of data, a 256 MiB disk test and 1,000 idle shards (settle
+10s, window 20s); a few minutes. Linux only.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ch := cmd.Flags().Changed
+			if quick {
+				if !ch("data-bytes") {
+					dataBytes = quickPlacementBytes
+				}
+				if !ch("disk-bytes") {
+					diskBytes = quickDiskTestBytes
+				}
+				if !ch("idle-shards") {
+					idleShards = quickIdleShards
+				}
+				if !ch("idle-settle") {
+					idleSettle = 10 * time.Second
+				}
+				if !ch("idle-window") {
+					idleWindow = 20 * time.Second
+				}
+			}
+			if dataBytes < 0 || diskBytes < 0 || shards < 1 || valueSize < 1 || writers < 1 || timeout <= 0 || poll <= 0 || idleShards < 1 || idleSettle < 0 || idleWindow <= 0 {
+				return errors.New("need --data-bytes >= 0, --disk-bytes >= 0, --shards >= 1, --value-size >= 1, --writers >= 1, --timeout > 0, --poll > 0, --idle-shards >= 1, --idle-settle >= 0, --idle-window > 0")
+			}
+			extra := strings.Fields(serverArgs)
+			// Keep the load from splitting the shards (default split size
+			// 128 MiB): the shards' sizes are what moves.
+			if per := dataBytes / int64(shards); per > 96<<20 && !strings.Contains(serverArgs, "--split-size-bytes") {
+				extra = append(extra, "--split-size-bytes", fmt.Sprint(2*per))
+			}
+			cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: extra})
+			defer cluster.CleanupShaleServer()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := cmd.OutOrStdout()
+			failed := 0
+			if !skipRebalance {
+				if !asJSON {
+					fmt.Fprintf(out, "shale-bench placement: rebalance: 3 nodes + 2 joining; %d user shards; %d MiB of %d-byte random values; timeout %s; server args %q; joining nodes' args %q\n",
+						shards, dataBytes>>20, valueSize, timeout, strings.Join(extra, " "), joinArgs)
+				}
+				r := cluster.RunPlacement(ctx, cluster.PlacementConfig{
+					Members:       3,
+					Join:          2,
+					Shards:        shards,
+					DataBytes:     dataBytes,
+					ValueSize:     valueSize,
+					Writers:       writers,
+					JoinArgs:      strings.Fields(joinArgs),
+					Timeout:       timeout,
+					Poll:          poll,
+					Stable:        3,
+					DiskTestBytes: diskBytes,
+					Seed:          seed,
+					Dir:           dir,
+					Keep:          keep,
+					Log:           os.Stderr,
+				})
+				if ctx.Err() != nil {
+					return errors.New("interrupted")
+				}
+				if r.Err != nil {
+					failed++
+					fmt.Fprintf(os.Stderr, "placement/rebalance: ERROR: %v\n", r.Err)
+				}
+				if asJSON {
+					_ = cluster.WritePlacementJSONLine(out, r)
+				} else {
+					cluster.WritePlacementReport(out, r)
+				}
+			}
+			if !skipIdle {
+				cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: strings.Fields(idleServerArgs)})
+				// Every shard engine keeps a few files open (about three
+				// each): raise the limit the servers inherit.
+				want := uint64(idleShards)*8 + 4096
+				got, err := cluster.RaiseFileLimit(want)
+				if got < want {
+					fmt.Fprintf(os.Stderr, "placement: open-file limit %d, below the %d wanted for %d shards (%v)\n", got, want, idleShards, err)
+				}
+				// Below about three per shard the servers die while
+				// bootstrapping the shards ("too many open files"), and
+				// the idle run would wait 10 minutes for them: fail now.
+				if need := 3*uint64(idleShards+1) + 1024; got < need && !idleForce {
+					r := cluster.IdleResult{Shards: idleShards, Nodes: 3, ServerArgs: idleServerArgs,
+						Err: fmt.Errorf("not run: the open-file limit the servers would inherit is %d, and each node needs about %d for %d shard engines (about 3 files each; with a 20,000 limit the servers died bootstrapping shard 6,663 of 10,001); raise it (ulimit -n) or give --idle-force", got, need, idleShards+1)}
+					r.Error = r.Err.Error()
+					failed++
+					fmt.Fprintf(os.Stderr, "placement/idle %d shards: ERROR: %v\n", r.Shards, r.Err)
+					if asJSON {
+						_ = cluster.WriteIdleJSONLine(out, r)
+					} else {
+						fmt.Fprintf(out, "shale-bench placement: idle: %d user shards: ERROR: %v\n", idleShards, r.Err)
+					}
+					skipIdle = true
+				}
+			}
+			if !skipIdle {
+				if !asJSON {
+					fmt.Fprintf(out, "shale-bench placement: idle: 3 nodes; %d user shards; settle %s; window %s; server args %q (the same as shale-bench idle --shards %d)\n",
+						idleShards, idleSettle, idleWindow, idleServerArgs, idleShards)
+				}
+				results := cluster.IdleWithGuard(ctx, cluster.IdleConfig{
+					Shards:  []int{idleShards},
+					Members: 3,
+					Settle:  idleSettle,
+					Window:  idleWindow,
+					Dir:     dir,
+					Keep:    keep,
+					Log:     os.Stderr,
+				}, minMem, func(r cluster.IdleResult) {
+					if r.Err != nil {
+						failed++
+						fmt.Fprintf(os.Stderr, "placement/idle %d shards: ERROR: %v\n", r.Shards, r.Err)
+					}
+					if asJSON {
+						_ = cluster.WriteIdleJSONLine(out, r)
+					}
+				})
+				if !asJSON {
+					cluster.WriteIdleTable(out, results)
+				}
+				if ctx.Err() != nil {
+					return errors.New("interrupted")
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d measurement(s) failed", failed)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "small run: 128 MiB of data, 256 MiB disk test, 1,000 idle shards (settle 10s, window 20s) unless given")
+	f.Int64Var(&dataBytes, "data-bytes", fullPlacementBytes, "bytes of values loaded before the nodes join")
+	f.IntVar(&shards, "shards", 16, "user shards of the loaded cluster (equal key ranges)")
+	f.IntVar(&valueSize, "value-size", 16<<10, "value size in bytes")
+	f.IntVar(&writers, "writers", 32, "concurrent writers of the load")
+	f.DurationVar(&timeout, "timeout", 20*time.Minute, "longest wait for a balanced placement after the join")
+	f.DurationVar(&poll, "poll", 500*time.Millisecond, "interval between placement checks")
+	f.Int64Var(&diskBytes, "disk-bytes", fullDiskTestBytes, "size of the sequential-write disk test (0: skip it)")
+	f.IntVar(&idleShards, "idle-shards", fullIdleShards, "user shards of the idle measurement")
+	f.DurationVar(&idleSettle, "idle-settle", 20*time.Second, "idle time after every shard has a leader, before measuring")
+	f.DurationVar(&idleWindow, "idle-window", 30*time.Second, "length of the idle CPU measurement")
+	f.StringVar(&idleServerArgs, "idle-server-args", "", "extra shale-server flags of the idle measurement, space-separated (--server-args is for the rebalance only)")
+	f.Int64Var(&minMem, "min-available-memory", 1<<30, "stop the idle measurement's servers when the machine's available memory falls below this many bytes")
+	f.BoolVar(&skipIdle, "skip-idle", false, "skip the idle measurement")
+	f.BoolVar(&idleForce, "idle-force", false, "run the idle measurement even when the open-file limit looks too low for --idle-shards")
+	f.BoolVar(&skipRebalance, "skip-rebalance", false, "skip the rebalance measurement")
+	f.Uint64Var(&seed, "seed", 1, "random seed of the values")
+	f.StringVar(&dir, "dir", "./data/bench-placement", "parent directory of the cluster directories")
+	f.BoolVar(&keep, "keep", false, "keep the cluster directories (data and logs); always kept when a measurement fails")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per measurement instead of the report")
+	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary (default: go build it once, else bin/shale-server)")
+	f.StringVar(&serverArgs, "server-args", "", "extra shale-server flags of every rebalance node, space-separated (e.g. \"--snapshot-rate-bytes 134217728\")")
+	f.StringVar(&joinArgs, "join-args", "", "extra shale-server flags of the joining nodes only")
+	return cmd
+}

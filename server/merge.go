@@ -1,0 +1,312 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// mergeChunkBytes caps the records one merge_absorb command carries.
+const mergeChunkBytes = 512 << 10
+
+// MergeShards implements the Admin RPC: the merge runs on the leader of the
+// shard holding key (forwarded there).
+func (s *adminService) MergeShards(ctx context.Context, req *shalev1.MergeShardsRequest) (*shalev1.MergeShardsResponse, error) {
+	n := s.n
+	key := req.GetKey()
+	if len(key) == 0 {
+		return nil, invalidArg("key is required: any key of the left shard of the merge")
+	}
+	// Local first: this node may lead the shard.
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil {
+			continue
+		}
+		d := sm.Descriptor()
+		if d == nil || d.GetSystem() || d.GetMergingInto() != 0 || !contains(d, key) || !r.IsLeader() {
+			continue
+		}
+		if id := req.GetShardId(); id != 0 && id != d.GetShardId() {
+			return nil, withDetail(codes.FailedPrecondition, fmt.Sprintf("key %q is in shard %d, not shard %d", key, d.GetShardId(), id), &shalev1.EpochMismatch{Current: d})
+		}
+		return n.mergeShards(ctx, d.GetShardId())
+	}
+	if isForwarded(ctx) {
+		return nil, status.Errorf(codes.Unavailable, "the shard holding %q moved its leadership; retry", key)
+	}
+	var target *shalev1.ShardDescriptor
+	var leader uint64
+	for _, ss := range mergeShards(n.gather(ctx)) {
+		d := ss.GetDescriptor_()
+		if !d.GetSystem() && d.GetMergingInto() == 0 && contains(d, key) {
+			target, leader = d, ss.GetLeaderNodeId()
+		}
+	}
+	switch {
+	case target == nil:
+		return nil, status.Errorf(codes.Unavailable, "no live node reports the shard holding %q", key)
+	case req.GetShardId() != 0 && req.GetShardId() != target.GetShardId():
+		return nil, withDetail(codes.FailedPrecondition, fmt.Sprintf("key %q is in shard %d, not shard %d", key, target.GetShardId(), req.GetShardId()), &shalev1.EpochMismatch{Current: target})
+	case leader == 0:
+		return nil, status.Errorf(codes.Unavailable, "shard %d has no known leader", target.GetShardId())
+	}
+	return shalev1.NewAdminClient(n.conn(n.addressOf(leader))).MergeShards(forwarded(ctx), req)
+}
+
+// mergeShards merges the shard leftID, which this node leads, with its
+// right neighbour (or finishes a merge into it that was interrupted).
+func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeShardsResponse, error) {
+	lr, lsm := n.store.Replica(leftID), n.Shard(leftID)
+	if lr == nil || lsm == nil || lsm.Descriptor() == nil {
+		return nil, n.shardNotFoundErr(leftID)
+	}
+	left := lsm.Descriptor()
+	// The right neighbour: a shard already frozen into this one, else the
+	// one starting where this one ends. This node must host it.
+	var rr *replication.Replica
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil || sm.Descriptor() == nil {
+			continue
+		}
+		d := sm.Descriptor()
+		if d.GetMergingInto() == leftID && !d.GetRetired() {
+			rr = r
+			break
+		}
+		if rr == nil && d.GetMergingInto() == 0 && !d.GetSystem() && len(left.GetEndKey()) > 0 && bytes.Equal(d.GetStartKey(), left.GetEndKey()) {
+			rr = r
+		}
+	}
+	if rr == nil {
+		if len(left.GetEndKey()) == 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is the last shard; it has no right neighbour to merge with", leftID)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d has no replica of the shard starting at %q (shard %d's right neighbour); a merge needs both shards' replicas on the same nodes",
+			n.cfg.NodeID, left.GetEndKey(), leftID)
+	}
+	rightID := rr.ShardID()
+	rsm := n.Shard(rightID)
+	right := rsm.Descriptor()
+	if right.GetMergingInto() == 0 {
+		if err := settled(left, right); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
+	ctx, inner, cancel := n.requestCtx(ctx)
+	defer cancel()
+	// Lead the right shard here too, so its freeze applies here first.
+	if !rr.IsLeader() {
+		tr := &shalev1.TransferLeaderRequest{ShardId: rightID, TargetNodeId: n.cfg.NodeID, Scheduled: true}
+		if _, err := (&adminService{n: n}).transferLeader(inner, tr, true); err != nil {
+			return nil, fmt.Errorf("merge: move shard %d's leadership here: %w", rightID, err)
+		}
+		for !rr.IsLeader() {
+			select {
+			case <-inner.Done():
+				return nil, status.Errorf(codes.Unavailable, "shard %d: could not take its leadership for the merge", rightID)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if right.GetMergingInto() == 0 {
+		if _, err := n.proposeMerge(ctx, inner, rr, right.GetEpoch(), &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}}); err != nil {
+			return nil, fmt.Errorf("freeze shard %d: %w", rightID, err)
+		}
+		right = rsm.Descriptor()
+	}
+	merged := lsm.Descriptor()
+	if !bytes.Equal(merged.GetEndKey(), right.GetEndKey()) {
+		// Copy right's records through left's log, then take its range.
+		absorb := func(m *shalev1.MergeAbsorb) error {
+			_, err := n.proposeMerge(ctx, inner, lr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}})
+			return err
+		}
+		if err := absorb(&shalev1.MergeAbsorb{Begin: true, Right: right}); err != nil {
+			return nil, fmt.Errorf("merge shard %d into %d: begin: %w", rightID, leftID, err)
+		}
+		chunk := &shalev1.MergeAbsorb{}
+		size := 0
+		err := rsm.ScanRecords(func(k, v []byte) error {
+			chunk.Keys = append(chunk.Keys, bytes.Clone(k))
+			chunk.Values = append(chunk.Values, bytes.Clone(v))
+			size += len(k) + len(v)
+			if size < mergeChunkBytes {
+				return nil
+			}
+			if err := absorb(chunk); err != nil {
+				return err
+			}
+			chunk, size = &shalev1.MergeAbsorb{}, 0
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("merge shard %d into %d: copy: %w", rightID, leftID, err)
+		}
+		chunk.Commit, chunk.RightRevision = true, rsm.Revision()
+		if err := absorb(chunk); err != nil {
+			return nil, fmt.Errorf("merge shard %d into %d: commit: %w", rightID, leftID, err)
+		}
+		merged = lsm.Descriptor()
+	}
+	if _, err := n.proposeMerge(ctx, inner, rr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}}); err != nil && !errors.Is(err, replication.ErrReplicaRemoved) {
+		return nil, fmt.Errorf("retire shard %d: %w", rightID, err)
+	}
+	n.log.Info("merged shards", "shard", leftID, "absorbed", rightID, "range", fmt.Sprintf("[%q, %q)", merged.GetStartKey(), merged.GetEndKey()))
+	// The directory: the right shard goes (retried by the periodic reports
+	// until it has), and the merged one's new descriptor is reported.
+	n.mu.Lock()
+	n.removedShards[rightID] = true
+	n.mu.Unlock()
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	n.reportDescriptors(rctx)
+	rcancel()
+	return &shalev1.MergeShardsResponse{Merged: proto.Clone(merged).(*shalev1.ShardDescriptor), RemovedShardId: rightID}, nil
+}
+
+// settled checks that neither shard is changing its membership (a merge
+// needs no more: the right shard's records reach every replica of the left
+// through the left's Raft log, whatever nodes they are on).
+func settled(shards ...*shalev1.ShardDescriptor) error {
+	for _, d := range shards {
+		for _, rd := range d.GetReplicas() {
+			if rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
+				return fmt.Errorf("shard %d is changing its membership; merge it afterwards", d.GetShardId())
+			}
+		}
+	}
+	return nil
+}
+
+// proposeMerge proposes one merge command on a local leader replica and
+// returns its result once applied here.
+func (n *Node) proposeMerge(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	cmd.RequestId, cmd.FirstAttempt, cmd.TimestampUnixNanos, cmd.Epoch = randomID(), true, time.Now().UnixNano(), epoch
+	payload, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Propose(inner, payload)
+	if err != nil {
+		if errors.Is(err, replication.ErrReplicaRemoved) {
+			return nil, err
+		}
+		return nil, n.replicationErr(ctx, r.ShardID(), err)
+	}
+	cr, _ := res.(*shalev1.CommandResult)
+	if cr == nil {
+		return nil, status.Errorf(codes.Internal, "shard %d: merge command returned %T", r.ShardID(), res)
+	}
+	if c := codes.Code(cr.GetErrorCode()); c != codes.OK {
+		return nil, status.Error(c, cr.GetErrorMessage())
+	}
+	return cr, nil
+}
+
+// mergeSmallShards merges, at most once per call, a shard this node leads
+// with its right neighbour (hosted here too) when both are small and quiet
+// and the boundary between them was made by an automatic split; it also
+// finishes merges into shards it leads that were interrupted.
+func (n *Node) mergeSmallShards(ctx context.Context) {
+	now := time.Now()
+	type local struct {
+		r *replication.Replica
+		d *shalev1.ShardDescriptor
+	}
+	byStart := map[string]local{}
+	var led []local
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil || sm.Descriptor() == nil {
+			continue
+		}
+		d := sm.Descriptor()
+		if d.GetSystem() || d.GetRetired() {
+			continue
+		}
+		if d.GetMergingInto() != 0 {
+			// A frozen shard: finish the merge if this node leads the left.
+			if l := n.store.Replica(d.GetMergingInto()); l != nil && l.IsLeader() {
+				if _, err := n.mergeShards(ctx, d.GetMergingInto()); err != nil {
+					n.log.Warn("finish an interrupted merge", "shard", d.GetMergingInto(), "absorbing", d.GetShardId(), "err", err)
+				}
+				return
+			}
+			continue
+		}
+		byStart[string(d.GetStartKey())] = local{r, d}
+		if r.IsLeader() {
+			led = append(led, local{r, d})
+		}
+	}
+	if n.cfg.MergeSizeBytes < 0 {
+		return
+	}
+	for _, l := range led {
+		if len(l.d.GetEndKey()) == 0 {
+			continue
+		}
+		rn, ok := byStart[string(l.d.GetEndKey())]
+		if !ok || !rn.d.GetAutoSplit() || settled(l.d, rn.d) != nil {
+			continue
+		}
+		ls, rs := n.Shard(l.d.GetShardId()), n.Shard(rn.d.GetShardId())
+		if ls.SizeBytes()+rs.SizeBytes() >= uint64(n.cfg.MergeSizeBytes) {
+			continue
+		}
+		if n.splitWithin(l.d.GetShardId(), now, n.cfg.MergeDelay) || n.splitWithin(rn.d.GetShardId(), now, n.cfg.MergeDelay) {
+			continue
+		}
+		if n.cfg.SplitQPS > 0 && n.recentQPS(l.d.GetShardId())+n.recentQPS(rn.d.GetShardId()) > float64(n.cfg.SplitQPS)/2 {
+			continue
+		}
+		if _, err := n.mergeShards(ctx, l.d.GetShardId()); err != nil {
+			n.log.Warn("automatic merge", "shard", l.d.GetShardId(), "right", rn.d.GetShardId(), "err", err)
+		}
+		return
+	}
+}
+
+// collectMergedReplicas removes local replicas of shards a merge retired
+// while they were away: frozen replicas of shards the directory no longer
+// lists.
+func (n *Node) collectMergedReplicas(ctx context.Context) {
+	var frozen []*replication.Replica
+	for _, r := range n.store.Replicas() {
+		if sm := n.Shard(r.ShardID()); sm != nil && sm.Descriptor().GetMergingInto() != 0 {
+			frozen = append(frozen, r)
+		}
+	}
+	if len(frozen) == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	dir, err := (&adminService{n: n}).ShardDirectory(dctx, &shalev1.ShardDirectoryRequest{})
+	if err != nil {
+		return
+	}
+	listed := map[uint64]bool{}
+	for _, d := range dir.GetShards() {
+		listed[d.GetShardId()] = true
+	}
+	for _, r := range frozen {
+		if listed[r.ShardID()] {
+			continue
+		}
+		n.log.Info("removing the replica of a shard merged away", "shard", r.ShardID())
+		if err := r.Destroy(ctx); err != nil {
+			n.log.Warn("remove the replica of a merged shard", "shard", r.ShardID(), "err", err)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
+)
+
+// TestMergeShards merges two shards by hand while clients write, and
+// checks every record, the revision order, the directory, and that the
+// merged-away shard stays gone after every node restarts.
+func TestMergeShards(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	a := adminOf(t, c)
+	ctx := context.Background()
+	want := map[string]string{}
+	var lastRev uint64
+	for i := 0; i < 200; i++ {
+		k := fmt.Sprintf("%c%03d", "am"[i%2], i)
+		res, err := cl.Put(ctx, []byte(k), []byte("v"+k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = "v" + k
+		lastRev = max(lastRev, res.Revision)
+	}
+	var left, right *shalev1.ShardDescriptor
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		dir, err := directory(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range dir {
+			switch {
+			case d.GetSystem():
+			case len(d.GetStartKey()) == 0:
+				left = d
+			default:
+				right = d
+			}
+		}
+		return left != nil && right != nil, fmt.Sprintf("directory %v", dir)
+	})
+	stop := load(t, c)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("z")}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("merging the last shard: %v", err)
+	}
+	if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("merge without a key: %v", err)
+	}
+	resp, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	acked, failures := stop()
+	if len(failures) > 0 {
+		t.Fatalf("%d requests failed during the merge, first: %s", len(failures), failures[0])
+	}
+	m := resp.GetMerged()
+	if m.GetShardId() != left.GetShardId() || len(m.GetStartKey()) != 0 || len(m.GetEndKey()) != 0 || resp.GetRemovedShardId() != right.GetShardId() ||
+		m.GetEpoch() <= max(left.GetEpoch(), right.GetEpoch()) {
+		t.Fatalf("merged %v, removed %d; left %v, right %v", m, resp.GetRemovedShardId(), left, right)
+	}
+	for k, v := range acked {
+		want[k] = v
+	}
+	check := func() {
+		t.Helper()
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			for _, id := range c.NodeIDs() {
+				if c.Node(id).Store().Replica(right.GetShardId()) != nil {
+					return false, fmt.Sprintf("node %d still hosts shard %d", id, right.GetShardId())
+				}
+			}
+			dir, err := directory(t, c)
+			if err != nil {
+				return false, err.Error()
+			}
+			users := 0
+			for _, d := range dir {
+				if !d.GetSystem() {
+					users++
+				}
+			}
+			return users == 1, fmt.Sprintf("directory: %v", dir)
+		})
+		cl := newClient(t, c)
+		for k, v := range want {
+			kv, err := cl.Get(ctx, []byte(k))
+			if err != nil || kv == nil || string(kv.Value) != v {
+				t.Fatalf("%s: %v, %v; want %s", k, kv, err, v)
+			}
+		}
+		n := 0
+		it := cl.Scan(ctx, nil, nil)
+		for it.Next() {
+			n++
+		}
+		if it.Err() != nil || n != len(want) {
+			t.Fatalf("scan: %d keys, %v; want %d", n, it.Err(), len(want))
+		}
+	}
+	check()
+	// Revisions keep increasing across the merge.
+	res, err := cl.Put(ctx, []byte("zz-after"), []byte("x"))
+	if err != nil || res.Revision <= lastRev {
+		t.Fatalf("put after the merge: revision %v (before: %d), %v", res, lastRev, err)
+	}
+	want["zz-after"] = "x"
+	// Restart every node: the merged-away shard does not come back.
+	for _, id := range c.NodeIDs() {
+		c.Stop(id)
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		c.Restart(id)
+	}
+	c.WaitLeaders(30 * time.Second)
+	check()
+}
+
+// TestAutomaticMerge: two shards made by an automatic split merge back once
+// they are small and quiet; a manual split's boundary stays.
+func TestAutomaticMerge(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.MergeSizeBytes = 64 << 20
+		cfg.MergeDelay = time.Second
+		cfg.SplitSizeBytes = -1
+	}})
+	a := adminOf(t, c)
+	ctx := context.Background()
+	cl := newClient(t, c)
+	for _, k := range []string{"a", "h", "p", "x"} {
+		if _, err := cl.Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, req := range []*shalev1.SplitShardRequest{{SplitKey: []byte("g")}, {SplitKey: []byte("n"), Automatic: true}} {
+		waitFor(t, 10*time.Second, func() (bool, string) {
+			_, err := a.SplitShard(ctx, req)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	// The automatic boundary at "n" goes; the manual one at "g" stays.
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		dir, err := directory(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		var starts []string
+		for _, d := range dir {
+			if !d.GetSystem() {
+				starts = append(starts, string(d.GetStartKey()))
+			}
+		}
+		return fmt.Sprint(starts) == "[ g]", fmt.Sprintf("shard starts %q", starts)
+	})
+	for _, k := range []string{"a", "h", "p", "x"} {
+		if kv, err := cl.Get(ctx, []byte(k)); err != nil || kv == nil {
+			t.Fatalf("%s after the merge: %v, %v", k, kv, err)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package shard
+
+import (
+	"bytes"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/storage"
+)
+
+// keyMergePending holds the descriptor of the right shard a merge into this
+// one is absorbing (between MergeAbsorb begin and commit).
+var keyMergePending = []byte("mmerge-pending")
+
+// A merge joins a shard (left) and its right neighbour, which must have
+// their replicas on the same nodes. The node leading both proposes:
+//
+//  1. merge_freeze on right: right serves and changes nothing any more;
+//  2. merge_absorb begin, records..., commit on left: right's records go
+//     through left's Raft log (so every left replica gets them, whatever
+//     the state of its right replica), then left's range takes right's in;
+//  3. merge_retire on right: its replicas delete themselves.
+//
+// Each step is idempotent or restartable: begin drops what an interrupted
+// attempt copied, and a frozen right shard is only ever finished.
+
+// applyMergeFreeze freezes this shard (the right one of a merge).
+func (a *applier) applyMergeFreeze(mf *shalev1.MergeFreeze) (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	into := mf.GetIntoShardId()
+	switch {
+	case desc == nil || desc.GetSystem():
+		return errResult(codes.InvalidArgument, desc, "the system shard does not merge"), false, nil
+	case into == 0 || into == desc.GetShardId():
+		return errResult(codes.InvalidArgument, desc, "merge_freeze needs the ID of another shard (got %d)", into), false, nil
+	case desc.GetMergingInto() == into:
+		return &shalev1.CommandResult{Descriptor_: cloneDesc(desc)}, false, nil // already frozen
+	case desc.GetMergingInto() != 0:
+		return errResult(codes.FailedPrecondition, desc, "shard %d is already merging into shard %d", desc.GetShardId(), desc.GetMergingInto()), false, nil
+	case len(a.st.conf.GetVotersOutgoing()) > 0 || len(a.st.conf.GetLearnersNext()) > 0:
+		return errResult(codes.FailedPrecondition, desc, "shard %d is changing its membership; merge it afterwards", desc.GetShardId()), false, nil
+	}
+	d := cloneDesc(desc)
+	d.MergingInto = into
+	d.Epoch++
+	if err := a.st.setDesc(d); err != nil {
+		return nil, false, err
+	}
+	a.s.log.Info("shard frozen for a merge", "shard", d.GetShardId(), "into", into)
+	return &shalev1.CommandResult{Descriptor_: cloneDesc(d)}, true, nil
+}
+
+// applyMergeRetire retires this frozen shard, whose left neighbour has
+// absorbed it; the replica deletes itself once this has applied.
+func (a *applier) applyMergeRetire() (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	if desc == nil || desc.GetMergingInto() == 0 {
+		return errResult(codes.FailedPrecondition, desc, "merge_retire on a shard that is not merging"), false, nil
+	}
+	if desc.GetRetired() {
+		return &shalev1.CommandResult{Descriptor_: cloneDesc(desc)}, false, nil
+	}
+	d := cloneDesc(desc)
+	d.Retired = true
+	d.Epoch++
+	if err := a.st.setDesc(d); err != nil {
+		return nil, false, err
+	}
+	a.after = append(a.after, func() error { a.s.compactAway(dataKey(nil), dataUpper); return nil })
+	a.s.log.Info("shard retired by a merge", "shard", d.GetShardId(), "into", d.GetMergingInto())
+	return &shalev1.CommandResult{Descriptor_: cloneDesc(d)}, true, nil
+}
+
+// applyMergeAbsorb applies one step of absorbing a frozen right neighbour.
+func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResult, bool, error) {
+	desc := a.st.desc
+	if desc == nil || desc.GetSystem() {
+		return errResult(codes.InvalidArgument, desc, "the system shard does not merge"), false, nil
+	}
+	if desc.GetMergingInto() != 0 {
+		return errResult(codes.FailedPrecondition, desc, "shard %d is itself merging into shard %d", desc.GetShardId(), desc.GetMergingInto()), false, nil
+	}
+	if m.GetBegin() {
+		right := m.GetRight()
+		switch {
+		case right == nil || right.GetMergingInto() != desc.GetShardId():
+			return errResult(codes.FailedPrecondition, desc, "merge: the right shard is not frozen into shard %d", desc.GetShardId()), false, nil
+		case len(desc.GetEndKey()) == 0 || !bytes.Equal(right.GetStartKey(), desc.GetEndKey()):
+			return errResult(codes.FailedPrecondition, desc, "merge: shard %d [%q, %q) does not start where shard %d ends (%q)",
+				right.GetShardId(), right.GetStartKey(), right.GetEndKey(), desc.GetShardId(), desc.GetEndKey()), false, nil
+		case len(a.st.conf.GetVotersOutgoing()) > 0 || len(a.st.conf.GetLearnersNext()) > 0:
+			return errResult(codes.FailedPrecondition, desc, "shard %d is changing its membership; merge it afterwards", desc.GetShardId()), false, nil
+		}
+		enc, err := marshalOpts.Marshal(right)
+		if err != nil {
+			return nil, false, err
+		}
+		a.ov.set(a.b, keyMergePending, enc)
+		a.ov.delRange(a.b, dataKey(right.GetStartKey()), dataBound(right.GetEndKey()))
+		return &shalev1.CommandResult{Descriptor_: cloneDesc(desc)}, true, nil
+	}
+	raw, ok, err := a.ov.get(keyMergePending)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok {
+		return errResult(codes.FailedPrecondition, desc, "merge: shard %d is absorbing no shard", desc.GetShardId()), false, nil
+	}
+	right := &shalev1.ShardDescriptor{}
+	if err := proto.Unmarshal(raw, right); err != nil {
+		return nil, false, fmt.Errorf("%w: pending merge: %v", ErrCorrupt, err)
+	}
+	rng := shardRange(right)
+	if len(m.GetKeys()) != len(m.GetValues()) {
+		return errResult(codes.InvalidArgument, desc, "merge: %d keys but %d values", len(m.GetKeys()), len(m.GetValues())), false, nil
+	}
+	for i, k := range m.GetKeys() {
+		if !rng.contains(k) {
+			return errResult(codes.InvalidArgument, desc, "merge: key %q is outside shard %d", k, right.GetShardId()), false, nil
+		}
+		if _, err := decodeValue(m.GetValues()[i]); err != nil {
+			return errResult(codes.InvalidArgument, desc, "merge: key %q: %v", k, err), false, nil
+		}
+		a.ov.set(a.b, dataKey(k), m.GetValues()[i])
+	}
+	if !m.GetCommit() {
+		return &shalev1.CommandResult{Descriptor_: cloneDesc(desc)}, true, nil
+	}
+	d := cloneDesc(desc)
+	d.EndKey = append([]byte(nil), right.GetEndKey()...)
+	d.Epoch = max(desc.GetEpoch(), right.GetEpoch()) + 1
+	if err := a.st.setDesc(d); err != nil {
+		return nil, false, err
+	}
+	a.st.rev = max(a.st.rev, m.GetRightRevision())
+	a.ov.del(a.b, keyMergePending)
+	a.s.log.Info("shard merged", "shard", d.GetShardId(), "absorbed", right.GetShardId(), "end", fmt.Sprintf("%q", d.GetEndKey()))
+	return &shalev1.CommandResult{Descriptor_: cloneDesc(d), RightDescriptor: cloneDesc(right)}, true, nil
+}
+
+// ScanRecords calls fn with every stored record of the shard's user keys
+// (key and encoded value, expired ones included), in key order, read at one
+// point; key and value are valid only during the call. It is how a merge
+// copies a frozen shard's records.
+func (s *Shard) ScanRecords(fn func(key, value []byte) error) error {
+	v, err := s.view()
+	if err != nil {
+		return err
+	}
+	defer v.release()
+	rng, err := v.userRange()
+	if err != nil {
+		return err
+	}
+	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dataKey(rng.start), UpperBound: dataBound(rng.end)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Key()[1:], it.Value()); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}

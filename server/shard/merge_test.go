@@ -1,0 +1,128 @@
+package shard
+
+import (
+	"bytes"
+	"maps"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+func mergeCmd(m *shalev1.RaftCommand) *shalev1.RaftCommand { return m }
+
+func freezeCmd(into uint64) *shalev1.RaftCommand {
+	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: into}}}
+}
+
+func absorbCmd(m *shalev1.MergeAbsorb) *shalev1.RaftCommand {
+	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}}
+}
+
+// TestMergeCommands drives a merge through its three commands on two shard
+// engines: the frozen right refuses writes, the left copies its records
+// with their revisions and takes its range, and each step refuses what is
+// out of order.
+func TestMergeCommands(t *testing.T) {
+	e := newTestEnv(t, nil)
+	left := e.bootstrap("left", userDesc(2, "", "m"), 0)
+	right := e.bootstrap("right", userDesc(3, "m", ""), 0)
+	lf, rf := newFeeder(left), newFeeder(right)
+	for _, k := range []string{"a", "b"} {
+		applyOne(t, left, lf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}}))
+	}
+	for i, k := range []string{"m", "n", "x", "n"} {
+		applyOne(t, right, rf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k+string(rune('0'+i)), 0, false)}}))
+	}
+	rightRecs := dataDump(t, right)
+	code := func(r *shalev1.CommandResult) codes.Code { return codes.Code(r.GetErrorCode()) }
+
+	// Absorbing an unfrozen shard is refused.
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: right.Descriptor()})); code(r) != codes.FailedPrecondition {
+		t.Fatalf("begin with an unfrozen right: %v", r)
+	}
+	// Freeze: the epoch bumps, writes are refused, a second freeze into
+	// the same shard is a no-op, into another one refused.
+	before := right.Descriptor().GetEpoch()
+	if r := applyOne(t, right, rf, freezeCmd(2)); code(r) != codes.OK || r.GetDescriptor_().GetMergingInto() != 2 || r.GetDescriptor_().GetEpoch() != before+1 {
+		t.Fatalf("freeze: %v", r)
+	}
+	if r := applyOne(t, right, rf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("q", "v", 0, false)}})); code(r) != codes.Unavailable {
+		t.Fatalf("write to a frozen shard: %v", r)
+	}
+	if r := applyOne(t, right, rf, freezeCmd(2)); code(r) != codes.OK {
+		t.Fatalf("second freeze: %v", r)
+	}
+	if r := applyOne(t, right, rf, freezeCmd(7)); code(r) != codes.FailedPrecondition {
+		t.Fatalf("freeze into another shard: %v", r)
+	}
+	if r := applyOne(t, left, lf, mergeCmd(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}})); code(r) != codes.FailedPrecondition {
+		t.Fatalf("retire a shard that is not merging: %v", r)
+	}
+	// Records before begin are refused.
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("m")}, Values: [][]byte{{1}}})); code(r) != codes.FailedPrecondition {
+		t.Fatalf("records before begin: %v", r)
+	}
+	frozen := right.Descriptor()
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen})); code(r) != codes.OK {
+		t.Fatalf("begin: %v", r)
+	}
+	// While absorbing, the left does not split.
+	if r := applyOne(t, left, lf, splitCmd("c", 9)); code(r) == codes.OK {
+		t.Fatalf("split while absorbing: %v", r)
+	}
+	// A record outside the right's range, or one that does not decode, is
+	// refused.
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("c")}, Values: [][]byte{{}}})); code(r) != codes.InvalidArgument {
+		t.Fatalf("record outside the range: %v", r)
+	}
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("m")}, Values: [][]byte{{0xff}}})); code(r) != codes.InvalidArgument {
+		t.Fatalf("undecodable record: %v", r)
+	}
+	// A partial copy, then a restart of the copy from begin.
+	first := true
+	var keys, vals [][]byte
+	if err := right.ScanRecords(func(k, v []byte) error {
+		keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
+		if first {
+			first = false
+			applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{bytes.Clone(k)}, Values: [][]byte{bytes.Clone(v)}}))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 {
+		t.Fatalf("ScanRecords saw %d records", len(keys))
+	}
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen}))
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[:2], Values: vals[:2]}))
+	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[2:], Values: vals[2:], Commit: true, RightRevision: right.Revision()}))
+	m := r.GetDescriptor_()
+	if code(r) != codes.OK || len(m.GetEndKey()) != 0 || m.GetEpoch() <= frozen.GetEpoch() || m.GetShardId() != 2 {
+		t.Fatalf("commit: %v", r)
+	}
+	if left.Revision() < right.Revision() {
+		t.Fatalf("merged revision %d below the right's %d", left.Revision(), right.Revision())
+	}
+	got := dataDump(t, left)
+	want := map[string]rec{}
+	maps.Copy(want, rightRecs)
+	for _, k := range []string{"a", "b"} {
+		want[k] = got[k]
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("merged records %v, want %v", got, want)
+	}
+	if kv, _, err := left.Get([]byte("x"), ts0); err != nil || string(kv.GetValue()) != "vx2" {
+		t.Fatalf("get x from the merged shard: %v %v", kv, err)
+	}
+	// Retire the right.
+	if r := applyOne(t, right, rf, mergeCmd(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}})); code(r) != codes.OK || !right.Descriptor().GetRetired() {
+		t.Fatalf("retire: %v", r)
+	}
+	if !right.AppliedState().Descriptor.GetRetired() {
+		t.Fatal("the applied state does not show the retirement")
+	}
+}
