@@ -408,9 +408,11 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
 				sh.Leader = l.node
-				sh.CaughtUp = map[uint64]bool{}
-				for _, rid := range l.led.GetCaughtUpLearners() {
-					sh.CaughtUp[rid] = true
+				if ids := l.led.GetCaughtUpLearners(); len(ids) > 0 {
+					sh.CaughtUp = make(map[uint64]bool, len(ids))
+					for _, rid := range ids {
+						sh.CaughtUp[rid] = true
+					}
 				}
 			} else {
 				sh.Busy = true // the directory and the leader disagree for now
