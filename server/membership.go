@@ -13,9 +13,9 @@ import (
 
 // maintain runs the node's background duties once a second until Stop:
 // registering the founding nodes in the node registry, learning addresses,
-// heartbeating to the placement leader (and, on the placement leader,
-// scheduling replica and leadership moves), splitting large and hot shards,
-// and reporting changed descriptors to the shard directory.
+// splitting large and hot shards, merging small ones, and reporting changed
+// descriptors to the shard directory. Heartbeats and scheduling run in
+// placementLoop, so a long split or merge does not delay them.
 func (n *Node) maintain() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
@@ -31,8 +31,6 @@ func (n *Node) maintain() {
 		if i%5 == 0 || n.Shard(SystemShardID) != nil {
 			n.refreshAddrs(ctx)
 		}
-		n.sendHeartbeat(ctx)
-		n.runPlacement(ctx)
 		n.splitLargeShards(ctx)
 		n.splitHotShards(ctx)
 		n.mergeSmallShards(ctx)
@@ -40,6 +38,25 @@ func (n *Node) maintain() {
 			n.collectMergedReplicas(ctx)
 		}
 		n.reportDescriptors(ctx)
+		cancel()
+	}
+}
+
+// placementLoop heartbeats to the placement leader once a second and, on
+// the placement leader, schedules replica and leadership moves, until Stop.
+func (n *Node) placementLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n.sendHeartbeat(ctx)
+		n.runPlacement(ctx)
 		cancel()
 	}
 }

@@ -238,8 +238,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.maintain()
+	go n.placementLoop()
 	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.shards))
 	return n, nil
 }
