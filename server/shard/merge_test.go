@@ -10,11 +10,11 @@ import (
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
-func mergeCmd(m *shalev1.RaftCommand) *shalev1.RaftCommand { return m }
-
 func freezeCmd(into uint64) *shalev1.RaftCommand {
 	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: into}}}
 }
+
+var retireCmd = &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}}
 
 func absorbCmd(m *shalev1.MergeAbsorb) *shalev1.RaftCommand {
 	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}}
@@ -57,7 +57,7 @@ func TestMergeCommands(t *testing.T) {
 	if r := applyOne(t, right, rf, freezeCmd(7)); code(r) != codes.FailedPrecondition {
 		t.Fatalf("freeze into another shard: %v", r)
 	}
-	if r := applyOne(t, left, lf, mergeCmd(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}})); code(r) != codes.FailedPrecondition {
+	if r := applyOne(t, left, lf, retireCmd); code(r) != codes.FailedPrecondition {
 		t.Fatalf("retire a shard that is not merging: %v", r)
 	}
 	// Records before begin are refused.
@@ -119,7 +119,7 @@ func TestMergeCommands(t *testing.T) {
 		t.Fatalf("get x from the merged shard: %v %v", kv, err)
 	}
 	// Retire the right.
-	if r := applyOne(t, right, rf, mergeCmd(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}})); code(r) != codes.OK || !right.Descriptor().GetRetired() {
+	if r := applyOne(t, right, rf, retireCmd); code(r) != codes.OK || !right.Descriptor().GetRetired() {
 		t.Fatalf("retire: %v", r)
 	}
 	if !right.AppliedState().Descriptor.GetRetired() {
