@@ -85,11 +85,9 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 	// Records the directory already holds are not written again (a new
 	// leader, or a restarted node, reports every shard it leads).
 	have := map[uint64]*shalev1.ShardDescriptor{}
-	if sm := n.Shard(SystemShardID); sm != nil {
-		if stored, err := sm.Shards(); err == nil {
-			for _, d := range stored {
-				have[d.GetShardId()] = d
-			}
+	if stored, err := n.directory(); err == nil {
+		for _, d := range stored {
+			have[d.GetShardId()] = d
 		}
 	}
 	for _, d := range req.GetDescriptors() {

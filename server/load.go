@@ -120,7 +120,7 @@ func (n *Node) splitHotShards(ctx context.Context) {
 		ready := l.hotTicks >= loadSplitTicks
 		l.mu.Unlock()
 		desc := sm.Descriptor()
-		if ready && hot == nil && desc != nil && !desc.GetSystem() && !n.splitRecently(desc.GetShardId(), now) {
+		if ready && hot == nil && desc != nil && !desc.GetSystem() && !n.splitWithin(desc.GetShardId(), now, splitCooldown) {
 			hot, hotLoad, hotQPS = desc, l, qps
 		}
 	}
@@ -202,13 +202,9 @@ func (n *Node) moveLeaderAfterSplit(shardID, target uint64) {
 	}
 }
 
-// splitRecently reports whether this node split the shard (or created it
-// by a split) in the last ten seconds.
-func (n *Node) splitRecently(shardID uint64, now time.Time) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return now.Sub(n.lastSplit[shardID]) < 10*time.Second
-}
+// splitCooldown is how long a shard this node split (or made by a split)
+// waits before it splits again, while its moved-away half is compacted.
+const splitCooldown = 10 * time.Second
 
 // splitWithin reports whether this node split the shard (or created it by
 // a split) in the last d.

@@ -299,7 +299,6 @@ func (n *Node) runPlacement(ctx context.Context) {
 		n.log.Info("became placement leader")
 	}
 	if now.Sub(since) < 2*time.Second {
-		n.place.tracker.Heartbeat(n.heartbeat(ctx))
 		return // let every node's heartbeat arrive first
 	}
 	sys := n.Shard(SystemShardID)
@@ -612,30 +611,18 @@ func (n *Node) updateView(reg []*shalev1.NodeDescriptor, states map[uint64]place
 			view.BytesSpreadPercent = 100 * float64(maxB-minB) / float64(maxB)
 		}
 	}
-	settled := true
+	quiet := true // every shard led, idle, and out of any membership change
 	for _, sh := range shards {
-		if sh.Busy || sh.Leader == 0 || len(sh.Desc.GetReplicas()) != countVoters(sh.Desc) {
-			settled = false
+		if sh.Busy || sh.Leader == 0 || settled(sh.Desc) != nil {
+			quiet = false
 		}
 	}
-	view.Balanced = settled && len(plan.Ops) == 0 && len(view.Running) == 0 && len(plan.Stuck) == 0
+	view.Balanced = quiet && len(plan.Ops) == 0 && len(view.Running) == 0 && len(plan.Stuck) == 0
 	m.moves.Set(float64(placement.Moves(shards)))
 	m.stuck.Set(float64(len(plan.Stuck)))
 	n.place.mu.Lock()
 	n.place.view = view
 	n.place.mu.Unlock()
-}
-
-// countVoters counts the shard's voters outside a joint configuration
-// (a joint configuration's incoming and outgoing voters are not counted).
-func countVoters(d *shalev1.ShardDescriptor) int {
-	n := 0
-	for _, rd := range d.GetReplicas() {
-		if rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
-			n++
-		}
-	}
-	return n
 }
 
 func stuckProto(in []placement.Stuck) []*shalev1.StuckReplica {
@@ -787,19 +774,29 @@ func (n *Node) setDecommissioning(ctx context.Context, id uint64, on bool) error
 	return status.Errorf(codes.NotFound, "node %d is not registered", id)
 }
 
-// DecommissionNode implements the Admin RPC.
-func (s *adminService) DecommissionNode(ctx context.Context, req *shalev1.DecommissionNodeRequest) (*shalev1.DecommissionNodeResponse, error) {
-	if req.GetNodeId() == 0 {
-		return nil, invalidArg("node_id is required")
+// commission starts (on) or stops draining a node, on the placement
+// leader; forward sends the request there from any other node.
+func (s *adminService) commission(ctx context.Context, id uint64, on bool, forward func(shalev1.AdminClient, context.Context) error) error {
+	if id == 0 {
+		return invalidArg("node_id is required")
 	}
 	if !s.n.isPlacementLeader() {
 		a, fctx, err := s.n.systemLeaderAdmin(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return a.DecommissionNode(fctx, req)
+		return forward(a, fctx)
 	}
-	if err := s.n.setDecommissioning(ctx, req.GetNodeId(), true); err != nil {
+	return s.n.setDecommissioning(ctx, id, on)
+}
+
+// DecommissionNode implements the Admin RPC.
+func (s *adminService) DecommissionNode(ctx context.Context, req *shalev1.DecommissionNodeRequest) (*shalev1.DecommissionNodeResponse, error) {
+	err := s.commission(ctx, req.GetNodeId(), true, func(a shalev1.AdminClient, fctx context.Context) error {
+		_, err := a.DecommissionNode(fctx, req)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &shalev1.DecommissionNodeResponse{}, nil
@@ -807,17 +804,11 @@ func (s *adminService) DecommissionNode(ctx context.Context, req *shalev1.Decomm
 
 // RecommissionNode implements the Admin RPC.
 func (s *adminService) RecommissionNode(ctx context.Context, req *shalev1.RecommissionNodeRequest) (*shalev1.RecommissionNodeResponse, error) {
-	if req.GetNodeId() == 0 {
-		return nil, invalidArg("node_id is required")
-	}
-	if !s.n.isPlacementLeader() {
-		a, fctx, err := s.n.systemLeaderAdmin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return a.RecommissionNode(fctx, req)
-	}
-	if err := s.n.setDecommissioning(ctx, req.GetNodeId(), false); err != nil {
+	err := s.commission(ctx, req.GetNodeId(), false, func(a shalev1.AdminClient, fctx context.Context) error {
+		_, err := a.RecommissionNode(fctx, req)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &shalev1.RecommissionNodeResponse{}, nil

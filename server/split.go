@@ -175,7 +175,7 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= size {
 			continue
 		}
-		if n.splitRecently(desc.GetShardId(), now) {
+		if n.splitWithin(desc.GetShardId(), now, splitCooldown) {
 			continue
 		}
 		key, err := sm.SplitKey()

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -51,27 +52,17 @@ measures idle groups that keep ticking and heartbeating instead.`,
 			if !asJSON {
 				fmt.Fprintf(out, "shale-bench idle: 3 nodes; user shards %s; settle %s; window %s; server args %q\n", shards, settle, window, serverArgs)
 			}
-			failed := 0
-			results := cluster.RunIdle(ctx, cluster.IdleConfig{
-				Shards:  counts,
-				Members: 3,
-				Settle:  settle,
-				Window:  window,
-				Dir:     dir,
-				Keep:    keep,
-				Log:     os.Stderr,
-			}, func(r cluster.IdleResult) {
-				if r.Err != nil {
-					failed++
-					fmt.Fprintf(os.Stderr, "idle/%d shards: ERROR: %v\n", r.Shards, r.Err)
-				}
-				if asJSON {
-					_ = cluster.WriteIdleJSONLine(out, r)
-				}
+			failed := reportIdle(out, asJSON, "idle", func(emit func(cluster.IdleResult)) []cluster.IdleResult {
+				return cluster.RunIdle(ctx, cluster.IdleConfig{
+					Shards:  counts,
+					Members: 3,
+					Settle:  settle,
+					Window:  window,
+					Dir:     dir,
+					Keep:    keep,
+					Log:     os.Stderr,
+				}, emit)
 			})
-			if !asJSON {
-				cluster.WriteIdleTable(out, results)
-			}
 			if ctx.Err() != nil {
 				return errors.New("interrupted")
 			}
@@ -91,4 +82,24 @@ measures idle groups that keep ticking and heartbeating instead.`,
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary (default: go build it once, else bin/shale-server)")
 	f.StringVar(&serverArgs, "server-args", "", "extra shale-server flags, space-separated (e.g. \"--disable-quiescence\")")
 	return cmd
+}
+
+// reportIdle runs idle measurements through run, reporting each result as
+// it comes (errors on stderr, a JSON line with asJSON) and the table at the
+// end (without asJSON); it returns how many failed.
+func reportIdle(out io.Writer, asJSON bool, label string, run func(emit func(cluster.IdleResult)) []cluster.IdleResult) int {
+	failed := 0
+	results := run(func(r cluster.IdleResult) {
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(os.Stderr, "%s/%d shards: ERROR: %v\n", label, r.Shards, r.Err)
+		}
+		if asJSON {
+			_ = cluster.WriteIdleJSONLine(out, r)
+		}
+	})
+	if !asJSON {
+		cluster.WriteIdleTable(out, results)
+	}
+	return failed
 }

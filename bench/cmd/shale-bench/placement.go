@@ -168,26 +168,17 @@ too big for the machine fails instead of waking the OOM killer.
 					fmt.Fprintf(out, "shale-bench placement: idle: 3 nodes; %d user shards; settle %s; window %s; server args %q (the same as shale-bench idle --shards %d)\n",
 						idleShards, idleSettle, idleWindow, idleServerArgs, idleShards)
 				}
-				results := cluster.IdleWithGuard(ctx, cluster.IdleConfig{
-					Shards:  []int{idleShards},
-					Members: 3,
-					Settle:  idleSettle,
-					Window:  idleWindow,
-					Dir:     dir,
-					Keep:    keep,
-					Log:     os.Stderr,
-				}, minMem, func(r cluster.IdleResult) {
-					if r.Err != nil {
-						failed++
-						fmt.Fprintf(os.Stderr, "placement/idle %d shards: ERROR: %v\n", r.Shards, r.Err)
-					}
-					if asJSON {
-						_ = cluster.WriteIdleJSONLine(out, r)
-					}
+				failed += reportIdle(out, asJSON, "placement/idle", func(emit func(cluster.IdleResult)) []cluster.IdleResult {
+					return cluster.IdleWithGuard(ctx, cluster.IdleConfig{
+						Shards:  []int{idleShards},
+						Members: 3,
+						Settle:  idleSettle,
+						Window:  idleWindow,
+						Dir:     dir,
+						Keep:    keep,
+						Log:     os.Stderr,
+					}, minMem, emit)
 				})
-				if !asJSON {
-					cluster.WriteIdleTable(out, results)
-				}
 				if ctx.Err() != nil {
 					return errors.New("interrupted")
 				}
