@@ -363,8 +363,12 @@ func (n *Node) shardOptions() shard.Options {
 		// preallocating it would only reserve space on every shard. Their
 		// writes are in the Raft log too (a restart re-applies what a
 		// crash lost), so they reach the WAL file in 64 KiB pieces rather
-		// than a write system call per applied batch.
-		Storage: &storage.Options{Shared: n.shared, MemTableSize: uint64(n.cfg.ShardMemTableBytes), WALPreallocateSize: -1, WALFlushThreshold: 64 << 10},
+		// than a write system call per applied batch. They take no LOCK
+		// file each: the raft log engine's LOCK, taken before any shard
+		// opens, keeps other processes out of the whole data directory,
+		// and a node hosting 10,000 shards cannot spare a descriptor per
+		// shard for it.
+		Storage: &storage.Options{Shared: n.shared, SkipLockFile: true, MemTableSize: uint64(n.cfg.ShardMemTableBytes), WALPreallocateSize: -1, WALFlushThreshold: 64 << 10},
 		Logger:  n.log,
 		Splits:  splitHost{n},
 	}

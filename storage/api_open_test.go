@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -193,6 +194,102 @@ func TestAPIOpenLocked(t *testing.T) {
 	}
 }
 
+// TestAPISkipLockFile: with SkipLockFile no LOCK file is made, a second Open
+// of the directory with the same Shared is still refused, and Close releases
+// the directory.
+func TestAPISkipLockFile(t *testing.T) {
+	fs := vfs.NewMem()
+	shared := NewShared(nil)
+	defer shared.Close()
+	opts := apiSmallOptions(fs)
+	opts.Shared, opts.SkipLockFile = shared, true
+	d := apiMustOpen(t, "db", opts)
+	if apiFileExists(fs, "db/LOCK") {
+		t.Fatal("SkipLockFile made a LOCK file")
+	}
+	d2, err := Open("db/", opts)
+	if err == nil {
+		d2.Close()
+		t.Fatal("second Open of an open directory succeeded")
+	}
+	if !errors.Is(err, vfs.ErrLocked) || !strings.Contains(err.Error(), "db") {
+		t.Fatalf("second Open: %v, want an error naming db and matching vfs.ErrLocked", err)
+	}
+	// Another directory with the same Shared opens.
+	other := apiMustOpen(t, "other", opts)
+	apiMustClose(t, other)
+	if err := d.Set([]byte("k"), []byte("v"), NoSync); err != nil {
+		t.Fatal(err)
+	}
+	apiMustClose(t, d)
+	d = apiMustOpen(t, "db", opts)
+	if v, err := d.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("get after reopen: %q %v", v, err)
+	}
+	apiMustClose(t, d)
+}
+
+// TestAPIOpenDescriptors: an open DB keeps one file descriptor in its
+// directory, the WAL's, through flushes and compactions (the MANIFEST is
+// opened per edit; SSTs live in the shared table cache and are counted
+// there); LOCK adds a second unless SkipLockFile.
+func TestAPIOpenDescriptors(t *testing.T) {
+	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	shared := NewShared(&SharedOptions{TableCacheFiles: 1})
+	defer shared.Close()
+	for _, skipLock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SkipLockFile=%v", skipLock), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "db")
+			opts := apiSmallOptions(vfs.Default)
+			opts.Shared, opts.SkipLockFile = shared, skipLock
+			d := apiMustOpen(t, dir, opts)
+			defer apiMustClose(t, d)
+			for round := 0; round < 4; round++ {
+				for i := 0; i < 500; i++ {
+					k := fmt.Sprintf("key-%03d-%d", i, round)
+					if err := d.Set([]byte(k), bytes.Repeat([]byte("v"), 100), NoSync); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := d.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.CompactRange(nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			shared.tables.evictDB(d.cacheID) // SSTs are the table cache's, not the DB's
+			open := openFilesUnder(t, dir)
+			want := 2
+			if skipLock {
+				want = 1
+			}
+			if len(open) != want {
+				t.Fatalf("descriptors open in the DB directory: %v, want %d", open, want)
+			}
+		})
+	}
+}
+
+// openFilesUnder lists the files under dir this process has open.
+func openFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			out = append(out, filepath.Base(target))
+		}
+	}
+	return out
+}
+
 // TestAPIOptionsValidation: invalid options fail Open with an error naming
 // each problem, before anything is created.
 func TestAPIOptionsValidation(t *testing.T) {
@@ -209,6 +306,7 @@ func TestAPIOptionsValidation(t *testing.T) {
 		{func(o *Options) { o.LevelMultiplier = 1.5 }, []string{"LevelMultiplier"}},
 		{func(o *Options) { o.Levels[2].BlockSize = -1 }, []string{"Levels[2]", "block size"}},
 		{func(o *Options) { o.MemTableSize, o.MaxMemTables = 10, 1 }, []string{"MemTableSize", "MaxMemTables"}},
+		{func(o *Options) { o.SkipLockFile = true }, []string{"SkipLockFile", "Shared"}},
 	}
 	for i, tc := range cases {
 		opts := apiSmallOptions(fs)

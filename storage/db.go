@@ -93,11 +93,13 @@ type DB struct {
 	memRamp     uint64      // capacity of the next memtable (see nextMemTableSizeLocked)
 	nextFileNum manifest.FileNum
 
-	vers          *manifest.Version
-	liveVersions  map[*manifest.Version]int // version -> references
-	manifestNum   manifest.FileNum
-	manifestFile  vfs.File
-	manifestW     *wal.Writer
+	vers         *manifest.Version
+	liveVersions map[*manifest.Version]int // version -> references
+	manifestNum  manifest.FileNum
+	// manifestSize is the length of the MANIFEST this DB wrote and appends
+	// to, which is closed between edits (a node hosting thousands of
+	// engines cannot spare a descriptor each); 0 until one is written.
+	manifestSize  int64
 	minUnflushed  manifest.FileNum
 	pendingOut    map[manifest.FileNum]struct{}
 	snapshots     snapshotList
@@ -173,7 +175,12 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		if err := mkdirAllDurable(d.fs, dirname); err != nil {
 			return nil, fmt.Errorf("open %s: create directory: %w", dirname, err)
 		}
-		lock, err := d.fs.Lock(d.fs.Join(dirname, "LOCK"))
+		var lock io.Closer
+		if opts.SkipLockFile {
+			lock, err = d.shared.lockDir(d.fs.Join(dirname))
+		} else {
+			lock, err = d.fs.Lock(d.fs.Join(dirname, "LOCK"))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", dirname, err)
 		}
@@ -222,9 +229,6 @@ func (d *DB) abandon() {
 	d.mu.Unlock()
 	if d.logFile != nil {
 		_ = d.logFile.Close()
-	}
-	if d.manifestFile != nil {
-		_ = d.manifestFile.Close()
 	}
 	d.shared.tables.evictDB(d.cacheID)
 	if d.lock != nil {
@@ -633,28 +637,25 @@ func (d *DB) Close() error {
 		if err := d.logFile.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		if len(errs) == 0 && d.bgErr == nil && d.manifestW != nil {
+		if len(errs) == 0 && d.bgErr == nil {
 			// Record that this WAL is complete, so the next Open treats any
 			// damage to it as corruption instead of a crash's torn tail.
 			d.manifestMu.Lock()
-			err := d.appendManifest(&manifest.VersionEdit{
-				LastSeqNum:        d.logSeq,
-				CleanCloseLogNum:  d.logNum,
-				CleanCloseLogSize: cleanSize,
-			})
-			d.manifestMu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
+			if d.manifestSize > 0 {
+				err := d.appendManifest(&manifest.VersionEdit{
+					LastSeqNum:        d.logSeq,
+					CleanCloseLogNum:  d.logNum,
+					CleanCloseLogSize: cleanSize,
+				})
+				if err != nil {
+					errs = append(errs, err)
+				}
 			}
+			d.manifestMu.Unlock()
 		}
 		d.logWriter, d.logBuf, d.logFile = nil, nil, nil
 	}
 	d.walMu.Unlock()
-	if d.manifestFile != nil {
-		if err := d.manifestFile.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	mems := append([]*memTable{d.mem}, d.imm...)
 	d.mu.Unlock()
 	for _, m := range mems {

@@ -105,6 +105,14 @@ type Options struct {
 	// (block cache, table cache, background workers, memtable budget).
 	// Default: a private set sized by NewShared's defaults.
 	Shared *Shared
+	// SkipLockFile makes Open take no LOCK file in the directory. Only a
+	// second Open of the same directory with the same Shared is then
+	// refused (with an error matching vfs.ErrLocked); other processes are
+	// not kept out, so set it only when something else does, as a Shale
+	// node's lock on its data directory does. It saves the descriptor a LOCK
+	// holds for as long as the DB is open, which matters to a process
+	// hosting thousands of engines. Requires Shared. Default false.
+	SkipLockFile bool
 	// ErrorIfNotExists makes Open fail when no database exists in the
 	// directory. Default false: a missing database is created.
 	ErrorIfNotExists bool
@@ -271,6 +279,9 @@ func (o *Options) validate() error {
 	if !(o.L0CompactionTrigger < o.L0SlowdownTrigger && o.L0SlowdownTrigger < o.L0StopTrigger) {
 		errs = append(errs, fmt.Errorf("L0 triggers must satisfy compaction (%d) < slowdown (%d) < stop (%d)",
 			o.L0CompactionTrigger, o.L0SlowdownTrigger, o.L0StopTrigger))
+	}
+	if o.SkipLockFile && o.Shared == nil {
+		errs = append(errs, errors.New("SkipLockFile needs a Shared: the in-process lock lives there"))
 	}
 	if o.LevelMultiplier < 2 {
 		errs = append(errs, fmt.Errorf("LevelMultiplier %.1f: need at least 2", o.LevelMultiplier))

@@ -3,6 +3,7 @@ package storage
 import (
 	"container/list"
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,9 @@ type Shared struct {
 	pool       *workerPool
 	memUsed    atomic.Int64
 	arenas     arenaPool
+
+	dirsMu sync.Mutex
+	dirs   map[string]bool // directories open for writing with SkipLockFile
 }
 
 // NewShared creates shared resources; nil options take the defaults.
@@ -81,6 +85,35 @@ func NewShared(o *SharedOptions) *Shared {
 // Close stops the background workers once their queued jobs finish.
 func (s *Shared) Close() error {
 	s.pool.close()
+	return nil
+}
+
+// lockDir claims dir for a DB opened with SkipLockFile, failing with an
+// error matching vfs.ErrLocked while another such DB has it. Closing the
+// returned closer releases the claim.
+func (s *Shared) lockDir(dir string) (io.Closer, error) {
+	s.dirsMu.Lock()
+	defer s.dirsMu.Unlock()
+	if s.dirs[dir] {
+		return nil, fmt.Errorf("lock %s: %w", dir, vfs.ErrLocked)
+	}
+	if s.dirs == nil {
+		s.dirs = make(map[string]bool)
+	}
+	s.dirs[dir] = true
+	return dirClaim{s: s, dir: dir}, nil
+}
+
+// dirClaim releases a lockDir claim.
+type dirClaim struct {
+	s   *Shared
+	dir string
+}
+
+func (c dirClaim) Close() error {
+	c.s.dirsMu.Lock()
+	delete(c.s.dirs, c.dir)
+	c.s.dirsMu.Unlock()
 	return nil
 }
 

@@ -134,7 +134,7 @@ func (d *DB) logAndApply(ve *manifest.VersionEdit, onInstall func()) error {
 		ve.MinUnflushedLogNum = d.minUnflushed
 	}
 	cur := d.vers
-	rotate := d.manifestW == nil || d.manifestW.Size() > maxManifestSize
+	rotate := d.manifestSize == 0 || d.manifestSize > maxManifestSize
 	var newManifestNum manifest.FileNum
 	if rotate {
 		newManifestNum = d.nextFileNum
@@ -171,7 +171,8 @@ func (d *DB) logAndApply(ve *manifest.VersionEdit, onInstall func()) error {
 	return nil
 }
 
-// appendManifest appends one synced edit to the current MANIFEST.
+// appendManifest appends one synced edit to the current MANIFEST, which it
+// opens for the purpose and closes again. Caller holds manifestMu.
 func (d *DB) appendManifest(ve *manifest.VersionEdit) error {
 	if len(ve.NewFiles) > 0 {
 		// The new files' directory entries must be durable before the
@@ -181,15 +182,27 @@ func (d *DB) appendManifest(ve *manifest.VersionEdit) error {
 			return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
 		}
 	}
-	if err := writeEdit(d.manifestW, ve); err != nil {
+	path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeManifest, d.manifestNum))
+	f, err := d.fs.OpenAppend(path)
+	if err != nil {
 		return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
 	}
-	if err := d.manifestW.Flush(); err != nil {
+	w := wal.NewWriterAt(f, d.manifestSize)
+	if err = writeEdit(w, ve); err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		if err = f.Sync(); err != nil {
+			err = fmt.Errorf("sync: %w", err)
+		}
+	}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	if err != nil {
 		return fmt.Errorf("write manifest %s: %w", d.manifestNum, err)
 	}
-	if err := d.manifestFile.Sync(); err != nil {
-		return fmt.Errorf("sync manifest %s: %w", d.manifestNum, err)
-	}
+	d.manifestSize = w.Size()
 	return nil
 }
 
@@ -220,6 +233,9 @@ func (d *DB) writeManifestFile(num manifest.FileNum, v *manifest.Version, ve *ma
 			err = f.Sync()
 		}
 	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err == nil {
 		err = vfs.SyncDir(d.fs, d.dirname)
 	}
@@ -227,14 +243,10 @@ func (d *DB) writeManifestFile(num manifest.FileNum, v *manifest.Version, ve *ma
 		err = manifest.SetCurrentFile(d.fs, d.dirname, num)
 	}
 	if err != nil {
-		_ = f.Close()
 		return fmt.Errorf("write manifest %s: %w", name, err)
 	}
-	if d.manifestFile != nil {
-		_ = d.manifestFile.Close()
-	}
 	d.mu.Lock()
-	d.manifestFile, d.manifestW, d.manifestNum = f, w, num
+	d.manifestNum, d.manifestSize = num, w.Size()
 	d.mu.Unlock()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 
@@ -100,6 +101,11 @@ func (f *ldbFlags) withDB(cmd *cobra.Command, readOnly bool, fn func(db *storage
 			}
 			opts.ErrorIfNotExists = true
 		}
+		unlock, lerr := lockOwningNode(dir)
+		if lerr != nil {
+			return lerr
+		}
+		defer unlock.Close()
 		db, err = storage.Open(dir, opts)
 		if err != nil {
 			return fmt.Errorf("open database: %w", err)
@@ -111,6 +117,33 @@ func (f *ldbFlags) withDB(cmd *cobra.Command, readOnly bool, fn func(db *storage
 		}
 	}()
 	return fn(db)
+}
+
+// lockOwningNode keeps ldb from writing to a shard engine of a running node.
+// Shard engines take no LOCK file of their own: a node's lock on its raft log
+// engine (<data>/raftlog/LOCK) covers its whole data directory. So for a
+// directory <data>/shards/<id> beside a raft log, that lock is taken for as
+// long as the database is open; for any other directory it does nothing.
+func lockOwningNode(dir string) (io.Closer, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", dir, err)
+	}
+	if filepath.Base(filepath.Dir(abs)) != "shards" {
+		return io.NopCloser(nil), nil
+	}
+	raftlog := filepath.Join(filepath.Dir(filepath.Dir(abs)), "raftlog")
+	if _, err := os.Stat(filepath.Join(raftlog, "CURRENT")); err != nil {
+		return io.NopCloser(nil), nil
+	}
+	l, err := vfs.Default.Lock(filepath.Join(raftlog, "LOCK"))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("open database %s: it is a shard engine of a running node (%s is locked); stop the node first, or use a read-only command", dir, raftlog)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: lock the owning node's data directory: %w", dir, err)
+	}
+	return l, nil
 }
 
 // writeOptions returns the options of a write with or without --sync.

@@ -484,6 +484,37 @@ func TestLDBWrites(t *testing.T) {
 	}
 }
 
+// TestLDBRunningNodeShard: ldb refuses to write a node's shard engine
+// (which has no LOCK of its own) while the node holds its raft log engine,
+// still reads it, and writes it once the node is gone.
+func TestLDBRunningNodeShard(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	shardDir := filepath.Join(data, "shards", "7")
+	if err := os.MkdirAll(filepath.Dir(shardDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(buildDB(t), shardDir); err != nil {
+		t.Fatal(err)
+	}
+	node, err := storage.Open(filepath.Join(data, "raftlog"), quietOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ldb := func(args ...string) []string { return append([]string{"debug", "ldb", "--db", shardDir}, args...) }
+	contains(t, "write while the node runs", fails(t, ldb("put", "a", "b")...), "shard engine of a running node", "stop the node first")
+	if got := ok(t, ldb("get", key(0))...); got != value(0)+"\n" {
+		t.Errorf("read while the node runs: %q", got)
+	}
+	if err := node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, ldb("put", "a", "b")...)
+	if got := ok(t, ldb("get", "a")...); got != "b\n" {
+		t.Errorf("get after put: %q", got)
+	}
+}
+
 func TestLDBManifest(t *testing.T) {
 	t.Parallel()
 	dir := buildDB(t)

@@ -22,7 +22,10 @@ type osFS struct{}
 var _ vfs.FS = osFS{}
 
 func (osFS) Create(name string) (vfs.File, error) { return os.Create(name) }
-func (osFS) Open(name string) (vfs.File, error)   { return os.Open(name) }
+func (osFS) OpenAppend(name string) (vfs.File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
+}
+func (osFS) Open(name string) (vfs.File, error) { return os.Open(name) }
 func (osFS) OpenDir(name string) (vfs.File, error) {
 	return os.Open(name)
 }

@@ -187,6 +187,20 @@ func (fs *MemFS) Open(name string) (File, error) {
 	return &memFile{fs: fs, n: n, name: name}, nil
 }
 
+// OpenAppend opens the existing named file for writing at its end.
+func (fs *MemFS) OpenAppend(name string) (File, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup("open", name)
+	if err != nil {
+		return nil, err
+	}
+	if n.isDir {
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EISDIR}
+	}
+	return &memFile{fs: fs, n: n, name: name, writable: true}, nil
+}
+
 // OpenDir opens the named directory; Sync on the result makes the
 // directory's current entries durable.
 func (fs *MemFS) OpenDir(name string) (File, error) {

@@ -124,6 +124,26 @@ func TestCrashCloneDropsUnsyncedData(t *testing.T) {
 	}
 }
 
+func TestCrashCloneAppendKeepsSyncedPrefix(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	mustOK(t, fs.MkdirAll("db", 0o755))
+	syncDir(t, fs, "/")
+	writeFile(t, fs, "db/MANIFEST-000001", "edit1;")
+	syncDir(t, fs, "db")
+	f, err := fs.OpenAppend("db/MANIFEST-000001")
+	mustOK(t, err)
+	_, err = f.Write([]byte("edit2;"))
+	mustOK(t, err)
+	if got := readFile(t, fs.CrashClone(), "db/MANIFEST-000001"); got != "edit1;" {
+		t.Fatalf("unsynced append survived a crash: %q", got)
+	}
+	mustOK(t, f.Sync())
+	mustOK(t, f.Close())
+	if got := readFile(t, fs.CrashClone(), "db/MANIFEST-000001"); got != "edit1;edit2;" {
+		t.Fatalf("synced append lost in a crash: %q", got)
+	}
+}
+
 func TestCrashCloneCreateNeedsDirSync(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	mustOK(t, fs.MkdirAll("db", 0o755))

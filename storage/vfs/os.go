@@ -27,6 +27,10 @@ func (osFS) Create(name string) (File, error) { return os.Create(name) }
 
 func (osFS) Open(name string) (File, error) { return os.Open(name) }
 
+func (osFS) OpenAppend(name string) (File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
+}
+
 // OpenDir opens a directory; Sync on the result fsyncs the directory itself,
 // which is what makes entries created, renamed or removed in it durable.
 func (osFS) OpenDir(name string) (File, error) {

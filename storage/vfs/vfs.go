@@ -37,6 +37,10 @@ type FS interface {
 	Create(name string) (File, error)
 	// Open opens the named file for reading.
 	Open(name string) (File, error)
+	// OpenAppend opens the existing named file for writing at its end,
+	// keeping its contents; it fails if the file does not exist. Reads
+	// through the handle start at offset 0.
+	OpenAppend(name string) (File, error)
 	// OpenDir opens a directory so its entries can be synced.
 	OpenDir(name string) (File, error)
 	// Remove removes the named file or empty directory.

@@ -130,6 +130,34 @@ func TestCreateTruncates(t *testing.T) {
 	})
 }
 
+func TestOpenAppend(t *testing.T) {
+	eachFS(t, func(t *testing.T, fs vfs.FS, dir string) {
+		name := fs.Join(dir, "MANIFEST-000001")
+		writeFile(t, fs, name, "first;")
+		f, err := fs.OpenAppend(name)
+		mustOK(t, err)
+		b := make([]byte, 5)
+		_, err = io.ReadFull(f, b)
+		mustOK(t, err)
+		if string(b) != "first" {
+			t.Fatalf("read through the append handle: %q", b)
+		}
+		_, err = f.Write([]byte("second;"))
+		mustOK(t, err)
+		mustOK(t, f.Sync())
+		mustOK(t, f.Close())
+		if got := readFile(t, fs, name); got != "first;second;" {
+			t.Fatalf("got %q", got)
+		}
+		if fi, err := fs.Stat(name); err != nil || fi.Size() != int64(len("first;second;")) {
+			t.Fatalf("stat: %v, %v", fi, err)
+		}
+		if _, err := fs.OpenAppend(dir); err == nil {
+			t.Fatal("OpenAppend of a directory succeeded")
+		}
+	})
+}
+
 func TestMissing(t *testing.T) {
 	eachFS(t, func(t *testing.T, fs vfs.FS, dir string) {
 		missing := fs.Join(dir, "nope")
@@ -137,6 +165,8 @@ func TestMissing(t *testing.T) {
 		wantNotExist(t, "Open", err)
 		_, err = fs.OpenDir(missing)
 		wantNotExist(t, "OpenDir", err)
+		_, err = fs.OpenAppend(missing)
+		wantNotExist(t, "OpenAppend", err)
 		_, err = fs.Stat(missing)
 		wantNotExist(t, "Stat", err)
 		_, err = fs.List(missing)

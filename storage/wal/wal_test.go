@@ -137,6 +137,77 @@ func TestRoundTripRandom(t *testing.T) {
 	checkRecords(t, got, recs)
 }
 
+// TestWriterAtResumes writes a log through a fresh NewWriterAt after every
+// few records and checks the bytes equal one Writer's, including where the
+// resume point leaves less than a header's room in the block.
+func TestWriterAtResumes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Choose record sizes with a reference writer, so that the record
+	// before every other resume point leaves k < HeaderSize bytes in its
+	// block, for each k in turn.
+	var recs [][]byte
+	ref := NewWriter(io.Discard)
+	for i := 0; i < 600; i++ {
+		n := rng.IntN(200)
+		if rng.IntN(8) == 0 {
+			n = rng.IntN(2 * BlockSize)
+		}
+		if (i+1)%3 == 0 && (i/3)%2 == 0 {
+			k := (i / 6) % HeaderSize
+			room := BlockSize - int(ref.Size()%BlockSize)
+			if room-k-HeaderSize >= 0 {
+				n = room - k - HeaderSize
+			}
+		}
+		recs = append(recs, makeRecord(i, n))
+		if _, err := ref.WriteRecord(recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, wantOffs := writeLog(t, recs, 0)
+
+	var buf bytes.Buffer
+	var w *Writer
+	tight := map[int]bool{} // room left in the block at resumes, when under a header
+	for i, r := range recs {
+		if i%3 == 0 {
+			if w != nil {
+				if err := w.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rest := BlockSize - buf.Len()%BlockSize; rest < HeaderSize {
+				tight[rest] = true
+			}
+			w = NewWriterAt(&buf, int64(buf.Len()))
+			if w.Size() != int64(buf.Len()) {
+				t.Fatalf("resumed Size %d, log %d bytes", w.Size(), buf.Len())
+			}
+		}
+		off, err := w.WriteRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off != wantOffs[i] {
+			t.Fatalf("record %d at %d, want %d", i, off, wantOffs[i])
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(tight) < HeaderSize-1 {
+		t.Fatalf("resumes left only %v bytes under a header's room; want every value 1..%d", tight, HeaderSize-1)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("resumed log differs from a single writer's (%d vs %d bytes)", buf.Len(), len(want))
+	}
+	got, _, _, err := readAll(buf.Bytes())
+	if err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+	checkRecords(t, got, recs)
+}
+
 func TestOffsetsAndPadding(t *testing.T) {
 	var buf bytes.Buffer
 	w := NewWriter(&buf)

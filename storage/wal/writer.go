@@ -71,6 +71,19 @@ func NewWriter(w io.Writer) *Writer {
 	return &Writer{w: w}
 }
 
+// NewWriterAt returns a Writer that continues a log of size bytes, written
+// by an earlier Writer and ended by a Flush: w must append at offset size
+// (for example a file opened for appending). Records written through it are
+// laid out exactly as if the earlier Writer had gone on writing, so a log can
+// be closed between records and reopened without keeping a file open.
+func NewWriterAt(w io.Writer, size int64) *Writer {
+	if size < 0 {
+		size = 0
+	}
+	off := int(size % BlockSize)
+	return &Writer{w: w, base: size - int64(off), off: off, flushed: off}
+}
+
 // WriteRecord appends p as one record and returns the file offset at which
 // the record's first chunk header starts. The record is not necessarily
 // handed to the underlying writer until Flush. p may be empty or of any size

@@ -24,38 +24,40 @@ type Op int
 
 // The operations an Injector is consulted for.
 const (
-	OpCreate   Op = iota // FS.Create
-	OpOpen               // FS.Open
-	OpOpenDir            // FS.OpenDir
-	OpRead               // File.Read and File.ReadAt
-	OpWrite              // File.Write
-	OpSync               // File.Sync, on files and directories
-	OpClose              // File.Close
-	OpRemove             // FS.Remove and FS.RemoveAll
-	OpRename             // FS.Rename (path is the new name)
-	OpLink               // FS.Link (path is the new name)
-	OpMkdirAll           // FS.MkdirAll
-	OpList               // FS.List
-	OpStat               // FS.Stat and File.Stat
-	OpLock               // FS.Lock (releasing a lock is never failed)
+	OpCreate     Op = iota // FS.Create
+	OpOpen                 // FS.Open
+	OpOpenDir              // FS.OpenDir
+	OpRead                 // File.Read and File.ReadAt
+	OpWrite                // File.Write
+	OpSync                 // File.Sync, on files and directories
+	OpClose                // File.Close
+	OpRemove               // FS.Remove and FS.RemoveAll
+	OpRename               // FS.Rename (path is the new name)
+	OpLink                 // FS.Link (path is the new name)
+	OpMkdirAll             // FS.MkdirAll
+	OpList                 // FS.List
+	OpStat                 // FS.Stat and File.Stat
+	OpLock                 // FS.Lock (releasing a lock is never failed)
+	OpOpenAppend           // FS.OpenAppend
 	numOps
 )
 
 var opNames = [numOps]string{
-	OpCreate:   "create",
-	OpOpen:     "open",
-	OpOpenDir:  "opendir",
-	OpRead:     "read",
-	OpWrite:    "write",
-	OpSync:     "sync",
-	OpClose:    "close",
-	OpRemove:   "remove",
-	OpRename:   "rename",
-	OpLink:     "link",
-	OpMkdirAll: "mkdirall",
-	OpList:     "list",
-	OpStat:     "stat",
-	OpLock:     "lock",
+	OpCreate:     "create",
+	OpOpen:       "open",
+	OpOpenDir:    "opendir",
+	OpRead:       "read",
+	OpWrite:      "write",
+	OpSync:       "sync",
+	OpClose:      "close",
+	OpRemove:     "remove",
+	OpRename:     "rename",
+	OpLink:       "link",
+	OpMkdirAll:   "mkdirall",
+	OpList:       "list",
+	OpStat:       "stat",
+	OpLock:       "lock",
+	OpOpenAppend: "openappend",
 }
 
 // String returns the operation's lower-case name, e.g. "write".
@@ -67,10 +69,10 @@ func (o Op) String() string {
 }
 
 // IsWrite reports whether the operation changes the filesystem: Create,
-// Write, Sync, Remove, Rename, Link and MkdirAll.
+// OpenAppend, Write, Sync, Remove, Rename, Link and MkdirAll.
 func (o Op) IsWrite() bool {
 	switch o {
-	case OpCreate, OpWrite, OpSync, OpRemove, OpRename, OpLink, OpMkdirAll:
+	case OpCreate, OpOpenAppend, OpWrite, OpSync, OpRemove, OpRename, OpLink, OpMkdirAll:
 		return true
 	}
 	return false
@@ -186,6 +188,17 @@ func (w *wrapFS) Open(name string) (vfs.File, error) {
 		return nil, err
 	}
 	f, err := w.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return &wrapFile{w: w, f: f, path: name}, nil
+}
+
+func (w *wrapFS) OpenAppend(name string) (vfs.File, error) {
+	if err := w.maybe(OpOpenAppend, name); err != nil {
+		return nil, err
+	}
+	f, err := w.fs.OpenAppend(name)
 	if err != nil {
 		return nil, err
 	}

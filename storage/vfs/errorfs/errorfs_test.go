@@ -45,6 +45,16 @@ func workload(fs vfs.FS) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	if f, err = fs.OpenAppend("db/000001.log"); err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte("appended")); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
 	d, err := fs.OpenDir("db")
 	if err != nil {
 		return err
@@ -94,16 +104,16 @@ func workload(fs vfs.FS) error {
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]bool{}
-	for op := errorfs.OpCreate; op <= errorfs.OpLock; op++ {
+	for op := errorfs.OpCreate; op <= errorfs.OpOpenAppend; op++ {
 		s := op.String()
 		if s == "" || strings.HasPrefix(s, "Op(") || seen[s] {
 			t.Fatalf("bad name %q for %d", s, op)
 		}
 		seen[s] = true
 	}
-	writes := map[errorfs.Op]bool{errorfs.OpCreate: true, errorfs.OpWrite: true, errorfs.OpSync: true,
+	writes := map[errorfs.Op]bool{errorfs.OpCreate: true, errorfs.OpOpenAppend: true, errorfs.OpWrite: true, errorfs.OpSync: true,
 		errorfs.OpRemove: true, errorfs.OpRename: true, errorfs.OpLink: true, errorfs.OpMkdirAll: true}
-	for op := errorfs.OpCreate; op <= errorfs.OpLock; op++ {
+	for op := errorfs.OpCreate; op <= errorfs.OpOpenAppend; op++ {
 		if op.IsWrite() != writes[op] {
 			t.Fatalf("%v.IsWrite() = %v", op, op.IsWrite())
 		}
@@ -127,7 +137,7 @@ func TestInjectedErrors(t *testing.T) {
 func TestEveryIndex(t *testing.T) {
 	var c errorfs.Counter
 	mustOK(t, workload(errorfs.Wrap(vfs.NewMem(), &c)))
-	if c.Count() < 20 || c.CountOf(errorfs.OpWrite) != 3 || c.CountOf(errorfs.OpSync) != 2 {
+	if c.Count() < 20 || c.CountOf(errorfs.OpWrite) != 4 || c.CountOf(errorfs.OpSync) != 2 || c.CountOf(errorfs.OpOpenAppend) != 1 {
 		t.Fatalf("count %d, writes %d, syncs %d", c.Count(), c.CountOf(errorfs.OpWrite), c.CountOf(errorfs.OpSync))
 	}
 	for i := int64(0); i < c.Count(); i++ {
