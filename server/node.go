@@ -362,15 +362,25 @@ func (n *Node) shardOptions() shard.Options {
 		// Shard engines sync their WAL only before a Raft log truncation:
 		// preallocating it would only reserve space on every shard. Their
 		// writes are in the Raft log too (a restart re-applies what a
-		// crash lost), so they reach the WAL file in 64 KiB pieces rather
-		// than a write system call per applied batch. They take no LOCK
+		// crash lost), so they reach the WAL file in 64 KiB pieces (or a
+		// second after the last write) rather than a write system call per
+		// applied batch. They take no LOCK
 		// file each: the raft log engine's LOCK, taken before any shard
 		// opens, keeps other processes out of the whole data directory,
 		// and a node hosting 10,000 shards cannot spare a descriptor per
-		// shard for it.
-		Storage: &storage.Options{Shared: n.shared, SkipLockFile: true, MemTableSize: uint64(n.cfg.ShardMemTableBytes), WALPreallocateSize: -1, WALFlushThreshold: 64 << 10},
-		Logger:  n.log,
-		Splits:  splitHost{n},
+		// shard for it. For the same reason a shard's first memtable is
+		// the smallest there is (64 KiB), doubling with every flush up to
+		// --shard-memtable-bytes: most shards of a large cluster are idle.
+		Storage: &storage.Options{
+			Shared:              n.shared,
+			SkipLockFile:        true,
+			MemTableSize:        uint64(n.cfg.ShardMemTableBytes),
+			MemTableInitialSize: 64 << 10,
+			WALPreallocateSize:  -1,
+			WALFlushThreshold:   64 << 10,
+		},
+		Logger: n.log,
+		Splits: splitHost{n},
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,6 +41,71 @@ func TestRestartAllNodesKeepsData(t *testing.T) {
 	}
 	if _, err := cl2.Put(ctx, []byte("after"), []byte("restart")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestShardEnginesHoldOneFile: a shard engine keeps only its WAL open (no
+// LOCK, no MANIFEST), so a node's descriptors grow by one per shard; the
+// node's raft log engine holds the data directory's LOCK.
+func TestShardEnginesHoldOneFile(t *testing.T) {
+	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	var splits [][]byte
+	for i := 1; i <= 20; i++ {
+		splits = append(splits, []byte(fmt.Sprintf("k%02d", i)))
+	}
+	c := testcluster.Start(t, testcluster.Options{Splits: splits})
+	cl := newClient(t, c)
+	for i := 0; i < 200; i++ {
+		if _, err := cl.Put(context.Background(), []byte(fmt.Sprintf("k%03d", i%25)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	engines := 3 * (len(splits) + 2) // user shards and the system shard, on each node
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || !strings.HasPrefix(target, c.Dir()+string(filepath.Separator)) {
+			continue
+		}
+		name := filepath.Base(target)
+		switch {
+		case strings.Contains(target, string(filepath.Separator)+"raftlog"+string(filepath.Separator)):
+			if name == "LOCK" {
+				kinds["raftlog LOCK"]++
+			} else {
+				kinds["raftlog other"]++
+			}
+		case strings.HasSuffix(name, ".log"):
+			kinds["shard WAL"]++
+		case strings.HasSuffix(name, ".sst"):
+			kinds["shard SST"]++ // the shared table cache's
+		default:
+			kinds["shard "+name]++
+		}
+	}
+	t.Logf("open files under the cluster directory: %v", kinds)
+	for k, n := range kinds {
+		switch {
+		case k == "shard WAL":
+			if n > engines {
+				t.Errorf("%d shard WALs open for %d shard engines", n, engines)
+			}
+		case k == "shard SST" || strings.HasPrefix(k, "raftlog"):
+		default:
+			t.Errorf("shard engines hold %d × %q open; want only their WALs", n, k)
+		}
+	}
+	if kinds["shard WAL"] < engines {
+		t.Errorf("%d shard WALs open for %d shard engines: the count does not see them", kinds["shard WAL"], engines)
+	}
+	if kinds["raftlog LOCK"] != 3 {
+		t.Errorf("%d raft log LOCKs held by 3 nodes", kinds["raftlog LOCK"])
 	}
 }
 

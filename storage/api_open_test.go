@@ -290,6 +290,44 @@ func openFilesUnder(t *testing.T, dir string) []string {
 	return out
 }
 
+// TestAPIMemTableRamp: the first memtable has MemTableInitialSize (by
+// default MemTableSize/16, at least 1 MiB, at most MemTableSize) and each
+// rotation doubles the next one up to MemTableSize.
+func TestAPIMemTableRamp(t *testing.T) {
+	for _, tc := range []struct {
+		size, initial uint64
+		want          []uint64
+	}{
+		{1 << 20, 64 << 10, []uint64{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 1 << 20}},
+		{64 << 20, 0, []uint64{4 << 20, 8 << 20, 16 << 20}},
+		{4 << 20, 0, []uint64{1 << 20, 2 << 20, 4 << 20, 4 << 20}},
+		{256 << 10, 0, []uint64{256 << 10, 256 << 10}},
+		{256 << 10, 1 << 20, []uint64{256 << 10}},
+	} {
+		opts := apiSmallOptions(vfs.NewMem())
+		opts.MemTableSize, opts.MemTableInitialSize = tc.size, tc.initial
+		d := apiMustOpen(t, "db", opts)
+		var got []uint64
+		for i := range tc.want {
+			d.mu.Lock()
+			got = append(got, d.mem.capacity)
+			d.mu.Unlock()
+			if i < len(tc.want)-1 {
+				if err := d.Set([]byte("k"), []byte("v"), NoSync); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		apiMustClose(t, d)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("MemTableSize %d, MemTableInitialSize %d: capacities %v, want %v", tc.size, tc.initial, got, tc.want)
+		}
+	}
+}
+
 // TestAPIOptionsValidation: invalid options fail Open with an error naming
 // each problem, before anything is created.
 func TestAPIOptionsValidation(t *testing.T) {
@@ -307,6 +345,7 @@ func TestAPIOptionsValidation(t *testing.T) {
 		{func(o *Options) { o.Levels[2].BlockSize = -1 }, []string{"Levels[2]", "block size"}},
 		{func(o *Options) { o.MemTableSize, o.MaxMemTables = 10, 1 }, []string{"MemTableSize", "MaxMemTables"}},
 		{func(o *Options) { o.SkipLockFile = true }, []string{"SkipLockFile", "Shared"}},
+		{func(o *Options) { o.MemTableInitialSize = 1000 }, []string{"MemTableInitialSize", "64 KiB"}},
 	}
 	for i, tc := range cases {
 		opts := apiSmallOptions(fs)

@@ -168,7 +168,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 // waits for it. The caller holds d.mu and the commit barrier.
 func (d *DB) flushUnloggedLocked() error {
 	if d.mem.unlogged.Load() {
-		if err := d.rotateMemTableLocked(d.nextMemTableSizeLocked()); err != nil {
+		if err := d.rotateMemTableLocked(d.nextMemTableSizeLocked(), false); err != nil {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}

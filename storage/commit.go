@@ -187,6 +187,10 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 		// Hand the write system call to the background flusher (once
 		// enough is buffered, with a WALFlushThreshold).
 		if t := d.opts.WALFlushThreshold; t > 0 && d.logBuf.pendingBytes() < t {
+			select {
+			case d.walHeldC <- struct{}{}:
+			default:
+			}
 			return nil, nil
 		}
 		select {
@@ -231,13 +235,20 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 			// A batch larger than a memtable gets a memtable of its own.
 			old := d.mem
 			old.release()
-			d.mem = newMemTable(footprint, d.logNum, d.shared)
+			d.mem = newMemTable(footprint, d.logNum, d.shared, false)
 			d.updateReadStateLocked()
 			old.unref()
 			return nil
 		}
+		capacity := max(d.peekMemTableSizeLocked(), footprint)
+		// A DB with a flush pending takes more memtable memory only within
+		// the shared budget (reserved atomically, so DBs racing for the
+		// last room cannot all take it): past the budget, each DB holds at
+		// most one memtable more than its share, the one a flushEarly
+		// rotation adds while its only immutable memtable flushes.
+		reserved := len(d.imm) > 0 && d.shared.opts.MemTableBudget > 0
 		if len(d.imm)+1 >= d.opts.MaxMemTables || len(d.vers.Levels[0]) >= d.opts.L0StopTrigger ||
-			(overBudget && len(d.imm) > 0) {
+			(reserved && !d.shared.reserveWithinBudget(int64(capacity))) {
 			// The hard limit. Pacing exists so that this is rare.
 			if stallStart.IsZero() {
 				stallStart = time.Now()
@@ -248,24 +259,30 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 			d.cond.Wait()
 			continue
 		}
-		if err := d.rotateMemTableLocked(max(d.nextMemTableSizeLocked(), footprint)); err != nil {
+		d.nextMemTableSizeLocked()
+		if err := d.rotateMemTableLocked(capacity, reserved); err != nil {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
 	}
 }
 
-// minMemTableSize is the size of a DB's first memtable when MemTableSize is
-// larger; see nextMemTableSizeLocked.
-const minMemTableSize = 1 << 20
+// peekMemTableSizeLocked returns what nextMemTableSizeLocked will return,
+// without advancing the ramp.
+func (d *DB) peekMemTableSizeLocked() uint64 {
+	if d.memRamp == 0 {
+		return d.opts.MemTableInitialSize
+	}
+	return d.memRamp
+}
 
 // nextMemTableSizeLocked returns the capacity of the next memtable. Sizes
-// ramp up from MemTableSize/16 (at least 1 MiB), doubling per memtable, to
-// MemTableSize: a small or new DB does not reserve a full-size memtable, and
-// inserts into the early, smaller skiplists stay cache-friendly.
+// ramp up from MemTableInitialSize, doubling per memtable, to MemTableSize:
+// a small or new DB does not reserve a full-size memtable, and inserts into
+// the early, smaller skiplists stay cache-friendly.
 func (d *DB) nextMemTableSizeLocked() uint64 {
 	if d.memRamp == 0 {
-		d.memRamp = min(d.opts.MemTableSize, max(d.opts.MemTableSize/16, minMemTableSize))
+		d.memRamp = d.opts.MemTableInitialSize
 	}
 	size := d.memRamp
 	d.memRamp = min(d.memRamp*2, d.opts.MemTableSize)
@@ -273,14 +290,19 @@ func (d *DB) nextMemTableSizeLocked() uint64 {
 }
 
 // rotateMemTableLocked seals the mutable memtable, starts a new WAL and a new
-// memtable of the given capacity, and schedules a flush.
-func (d *DB) rotateMemTableLocked(capacity uint64) error {
+// memtable of the given capacity, and schedules a flush. With reserved, the
+// capacity is already counted in the shared memtable bytes (and given back
+// if the rotation fails).
+func (d *DB) rotateMemTableLocked(capacity uint64, reserved bool) error {
 	if err := d.newLogLocked(); err != nil {
+		if reserved {
+			d.shared.memUsed.Add(-int64(capacity))
+		}
 		return err
 	}
 	d.mem.immutable.Store(true)
 	d.imm = append(d.imm, d.mem)
-	d.mem = newMemTable(capacity, d.logNum, d.shared)
+	d.mem = newMemTable(capacity, d.logNum, d.shared, reserved)
 	d.updateReadStateLocked()
 	d.maybeScheduleFlushLocked()
 	d.updatePacingLocked()

@@ -246,6 +246,12 @@ func (d *DB) runFlush() {
 		d.mu.Unlock()
 		err = d.logAndApply(ve, func() {
 			d.imm = d.imm[len(mems):]
+			// Give the memory back to the shared budget in the same
+			// step: a commit seeing no immutable memtable may rotate,
+			// and must not find the flushed ones still counted.
+			for _, m := range mems {
+				m.release()
+			}
 		})
 	}
 
@@ -264,9 +270,8 @@ func (d *DB) runFlush() {
 		return
 	}
 	for _, m := range mems {
-		m.release()
-		// Out of d.imm (logAndApply published a read state without it):
-		// drop the DB's reference.
+		// Out of d.imm (logAndApply published a read state without it)
+		// and released: drop the DB's reference.
 		m.unref()
 	}
 	dur := time.Since(start)
@@ -504,7 +509,7 @@ func (d *DB) Flush() error {
 	var err error
 	if !d.mem.empty() {
 		if err = d.checkWritableLocked(); err == nil {
-			if err = d.rotateMemTableLocked(d.nextMemTableSizeLocked()); err != nil {
+			if err = d.rotateMemTableLocked(d.nextMemTableSizeLocked(), false); err != nil {
 				d.setBackgroundErrorLocked(err)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shale-db/shale/storage/internal/base"
 	"github.com/shale-db/shale/storage/internal/compact"
@@ -61,6 +62,10 @@ type DB struct {
 	walMu sync.Mutex
 	// walFlushC wakes the background WAL flusher (capacity 1).
 	walFlushC chan struct{}
+	// walHeldC tells the flusher that a commit left bytes buffered under
+	// WALFlushThreshold (capacity 1); it writes them out walHoldLimit
+	// later if nothing else has.
+	walHeldC chan struct{}
 	// flusherDone is closed when the flusher exits.
 	flusherDone chan struct{}
 
@@ -204,6 +209,7 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 	}
 	if !readOnly {
 		d.walFlushC = make(chan struct{}, 1)
+		d.walHeldC = make(chan struct{}, 1)
 		d.flusherDone = make(chan struct{})
 		go d.walFlusher()
 	}
@@ -363,7 +369,7 @@ func (d *DB) recover() error {
 	// Replay into memtables. Recovery applies the WAL's writes in order;
 	// full memtables are flushed to L0 as they fill (not in read-only mode,
 	// where they simply queue in memory).
-	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared)
+	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared, false)
 	var edit manifest.VersionEdit
 	// The last log is the last one holding anything: recovery that crashed
 	// after creating its new, empty log leaves the previous last log (and
@@ -426,7 +432,7 @@ func (d *DB) recover() error {
 	if err := d.newLogLocked(); err != nil {
 		return err
 	}
-	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared)
+	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared, false)
 	edit.MinUnflushedLogNum = d.logNum
 	nv, err := applyEdit(d.vers, &edit)
 	if err != nil {
@@ -495,7 +501,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 			// A batch larger than a memtable gets a memtable of its own,
 			// as when it was committed.
 			d.mem.release()
-			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared)
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false)
 		}
 		if !d.mem.hasRoom(batchFootprint(b)) {
 			d.mem.immutable.Store(true)
@@ -514,7 +520,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 				}
 				d.imm = nil
 			}
-			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared)
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false)
 		}
 		if err := d.mem.apply(b, seq); err != nil {
 			return fmt.Errorf("replay wal %s: %w", name, err)
@@ -561,17 +567,42 @@ func (d *DB) newLogLocked() error {
 		_ = f.Close()
 		return err
 	}
-	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f, d.opts.WALPreallocateSize)
+	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f, &d.shared.walBufs, d.opts.WALPreallocateSize)
 	d.logWriter = wal.NewWriter(d.logBuf)
+	d.logWriter.SetBlockPool(&d.shared.walBlocks)
 	return nil
 }
+
+// walHoldLimit bounds how long commits may sit in the WAL buffer under
+// WALFlushThreshold before the flusher writes them out: a DB that stops
+// writing then holds no WAL buffer (and a process crash loses at most this
+// much of such a DB's unsynced writes).
+const walHoldLimit = time.Second
 
 // walFlusher writes buffered WAL data of unsynced commits to the file in the
 // background, so the commit leader does not make a write system call per
 // group. It exits when walFlushC is closed.
 func (d *DB) walFlusher() {
 	defer close(d.flusherDone)
-	for range d.walFlushC {
+	hold := time.NewTimer(walHoldLimit)
+	hold.Stop()
+	defer hold.Stop()
+	var holdC <-chan time.Time // non-nil while hold is armed
+	for {
+		select {
+		case _, ok := <-d.walFlushC:
+			if !ok {
+				return
+			}
+		case <-d.walHeldC:
+			if holdC == nil {
+				hold.Reset(walHoldLimit)
+				holdC = hold.C
+			}
+			continue
+		case <-holdC:
+			holdC = nil
+		}
 		if err := d.flushWAL(); err != nil {
 			d.mu.Lock()
 			d.setBackgroundErrorLocked(err)

@@ -47,7 +47,7 @@ type memTable struct {
 	refs atomic.Int32
 }
 
-func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared) *memTable {
+func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared, reserved bool) *memTable {
 	size := uint32(capacity + skiplistFixedOverhead)
 	points := shared.arenas.get(size)
 	if points == nil {
@@ -60,7 +60,9 @@ func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared) *memT
 		shared:   shared,
 	}
 	m.refs.Store(1)
-	shared.memUsed.Add(int64(capacity))
+	if !reserved {
+		shared.memUsed.Add(int64(capacity))
+	}
 	return m
 }
 

@@ -120,6 +120,11 @@ type Options struct {
 	ErrorIfExists bool
 	// MemTableSize is the size of one memtable. Default 64 MiB.
 	MemTableSize uint64
+	// MemTableInitialSize is the capacity of a DB's first memtable; each
+	// later one doubles it, up to MemTableSize. A DB that is written little
+	// then reserves little memory. Default MemTableSize/16, at least 1 MiB
+	// (never above MemTableSize); at least 64 KiB when set.
+	MemTableInitialSize uint64
 	// MaxMemTables is the number of memtables (mutable plus those waiting to
 	// flush) before writes are held until a flush completes. Writes are
 	// paced long before that point. Default 4.
@@ -162,11 +167,13 @@ type Options struct {
 	WALArchiveTTL time.Duration
 	// WALFlushThreshold lets unsynced writes accumulate in memory until this
 	// many bytes are buffered before the background flusher writes them to
-	// the WAL file. Default 0: after every commit. A process crash loses
-	// what is buffered (a synced write, SyncWAL, a memtable rotation, Close,
-	// Checkpoint and UpdatesSince write it out first), so set it only for a
-	// DB whose writes are also recorded elsewhere, such as a state machine
-	// behind a Raft log; it saves a write system call per commit.
+	// the WAL file. Default 0: after every commit. Bytes buffered for a
+	// second without reaching the threshold are written then. A process
+	// crash loses what is buffered (a synced write, SyncWAL, a memtable
+	// rotation, Close, Checkpoint and UpdatesSince write it out first), so
+	// set it only for a DB whose writes are also recorded elsewhere, such as
+	// a state machine behind a Raft log; it saves a write system call per
+	// commit.
 	WALFlushThreshold int
 	// WALPreallocateSize reserves disk space ahead of the WAL's writes in
 	// steps of this many bytes, so that a synced write inside the reserved
@@ -194,6 +201,10 @@ func (o *Options) ensureDefaults() *Options {
 	if n.MemTableSize == 0 {
 		n.MemTableSize = 64 << 20
 	}
+	if n.MemTableInitialSize == 0 {
+		n.MemTableInitialSize = max(n.MemTableSize/16, 1<<20)
+	}
+	n.MemTableInitialSize = min(n.MemTableInitialSize, n.MemTableSize)
 	if n.MaxMemTables == 0 {
 		n.MaxMemTables = 4
 	}
@@ -272,6 +283,9 @@ func (o *Options) validate() error {
 	}
 	if o.MemTableSize > 1<<32-1 {
 		errs = append(errs, fmt.Errorf("MemTableSize %d exceeds 4 GiB", o.MemTableSize))
+	}
+	if o.MemTableSize >= 64<<10 && o.MemTableInitialSize < 64<<10 {
+		errs = append(errs, fmt.Errorf("MemTableInitialSize %d is below the 64 KiB minimum", o.MemTableInitialSize))
 	}
 	if o.MaxMemTables < 2 {
 		errs = append(errs, fmt.Errorf("MaxMemTables %d: need at least 2", o.MaxMemTables))

@@ -13,6 +13,7 @@ import (
 	"github.com/shale-db/shale/storage/memtable"
 	"github.com/shale-db/shale/storage/sstable"
 	"github.com/shale-db/shale/storage/vfs"
+	"github.com/shale-db/shale/storage/wal"
 )
 
 // SharedOptions size the resources many DBs in one process share.
@@ -28,7 +29,9 @@ type SharedOptions struct {
 	// flush never queues behind long compactions. Default 1.
 	FlushWorkers int
 	// MemTableBudget bounds the memory of all memtables of all DBs sharing
-	// these resources; past it, the writing DB flushes its memtable early.
+	// these resources; past it, the writing DB flushes its memtable early,
+	// and a DB with a flush pending waits for it rather than take more.
+	// The memtables stay within the budget plus one memtable per DB.
 	// Default 0: unbounded (each DB is bounded by its own options).
 	MemTableBudget int64
 	// SpareArenaBytes bounds the memory of flushed memtables kept for reuse
@@ -52,6 +55,11 @@ type Shared struct {
 
 	dirsMu sync.Mutex
 	dirs   map[string]bool // directories open for writing with SkipLockFile
+
+	// walBlocks and walBufs lend the WALs their framing block and pending
+	// buffer while they have bytes in flight (see walBuffer).
+	walBlocks wal.BlockPool
+	walBufs   sync.Pool
 }
 
 // NewShared creates shared resources; nil options take the defaults.
@@ -120,6 +128,20 @@ func (c dirClaim) Close() error {
 // MemTableBytes returns the memory currently held by the memtables of all
 // DBs sharing s.
 func (s *Shared) MemTableBytes() int64 { return s.memUsed.Load() }
+
+// reserveWithinBudget counts n more memtable bytes if the total stays
+// within the budget, and reports whether it did.
+func (s *Shared) reserveWithinBudget(n int64) bool {
+	for {
+		used := s.memUsed.Load()
+		if used+n > s.opts.MemTableBudget {
+			return false
+		}
+		if s.memUsed.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
 
 // overBudget reports whether memtables exceed the shared budget.
 func (s *Shared) overBudget() bool {

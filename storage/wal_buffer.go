@@ -12,12 +12,17 @@ import (
 // what is pending to the file. Commit leaders therefore never wait for a
 // write system call made on behalf of earlier commits: the background
 // flusher, or a synced commit, drains while the next group is framed.
+//
+// The buffer holding pending bytes is borrowed from a pool shared by the
+// process's DBs and given back by drain, so a DB that is not writing holds
+// none: a node hosting thousands of mostly idle shard engines would
+// otherwise keep 64 KiB or more per engine.
 type walBuffer struct {
-	f vfs.File
+	f    vfs.File
+	bufs *sync.Pool // of *[]byte, walBufferSize capacity
 
-	mu      sync.Mutex // guards pending, spare and err
-	pending []byte
-	spare   []byte
+	mu      sync.Mutex // guards pending and err
+	pending *[]byte    // nil when nothing is pending
 	err     error
 
 	// drainMu serialises drains so bytes reach the file in order.
@@ -28,10 +33,17 @@ type walBuffer struct {
 	prealloc, reserved int64
 }
 
-// newWALBuffer buffers writes to f, preallocating the file in steps of
-// prealloc bytes (none if prealloc <= 0).
-func newWALBuffer(f vfs.File, prealloc int64) *walBuffer {
-	return &walBuffer{f: f, pending: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10), prealloc: max(prealloc, 0)}
+// walBufferSize is the capacity of a pooled WAL buffer; a buffer that a
+// burst grew past maxPooledWALBuffer is left to the garbage collector.
+const (
+	walBufferSize      = 64 << 10
+	maxPooledWALBuffer = 1 << 20
+)
+
+// newWALBuffer buffers writes to f, borrowing buffers from bufs, and
+// preallocating the file in steps of prealloc bytes (none if prealloc <= 0).
+func newWALBuffer(f vfs.File, bufs *sync.Pool, prealloc int64) *walBuffer {
+	return &walBuffer{f: f, bufs: bufs, prealloc: max(prealloc, 0)}
 }
 
 // reserve preallocates the file past end when it is not yet. A file or
@@ -83,7 +95,15 @@ func (b *walBuffer) Write(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	b.pending = append(b.pending, p...)
+	if b.pending == nil {
+		if buf, ok := b.bufs.Get().(*[]byte); ok {
+			b.pending = buf
+		} else {
+			buf := make([]byte, 0, walBufferSize)
+			b.pending = &buf
+		}
+	}
+	*b.pending = append(*b.pending, p...)
 	return len(p), nil
 }
 
@@ -91,7 +111,10 @@ func (b *walBuffer) Write(p []byte) (int, error) {
 func (b *walBuffer) pendingBytes() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.pending)
+	if b.pending == nil {
+		return 0
+	}
+	return len(*b.pending)
 }
 
 // drain writes every byte appended so far to the file (no sync).
@@ -99,29 +122,30 @@ func (b *walBuffer) drain() error {
 	b.drainMu.Lock()
 	defer b.drainMu.Unlock()
 	b.mu.Lock()
-	if b.err != nil || len(b.pending) == 0 {
+	if b.err != nil || b.pending == nil || len(*b.pending) == 0 {
 		err := b.err
 		b.mu.Unlock()
 		return err
 	}
-	data := b.pending
-	b.pending, b.spare = b.spare[:0], nil
+	// Writes made during the file write go to another buffer.
+	buf := b.pending
+	b.pending = nil
 	b.mu.Unlock()
 
+	data := *buf
 	b.reserve(b.written + int64(len(data)))
 	n, err := b.f.Write(data)
 	b.written += int64(n)
+	if cap(data) <= maxPooledWALBuffer {
+		*buf = data[:0]
+		b.bufs.Put(buf)
+	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if err != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		b.err = fmt.Errorf("write wal at offset %d: %w", b.written, err)
 		return b.err
-	}
-	if cap(data) <= 1<<20 {
-		b.spare = data[:0] // reuse unless a burst made it huge
-	} else {
-		b.spare = make([]byte, 0, 64<<10)
 	}
 	return nil
 }

@@ -188,3 +188,43 @@ func TestWALFlushThreshold(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestWALHeldBytesWrittenWhenIdle: bytes held under WALFlushThreshold reach
+// the file about walHoldLimit after the DB stops writing, and the DB then
+// holds no WAL buffer (pending bytes and the framing block go back to the
+// Shared pools).
+func TestWALHeldBytesWrittenWhenIdle(t *testing.T) {
+	dir := t.TempDir()
+	shared := NewShared(nil)
+	defer shared.Close()
+	db := apiMustOpen(t, dir, &Options{Shared: shared, WALFlushThreshold: 64 << 10, WALPreallocateSize: -1, Logger: crashQuietLogger})
+	defer apiMustClose(t, db)
+	for i := range 10 {
+		if err := db.Set([]byte(fmt.Sprintf("k%d", i)), make([]byte, 100), NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() bool {
+		db.logBuf.mu.Lock()
+		defer db.logBuf.mu.Unlock()
+		return db.logBuf.pending != nil
+	}
+	if !held() {
+		t.Fatal("1 KB of writes under a 64 KiB threshold was handed to the file at once")
+	}
+	start := time.Now()
+	for held() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("held WAL bytes not written %s after the last write", time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if db.logBuf.writtenBytes() < 10*100 {
+		t.Fatalf("only %d bytes reached the WAL file", db.logBuf.writtenBytes())
+	}
+	db.walMu.Lock()
+	defer db.walMu.Unlock()
+	if db.logWriter.Size() != db.logBuf.writtenBytes() {
+		t.Fatalf("framed %d bytes, wrote %d", db.logWriter.Size(), db.logBuf.writtenBytes())
+	}
+}

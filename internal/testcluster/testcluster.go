@@ -143,6 +143,10 @@ func (c *Cluster) start(id uint64, founding bool) error {
 	return nil
 }
 
+// Dir is the directory holding the nodes' data directories (node1, node2,
+// ...), removed when the test ends.
+func (c *Cluster) Dir() string { return c.dir }
+
 // Node returns a running node, or nil.
 func (c *Cluster) Node(id uint64) *server.Node {
 	c.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 )
 
 // BlockSize is the size of a log block. Chunks never cross block boundaries.
@@ -62,13 +63,38 @@ type Writer struct {
 	base    int64 // file offset of block[0]
 	off     int   // bytes of block filled
 	flushed int   // bytes of block already handed to w
-	block   [BlockSize]byte
+	// block buffers the current block from flushed to off. Bytes below
+	// flushed are never read again, so between a Flush and the next
+	// record the Writer needs no buffer: with a pool it hands it back.
+	block *[BlockSize]byte
+	pool  *BlockPool
+}
+
+// BlockPool lends block buffers to the Writers that use it (SetBlockPool):
+// such a Writer holds a buffer only from its first record after a Flush to
+// the next Flush, so many logs that are mostly idle share a few buffers
+// instead of keeping 32 KiB each. The zero value is ready to use; it is safe
+// for concurrent use.
+type BlockPool struct{ p sync.Pool }
+
+func (p *BlockPool) get() *[BlockSize]byte {
+	if b, ok := p.p.Get().(*[BlockSize]byte); ok {
+		return b
+	}
+	return new([BlockSize]byte)
 }
 
 // NewWriter returns a Writer that appends records to w, which must be
 // positioned at the start of an empty log (offset 0).
 func NewWriter(w io.Writer) *Writer {
 	return &Writer{w: w}
+}
+
+// SetBlockPool makes the Writer borrow its block buffer from p while it
+// has unflushed bytes, and give it back on Flush. Call it before the first
+// WriteRecord.
+func (w *Writer) SetBlockPool(p *BlockPool) {
+	w.pool = p
 }
 
 // NewWriterAt returns a Writer that continues a log of size bytes, written
@@ -91,6 +117,13 @@ func NewWriterAt(w io.Writer, size int64) *Writer {
 func (w *Writer) WriteRecord(p []byte) (int64, error) {
 	if w.err != nil {
 		return -1, w.err
+	}
+	if w.block == nil {
+		if w.pool != nil {
+			w.block = w.pool.get()
+		} else {
+			w.block = new([BlockSize]byte)
+		}
 	}
 	start := int64(-1)
 	first := true
@@ -171,10 +204,17 @@ func (w *Writer) Flush() error {
 	if w.err != nil {
 		return w.err
 	}
+	if w.block == nil {
+		return nil // nothing written since the last Flush
+	}
 	if err := w.write(w.block[w.flushed:w.off]); err != nil {
 		return err
 	}
 	w.flushed = w.off
+	if w.pool != nil {
+		w.pool.p.Put(w.block)
+		w.block = nil
+	}
 	return nil
 }
 

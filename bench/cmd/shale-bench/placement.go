@@ -58,10 +58,10 @@ last counts.
 
 Idle. The same as 'shale-bench idle --shards N' (N = --idle-shards, 10,000;
 1,000 with --quick): a fresh 3-node cluster with N user shards, left alone,
-and each process's CPU over --idle-window. Each shard engine keeps about three
-files open: the open-file limit the servers inherit is raised (to 8 per shard)
-where the process may, and if it stays below 3 per shard the case is reported
-as not run (--idle-force runs it anyway). A memory guard stops the servers if
+and each process's CPU over --idle-window. Each shard engine keeps one file
+open (its WAL): the open-file limit the servers inherit is raised (to 2 per
+shard) where the process may, and if it stays below 1 per shard plus 2,048 the
+case is reported as not run (--idle-force runs it anyway). A memory guard stops the servers if
 the machine's available memory falls below --min-available-memory, so a case
 too big for the machine fails instead of waking the OOM killer.
 
@@ -139,19 +139,20 @@ too big for the machine fails instead of waking the OOM killer.
 			}
 			if !skipIdle {
 				cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: strings.Fields(idleServerArgs)})
-				// Every shard engine keeps a few files open (about three
-				// each): raise the limit the servers inherit.
-				want := uint64(idleShards)*8 + 4096
+				// Every shard engine keeps its WAL open: raise the limit
+				// the servers inherit.
+				want := uint64(idleShards)*2 + 4096
 				got, err := cluster.RaiseFileLimit(want)
 				if got < want {
 					fmt.Fprintf(os.Stderr, "placement: open-file limit %d, below the %d wanted for %d shards (%v)\n", got, want, idleShards, err)
 				}
-				// Below about three per shard the servers die while
-				// bootstrapping the shards ("too many open files"), and
-				// the idle run would wait 10 minutes for them: fail now.
-				if need := 3*uint64(idleShards+1) + 1024; got < need && !idleForce {
+				// Below one per shard, plus the table cache (1,000 SSTs)
+				// and connections, the servers die while bootstrapping the
+				// shards ("too many open files"), and the idle run would
+				// wait 10 minutes for them: fail now.
+				if need := uint64(idleShards+1) + 2048; got < need && !idleForce {
 					r := cluster.IdleResult{Shards: idleShards, Nodes: 3, ServerArgs: idleServerArgs,
-						Err: fmt.Errorf("not run: the open-file limit the servers would inherit is %d, and each node needs about %d for %d shard engines (about 3 files each; with a 20,000 limit the servers died bootstrapping shard 6,663 of 10,001); raise it (ulimit -n) or give --idle-force", got, need, idleShards+1)}
+						Err: fmt.Errorf("not run: the open-file limit the servers would inherit is %d, and each node needs about %d for %d shard engines (one WAL each, plus the table cache and connections); raise it (ulimit -n) or give --idle-force", got, need, idleShards+1)}
 					r.Error = r.Err.Error()
 					failed++
 					fmt.Fprintf(os.Stderr, "placement/idle %d shards: ERROR: %v\n", r.Shards, r.Err)
