@@ -180,7 +180,9 @@ func runIdleCase(ctx context.Context, cfg *IdleConfig, shards int) IdleResult {
 		r.Err = fmt.Errorf("%w (data and logs kept in %s)", err, dir)
 		return r
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	// Bootstrapping takes about a minute per 2,000 shards here, and
+	// electing and balancing the leaders as long again.
+	startCtx, cancel := context.WithTimeout(ctx, idleStartTimeout(shards))
 	cli, err := nodes.NewClient(startCtx, cfg.Log)
 	if err != nil {
 		cancel()
@@ -258,6 +260,14 @@ func runIdleCase(ctx context.Context, cfg *IdleConfig, shards int) IdleResult {
 		cli.Close()
 	}
 	return r
+}
+
+// idleStartTimeout is how long a cluster of n idle shards may take to have
+// every shard led and the leaders balanced: 10 minutes, and a minute more
+// per 1,000 shards (10,000 took 9m40s in one run and over 10 minutes in the
+// next).
+func idleStartTimeout(n int) time.Duration {
+	return 10*time.Minute + time.Duration(n/1000)*time.Minute
 }
 
 // cpuTicks is a process's user + system CPU time in clock ticks, from

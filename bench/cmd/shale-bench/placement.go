@@ -149,7 +149,7 @@ too big for the machine fails instead of waking the OOM killer.
 				// Below one per shard, plus the table cache (1,000 SSTs)
 				// and connections, the servers die while bootstrapping the
 				// shards ("too many open files"), and the idle run would
-				// wait 10 minutes for them: fail now.
+				// wait for them until its start timeout: fail now.
 				if need := uint64(idleShards+1) + 2048; got < need && !idleForce {
 					r := cluster.IdleResult{Shards: idleShards, Nodes: 3, ServerArgs: idleServerArgs,
 						Err: fmt.Errorf("not run: the open-file limit the servers would inherit is %d, and each node needs about %d for %d shard engines (one WAL each, plus the table cache and connections); raise it (ulimit -n) or give --idle-force", got, need, idleShards+1)}
