@@ -86,9 +86,13 @@ type ClusterConfig struct {
 	Log io.Writer
 }
 
-func (c *ClusterConfig) logf(format string, args ...any) {
-	if c.Log != nil {
-		fmt.Fprintf(c.Log, format+"\n", args...)
+func (c *ClusterConfig) logf(format string, args ...any) { logLine(c.Log, format, args...) }
+
+// logLine writes one progress line to w; a nil w drops it. Every config's
+// logf goes through it.
+func logLine(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
 	}
 }
 

@@ -41,11 +41,7 @@ type IdleConfig struct {
 	Log io.Writer
 }
 
-func (c *IdleConfig) logf(format string, args ...any) {
-	if c.Log != nil {
-		fmt.Fprintf(c.Log, format+"\n", args...)
-	}
-}
+func (c *IdleConfig) logf(format string, args ...any) { logLine(c.Log, format, args...) }
 
 // IdleResult is the idle cost of one cluster.
 type IdleResult struct {

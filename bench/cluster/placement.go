@@ -65,11 +65,7 @@ type PlacementConfig struct {
 	Log io.Writer
 }
 
-func (c *PlacementConfig) logf(format string, args ...any) {
-	if c.Log != nil {
-		fmt.Fprintf(c.Log, format+"\n", args...)
-	}
-}
+func (c *PlacementConfig) logf(format string, args ...any) { logLine(c.Log, format, args...) }
 
 // PlacementNode is one node at the end of a placement run.
 type PlacementNode struct {

@@ -77,11 +77,7 @@ type Config struct {
 	Log io.Writer
 }
 
-func (c *Config) logf(format string, args ...any) {
-	if c.Log != nil {
-		fmt.Fprintf(c.Log, format+"\n", args...)
-	}
-}
+func (c *Config) logf(format string, args ...any) { logLine(c.Log, format, args...) }
 
 // Result is the outcome of one cell: one (workload, engine, clients).
 type Result struct {

@@ -120,11 +120,7 @@ func ShaleServerBinary(log io.Writer) (string, error) {
 // the bench module (whose replace directive makes the main module's
 // packages buildable), falling back to a prebuilt binary.
 func buildShaleServer(log io.Writer) (path, dir string, err error) {
-	logf := func(format string, args ...any) {
-		if log != nil {
-			fmt.Fprintf(log, format+"\n", args...)
-		}
-	}
+	logf := func(format string, args ...any) { logLine(log, format, args...) }
 	var buildErr error
 	if mod := findBenchModule(); mod == "" {
 		buildErr = errors.New("bench module not found from the working directory or the executable")
