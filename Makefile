@@ -13,6 +13,7 @@
 #   BENCH_DIR     data directory for shale-bench          (./data/bench)
 #   BENCH_ENGINES engines compared by `make bench`        (shale,pebble,goleveldb)
 #   BENCH_ARGS    extra arguments for shale-bench          (none)
+#   IMAGE         tag of the container image `make image` builds (shale:dev)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -33,6 +34,12 @@ SOAK_PKGS ?= ./...
 BENCH_DIR ?= ./data/bench
 BENCH_ENGINES ?= shale,pebble,goleveldb
 BENCH_ARGS ?=
+IMAGE ?= shale:dev
+
+# Modules beside the main one, each with its own go.mod, so that their heavy
+# dependencies never enter the main module: bench/ (the peer engines),
+# deploy/ (kustomize and the Kubernetes API types).
+SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod))
 
 # The race detector needs cgo (a C compiler). On a machine without one, Go
 # turns cgo off and `make test` runs without -race (with a warning) rather
@@ -60,9 +67,9 @@ help: ## List the targets.
 		awk 'BEGIN {FS = ":.*## "}; {printf "  %-11s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Download the module dependencies (main module and bench/).
+deps: ## Download the module dependencies (main module, bench/, deploy/).
 	$(GO) mod download
-	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) mod download"; cd bench && $(GO) mod download; fi
+	@for m in $(SUBMODULES); do echo "cd $$m && $(GO) mod download"; (cd $$m && $(GO) mod download); done
 
 .PHONY: build
 build: ## Compile every package (CGO_ENABLED=0) and put the binaries in ./bin.
@@ -75,17 +82,17 @@ else
 endif
 
 .PHONY: test
-test: deps proto-check ## Check generated code, go vet, the lint tests, then all tests with -race (and bench/'s tests).
+test: deps proto-check ## Check generated code, go vet, the lint tests, then all tests with -race (and the other modules' tests).
 ifeq ($(RACE),)
 	@echo "test: WARNING: running without the race detector (it needs cgo and a C compiler; CGO_ENABLED=$(CGO_ON))" >&2
 endif
 	$(GO) vet ./...
 	$(GO) test -count=1 ./internal/lint/
 	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
-	@if [ -f bench/go.mod ]; then \
-		echo "cd bench && $(GO) vet ./... && $(GO) test ./..."; \
-		cd bench && $(GO) vet ./... && $(GO) test ./...; \
-	fi
+	@for m in $(SUBMODULES); do \
+		echo "cd $$m && $(GO) vet ./... && $(GO) test ./..."; \
+		(cd $$m && $(GO) vet ./... && $(GO) test ./...) || exit 1; \
+	done
 
 .PHONY: test-short
 test-short: ## Quick tests: go test -short ./... (no race detector).
@@ -100,6 +107,10 @@ lint: ## gofmt (generated *.pb.go excepted), go vet, and the lint tests.
 	fi
 	$(GO) vet ./...
 	$(GO) test -count=1 ./internal/lint/
+
+.PHONY: image
+image: ## Build the container image (shale:dev) FROM scratch (static binaries, non-root user; needs Docker, pulls nothing).
+	scripts/build-image.sh $(IMAGE)
 
 .PHONY: run
 run: build ## Build and start a local 3-node cluster (data in ./data); Ctrl-C stops it.

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -378,4 +379,36 @@ func pinSeconds(pin time.Duration) int64 {
 		s++
 	}
 	return s
+}
+
+// DrainResult is what DrainLeaders did.
+type DrainResult struct {
+	// NodeID is the drained node.
+	NodeID uint64
+	// Transferred counts the leaderships handed to other nodes.
+	Transferred int
+	// Remaining are the shards the node still led when the deadline came
+	// (empty: it leads none).
+	Remaining []uint64
+}
+
+// DrainLeaders asks node nodeID to hand every shard leadership it holds to
+// replicas on other nodes (before it stops), and waits until it leads none
+// or ctx's deadline is near; the node then keeps refusing leaderships for
+// two minutes. nodeID 0 drains the node at the client's first endpoint
+// (as a Kubernetes preStop hook does for its own pod). It is not retried:
+// a second call continues the drain.
+func (c *Client) DrainLeaders(ctx context.Context, nodeID uint64) (*DrainResult, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	addr := c.endpoints[0]
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, wrapOp("drain-leaders", err)
+	}
+	resp, err := shalev1.NewAdminClient(cc).DrainLeaders(ctx, &shalev1.DrainLeadersRequest{NodeId: nodeID})
+	if err != nil {
+		return nil, wrapOp("drain-leaders", fmt.Errorf("%s: %w", addr, err))
+	}
+	return &DrainResult{NodeID: resp.GetNodeId(), Transferred: int(resp.GetTransferred()), Remaining: resp.GetRemainingShardIds()}, nil
 }

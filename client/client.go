@@ -46,6 +46,7 @@ type options struct {
 	defaultTimeout time.Duration
 	attemptTimeout time.Duration
 	maxAttempts    int
+	addrMap        func(string) string
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -53,6 +54,17 @@ type options struct {
 // grpc.WithTransportCredentials for TLS.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append([]grpc.DialOption(nil), opts...) }
+}
+
+// WithAddressMap translates every node address before the client dials it:
+// the endpoints and the addresses the cluster reports for its nodes (their
+// --advertise addresses). Use it when the client reaches the nodes on
+// other addresses than the nodes use among themselves: from outside a
+// Kubernetes cluster through port-forwards or per-pod load balancers, or
+// from outside a container network. The function must be safe for
+// concurrent use; returning its argument leaves an address as it is.
+func WithAddressMap(fn func(addr string) string) Option {
+	return func(o *options) { o.addrMap = fn }
 }
 
 // WithBackoff sets the retry backoff: the n-th consecutive retry waits a
@@ -224,9 +236,13 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithInitialWindowSize(DefaultWindowBytes),
 		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),
 	}, c.opts.dialOpts...)
-	cc, err := grpc.NewClient(addr, opts...)
+	target := addr
+	if c.opts.addrMap != nil {
+		target = c.opts.addrMap(addr)
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("shale: connect to %s: %w", addr, err)
+		return nil, fmt.Errorf("shale: connect to %s: %w", target, err)
 	}
 	c.conns[addr] = cc
 	return cc, nil

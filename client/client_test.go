@@ -1052,3 +1052,52 @@ func TestPrefixEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestAddressMap: the client dials every address through the map — here
+// endpoints that exist only as names the map knows, and the node addresses
+// the cluster reports — and routes requests as usual.
+func TestAddressMap(t *testing.T) {
+	fc := threeShards(t)
+	addrs := fc.addrs()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	m := func(addr string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[addr] = true
+		var i int
+		if _, err := fmt.Sscanf(addr, "alias-%d:7001", &i); err == nil && i >= 1 && i <= len(addrs) {
+			return addrs[i-1]
+		}
+		return addr
+	}
+	ctx := bg(t)
+	c, err := New(ctx, []string{"alias-1:7001", "alias-2:7001", "alias-3:7001"},
+		WithAddressMap(m), WithBackoff(time.Millisecond, 20*time.Millisecond), WithLogger(discardLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, k := range []string{"a", "h", "q"} { // one key per shard, one per leader
+		if _, err := c.Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !seen["alias-1:7001"] {
+		t.Errorf("the endpoint was not mapped: %v", seen)
+	}
+	for _, a := range addrs {
+		if !seen[a] {
+			t.Errorf("the reported node address %s was not mapped: %v", a, seen)
+		}
+	}
+	// Without the map the alias endpoints reach nothing.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if c2, err := New(short, []string{"alias-1:7001"}, WithLogger(discardLogger())); err == nil {
+		c2.Close()
+		t.Fatal("a client reached the cluster through an unmapped alias")
+	}
+}

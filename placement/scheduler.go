@@ -57,6 +57,9 @@ type Node struct {
 	// move away and they get no new ones. Removed nodes likewise.
 	Decommissioning bool
 	Removed         bool
+	// DrainingLeaders nodes are about to stop: they get no leaderships
+	// (they hand theirs away themselves).
+	DrainingLeaders bool
 }
 
 // Shard is one shard as the scheduler sees it.
@@ -275,6 +278,11 @@ func (s *scheduler) count() {
 func (s *scheduler) eligible(id uint64) bool {
 	n := s.nodes[id]
 	return n != nil && n.State == Live && !n.Decommissioning && !n.Removed
+}
+
+// mayLead reports whether a node may take leaderships.
+func (s *scheduler) mayLead(id uint64) bool {
+	return s.eligible(id) && !s.nodes[id].DrainingLeaders
 }
 
 // leaving reports why a replica on the node must be replaced ("" if not).
@@ -584,7 +592,7 @@ func (s *scheduler) bestLeader(sh *Shard, except uint64) uint64 {
 	var best uint64
 	for _, v := range voters(sh.Desc) {
 		n := v.GetNodeId()
-		if n == sh.Leader || n == except || !s.eligible(n) {
+		if n == sh.Leader || n == except || !s.mayLead(n) {
 			continue
 		}
 		if best == 0 || s.leaders[n] < s.leaders[best] || (s.leaders[n] == s.leaders[best] && n < best) {
@@ -792,7 +800,7 @@ func (s *scheduler) balanceLeaders(touched map[uint64]bool) {
 				}
 				for _, v := range voters(d) {
 					c := v.GetNodeId()
-					if c == src || !s.eligible(c) || s.leaders[c]+2 > s.leaders[src] {
+					if c == src || !s.mayLead(c) || s.leaders[c]+2 > s.leaders[src] {
 						continue
 					}
 					if to == 0 || s.leaders[c] < s.leaders[to] || (s.leaders[c] == s.leaders[to] && c < to) {

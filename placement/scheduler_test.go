@@ -87,7 +87,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		}}
 		return ""
 	case "node":
-		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed]
+		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders]
 		id := num("id", 0)
 		if id == 0 && len(d.CmdArgs) > 0 {
 			id, _ = strconv.ParseUint(d.CmdArgs[0].Key, 10, 64)
@@ -101,6 +101,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		}
 		_, n.Decommissioning = arg("decommissioning")
 		_, n.Removed = arg("removed")
+		_, n.DrainingLeaders = arg("draining-leaders")
 		return ""
 	case "nodes":
 		// nodes 1-5 [zones=a,b,c]: live nodes, zones round-robin

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -739,4 +740,99 @@ func TestRestartWithAppliedPastDurableCommit(t *testing.T) {
 	c.startNode(3)
 	c.propose(1, "after", "restart")
 	c.converged(1, 1, 2, 3)
+}
+
+// TestWipedReplicaHaltsInsteadOfCrashing: a follower whose data (Raft log
+// and state machine) was wiped comes back as the same replica with an empty
+// log, as a Kubernetes pod whose volume was lost does. The leader's
+// heartbeat then carries a commit index beyond the replica's log, which
+// etcd raft treats as a lost log and panics on: the replica halts with that
+// reason, and the process and the shard's other replicas carry on.
+// (Found by the chaos harness's first run: docs in chaos/README.md.)
+func TestWipedReplicaHaltsInsteadOfCrashing(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	lead := c.leader(1)
+	for i := 0; i < 20; i++ {
+		c.propose(1, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	c.converged(1, 1, 2, 3)
+	victim := uint64(1)
+	if victim == lead {
+		victim = 2
+	}
+	c.stopNode(victim)
+	if err := os.RemoveAll(filepath.Join(c.dir, fmt.Sprintf("node%d", victim))); err != nil {
+		t.Fatal(err)
+	}
+	n := c.startNode(victim)
+	// The same replica ID as before, with the empty founding log.
+	desc := &shalev1.ShardDescriptor{ShardId: 1, Epoch: 1, NextReplicaId: 4}
+	for i := uint64(1); i <= 3; i++ {
+		desc.Replicas = append(desc.Replicas, &shalev1.ReplicaDescriptor{NodeId: i, ReplicaId: i})
+	}
+	sm, err := newMemSM(filepath.Join(n.dir, "shard1"), BootstrapState(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := n.store.AddReplica(sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the wiped replica to halt", 10*time.Second, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.stopErr != nil
+	})
+	r.mu.Lock()
+	stopErr := r.stopErr
+	r.mu.Unlock()
+	if !strings.Contains(stopErr.Error(), "halted") || !strings.Contains(stopErr.Error(), "contradicts the local Raft log") {
+		t.Fatalf("the wiped replica stopped with %q", stopErr)
+	}
+	// The shard still commits on the other two replicas.
+	c.propose(1, "after", "wipe")
+	others := []uint64{}
+	for id := uint64(1); id <= 3; id++ {
+		if id != victim {
+			others = append(others, id)
+		}
+	}
+	c.converged(1, others...)
+}
+
+// TestRefusedLeaderTransfer: a node refusing leadership transfers lets them
+// time out (the leader stays and serves); once it accepts again, a
+// transfer succeeds.
+func TestRefusedLeaderTransfer(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	target := lead%3 + 1
+	c.get(target).store.RefuseLeadershipTransfers(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.get(lead).store.Replica(1).TransferLeader(ctx, target); err == nil {
+		t.Fatal("a transfer to a refusing node succeeded")
+	}
+	if got := c.leader(1); got != lead {
+		t.Fatalf("leader moved from %d to %d", lead, got)
+	}
+	c.propose(1, "b", "2")
+	c.get(target).store.RefuseLeadershipTransfers(false)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := c.get(lead).store.Replica(1).TransferLeader(ctx2, target); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.leader(1); got != target {
+		t.Fatalf("leader is %d after transfer to %d", got, target)
+	}
 }

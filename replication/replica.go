@@ -518,6 +518,23 @@ func (r *Replica) fatal(err error) {
 	r.failAll(fmt.Errorf("replication: shard %d halted: %w", r.shardID, err))
 }
 
+// stepPeer hands a peer's message to raft. etcd raft panics on a message
+// that only a lost or rolled-back local log explains: a leader's commit
+// index beyond the end of the log, after this replica acknowledged those
+// entries (a data directory wiped, or restored from an older copy, under
+// the same replica). That halts this replica, with the reason, instead of
+// ending the process with every other shard's replica on the node.
+func (r *Replica) stepPeer(m *raftpb.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.fatal(fmt.Errorf("a message from replica %d (%s) contradicts the local Raft log, which was lost or rolled back "+
+				"(a wiped or restored data directory?); remove this node's replica and let the shard re-replicate: %v", m.GetFrom(), m.GetType(), p))
+			err = nil
+		}
+	}()
+	return r.rn.Step(m)
+}
+
 // failAll fails every waiting call; later calls fail with err too.
 func (r *Replica) failAll(err error) {
 	r.mu.Lock()

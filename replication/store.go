@@ -125,6 +125,10 @@ type Store struct {
 	log  *raftlog.Store
 	rlog raft.Logger
 
+	// refuseTransfers drops leadership transfers to local replicas
+	// (RefuseLeadershipTransfers).
+	refuseTransfers atomic.Bool
+
 	mu       sync.Mutex
 	replicas map[uint64]*Replica
 	inbox    []*shalev1.RaftMessageBatch
@@ -241,6 +245,13 @@ func (s *Store) Stop() {
 		r.failAll(ErrStopped)
 	}
 }
+
+// RefuseLeadershipTransfers makes the node's replicas refuse (on) or accept
+// (off) leadership transfers from their leaders: a refused transfer times
+// out after an election timeout and the leader stays. Elections are not
+// affected. A node about to stop refuses them so that no shard's
+// leadership moves onto it.
+func (s *Store) RefuseLeadershipTransfers(on bool) { s.refuseTransfers.Store(on) }
 
 // Replica returns the shard's local replica, or nil.
 func (s *Store) Replica(shardID uint64) *Replica {
@@ -740,17 +751,23 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 				continue
 			}
 		}
-		if r.removed {
+		if r.dead() {
 			continue
 		}
 		if m.GetTo() != r.replicaID {
 			// A message for an older or newer incarnation of the replica.
 			continue
 		}
+		if m.GetType() == raftpb.MsgTimeoutNow && s.refuseTransfers.Load() {
+			// The leader's transfer to this replica times out, and it
+			// stays leader (or tries another replica).
+			s.cfg.Logger.Debug("refusing a leadership transfer", "shard", r.shardID, "from_node", from)
+			continue
+		}
 		r.noteNode(m.GetFrom(), from)
 		r.unquiesce()
 		s.active[r] = struct{}{}
-		if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
+		if err := r.stepPeer(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
 			s.cfg.Logger.Debug("raft step", "shard", r.shardID, "err", err)
 		}
 	}

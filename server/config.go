@@ -16,8 +16,10 @@ import (
 type Config struct {
 	// DataDir holds the node's data: its identity, Raft log and shard engines.
 	DataDir string
-	// NodeID is this node's ID in InitialCluster. A node that joins gets its
-	// ID from the cluster; a restarted node reads it from DataDir.
+	// NodeID is this node's ID in InitialCluster. Zero takes the ID whose
+	// InitialCluster address is AdvertiseAddr, if there is one (so every
+	// pod of a StatefulSet can share one configuration). A node that joins
+	// gets its ID from the cluster; a restarted node reads it from DataDir.
 	NodeID uint64
 	// ListenAddr is the gRPC address for clients and peers (default
 	// 127.0.0.1:7001).
@@ -28,12 +30,15 @@ type Config struct {
 	// HTTPAddr serves /metrics, /debug/pprof and /healthz; empty disables it.
 	HTTPAddr string
 	// InitialCluster lists the founding nodes of a new cluster (ID →
-	// address). Every founding node is started with the same list.
+	// address). Every founding node is started with the same list. With
+	// Join also set, a node listed in it (by NodeID or AdvertiseAddr)
+	// founds the cluster and any other node joins it.
 	InitialCluster map[uint64]string
 	// ClusterName distinguishes clusters started from the same
 	// InitialCluster (default "shale").
 	ClusterName string
-	// Join is the address of any node of a running cluster to join.
+	// Join is the address of any node of a running cluster to join. It is
+	// used only by a node with no data that is not a founding node.
 	Join string
 	// Zone is this node's failure-domain label.
 	Zone string
@@ -206,15 +211,20 @@ func (c *Config) validate() error {
 	if c.DataDir == "" {
 		return errors.New("server: a data directory is required")
 	}
-	if len(c.InitialCluster) > 0 && c.Join != "" {
-		return errors.New("server: give either an initial cluster or a join address, not both")
-	}
 	if len(c.InitialCluster) > 0 {
-		if c.NodeID == 0 {
-			return errors.New("server: --node-id is required with --initial-cluster")
+		byAddr := map[string]uint64{}
+		for id, a := range c.InitialCluster {
+			if other, dup := byAddr[a]; dup {
+				return fmt.Errorf("server: the initial cluster gives nodes %d and %d the same address %s", min(id, other), max(id, other), a)
+			}
+			byAddr[a] = id
 		}
-		if _, ok := c.InitialCluster[c.NodeID]; !ok {
-			return fmt.Errorf("server: node %d is not in the initial cluster", c.NodeID)
+		if c.NodeID != 0 {
+			if _, ok := c.InitialCluster[c.NodeID]; !ok {
+				return fmt.Errorf("server: node %d is not in the initial cluster", c.NodeID)
+			}
+		} else if c.foundingID() == 0 && c.Join == "" {
+			return fmt.Errorf("server: --node-id is required with --initial-cluster unless the advertised address %s is one of its addresses (or give --join for nodes that are not founding nodes)", c.AdvertiseAddr)
 		}
 	}
 	for i := 1; i < len(c.InitialSplits); i++ {
@@ -247,6 +257,23 @@ func (c *Config) validate() error {
 			grpctransport.MinWindowSize, c.GRPCWindowBytes, c.GRPCConnWindowBytes)
 	}
 	return nil
+}
+
+// foundingID is this node's ID in InitialCluster: NodeID if set, else the
+// ID whose address is AdvertiseAddr; 0 when the node is not a founding node.
+func (c *Config) foundingID() uint64 {
+	if c.NodeID != 0 {
+		if _, ok := c.InitialCluster[c.NodeID]; ok {
+			return c.NodeID
+		}
+		return 0
+	}
+	for id, a := range c.InitialCluster {
+		if a == c.AdvertiseAddr {
+			return id
+		}
+	}
+	return 0
 }
 
 // ParseInitialCluster parses "1=host:port,2=host:port,...".

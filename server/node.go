@@ -79,6 +79,14 @@ type Node struct {
 	conns         map[string]*grpc.ClientConn
 	place         *placementState
 	writeBytes    atomic.Uint64 // bytes of write commands this node proposed
+	// drainUntil (unix nanoseconds) ends the node's leadership drain
+	// (DrainLeaders); drainKeeper is set while keepDrained runs.
+	drainUntil  atomic.Int64
+	drainKeeper atomic.Bool
+	// drainMu guards drainRefused: nodes that let a drain's leadership
+	// transfer time out, and when.
+	drainMu      sync.Mutex
+	drainRefused map[uint64]time.Time
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -130,8 +138,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if cfg.NodeID != 0 && cfg.NodeID != meta.NodeID {
 			return nil, fmt.Errorf("server: data dir %s belongs to node %d, not %d", cfg.DataDir, meta.NodeID, cfg.NodeID)
 		}
-	case len(cfg.InitialCluster) > 0:
-		meta = nodeMeta{NodeID: cfg.NodeID, ClusterID: clusterID(cfg.ClusterName, cfg.InitialCluster), Addrs: map[string]string{}}
+	case cfg.foundingID() != 0:
+		meta = nodeMeta{NodeID: cfg.foundingID(), ClusterID: clusterID(cfg.ClusterName, cfg.InitialCluster), Addrs: map[string]string{}}
 		for id, a := range cfg.InitialCluster {
 			meta.Addrs[strconv.FormatUint(id, 10)] = a
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -151,5 +152,80 @@ func TestMetricsHealthAndPprof(t *testing.T) {
 	hr, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "shale.v1.KV"})
 	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", hr, err)
+	}
+}
+
+// TestFoundByAdvertiseOrJoin: nodes configured as the pods of a
+// StatefulSet are (one shared configuration, no --node-id): a node whose
+// advertised address is in the initial cluster founds it under that
+// address's ID, and a node whose address is not joins through --join.
+func TestFoundByAdvertiseOrJoin(t *testing.T) {
+	var join string
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		if len(cfg.InitialCluster) == 0 {
+			return // a restart
+		}
+		cfg.NodeID = 0
+		join = cfg.InitialCluster[1]
+		cfg.Join = join
+	}})
+	for _, id := range []uint64{1, 2, 3} {
+		if n := c.Node(id); n == nil || n.ID() != id {
+			t.Fatalf("node listed as %d did not take ID %d: %v", id, id, n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	initial := map[uint64]string{}
+	for i, a := range c.Endpoints() {
+		initial[uint64(i+1)] = a
+	}
+	extra, err := server.Start(ctx, server.Config{
+		DataDir:        filepath.Join(t.TempDir(), "pod-3"),
+		ListenAddr:     "127.0.0.1:0",
+		AdvertiseAddr:  "127.0.0.1:1", // not in the initial cluster
+		InitialCluster: initial,
+		Join:           join,
+		TickInterval:   20 * time.Millisecond,
+		Logger:         testcluster.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Stop()
+	if extra.ID() != 4 || extra.ClusterID() != c.Node(1).ClusterID() {
+		t.Fatalf("unlisted node: ID %d in cluster %q, want a joined node 4 of %q", extra.ID(), extra.ClusterID(), c.Node(1).ClusterID())
+	}
+	cl := newClient(t, c)
+	if _, err := cl.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInitialClusterConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  server.Config
+		want string
+	}{
+		{"unlisted and no join", server.Config{InitialCluster: map[uint64]string{1: "a:1", 2: "b:1"}, AdvertiseAddr: "c:1"},
+			"--node-id is required with --initial-cluster unless the advertised address c:1 is one of its addresses"},
+		{"id not listed", server.Config{NodeID: 3, InitialCluster: map[uint64]string{1: "a:1", 2: "b:1"}},
+			"node 3 is not in the initial cluster"},
+		{"shared address", server.Config{NodeID: 1, InitialCluster: map[uint64]string{1: "a:1", 2: "a:1"}},
+			"the initial cluster gives nodes 1 and 2 the same address a:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir = t.TempDir()
+			tc.cfg.Logger = testcluster.Logger()
+			n, err := server.Start(context.Background(), tc.cfg)
+			if err == nil {
+				n.Stop()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -55,6 +56,9 @@ type placementState struct {
 	lastOps   uint64
 	lastWrote uint64
 	lastBeat  time.Time
+	// drainingPeers are the nodes draining their leaderships, as the
+	// placement leader last answered a heartbeat.
+	drainingPeers []uint64
 }
 
 // settleState holds a shard back until its leader reports epoch, and at
@@ -118,6 +122,7 @@ func (n *Node) heartbeat(ctx context.Context) *shalev1.HeartbeatRequest {
 		stats.CapacityBytes = fs.Blocks * uint64(fs.Bsize)
 		stats.AvailableBytes = fs.Bavail * uint64(fs.Bsize)
 	}
+	stats.DrainingLeaders = n.drainingLeaders()
 	req := &shalev1.HeartbeatRequest{Stats: stats}
 	var ops uint64
 	for _, r := range n.store.Replicas() {
@@ -179,6 +184,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	req := n.heartbeat(ctx)
 	if n.isPlacementLeader() {
 		n.place.tracker.Heartbeat(req)
+		n.setDrainingPeers(n.drainingNodes())
 		return
 	}
 	p := n.place
@@ -202,9 +208,11 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err = shalev1.NewAdminClient(n.conn(addr)).Heartbeat(cctx, req)
+		var resp *shalev1.HeartbeatResponse
+		resp, err = shalev1.NewAdminClient(n.conn(addr)).Heartbeat(cctx, req)
 		cancel()
 		if err == nil {
+			n.setDrainingPeers(resp.GetDrainingLeaderNodes())
 			p.mu.Lock()
 			p.hbAddr = addr
 			p.mu.Unlock()
@@ -226,13 +234,43 @@ func (s *adminService) Heartbeat(ctx context.Context, req *shalev1.HeartbeatRequ
 	}
 	if r := n.store.Replica(SystemShardID); r != nil && r.IsLeader() {
 		n.place.tracker.Heartbeat(req)
-		return &shalev1.HeartbeatResponse{}, nil
+		return &shalev1.HeartbeatResponse{DrainingLeaderNodes: n.drainingNodes()}, nil
 	}
 	a, fctx, err := n.systemLeaderAdmin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return a.Heartbeat(fctx, req)
+}
+
+// drainingNodes (placement leader) are the live nodes whose last heartbeat
+// says they are draining their leaderships.
+func (n *Node) drainingNodes() []uint64 {
+	var out []uint64
+	for id, b := range n.place.tracker.Beats() {
+		if !b.Req.GetStats().GetDrainingLeaders() {
+			continue
+		}
+		if st, _, _ := n.place.tracker.State(id); st == placement.Live {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (n *Node) setDrainingPeers(ids []uint64) {
+	n.place.mu.Lock()
+	n.place.drainingPeers = ids
+	n.place.mu.Unlock()
+}
+
+// drainingPeer reports whether node id was draining its leaderships at the
+// last heartbeat this node sent.
+func (n *Node) drainingPeer(id uint64) bool {
+	n.place.mu.Lock()
+	defer n.place.mu.Unlock()
+	return slices.Contains(n.place.drainingPeers, id)
 }
 
 // --- the scheduler loop (placement leader) ---
@@ -350,7 +388,8 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 			zone = beat.Req.GetStats().GetNode().GetZone()
 		}
 		nodes = append(nodes, placement.Node{ID: d.GetNodeId(), Zone: zone, State: st,
-			Decommissioning: d.GetDecommissioning(), Removed: d.GetRemoved()})
+			Decommissioning: d.GetDecommissioning(), Removed: d.GetRemoved(),
+			DrainingLeaders: ok && beat.Req.GetStats().GetDrainingLeaders()})
 	}
 	return nodes, states
 }

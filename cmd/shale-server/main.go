@@ -38,6 +38,7 @@ type flags struct {
 	replicationFactor                       int
 	maxKey, maxValue, maxBatchOps, maxBatch int
 	requestTimeout, tickInterval            time.Duration
+	shutdownDrain                           time.Duration
 	electionTicks                           int
 	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
@@ -58,7 +59,8 @@ func newRootCmd() *cobra.Command {
 		Short: "Run a Shale node",
 		Long: `shale-server runs one node of a Shale cluster: a replicated, range-sharded
 key-value store. Start a new cluster by giving every founding node the same
---initial-cluster and its own --node-id; add a node to a running cluster with
+--initial-cluster and its own --node-id (or an --advertise address listed in
+it); add a node to a running cluster with
 --join. A restarted node needs only --data-dir (and its addresses).
 
 Every flag can also be set with an environment variable named SHALE_ and the
@@ -110,6 +112,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.IntVar(&f.maxMovesPerNode, "placement-max-moves-per-node", 2, "replica moves (snapshots in flight) a node takes part in at once")
 	fl.IntVar(&f.maxMoves, "placement-max-moves", 8, "replica moves running at once in the cluster")
 	fl.DurationVar(&f.pinDuration, "placement-pin-duration", time.Hour, "how long a manual replica move or leader transfer keeps balancing away from its shard")
+	fl.DurationVar(&f.shutdownDrain, "shutdown-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long to hand the node's shard leaderships to other nodes before stopping (negative: stop at once; a second signal stops at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -227,8 +230,25 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	<-ctx.Done()
+	stop() // a second signal ends the process at once
 	log.Info("shutting down", "node", node.ID())
+	drainBeforeStop(node, f.shutdownDrain)
 	node.Stop()
 	log.Info("stopped", "node", node.ID())
 	return nil
+}
+
+// drainBeforeStop hands the node's leaderships to other nodes, for at most
+// timeout (0: 10s; negative: not at all), so that stopping it interrupts no
+// shard for an election timeout.
+func drainBeforeStop(node *server.Node, timeout time.Duration) {
+	if timeout < 0 {
+		return
+	}
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	node.DrainLeaders(ctx)
 }

@@ -307,7 +307,8 @@ progress with "node list" and "shard list". -o json prints
 		}),
 	}
 	return newAdminGroup("node", "List, add, drain and remove the cluster's nodes", "", false, f, list, add, remove,
-		newNodeStatusCmd(f), newNodeCommissionCmd(f, true), newNodeCommissionCmd(f, false))
+		newNodeStatusCmd(f), newNodeCommissionCmd(f, true), newNodeCommissionCmd(f, false),
+		newNodeDrainLeadersCmd(f))
 }
 
 func newLeaderCmd(cf *clusterFlags) *cobra.Command {

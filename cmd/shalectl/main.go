@@ -7,7 +7,7 @@
 //	shalectl [--endpoints A,B,C] [--timeout D] kv get|put|del|scan|cas ...
 //	shalectl cluster status
 //	shalectl shard list|info ID|split KEY|directory|move SHARD FROM TO
-//	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID
+//	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID|drain-leaders [ID]
 //	shalectl leader transfer SHARD NODE
 //	shalectl placement status|history
 //	shalectl debug sst-dump FILE

@@ -435,3 +435,54 @@ func drainProgress(n *shalev1.NodePlacement) string {
 		return fmt.Sprintf("draining: %d replicas left", r)
 	}
 }
+
+// newNodeDrainLeadersCmd is "node drain-leaders [ID]".
+func newNodeDrainLeadersCmd(f *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "drain-leaders [ID]",
+		Short: "Hand every leadership of a node to other nodes, before stopping it",
+		Long: `drain-leaders asks node ID, or without ID the node at the first --endpoints
+address, to hand every shard leadership it holds to replicas on other nodes,
+and waits until it leads none or --timeout is near. For two minutes after, the
+node hands away any leadership it gains and placement gives it none, so a stop
+that follows (a Kubernetes preStop hook, a rolling restart) interrupts no
+leader. Its replicas stay. It prints "node N: leads no shard (K leaderships
+transferred)"; if shards are still led when time runs out, it names them and
+exits with an error (run it again to continue). -o json prints {"node_id": N,
+"transferred": K, "remaining_shard_ids": [...]}.`,
+		Example: `  # In a pod's preStop hook, for the pod's own node:
+  shalectl --endpoints 127.0.0.1:7001 --timeout 50s node drain-leaders
+  shalectl node drain-leaders 3`,
+		Args: cobra.RangeArgs(0, 1),
+		RunE: f.adminRun(func(ctx context.Context, cmd *cobra.Command, c *client.Client, args []string, asJSON bool) error {
+			var id uint64
+			if len(args) == 1 {
+				var err error
+				if id, err = parseID(cmd, "ID", args[0]); err != nil {
+					return err
+				}
+			}
+			res, err := c.DrainLeaders(ctx, id)
+			if err != nil {
+				return fmt.Errorf("node drain-leaders: %w", err)
+			}
+			if asJSON {
+				if err := output.WriteJSON(cmd.OutOrStdout(), struct {
+					NodeID      uint64   `json:"node_id"`
+					Transferred int      `json:"transferred"`
+					Remaining   []uint64 `json:"remaining_shard_ids"`
+				}{res.NodeID, res.Transferred, append([]uint64{}, res.Remaining...)}); err != nil {
+					return err
+				}
+			} else if len(res.Remaining) == 0 {
+				if _, err := fmt.Fprintf(cmd.OutOrStdout(), "node %d: leads no shard (%d leaderships transferred)\n", res.NodeID, res.Transferred); err != nil {
+					return err
+				}
+			}
+			if len(res.Remaining) > 0 {
+				return fmt.Errorf("node drain-leaders: node %d still leads shards %v (%d leaderships transferred); run it again to continue", res.NodeID, res.Remaining, res.Transferred)
+			}
+			return nil
+		}),
+	}
+}

@@ -1574,8 +1574,11 @@ type NodeStats struct {
 	// written to its shard engines.
 	RequestsPerSecond   float64 `protobuf:"fixed64,7,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
 	WriteBytesPerSecond float64 `protobuf:"fixed64,8,opt,name=write_bytes_per_second,json=writeBytesPerSecond,proto3" json:"write_bytes_per_second,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// draining_leaders is set while the node hands its leaderships away
+	// (Admin.DrainLeaders): it is about to stop and should get none.
+	DrainingLeaders bool `protobuf:"varint,9,opt,name=draining_leaders,json=drainingLeaders,proto3" json:"draining_leaders,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeStats) Reset() {
@@ -1662,6 +1665,13 @@ func (x *NodeStats) GetWriteBytesPerSecond() float64 {
 		return x.WriteBytesPerSecond
 	}
 	return 0
+}
+
+func (x *NodeStats) GetDrainingLeaders() bool {
+	if x != nil {
+		return x.DrainingLeaders
+	}
+	return false
 }
 
 // LedShard is a shard the reporting node leads.
@@ -1790,9 +1800,12 @@ func (x *HeartbeatRequest) GetLed() []*LedShard {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// draining_leader_nodes are the live nodes whose last heartbeat set
+	// draining_leaders: a node handing leaderships away skips them.
+	DrainingLeaderNodes []uint64 `protobuf:"varint,1,rep,packed,name=draining_leader_nodes,json=drainingLeaderNodes,proto3" json:"draining_leader_nodes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -1823,6 +1836,13 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *HeartbeatResponse) GetDrainingLeaderNodes() []uint64 {
+	if x != nil {
+		return x.DrainingLeaderNodes
+	}
+	return nil
 }
 
 // ReplicaChange is one membership change of ChangeReplicasRequest.
@@ -2887,6 +2907,115 @@ func (x *MergeShardsResponse) GetRemovedShardId() uint64 {
 	return 0
 }
 
+type DrainLeadersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the node to drain; 0 means the node receiving the request.
+	NodeId        uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainLeadersRequest) Reset() {
+	*x = DrainLeadersRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainLeadersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainLeadersRequest) ProtoMessage() {}
+
+func (x *DrainLeadersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainLeadersRequest.ProtoReflect.Descriptor instead.
+func (*DrainLeadersRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *DrainLeadersRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type DrainLeadersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the drained node.
+	NodeId uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// transferred counts the leaderships handed to other nodes.
+	Transferred uint32 `protobuf:"varint,2,opt,name=transferred,proto3" json:"transferred,omitempty"`
+	// remaining_shard_ids are the shards the node still led when the
+	// request's deadline came (empty when it leads none).
+	RemainingShardIds []uint64 `protobuf:"varint,3,rep,packed,name=remaining_shard_ids,json=remainingShardIds,proto3" json:"remaining_shard_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DrainLeadersResponse) Reset() {
+	*x = DrainLeadersResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainLeadersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainLeadersResponse) ProtoMessage() {}
+
+func (x *DrainLeadersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainLeadersResponse.ProtoReflect.Descriptor instead.
+func (*DrainLeadersResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DrainLeadersResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *DrainLeadersResponse) GetTransferred() uint32 {
+	if x != nil {
+		return x.Transferred
+	}
+	return 0
+}
+
+func (x *DrainLeadersResponse) GetRemainingShardIds() []uint64 {
+	if x != nil {
+		return x.RemainingShardIds
+	}
+	return nil
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -2990,7 +3119,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x13ReportShardsRequest\x12;\n" +
 	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\x12*\n" +
 	"\x11removed_shard_ids\x18\x02 \x03(\x04R\x0fremovedShardIds\"\x16\n" +
-	"\x14ReportShardsResponse\"\xd5\x02\n" +
+	"\x14ReportShardsResponse\"\x80\x03\n" +
 	"\tNodeStats\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12'\n" +
@@ -3000,7 +3129,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\rreplica_count\x18\x05 \x01(\x04R\freplicaCount\x12!\n" +
 	"\fleader_count\x18\x06 \x01(\x04R\vleaderCount\x12.\n" +
 	"\x13requests_per_second\x18\a \x01(\x01R\x11requestsPerSecond\x123\n" +
-	"\x16write_bytes_per_second\x18\b \x01(\x01R\x13writeBytesPerSecond\"\x88\x01\n" +
+	"\x16write_bytes_per_second\x18\b \x01(\x01R\x13writeBytesPerSecond\x12)\n" +
+	"\x10draining_leaders\x18\t \x01(\bR\x0fdrainingLeaders\"\x88\x01\n" +
 	"\bLedShard\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -3009,8 +3139,9 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x12caught_up_learners\x18\x04 \x03(\x04R\x10caughtUpLearners\"c\n" +
 	"\x10HeartbeatRequest\x12)\n" +
 	"\x05stats\x18\x01 \x01(\v2\x13.shale.v1.NodeStatsR\x05stats\x12$\n" +
-	"\x03led\x18\x02 \x03(\v2\x12.shale.v1.LedShardR\x03led\"\x13\n" +
-	"\x11HeartbeatResponse\"\xe0\x01\n" +
+	"\x03led\x18\x02 \x03(\v2\x12.shale.v1.LedShardR\x03led\"G\n" +
+	"\x11HeartbeatResponse\x122\n" +
+	"\x15draining_leader_nodes\x18\x01 \x03(\x04R\x13drainingLeaderNodes\"\xe0\x01\n" +
 	"\rReplicaChange\x120\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1c.shale.v1.ReplicaChange.TypeR\x04type\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
@@ -3090,7 +3221,13 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\bshard_id\x18\x02 \x01(\x04R\ashardId\"r\n" +
 	"\x13MergeShardsResponse\x121\n" +
 	"\x06merged\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x06merged\x12(\n" +
-	"\x10removed_shard_id\x18\x02 \x01(\x04R\x0eremovedShardId2\xa1\f\n" +
+	"\x10removed_shard_id\x18\x02 \x01(\x04R\x0eremovedShardId\".\n" +
+	"\x13DrainLeadersRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"\x81\x01\n" +
+	"\x14DrainLeadersResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12 \n" +
+	"\vtransferred\x18\x02 \x01(\rR\vtransferred\x12.\n" +
+	"\x13remaining_shard_ids\x18\x03 \x03(\x04R\x11remainingShardIds2\xf0\f\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3115,7 +3252,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x10DecommissionNode\x12!.shale.v1.DecommissionNodeRequest\x1a\".shale.v1.DecommissionNodeResponse\x12Y\n" +
 	"\x10RecommissionNode\x12!.shale.v1.RecommissionNodeRequest\x1a\".shale.v1.RecommissionNodeResponse\x12J\n" +
 	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponse\x12J\n" +
-	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponse\x12M\n" +
+	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -3130,7 +3268,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
@@ -3183,38 +3321,40 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*MoveReplicaResponse)(nil),      // 48: shale.v1.MoveReplicaResponse
 	(*MergeShardsRequest)(nil),       // 49: shale.v1.MergeShardsRequest
 	(*MergeShardsResponse)(nil),      // 50: shale.v1.MergeShardsResponse
-	(*NodeDescriptor)(nil),           // 51: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 52: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 53: shale.v1.ShardDescriptor
+	(*DrainLeadersRequest)(nil),      // 51: shale.v1.DrainLeadersRequest
+	(*DrainLeadersResponse)(nil),     // 52: shale.v1.DrainLeadersResponse
+	(*NodeDescriptor)(nil),           // 53: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 54: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 55: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	51, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	52, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	53, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	53, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	54, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	55, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	53, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	51, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	55, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	53, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	51, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	51, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	53, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	53, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	51, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	53, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	53, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	53, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	53, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	53, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	51, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	55, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	55, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	55, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	55, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	53, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	53, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	51, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	55, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	53, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3222,7 +3362,7 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	53, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	55, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
 	4,  // 35: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
 	6,  // 36: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
 	9,  // 37: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
@@ -3243,28 +3383,30 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	45, // 52: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
 	47, // 53: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
 	49, // 54: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	5,  // 55: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 56: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 57: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 58: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 59: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 60: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 61: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 62: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 63: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 64: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 65: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 66: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 67: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 68: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 69: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 70: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 71: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 72: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 73: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	50, // 74: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	55, // [55:75] is the sub-list for method output_type
-	35, // [35:55] is the sub-list for method input_type
+	51, // 55: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	5,  // 56: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 57: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 58: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 59: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 60: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 61: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 62: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 63: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 64: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 65: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 66: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 67: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 68: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 69: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 70: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 71: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 72: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 73: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 74: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	50, // 75: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	52, // 76: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	56, // [56:77] is the sub-list for method output_type
+	35, // [35:56] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3282,7 +3424,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

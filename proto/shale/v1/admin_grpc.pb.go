@@ -39,6 +39,7 @@ const (
 	Admin_RecommissionNode_FullMethodName = "/shale.v1.Admin/RecommissionNode"
 	Admin_MoveReplica_FullMethodName      = "/shale.v1.Admin/MoveReplica"
 	Admin_MergeShards_FullMethodName      = "/shale.v1.Admin/MergeShards"
+	Admin_DrainLeaders_FullMethodName     = "/shale.v1.Admin/DrainLeaders"
 )
 
 // AdminClient is the client API for Admin service.
@@ -107,6 +108,11 @@ type AdminClient interface {
 	// two must have their replicas on the same nodes. The merged shard keeps
 	// the left shard's ID.
 	MergeShards(ctx context.Context, in *MergeShardsRequest, opts ...grpc.CallOption) (*MergeShardsResponse, error)
+	// DrainLeaders hands every shard leadership a node holds to replicas on
+	// other nodes, before the node stops (a Kubernetes preStop hook, a
+	// rolling restart). For two minutes after the call the node keeps handing
+	// away leaderships it gains, and placement gives it none.
+	DrainLeaders(ctx context.Context, in *DrainLeadersRequest, opts ...grpc.CallOption) (*DrainLeadersResponse, error)
 }
 
 type adminClient struct {
@@ -317,6 +323,16 @@ func (c *adminClient) MergeShards(ctx context.Context, in *MergeShardsRequest, o
 	return out, nil
 }
 
+func (c *adminClient) DrainLeaders(ctx context.Context, in *DrainLeadersRequest, opts ...grpc.CallOption) (*DrainLeadersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainLeadersResponse)
+	err := c.cc.Invoke(ctx, Admin_DrainLeaders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -383,6 +399,11 @@ type AdminServer interface {
 	// two must have their replicas on the same nodes. The merged shard keeps
 	// the left shard's ID.
 	MergeShards(context.Context, *MergeShardsRequest) (*MergeShardsResponse, error)
+	// DrainLeaders hands every shard leadership a node holds to replicas on
+	// other nodes, before the node stops (a Kubernetes preStop hook, a
+	// rolling restart). For two minutes after the call the node keeps handing
+	// away leaderships it gains, and placement gives it none.
+	DrainLeaders(context.Context, *DrainLeadersRequest) (*DrainLeadersResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -452,6 +473,9 @@ func (UnimplementedAdminServer) MoveReplica(context.Context, *MoveReplicaRequest
 }
 func (UnimplementedAdminServer) MergeShards(context.Context, *MergeShardsRequest) (*MergeShardsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MergeShards not implemented")
+}
+func (UnimplementedAdminServer) DrainLeaders(context.Context, *DrainLeadersRequest) (*DrainLeadersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainLeaders not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -834,6 +858,24 @@ func _Admin_MergeShards_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DrainLeaders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainLeadersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DrainLeaders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DrainLeaders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DrainLeaders(ctx, req.(*DrainLeadersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -920,6 +962,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MergeShards",
 			Handler:    _Admin_MergeShards_Handler,
+		},
+		{
+			MethodName: "DrainLeaders",
+			Handler:    _Admin_DrainLeaders_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
