@@ -14,6 +14,9 @@
 #   BENCH_ENGINES engines compared by `make bench`        (shale,pebble,goleveldb)
 #   BENCH_ARGS    extra arguments for shale-bench          (none)
 #   IMAGE         tag of the container image `make image` builds (shale:dev)
+#   CHAOS_DURATION how long `make chaos` runs faults         (30m)
+#   CHAOS_ARGS    extra flags for `make chaos` (-chaos.seed=N, -chaos.nodes=3,
+#                 -chaos.nemeses=kill,pause, -chaos.out=DIR)  (none)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -35,11 +38,21 @@ BENCH_DIR ?= ./data/bench
 BENCH_ENGINES ?= shale,pebble,goleveldb
 BENCH_ARGS ?=
 IMAGE ?= shale:dev
+CHAOS_DURATION ?= 30m
+CHAOS_ARGS ?=
+
+# The container tests (chaos/, deploy/) run testcontainers-go without its
+# reaper container: there is no registry to pull it from, and the tests
+# remove their own containers, networks and volumes.
+export TESTCONTAINERS_RYUK_DISABLED := true
 
 # Modules beside the main one, each with its own go.mod, so that their heavy
 # dependencies never enter the main module: bench/ (the peer engines),
-# deploy/ (kustomize and the Kubernetes API types).
-SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod))
+# deploy/ (kustomize, the Kubernetes API types, testcontainers-go) and
+# chaos/ (testcontainers-go). Their tests need a Docker engine (deploy/,
+# chaos/: the smoke run of the fault suite, about 4 minutes) and run one
+# package at a time, since they start clusters of containers.
+SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod chaos/go.mod))
 
 # The race detector needs cgo (a C compiler). On a machine without one, Go
 # turns cgo off and `make test` runs without -race (with a warning) rather
@@ -67,7 +80,7 @@ help: ## List the targets.
 		awk 'BEGIN {FS = ":.*## "}; {printf "  %-11s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Download the module dependencies (main module, bench/, deploy/).
+deps: ## Download the module dependencies (main module, bench/, deploy/, chaos/).
 	$(GO) mod download
 	@for m in $(SUBMODULES); do echo "cd $$m && $(GO) mod download"; (cd $$m && $(GO) mod download); done
 
@@ -90,8 +103,8 @@ endif
 	$(GO) test -count=1 ./internal/lint/
 	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
 	@for m in $(SUBMODULES); do \
-		echo "cd $$m && $(GO) vet ./... && $(GO) test ./..."; \
-		(cd $$m && $(GO) vet ./... && $(GO) test ./...) || exit 1; \
+		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -timeout $(TEST_TIMEOUT) ./..."; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -p 1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; \
 	done
 
 .PHONY: test-short
@@ -158,9 +171,8 @@ soak: ## Long tests: -tags soak, SHALE_SOAK=1 (crash tests run more iterations).
 	SHALE_SOAK=1 $(GO) test $(RACE) -tags soak -count=1 -timeout $(SOAK_TIMEOUT) $(SOAK_PKGS)
 
 .PHONY: chaos
-chaos: ## Placeholder: container-based chaos tests arrive with issue 5.
-	@echo "chaos: not implemented yet; the container-based fault tests with a"
-	@echo "chaos: linearizability checker arrive with issue 5 (see docs/architecture.md)."
+chaos: ## Fault suite on a 5-node containerised cluster for CHAOS_DURATION (30m); see chaos/README.md.
+	cd chaos && $(GO) test -run 'TestChaos$$' -count=1 -v -timeout 0 . -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
 # Pinned code generators for proto/ (installed into .tools/ by `make proto`).
 BUF_VERSION ?= v1.75.0

@@ -1,0 +1,232 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/chaos/harness"
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/lincheck"
+)
+
+// Flags of TestChaos. `make chaos` runs it for 30 minutes; a failing seed
+// runs again with -chaos.seed=N (and the same duration, nodes and nemeses).
+var (
+	chaosDuration = flag.Duration("chaos.duration", 3*time.Minute, "TestChaos: how long the workload runs under faults (the smoke run in make test; make chaos: 30m)")
+	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: seed of the schedule and the workload (0: from the clock, printed)")
+	chaosNodes    = flag.Int("chaos.nodes", 5, "TestChaos: founding nodes (3 or more; ring and bridge partitions need 5)")
+	chaosNemeses  = flag.String("chaos.nemeses", "all", "TestChaos: comma-separated fault kinds, or all")
+	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the history, porcupine's visualisation and the node logs of a failed run (default: a new temporary directory)")
+)
+
+func TestMain(m *testing.M) {
+	// No registry: testcontainers must not try to pull its reaper.
+	_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	flag.Parse()
+	os.Exit(m.Run())
+}
+
+// userSplits cut the workload's keys over four user shards.
+var userSplits = []string{"k10", "k20", "k30"}
+
+// TestChaos runs the workload on a containerised cluster under a seeded
+// schedule of faults, heals everything, reads every key, and checks that
+// the history is linearizable and that no acknowledged write was lost.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containers and minutes of faults; skipped with -short")
+	}
+	harness.RequireDocker(t)
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano()) % 1_000_000_007
+	}
+	replay := fmt.Sprintf("cd chaos && go test -run TestChaos -timeout 0 -chaos.seed=%d -chaos.duration=%v -chaos.nodes=%d -chaos.nemeses=%s",
+		seed, *chaosDuration, *chaosNodes, *chaosNemeses)
+	t.Logf("seed %d (replay: %s)", seed, replay)
+	out := *chaosOut
+	if out == "" {
+		out = filepath.Join(os.TempDir(), fmt.Sprintf("shale-chaos-%d-%d", seed, time.Now().Unix()))
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ctx := context.Background()
+	splits := "--initial-splits=" + strings.Join(userSplits, ",")
+	c, err := harness.Start(ctx, harness.Options{Nodes: *chaosNodes, Args: []string{splits}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := true
+	defer func() {
+		if failed {
+			saveLogs(t, c, out)
+		}
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	}()
+	var clients []*client.Client
+	for i := 0; i < 3; i++ {
+		cl, err := c.Client(ctx, client.WithDefaultTimeout(5*time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		clients = append(clients, cl)
+	}
+	rec := lincheck.NewRecorder()
+	w := NewWorkload(rec, clients, WorkloadOptions{Seed: seed})
+	nem, err := NewNemesis(c, clients[0], rec, seed, *chaosNemeses, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithTimeout(ctx, *chaosDuration)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.Run(runCtx)
+	}()
+	nemErr := nem.Run(runCtx)
+	stop()
+	wg.Wait()
+	if nemErr != nil {
+		t.Errorf("%v\nreplay: %s", nemErr, replay)
+	}
+	t.Logf("faults injected: %v", nem.Counts)
+
+	// Heal whatever is left, then read every key once more.
+	c.Heal()
+	finalCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	final, err := w.FinalReads(finalCtx, clients[0])
+	if err != nil {
+		t.Fatalf("the cluster does not serve after healing: %v\nreplay: %s", err, replay)
+	}
+
+	h := rec.History()
+	h.Info = map[string]string{"seed": fmt.Sprint(seed), "replay": replay}
+	t.Logf("history: %s", h.Stats)
+	if h.Stats.Known < 100 {
+		t.Errorf("only %d operations completed: the workload made no progress\nreplay: %s", h.Stats.Known, replay)
+	}
+	if lost := lostWrites(h, final); len(lost) > 0 {
+		t.Errorf("acknowledged writes lost:\n  %s\nreplay: %s", strings.Join(lost, "\n  "), replay)
+	}
+	res, err := lincheck.Check(h, 5*time.Minute, out)
+	if err != nil {
+		t.Errorf("save the history: %v", err)
+	}
+	if !res.OK() {
+		t.Errorf("%s\nreplay: %s", res, replay)
+	}
+	failed = t.Failed()
+}
+
+// lostWrites checks each key's final value against its last acknowledged
+// write, where there is one for certain: an acknowledged write (a put, a
+// delete, a compare-and-swap that swapped) that every other write that may
+// have taken effect returned before. The final read must see that write's
+// value, or the key's absence after a delete.
+func lostWrites(h *lincheck.History, final map[string]string) []string {
+	// effective: writes that took or may have taken effect (a failed write
+	// is not in the history; a compare-and-swap known not to swap did not).
+	effective := map[string][]lincheck.Operation{}
+	for _, op := range h.Ops {
+		if !op.Input.Kind.IsWrite() || (op.Input.Kind == lincheck.KindCAS && !op.Output.Unknown && !op.Output.Swapped) {
+			continue
+		}
+		effective[op.Input.Key] = append(effective[op.Input.Key], op)
+	}
+	var lost []string
+	for key, ops := range effective {
+		for i, a := range ops {
+			if a.Output.Unknown {
+				continue
+			}
+			last := true
+			for j, b := range ops {
+				if j != i && b.Return >= a.Call { // b may be ordered after a
+					last = false
+					break
+				}
+			}
+			if !last {
+				continue
+			}
+			got, present := final[key]
+			if a.Input.Kind == lincheck.KindDelete {
+				if present {
+					lost = append(lost, fmt.Sprintf("%s: deleted (acknowledged), finally %q", key, got))
+				}
+			} else if !present || got != a.Input.Value {
+				lost = append(lost, fmt.Sprintf("%s: %q written (acknowledged), finally %q (present %v)", key, a.Input.Value, got, present))
+			}
+			break
+		}
+	}
+	sort.Strings(lost)
+	return lost
+}
+
+func saveLogs(t *testing.T, c *harness.Cluster, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("save logs: %v", err)
+		return
+	}
+	for _, id := range c.NodeIDs() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b, err := c.Logs(ctx, id)
+		cancel()
+		if err != nil {
+			t.Logf("save logs of node %d: %v", id, err)
+			continue
+		}
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d.log", id)), b, 0o644)
+	}
+	t.Logf("node logs, history and visualisation (if the check failed) in %s", dir)
+}
+
+// testWriter sends the harness's log lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestLostWrites: the lost-write check finds a final value that misses the
+// last acknowledged write, and accepts histories where another write may
+// come last.
+func TestLostWrites(t *testing.T) {
+	put := func(key, v string, call, ret int64, unknown bool) lincheck.Operation {
+		return lincheck.Operation{Input: lincheck.Input{Kind: lincheck.KindPut, Key: key, Value: v}, Output: lincheck.Output{Unknown: unknown}, Call: call, Return: ret}
+	}
+	del := func(key string, call, ret int64) lincheck.Operation {
+		return lincheck.Operation{Input: lincheck.Input{Kind: lincheck.KindDelete, Key: key}, Call: call, Return: ret}
+	}
+	h := &lincheck.History{End: 1000, Ops: []lincheck.Operation{
+		put("a", "1", 0, 10, false), put("a", "2", 20, 30, false), // a: last is 2
+		put("b", "1", 0, 10, false), put("b", "2", 5, 30, false), // b: overlapping, either may be last
+		put("c", "1", 0, 10, false), put("c", "2", 20, 1000, true), // c: an unknown write may be last
+		put("d", "1", 0, 10, false), del("d", 20, 30), // d: deleted
+	}}
+	if lost := lostWrites(h, map[string]string{"a": "2", "b": "1", "c": "1"}); len(lost) != 0 {
+		t.Fatalf("a correct final state reported lost writes: %v", lost)
+	}
+	lost := lostWrites(h, map[string]string{"a": "1", "b": "2", "c": "2", "d": "1"})
+	if len(lost) != 2 || !strings.HasPrefix(lost[0], "a:") || !strings.HasPrefix(lost[1], "d:") {
+		t.Fatalf("lost writes %v, want a and d", lost)
+	}
+}

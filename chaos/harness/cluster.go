@@ -1,0 +1,413 @@
+// Package harness runs Shale clusters in Docker containers for fault
+// tests: every node is a container of the Shale image with its own named
+// volume, on two networks — a peer network the nodes talk to each other
+// over (through the harness's link proxy, so links can be cut one way or
+// slowed down) and a client network the test's clients use, so that a
+// partition of the peers never cuts the test off from the nodes it
+// observes. It drives faults through the Docker API: kill -9 and restart
+// on the same volume, graceful stop, pause, network disconnect.
+//
+// testcontainers-go creates the containers; set
+// TESTCONTAINERS_RYUK_DISABLED=true (there is no registry to pull Ryuk
+// from): the Cluster removes its own containers, networks and volumes on
+// Close.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/network"
+	mobyclient "github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/shale-db/shale/client"
+)
+
+// Port is the gRPC port of every node (clients and peers).
+const Port = 7001
+
+// Options configure a Cluster.
+type Options struct {
+	// Nodes is the number of founding nodes (default 3).
+	Nodes int
+	// Image is the Shale image (default: EnsureImage's).
+	Image string
+	// Name prefixes the Docker objects (default "shale-chaos-" and a
+	// random suffix).
+	Name string
+	// Args are extra shale-server arguments for every node.
+	Args []string
+	// Env are extra environment variables for every node.
+	Env map[string]string
+	// LogDir, when set, receives every container's log on Close
+	// (<name>.log).
+	LogDir string
+	// Logger logs what the harness does (default: discard).
+	Logger *slog.Logger
+}
+
+// Node is one node of a Cluster.
+type Node struct {
+	// ID is the node's ID; Host its advertised host name on the peer
+	// network ("n1"); Name its container's name.
+	ID         uint64
+	Host, Name string
+
+	container testcontainers.Container
+	volume    string
+	clientIP  netip.Addr
+	peerIP    netip.Addr
+}
+
+// Cluster is a running containerised cluster.
+type Cluster struct {
+	opts      Options
+	log       *slog.Logger
+	docker    *testcontainers.DockerClient
+	peerNet   *testcontainers.DockerNetwork
+	clientNet *testcontainers.DockerNetwork
+	proxy     *linkProxy
+
+	mu    sync.Mutex
+	nodes map[uint64]*Node
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Start creates the networks, volumes and containers of a new cluster,
+// starts every node, and waits until each serves gRPC. On error it removes
+// what it created.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Name == "" {
+		opts.Name = "shale-chaos-" + randomSuffix()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Image == "" {
+		if opts.Image, err = EnsureImage(ctx); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{opts: opts, log: opts.Logger, nodes: map[uint64]*Node{}}
+	defer func() {
+		if err != nil {
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if c.docker, err = testcontainers.NewDockerClientWithOpts(ctx); err != nil {
+		return nil, fmt.Errorf("harness: docker client: %w", err)
+	}
+	if c.peerNet, err = tcnetwork.New(ctx, tcnetwork.WithDriver("bridge")); err != nil {
+		return nil, fmt.Errorf("harness: create the peer network: %w", err)
+	}
+	if c.clientNet, err = tcnetwork.New(ctx, tcnetwork.WithDriver("bridge")); err != nil {
+		return nil, fmt.Errorf("harness: create the client network: %w", err)
+	}
+	ins, err := c.docker.NetworkInspect(ctx, c.peerNet.ID, mobyclient.NetworkInspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("harness: inspect the peer network: %w", err)
+	}
+	if len(ins.Network.IPAM.Config) == 0 || !ins.Network.IPAM.Config[0].Gateway.IsValid() {
+		return nil, errors.New("harness: the peer network has no gateway address")
+	}
+	gw := ins.Network.IPAM.Config[0].Gateway
+	if c.proxy, err = newLinkProxy(netip.AddrPortFrom(gw, 0).String(), c.log); err != nil {
+		return nil, err
+	}
+	var initial []string
+	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+		initial = append(initial, fmt.Sprintf("%d=n%d:%d", id, id, Port))
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, opts.Nodes)
+	)
+	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+		args := append([]string{
+			fmt.Sprintf("--advertise=n%d:%d", id, Port),
+			"--initial-cluster=" + strings.Join(initial, ","),
+			"--cluster-name=" + opts.Name,
+		}, opts.Args...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.create(ctx, id, args); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		err = errors.Join(err, e)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// create makes node id's volume and container, starts it, and waits until
+// it serves.
+func (c *Cluster) create(ctx context.Context, id uint64, args []string) error {
+	n := &Node{ID: id, Host: fmt.Sprintf("n%d", id), Name: fmt.Sprintf("%s-n%d", c.opts.Name, id), volume: fmt.Sprintf("%s-n%d-data", c.opts.Name, id)}
+	env := map[string]string{
+		// Peer traffic goes through the link proxy (gRPC honours
+		// HTTPS_PROXY for plaintext connections too; loopback is exempt).
+		"HTTPS_PROXY":     "http://" + c.proxy.Addr(),
+		"SHALE_LOG_LEVEL": "info",
+	}
+	for k, v := range c.opts.Env {
+		env[k] = v
+	}
+	req := testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:          c.opts.Image,
+			Name:           n.Name,
+			Cmd:            args,
+			Env:            env,
+			Networks:       []string{c.peerNet.Name, c.clientNet.Name},
+			NetworkAliases: map[string][]string{c.peerNet.Name: {n.Host}},
+			Mounts:         testcontainers.Mounts(testcontainers.VolumeMount(n.volume, "/var/lib/shale")),
+			Labels:         map[string]string{"shale-chaos": c.opts.Name},
+		},
+		Started: false,
+	}
+	ctr, err := testcontainers.GenericContainer(ctx, req)
+	if err != nil {
+		return fmt.Errorf("harness: create node %d: %w", id, err)
+	}
+	n.container = ctr
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	return c.Start(ctx, id)
+}
+
+// Node returns node id, or nil.
+func (c *Cluster) Node(id uint64) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// NodeIDs returns the IDs of the cluster's nodes, sorted.
+func (c *Cluster) NodeIDs() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]uint64, 0, len(c.nodes))
+	for id := range c.nodes {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// ClientAddr is node id's gRPC address on the client network.
+func (c *Cluster) ClientAddr(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[id]
+	if n == nil || !n.clientIP.IsValid() {
+		return ""
+	}
+	return netip.AddrPortFrom(n.clientIP, Port).String()
+}
+
+// translate maps an address the cluster reports ("n2:7001") to the node's
+// address on the client network; other addresses pass unchanged.
+func (c *Cluster) translate(addr string) string {
+	host, _, ok := strings.Cut(addr, ":")
+	if !ok {
+		return addr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Host == host && n.clientIP.IsValid() {
+			return netip.AddrPortFrom(n.clientIP, Port).String()
+		}
+	}
+	return addr
+}
+
+// Client returns a Go SDK client of the cluster, reaching every node on the
+// client network. The caller closes it.
+func (c *Cluster) Client(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	var eps []string
+	for _, id := range c.NodeIDs() {
+		if a := c.ClientAddr(id); a != "" {
+			eps = append(eps, a)
+		}
+	}
+	opts = append([]client.Option{client.WithAddressMap(c.translate)}, opts...)
+	return client.New(ctx, eps, opts...)
+}
+
+// Start starts node id's stopped (or killed) container on its volume,
+// learns its new addresses, and waits until it serves gRPC.
+func (c *Cluster) Start(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.ContainerStart(ctx, n.container.GetContainerID(), mobyclient.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("harness: start node %d: %w", id, err)
+	}
+	if err := c.refreshAddrs(ctx, n); err != nil {
+		return err
+	}
+	return c.waitServing(ctx, id, time.Minute)
+}
+
+// refreshAddrs reads the node's addresses on both networks.
+func (c *Cluster) refreshAddrs(ctx context.Context, n *Node) error {
+	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("harness: inspect node %d: %w", n.ID, err)
+	}
+	var peerIP, clientIP netip.Addr
+	if ins.Container.NetworkSettings != nil {
+		if ep := ins.Container.NetworkSettings.Networks[c.peerNet.Name]; ep != nil {
+			peerIP = ep.IPAddress
+		}
+		if ep := ins.Container.NetworkSettings.Networks[c.clientNet.Name]; ep != nil {
+			clientIP = ep.IPAddress
+		}
+	}
+	c.mu.Lock()
+	n.peerIP, n.clientIP = peerIP, clientIP
+	c.mu.Unlock()
+	if peerIP.IsValid() {
+		c.proxy.setNode(n.ID, peerIP, n.Host, Port)
+	}
+	return nil
+}
+
+// waitServing polls node id's gRPC health until it reports SERVING.
+func (c *Cluster) waitServing(ctx context.Context, id uint64, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	addr := c.ClientAddr(id)
+	if addr == "" {
+		return fmt.Errorf("harness: node %d has no client network address", id)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("harness: node %d: %w", id, err)
+	}
+	defer cc.Close()
+	var last error
+	for {
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		resp, err := healthpb.NewHealthClient(cc).Check(actx, &healthpb.HealthCheckRequest{})
+		acancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = fmt.Errorf("health %s", resp.GetStatus())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("harness: node %d not serving after %v: %w (log tail: %s)", id, timeout, last, c.logTail(id, 20))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// logTail returns the last lines of node id's container log.
+func (c *Cluster) logTail(id uint64, lines int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := c.Logs(ctx, id)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// Logs returns node id's container log (stdout and stderr, every run).
+func (c *Cluster) Logs(ctx context.Context, id uint64) ([]byte, error) {
+	n := c.Node(id)
+	if n == nil {
+		return nil, fmt.Errorf("harness: no node %d", id)
+	}
+	r, err := n.container.Logs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("harness: logs of node %d: %w", id, err)
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// Close saves the logs (Options.LogDir) and removes the cluster's
+// containers, volumes and networks.
+func (c *Cluster) Close(ctx context.Context) error {
+	var errs []error
+	for _, id := range c.NodeIDs() {
+		n := c.Node(id)
+		if c.opts.LogDir != "" {
+			if b, err := c.Logs(ctx, id); err == nil {
+				if err := os.MkdirAll(c.opts.LogDir, 0o755); err == nil {
+					_ = os.WriteFile(filepath.Join(c.opts.LogDir, n.Name+".log"), b, 0o644)
+				}
+			}
+		}
+		// Unpause first: a paused container cannot be removed.
+		_, _ = c.docker.ContainerUnpause(ctx, n.container.GetContainerID(), mobyclient.ContainerUnpauseOptions{})
+		if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(n.volume)); err != nil {
+			errs = append(errs, fmt.Errorf("remove node %d: %w", id, err))
+		}
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+	}
+	for _, nw := range []*testcontainers.DockerNetwork{c.peerNet, c.clientNet} {
+		if nw != nil {
+			if err := nw.Remove(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
+			}
+		}
+	}
+	if c.docker != nil {
+		_ = c.docker.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// peerEndpoint is the settings to reconnect a node to the peer network.
+func (c *Cluster) peerEndpoint(n *Node) *network.EndpointSettings {
+	return &network.EndpointSettings{Aliases: []string{n.Host}}
+}

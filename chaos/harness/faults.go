@@ -1,0 +1,176 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	mobyclient "github.com/moby/moby/client"
+)
+
+// Kill sends SIGKILL to node id's container (kill -9): nothing is flushed
+// or closed. Start brings it back on the same volume.
+func (c *Cluster) Kill(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.ContainerKill(ctx, n.container.GetContainerID(), mobyclient.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("harness: kill node %d: %w", id, err)
+	}
+	return c.waitExited(ctx, n)
+}
+
+// Stop stops node id gracefully: SIGTERM, then SIGKILL after grace.
+func (c *Cluster) Stop(ctx context.Context, id uint64, grace time.Duration) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	secs := int(grace.Seconds())
+	if _, err := c.docker.ContainerStop(ctx, n.container.GetContainerID(), mobyclient.ContainerStopOptions{Timeout: &secs}); err != nil {
+		return fmt.Errorf("harness: stop node %d: %w", id, err)
+	}
+	return c.waitExited(ctx, n)
+}
+
+// ExitCode returns the exit code of node id's stopped container.
+func (c *Cluster) ExitCode(ctx context.Context, id uint64) (int, error) {
+	n := c.Node(id)
+	if n == nil {
+		return 0, fmt.Errorf("harness: no node %d", id)
+	}
+	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("harness: inspect node %d: %w", id, err)
+	}
+	if ins.Container.State == nil || ins.Container.State.Running {
+		return 0, fmt.Errorf("harness: node %d is running", id)
+	}
+	return ins.Container.State.ExitCode, nil
+}
+
+func (c *Cluster) waitExited(ctx context.Context, n *Node) error {
+	for {
+		ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("harness: inspect node %d: %w", n.ID, err)
+		}
+		if ins.Container.State != nil && !ins.Container.State.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("harness: node %d still running: %w", n.ID, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Pause freezes node id's processes (SIGSTOP-like, through the cgroup
+// freezer): its connections stay open but nothing answers.
+func (c *Cluster) Pause(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.ContainerPause(ctx, n.container.GetContainerID(), mobyclient.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("harness: pause node %d: %w", id, err)
+	}
+	return nil
+}
+
+// Unpause resumes a paused node.
+func (c *Cluster) Unpause(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.ContainerUnpause(ctx, n.container.GetContainerID(), mobyclient.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("harness: unpause node %d: %w", id, err)
+	}
+	return nil
+}
+
+// Disconnect takes node id off the peer network (Docker network
+// disconnect): no peer reaches it and it reaches no peer, while clients
+// still reach it on the client network.
+func (c *Cluster) Disconnect(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.NetworkDisconnect(ctx, c.peerNet.ID, mobyclient.NetworkDisconnectOptions{Container: n.container.GetContainerID(), Force: true}); err != nil {
+		return fmt.Errorf("harness: disconnect node %d from the peer network: %w", id, err)
+	}
+	return nil
+}
+
+// Reconnect puts a disconnected node back on the peer network.
+func (c *Cluster) Reconnect(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if _, err := c.docker.NetworkConnect(ctx, c.peerNet.ID, mobyclient.NetworkConnectOptions{Container: n.container.GetContainerID(), EndpointConfig: c.peerEndpoint(n)}); err != nil {
+		return fmt.Errorf("harness: reconnect node %d to the peer network: %w", id, err)
+	}
+	return c.refreshAddrs(ctx, n)
+}
+
+// Cut blocks the peer link from → to, one way: from's connections to to
+// are closed and new ones refused, while to still reaches from.
+func (c *Cluster) Cut(from, to uint64) { c.proxy.cut(from, to) }
+
+// CutBoth blocks the peer links between a and b in both directions.
+func (c *Cluster) CutBoth(a, b uint64) {
+	c.proxy.cut(a, b)
+	c.proxy.cut(b, a)
+}
+
+// Partition cuts every peer link between nodes of different groups (nodes
+// in no group keep all their links).
+func (c *Cluster) Partition(groups ...[]uint64) {
+	for i, g := range groups {
+		for j, h := range groups {
+			if i == j {
+				continue
+			}
+			for _, a := range g {
+				for _, b := range h {
+					c.proxy.cut(a, b)
+				}
+			}
+		}
+	}
+}
+
+// Isolate cuts every peer link to and from node id.
+func (c *Cluster) Isolate(id uint64) {
+	for _, o := range c.NodeIDs() {
+		if o != id {
+			c.CutBoth(id, o)
+		}
+	}
+}
+
+// Delay holds the bytes on every peer link for d (0 removes the delay).
+func (c *Cluster) Delay(d time.Duration) {
+	for _, a := range c.NodeIDs() {
+		for _, b := range c.NodeIDs() {
+			if a != b {
+				c.proxy.setDelay(a, b, d)
+			}
+		}
+	}
+}
+
+// Heal removes every link cut and delay.
+func (c *Cluster) Heal() { c.proxy.heal() }
+
+// Cuts lists the blocked peer links as (from, to) pairs.
+func (c *Cluster) Cuts() [][2]uint64 { return c.proxy.cuts() }
+
+// LinkConnections returns how many connections each peer link (from, to)
+// has carried through the link proxy since the cluster started.
+func (c *Cluster) LinkConnections() map[[2]uint64]int { return c.proxy.openedCount() }
