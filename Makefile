@@ -51,7 +51,9 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 # deploy/ (kustomize, the Kubernetes API types, testcontainers-go) and
 # chaos/ (testcontainers-go). Their tests need a Docker engine (deploy/,
 # chaos/: the smoke run of the fault suite, about 4 minutes) and run one
-# package at a time, since they start clusters of containers.
+# package at a time, since they start clusters of containers. They run
+# uncached (-count=1): the image they test is built from the whole tree,
+# which Go's test cache does not see.
 SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod chaos/go.mod))
 
 # The race detector needs cgo (a C compiler). On a machine without one, Go
@@ -103,8 +105,8 @@ endif
 	$(GO) test -count=1 ./internal/lint/
 	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
 	@for m in $(SUBMODULES); do \
-		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -timeout $(TEST_TIMEOUT) ./..."; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -p 1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; \
+		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; \
 	done
 
 .PHONY: test-short

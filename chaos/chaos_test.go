@@ -16,6 +16,7 @@ import (
 	"github.com/shale-db/shale/chaos/harness"
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/lincheck"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // Flags of TestChaos. `make chaos` runs it for 30 minutes; a failing seed
@@ -40,7 +41,8 @@ var userSplits = []string{"k10", "k20", "k30"}
 
 // TestChaos runs the workload on a containerised cluster under a seeded
 // schedule of faults, heals everything, reads every key, and checks that
-// the history is linearizable and that no acknowledged write was lost.
+// the replicas of every shard converge to the same data, that the history
+// is linearizable and that no acknowledged write was lost.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("containers and minutes of faults; skipped with -short")
@@ -113,6 +115,15 @@ func TestChaos(t *testing.T) {
 	final, err := w.FinalReads(finalCtx, clients[0])
 	if err != nil {
 		t.Fatalf("the cluster does not serve after healing: %v\nreplay: %s", err, replay)
+	}
+
+	// Every shard's replicas reach one applied index with one checksum.
+	problems, err := CheckConvergence(finalCtx, clients[0], time.Minute)
+	if err != nil {
+		t.Errorf("replica checksums: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s\nreplay: %s", p, replay)
 	}
 
 	h := rec.History()
@@ -228,5 +239,22 @@ func TestLostWrites(t *testing.T) {
 	lost := lostWrites(h, map[string]string{"a": "1", "b": "2", "c": "2", "d": "1"})
 	if len(lost) != 2 || !strings.HasPrefix(lost[0], "a:") || !strings.HasPrefix(lost[1], "d:") {
 		t.Fatalf("lost writes %v, want a and d", lost)
+	}
+}
+
+// TestConflicts: replicas at one index with different checksums are a
+// conflict; replicas at different indexes are not comparable.
+func TestConflicts(t *testing.T) {
+	r := func(node, idx, sum uint64) *shalev1.ReplicaChecksumResponse {
+		return &shalev1.ReplicaChecksumResponse{NodeId: node, AppliedIndex: idx, Checksum: sum}
+	}
+	if c := conflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 5)}); c != "" {
+		t.Fatalf("conflict reported for comparable equal replicas: %s", c)
+	}
+	if c := conflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 7)}); !strings.Contains(c, "nodes 1 and 3 at index 10") {
+		t.Fatalf("conflict %q, want nodes 1 and 3", c)
+	}
+	if sameIndex([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 5)}) {
+		t.Fatal("different indexes reported as the same")
 	}
 }

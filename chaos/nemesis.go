@@ -40,6 +40,7 @@ var nemeses = []nemesisKind{
 	{"disconnect", 3, (*Nemesis).disconnect},
 	{"latency", 3, (*Nemesis).latency},
 	{"rolling-restart", 3, (*Nemesis).rollingRestart},
+	{"add-remove-node", 3, (*Nemesis).addRemoveNode},
 	{"ring", 5, (*Nemesis).ring},
 	{"bridge", 5, (*Nemesis).bridge},
 }
@@ -259,4 +260,25 @@ func (n *Nemesis) bridge() fault {
 	left, bridge, right := ids[:mid], ids[mid], ids[mid+1:]
 	return fault{fmt.Sprintf("bridge %v - %d - %v", left, bridge, right),
 		func(context.Context) error { n.c.Partition(left, right); return nil }, heal(n.c)}
+}
+
+// addRemoveNode adds a node, which joins and takes replicas under load,
+// and afterwards removes a random node (decommission, drain, remove), as an
+// operator scaling out and back in does.
+func (n *Nemesis) addRemoveNode() fault {
+	var added uint64
+	victim := n.rng.IntN(1 << 30)
+	return fault{"add a node, then decommission and remove one",
+		func(ctx context.Context) error {
+			id, err := n.c.AddNode(ctx)
+			added = id
+			n.log.Info("nemesis: node added", "node", id)
+			return err
+		},
+		func(ctx context.Context) error {
+			ids := n.c.NodeIDs()
+			id := ids[victim%len(ids)]
+			n.log.Info("nemesis: removing node", "node", id, "added", added)
+			return n.c.RemoveNode(ctx, n.cl, id)
+		}}
 }

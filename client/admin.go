@@ -1,10 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -411,4 +413,51 @@ func (c *Client) DrainLeaders(ctx context.Context, nodeID uint64) (*DrainResult,
 		return nil, wrapOp("drain-leaders", fmt.Errorf("%s: %w", addr, err))
 	}
 	return &DrainResult{NodeID: resp.GetNodeId(), Transferred: int(resp.GetTransferred()), Remaining: resp.GetRemainingShardIds()}, nil
+}
+
+// ReplicaChecksums asks the node of every replica of shard shardID for its
+// replica's applied index and a checksum of its data at that index
+// (Admin.ReplicaChecksum): replicas at the same applied index must have the
+// same checksum. It returns the answers it got, sorted by node, and an
+// error naming each node that did not answer. Each replica reads its whole
+// data: this is a consistency check, not a routine call.
+func (c *Client) ReplicaChecksums(ctx context.Context, shardID uint64) ([]*shalev1.ReplicaChecksumResponse, error) {
+	st, err := c.ShardInfo(ctx, shardID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, addrs := c.rt.snapshot()
+	var (
+		out  []*shalev1.ReplicaChecksumResponse
+		errs []error
+	)
+	for _, r := range st.GetDescriptor_().GetReplicas() {
+		node := r.GetNodeId()
+		addr := addrs[node]
+		if addr == "" {
+			if err := c.refreshRouting(ctx, -1); err == nil {
+				_, addrs = c.rt.snapshot()
+				addr = addrs[node]
+			}
+		}
+		if addr == "" {
+			errs = append(errs, fmt.Errorf("node %d: no known address", node))
+			continue
+		}
+		cc, err := c.conn(addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", node, err))
+			continue
+		}
+		resp, err := shalev1.NewAdminClient(cc).ReplicaChecksum(ctx, &shalev1.ReplicaChecksumRequest{ShardId: shardID})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %d (%s): %w", node, addr, err))
+			continue
+		}
+		out = append(out, resp)
+	}
+	slices.SortFunc(out, func(a, b *shalev1.ReplicaChecksumResponse) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
+	return out, wrapOp("replica-checksums", errors.Join(errs...))
 }

@@ -817,10 +817,19 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	lead := c.leader(1)
 	target := lead%3 + 1
 	c.get(target).store.RefuseLeadershipTransfers(true)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The transfer fails after two election timeouts (not when the caller's
+	// generous deadline ends: Raft drops proposals while a transfer is in
+	// progress, so retrying it would keep the shard from taking writes).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	if err := c.get(lead).store.Replica(1).TransferLeader(ctx, target); err == nil {
 		t.Fatal("a transfer to a refusing node succeeded")
+	} else if !strings.Contains(err.Error(), "did not take the leadership") {
+		t.Fatalf("refused transfer: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the refused transfer took %v to fail", took)
 	}
 	if got := c.leader(1); got != lead {
 		t.Fatalf("leader moved from %d to %d", lead, got)
@@ -835,4 +844,68 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	if got := c.leader(1); got != target {
 		t.Fatalf("leader is %d after transfer to %d", got, target)
 	}
+}
+
+// TestStaleReplicaReplacedByNewer: a node is down while its replica is
+// removed from the shard and a new replica (a new ID) is added on it again,
+// as a placement move and its reversal do. When the node comes back it
+// holds the removed replica; the leader's messages for the new one must
+// replace it (not be dropped as meant for another incarnation), and the
+// new replica catches up. (Found by the chaos suite's replica convergence
+// check: see chaos/README.md.)
+func TestStaleReplicaReplacedByNewer(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 4; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	for i := 0; i < 50; i++ {
+		c.propose(1, fmt.Sprintf("k%03d", i), "v")
+	}
+	c.converged(1, 1, 2, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lead := c.leader(1, 1, 2, 3)
+	victim := uint64(1)
+	for victim == lead {
+		victim++
+	}
+	oldID := c.get(victim).store.Replica(1).ReplicaID()
+	c.stopNode(victim)
+	r := c.get(lead).store.Replica(1)
+	// Replace the victim's replica with one on node 4, then add a learner on
+	// the victim again: a new replica ID.
+	if _, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: AddVoter, NodeID: 4}, {Type: RemoveReplica, ReplicaID: oldID}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 50; i < 80; i++ {
+		c.propose(1, fmt.Sprintf("k%03d", i), "v")
+	}
+	desc, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: AddLearner, NodeID: victim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newID uint64
+	for _, rd := range desc.GetReplicas() {
+		if rd.GetNodeId() == victim {
+			newID = rd.GetReplicaId()
+		}
+	}
+	if newID == 0 || newID == oldID {
+		t.Fatalf("learner on node %d: replica %d (old %d) in %v", victim, newID, oldID, desc)
+	}
+	n := c.startNode(victim) // with the removed replica
+	if got := n.store.Replica(1).ReplicaID(); got != oldID {
+		t.Fatalf("restarted node hosts replica %d, want the stale %d", got, oldID)
+	}
+	c.waitFor("the stale replica to be replaced by the new one", 10*time.Second, func() bool {
+		rr := c.get(victim).store.Replica(1)
+		return rr != nil && rr.ReplicaID() == newID
+	})
+	c.propose(1, "after", "x")
+	members := []uint64{}
+	for _, rd := range r.Status().Descriptor.GetReplicas() {
+		members = append(members, rd.GetNodeId())
+	}
+	c.converged(1, members...)
 }

@@ -350,31 +350,37 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 	if target == 0 {
 		return fmt.Errorf("replication: shard %d has no replica on node %d", r.shardID, targetNode)
 	}
+	// One request: Raft gives the target an election timeout to take over
+	// (catching it up first if it is behind) and drops proposals until then,
+	// so the request is not repeated: a target that cannot take over (down,
+	// far behind, refusing, or with configuration changes still to apply)
+	// fails the call after two election timeouts, and the shard serves
+	// writes again while the caller decides whether to retry.
 	requested := false
+	var giveUp time.Time
 	for {
 		st := r.Status()
 		if st.LeaderReplicaID == target {
 			return nil
 		}
-		if !st.Leader {
+		switch {
+		case !st.Leader:
 			if !requested || (st.LeaderReplicaID != 0 && st.LeaderReplicaID != target) {
 				return r.notLeader()
 			}
 			// Leadership is in transit.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(r.store.cfg.TickInterval):
+		case !requested:
+			requested = true
+			giveUp = time.Now().Add(2 * time.Duration(r.store.cfg.ElectionTicks) * r.store.cfg.TickInterval)
+			if err := r.runOnLoop(ctx, func() error {
+				r.unquiesce()
+				r.rn.TransferLeader(target)
+				return nil
+			}); err != nil {
+				return err
 			}
-			continue
-		}
-		requested = true
-		if err := r.runOnLoop(ctx, func() error {
-			r.unquiesce()
-			r.rn.TransferLeader(target)
-			return nil
-		}); err != nil {
-			return err
+		case time.Now().After(giveUp):
+			return fmt.Errorf("replication: shard %d: the replica on node %d did not take the leadership within two election timeouts", r.shardID, targetNode)
 		}
 		select {
 		case <-ctx.Done():

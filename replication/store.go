@@ -754,8 +754,15 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 		if r.dead() {
 			continue
 		}
+		if m.GetTo() > r.replicaID {
+			// The shard has a newer replica on this node: the local one
+			// was removed while this node was away. Replace it.
+			if r = s.replaceStale(r, m, newIDs); r == nil {
+				continue
+			}
+		}
 		if m.GetTo() != r.replicaID {
-			// A message for an older or newer incarnation of the replica.
+			// A message for an older incarnation of the replica.
 			continue
 		}
 		if m.GetType() == raftpb.MsgTimeoutNow && s.refuseTransfers.Load() {
@@ -791,6 +798,24 @@ func (s *Store) handleQuiesceNotices() {
 
 // createOnDemand creates an uninitialized replica for a message from a
 // shard's leader to a replica this node does not host yet.
+// replaceStale handles a message m for a newer replica of r's shard on this
+// node: replica IDs only grow, so the shard removed r (while this node was
+// down or cut off, before r learned it) and added a new replica here. r is
+// destroyed, as a removed replica is, and the new one created in its place
+// when m is one a leader sends a new member. It returns the new replica, or
+// nil.
+func (s *Store) replaceStale(r *Replica, m *raftpb.Message, newIDs *storage.Batch) *Replica {
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+	default:
+		return nil
+	}
+	s.cfg.Logger.Info("replacing a removed replica with the shard's newer one on this node",
+		"shard", r.shardID, "stale_replica", r.replicaID, "replica", m.GetTo())
+	s.removeReplica(r)
+	return s.createOnDemand(r.shardID, m, newIDs)
+}
+
 func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storage.Batch) *Replica {
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
@@ -825,6 +850,8 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 	r := s.Replica(shardID)
 	if r == nil {
 		r = s.createOnDemand(shardID, in.msg, newIDs)
+	} else if !r.dead() && in.msg.GetTo() > r.replicaID {
+		r = s.replaceStale(r, in.msg, newIDs)
 	}
 	if r == nil || r.removed || in.msg.GetTo() != r.replicaID {
 		_ = os.RemoveAll(in.dir)

@@ -139,11 +139,27 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("server: data dir %s belongs to node %d, not %d", cfg.DataDir, meta.NodeID, cfg.NodeID)
 		}
 	case cfg.foundingID() != 0:
-		meta = nodeMeta{NodeID: cfg.foundingID(), ClusterID: clusterID(cfg.ClusterName, cfg.InitialCluster), Addrs: map[string]string{}}
-		for id, a := range cfg.InitialCluster {
-			meta.Addrs[strconv.FormatUint(id, 10)] = a
+		id, cid := cfg.foundingID(), clusterID(cfg.ClusterName, cfg.InitialCluster)
+		switch n.priorIncarnation(ctx, id, cid) {
+		case priorStarted:
+			return nil, fmt.Errorf("server: %s holds no node, but cluster %s says founding node %d already ran: "+
+				"its data was lost (a wiped or replaced volume?), and founding again would serve stale or no data. "+
+				"Remove the node (shalectl node remove %d); this node then joins as a new node (with --join)", cfg.DataDir, cid, id, id)
+		case priorRemoved:
+			if cfg.Join == "" {
+				return nil, fmt.Errorf("server: founding node %d was removed from cluster %s; start with --join to join it as a new node", id, cid)
+			}
+			n.cfg.Logger.Info("founding node was removed from the cluster; joining as a new node", "founding_id", id)
+			if meta, err = n.join(ctx); err != nil {
+				return nil, err
+			}
+		default:
+			meta = nodeMeta{NodeID: id, ClusterID: cid, Addrs: map[string]string{}}
+			for id, a := range cfg.InitialCluster {
+				meta.Addrs[strconv.FormatUint(id, 10)] = a
+			}
+			bootstrap = true
 		}
-		bootstrap = true
 	case cfg.Join != "":
 		meta, err = n.join(ctx)
 		if err != nil {
@@ -772,4 +788,71 @@ func (n *Node) proposeSystem(ctx context.Context, reqID []byte, cmd *shalev1.Sys
 		return cr, fmt.Errorf("server: system command: %s", cr.GetErrorMessage())
 	}
 	return cr, nil
+}
+
+// What a cluster's registry says of a founding node about to bootstrap.
+const (
+	priorUnknown = iota // no answer, or nothing recorded: found
+	priorStarted        // it ran before: its data is lost
+	priorRemoved        // it was removed: join as a new node
+)
+
+// priorIncarnation asks the cluster (the join address, then the other
+// founding nodes, for at most 5 seconds in all) whether founding node id of
+// cluster cid ran before or was removed. A cluster being founded answers
+// nothing conclusive, so founding goes ahead.
+func (n *Node) priorIncarnation(ctx context.Context, id uint64, cid string) int {
+	var addrs []string
+	if n.cfg.Join != "" {
+		addrs = append(addrs, n.cfg.Join)
+	}
+	for nid, a := range n.cfg.InitialCluster {
+		if nid != id {
+			addrs = append(addrs, a)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, addr := range addrs {
+		if ctx.Err() != nil {
+			break
+		}
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		prior, ok := askPrior(ctx, shalev1.NewAdminClient(c), id, cid)
+		_ = c.Close()
+		if ok {
+			return prior
+		}
+	}
+	return priorUnknown
+}
+
+// askPrior asks one node; ok is false when it could not tell.
+func askPrior(ctx context.Context, a shalev1.AdminClient, id uint64, cid string) (int, bool) {
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rt, err := a.GetRouting(actx, &shalev1.GetRoutingRequest{})
+	if err != nil || rt.GetClusterId() != cid {
+		return priorUnknown, false
+	}
+	nodes, err := a.ListNodes(actx, &shalev1.ListNodesRequest{})
+	if err != nil {
+		return priorUnknown, false
+	}
+	for _, ns := range nodes.GetNodes() {
+		d := ns.GetNode()
+		if d.GetNodeId() != id {
+			continue
+		}
+		switch {
+		case d.GetRemoved():
+			return priorRemoved, true
+		case d.GetStarted():
+			return priorStarted, true
+		}
+	}
+	return priorUnknown, true
 }

@@ -229,3 +229,77 @@ func TestInitialClusterConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestFoundingNodeLostData: a founding node that ran, then starts again
+// with an empty data directory (a lost volume), refuses to found the
+// cluster again; once an operator removed it, it joins as a new node.
+func TestFoundingNodeLostData(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the registry records that node 3 ran.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nodes, err := cl.ListNodes(ctx)
+		started := false
+		for _, ns := range nodes {
+			if ns.GetNode().GetNodeId() == 3 && ns.GetNode().GetStarted() {
+				started = true
+			}
+		}
+		if err == nil && started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 3 not recorded as started: %v %v", nodes, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Stop(3)
+	dir := filepath.Join(c.Dir(), "node3")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	initial := map[uint64]string{}
+	for i, a := range c.Endpoints() {
+		initial[uint64(i+1)] = a
+	}
+	cfg := server.Config{DataDir: dir, NodeID: 3, ListenAddr: initial[3], InitialCluster: initial,
+		TickInterval: 20 * time.Millisecond, Logger: testcluster.Logger()}
+	n, err := server.Start(ctx, cfg)
+	if err == nil {
+		n.Stop()
+		t.Fatal("a founding node with lost data founded again")
+	}
+	if !strings.Contains(err.Error(), "already ran: its data was lost") {
+		t.Fatalf("error %q does not say the data was lost", err)
+	}
+	if err := cl.RemoveNode(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	// Removed, and without --join: it says what to do.
+	if n, err := server.Start(ctx, cfg); err == nil {
+		n.Stop()
+		t.Fatal("a removed founding node started without --join")
+	} else if !strings.Contains(err.Error(), "was removed") {
+		t.Fatalf("error %q", err)
+	}
+	cfg.NodeID = 0
+	cfg.AdvertiseAddr = initial[3]
+	cfg.Join = initial[1]
+	n, err = server.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	if n.ID() != 4 {
+		t.Fatalf("the replaced node joined as %d, want the new ID 4", n.ID())
+	}
+	if kv, err := cl.Get(ctx, []byte("k")); err != nil || string(kv.Value) != "v" {
+		t.Fatalf("get after the replacement: %v %v", kv, err)
+	}
+}

@@ -394,8 +394,8 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 	return nodes, states
 }
 
-// recordZones writes into the registry the zones nodes report in their
-// heartbeats, where they differ.
+// recordZones writes into the registry what the nodes' heartbeats tell:
+// the zone each reports, where it differs, and that it started.
 func (n *Node) recordZones(ctx context.Context, reg []*shalev1.NodeDescriptor) {
 	beats := n.place.tracker.Beats()
 	for _, d := range reg {
@@ -404,12 +404,12 @@ func (n *Node) recordZones(ctx context.Context, reg []*shalev1.NodeDescriptor) {
 			continue
 		}
 		zone := b.Req.GetStats().GetNode().GetZone()
-		if zone == d.GetZone() {
+		if zone == d.GetZone() && d.GetStarted() {
 			continue
 		}
 		nd := proto.Clone(d).(*shalev1.NodeDescriptor)
-		nd.Zone = zone
-		if _, err := n.proposeSystem(ctx, requestIDFor("zone", itoa(d.GetNodeId()), zone), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: nd}}); err != nil {
+		nd.Zone, nd.Started = zone, true
+		if _, err := n.proposeSystem(ctx, requestIDFor("zone", itoa(d.GetNodeId()), zone, "started"), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: nd}}); err != nil {
 			n.log.Debug("record a node's zone", "node", d.GetNodeId(), "err", err)
 			return
 		}

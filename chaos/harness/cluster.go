@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -38,6 +39,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shale-db/shale/client"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // Port is the gRPC port of every node (clients and peers).
@@ -87,6 +89,11 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes map[uint64]*Node
+	// hosts counts the hosts named so far (n1, n2, ...): a joining node
+	// gets the next name, whatever ID the cluster gives it.
+	hosts int
+	// baseArgs are every node's arguments but --advertise.
+	baseArgs []string
 }
 
 func randomSuffix() string {
@@ -143,20 +150,24 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
 		initial = append(initial, fmt.Sprintf("%d=n%d:%d", id, id, Port))
 	}
+	// As in the Kubernetes StatefulSet: every node gets the same settings;
+	// a node whose address is in the initial cluster founds it under that
+	// ID, any other joins.
+	c.baseArgs = append([]string{
+		"--initial-cluster=" + strings.Join(initial, ","),
+		"--join=n1:" + fmt.Sprint(Port),
+		"--cluster-name=" + opts.Name,
+	}, opts.Args...)
+	c.hosts = opts.Nodes
 	var (
 		wg   sync.WaitGroup
 		errs = make(chan error, opts.Nodes)
 	)
 	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
-		args := append([]string{
-			fmt.Sprintf("--advertise=n%d:%d", id, Port),
-			"--initial-cluster=" + strings.Join(initial, ","),
-			"--cluster-name=" + opts.Name,
-		}, opts.Args...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.create(ctx, id, args); err != nil {
+			if _, err := c.create(ctx, fmt.Sprintf("n%d", id), id); err != nil {
 				errs <- err
 			}
 		}()
@@ -172,10 +183,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// create makes node id's volume and container, starts it, and waits until
-// it serves.
-func (c *Cluster) create(ctx context.Context, id uint64, args []string) error {
-	n := &Node{ID: id, Host: fmt.Sprintf("n%d", id), Name: fmt.Sprintf("%s-n%d", c.opts.Name, id), volume: fmt.Sprintf("%s-n%d-data", c.opts.Name, id)}
+// create makes the volume and container of the node advertising host,
+// starts it, waits until it serves, and returns its ID: id for a founding
+// node, the one the cluster gave it for a joining node (id 0).
+func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, error) {
+	n := &Node{ID: id, Host: host, Name: fmt.Sprintf("%s-%s", c.opts.Name, host), volume: fmt.Sprintf("%s-%s-data", c.opts.Name, host)}
+	args := append([]string{fmt.Sprintf("--advertise=%s:%d", host, Port)}, c.baseArgs...)
 	env := map[string]string{
 		// Peer traffic goes through the link proxy (gRPC honours
 		// HTTPS_PROXY for plaintext connections too; loopback is exempt).
@@ -200,13 +213,34 @@ func (c *Cluster) create(ctx context.Context, id uint64, args []string) error {
 	}
 	ctr, err := testcontainers.GenericContainer(ctx, req)
 	if err != nil {
-		return fmt.Errorf("harness: create node %d: %w", id, err)
+		return 0, fmt.Errorf("harness: create node %s: %w", host, err)
 	}
 	n.container = ctr
+	if id != 0 {
+		c.mu.Lock()
+		c.nodes[id] = n
+		c.mu.Unlock()
+		return id, c.Start(ctx, id)
+	}
+	// A joining node: start it, then ask it which ID it got.
+	if err := c.startNode(ctx, n); err != nil {
+		_ = testcontainers.TerminateContainer(ctr, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(n.volume))
+		return 0, err
+	}
+	cc, err := grpc.NewClient(netip.AddrPortFrom(n.clientIP, Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer cc.Close()
+	info, err := shalev1.NewAdminClient(cc).NodeInfo(ctx, &shalev1.NodeInfoRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("harness: node %s: node info: %w", host, err)
+	}
 	c.mu.Lock()
-	c.nodes[id] = n
+	n.ID = info.GetNode().GetNodeId()
+	c.nodes[n.ID] = n
 	c.mu.Unlock()
-	return c.Start(ctx, id)
+	return n.ID, nil
 }
 
 // Node returns node id, or nil.
@@ -258,14 +292,26 @@ func (c *Cluster) translate(addr string) string {
 
 // Client returns a Go SDK client of the cluster, reaching every node on the
 // client network. The caller closes it.
+//
+// The client dials the nodes by their advertised names ("n2:7001"), and
+// every connection attempt looks up the node's current address on the
+// client network: a restarted container may have a new one.
 func (c *Cluster) Client(ctx context.Context, opts ...client.Option) (*client.Client, error) {
 	var eps []string
 	for _, id := range c.NodeIDs() {
-		if a := c.ClientAddr(id); a != "" {
-			eps = append(eps, a)
+		if n := c.Node(id); n != nil {
+			eps = append(eps, fmt.Sprintf("%s:%d", n.Host, Port))
 		}
 	}
-	opts = append([]client.Option{client.WithAddressMap(c.translate)}, opts...)
+	var d net.Dialer
+	opts = append([]client.Option{
+		client.WithAddressMap(func(addr string) string { return "passthrough:///" + addr }),
+		client.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return d.DialContext(ctx, "tcp", c.translate(addr))
+			})),
+	}, opts...)
 	return client.New(ctx, eps, opts...)
 }
 
@@ -276,13 +322,98 @@ func (c *Cluster) Start(ctx context.Context, id uint64) error {
 	if n == nil {
 		return fmt.Errorf("harness: no node %d", id)
 	}
+	return c.startNode(ctx, n)
+}
+
+func (c *Cluster) startNode(ctx context.Context, n *Node) error {
 	if _, err := c.docker.ContainerStart(ctx, n.container.GetContainerID(), mobyclient.ContainerStartOptions{}); err != nil {
-		return fmt.Errorf("harness: start node %d: %w", id, err)
+		return fmt.Errorf("harness: start node %s: %w", n.Host, err)
 	}
 	if err := c.refreshAddrs(ctx, n); err != nil {
 		return err
 	}
-	return c.waitServing(ctx, id, time.Minute)
+	return c.waitServing(ctx, n, time.Minute)
+}
+
+// AddNode starts a new node that joins the running cluster (as a pod
+// beyond the initial cluster does) and returns the ID the cluster gave it.
+func (c *Cluster) AddNode(ctx context.Context) (uint64, error) {
+	c.mu.Lock()
+	c.hosts++
+	host := fmt.Sprintf("n%d", c.hosts)
+	c.mu.Unlock()
+	return c.create(ctx, host, 0)
+}
+
+// RemoveNode takes node id out of the cluster the way an operator does:
+// decommission (its replicas and leaderships move away), wait until it is
+// drained, remove it from the registry, then delete its container and
+// volume. cl is a client of the cluster.
+func (c *Cluster) RemoveNode(ctx context.Context, cl *client.Client, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	if err := cl.DecommissionNode(ctx, id); err != nil {
+		return fmt.Errorf("harness: decommission node %d: %w", id, err)
+	}
+	// Drained as "shalectl node status" says it: no replica of the node in
+	// the shard directory (counting learners not created on it yet) and no
+	// leadership, seen twice in a row (the directory trails by a second).
+	for zero := 0; zero < 2; {
+		st, err := cl.PlacementStatus(ctx)
+		drained := false
+		if err == nil {
+			for _, np := range st.GetNodes() {
+				if np.GetNode().GetNodeId() == id && np.GetReplicas() == 0 && np.GetLeaders() == 0 {
+					drained = true
+				}
+			}
+		}
+		if drained {
+			zero++
+		} else {
+			zero = 0
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("harness: node %d not drained: %w (last: %v)", id, ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err := cl.RemoveNode(ctx, id); err != nil {
+		return fmt.Errorf("harness: remove node %d: %w", id, err)
+	}
+	c.mu.Lock()
+	delete(c.nodes, id)
+	c.mu.Unlock()
+	c.proxy.removeNode(n.Host)
+	if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(10*time.Second), testcontainers.RemoveVolumes(n.volume)); err != nil {
+		return fmt.Errorf("harness: delete node %d's container: %w", id, err)
+	}
+	return nil
+}
+
+// hostOf is node id's advertised host ("" if unknown).
+func (c *Cluster) hostOf(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[id]; n != nil {
+		return n.Host
+	}
+	return ""
+}
+
+// idOf is the ID of the node advertising host (0 if unknown).
+func (c *Cluster) idOf(host string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, n := range c.nodes {
+		if n.Host == host {
+			return id
+		}
+	}
+	return 0
 }
 
 // refreshAddrs reads the node's addresses on both networks.
@@ -304,22 +435,25 @@ func (c *Cluster) refreshAddrs(ctx context.Context, n *Node) error {
 	n.peerIP, n.clientIP = peerIP, clientIP
 	c.mu.Unlock()
 	if peerIP.IsValid() {
-		c.proxy.setNode(n.ID, peerIP, n.Host, Port)
+		c.proxy.setNode(n.Host, peerIP, Port)
 	}
 	return nil
 }
 
-// waitServing polls node id's gRPC health until it reports SERVING.
-func (c *Cluster) waitServing(ctx context.Context, id uint64, timeout time.Duration) error {
+// waitServing polls node n's gRPC health until it reports SERVING.
+func (c *Cluster) waitServing(ctx context.Context, n *Node, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	addr := c.ClientAddr(id)
-	if addr == "" {
-		return fmt.Errorf("harness: node %d has no client network address", id)
+	c.mu.Lock()
+	ip := n.clientIP
+	c.mu.Unlock()
+	if !ip.IsValid() {
+		return fmt.Errorf("harness: node %s has no client network address", n.Host)
 	}
+	addr := netip.AddrPortFrom(ip, Port).String()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return fmt.Errorf("harness: node %d: %w", id, err)
+		return fmt.Errorf("harness: node %s: %w", n.Host, err)
 	}
 	defer cc.Close()
 	var last error
@@ -337,7 +471,7 @@ func (c *Cluster) waitServing(ctx context.Context, id uint64, timeout time.Durat
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("harness: node %d not serving after %v: %w (log tail: %s)", id, timeout, last, c.logTail(id, 20))
+			return fmt.Errorf("harness: node %s not serving after %v: %w (log tail: %s)", n.Host, timeout, last, c.nodeLogTail(n, 20))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -345,9 +479,22 @@ func (c *Cluster) waitServing(ctx context.Context, id uint64, timeout time.Durat
 
 // logTail returns the last lines of node id's container log.
 func (c *Cluster) logTail(id uint64, lines int) string {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Sprintf("no node %d", id)
+	}
+	return c.nodeLogTail(n, lines)
+}
+
+func (c *Cluster) nodeLogTail(n *Node, lines int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	b, err := c.Logs(ctx, id)
+	r, err := n.container.Logs(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return err.Error()
 	}

@@ -120,12 +120,12 @@ func (c *Cluster) Reconnect(ctx context.Context, id uint64) error {
 
 // Cut blocks the peer link from → to, one way: from's connections to to
 // are closed and new ones refused, while to still reaches from.
-func (c *Cluster) Cut(from, to uint64) { c.proxy.cut(from, to) }
+func (c *Cluster) Cut(from, to uint64) { c.proxy.cut(c.hostOf(from), c.hostOf(to)) }
 
 // CutBoth blocks the peer links between a and b in both directions.
 func (c *Cluster) CutBoth(a, b uint64) {
-	c.proxy.cut(a, b)
-	c.proxy.cut(b, a)
+	c.Cut(a, b)
+	c.Cut(b, a)
 }
 
 // Partition cuts every peer link between nodes of different groups (nodes
@@ -138,7 +138,7 @@ func (c *Cluster) Partition(groups ...[]uint64) {
 			}
 			for _, a := range g {
 				for _, b := range h {
-					c.proxy.cut(a, b)
+					c.Cut(a, b)
 				}
 			}
 		}
@@ -159,7 +159,7 @@ func (c *Cluster) Delay(d time.Duration) {
 	for _, a := range c.NodeIDs() {
 		for _, b := range c.NodeIDs() {
 			if a != b {
-				c.proxy.setDelay(a, b, d)
+				c.proxy.setDelay(c.hostOf(a), c.hostOf(b), d)
 			}
 		}
 	}
@@ -168,9 +168,21 @@ func (c *Cluster) Delay(d time.Duration) {
 // Heal removes every link cut and delay.
 func (c *Cluster) Heal() { c.proxy.heal() }
 
-// Cuts lists the blocked peer links as (from, to) pairs.
-func (c *Cluster) Cuts() [][2]uint64 { return c.proxy.cuts() }
+// Cuts lists the blocked peer links as (from, to) pairs of node IDs.
+func (c *Cluster) Cuts() [][2]uint64 {
+	var out [][2]uint64
+	for _, l := range c.proxy.cuts() {
+		out = append(out, [2]uint64{c.idOf(l.from), c.idOf(l.to)})
+	}
+	return out
+}
 
 // LinkConnections returns how many connections each peer link (from, to)
 // has carried through the link proxy since the cluster started.
-func (c *Cluster) LinkConnections() map[[2]uint64]int { return c.proxy.openedCount() }
+func (c *Cluster) LinkConnections() map[[2]uint64]int {
+	out := map[[2]uint64]int{}
+	for l, n := range c.proxy.openedCount() {
+		out[[2]uint64{c.idOf(l.from), c.idOf(l.to)}] += n
+	}
+	return out
+}

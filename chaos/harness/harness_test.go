@@ -110,6 +110,24 @@ func TestClusterUnderFaults(t *testing.T) {
 		func() error { c.Cut(1, 2); c.Cut(1, 3); c.Delay(50 * time.Millisecond); return nil },
 		func() error { c.Heal(); return nil }, "f-")
 
+	// Scale out and back in: a fourth node joins, then founding node 3 is
+	// decommissioned, drained and removed.
+	added, err := c.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if added != 4 {
+		t.Fatalf("the added node got ID %d, want 4", added)
+	}
+	putAll(t, ctx, cl, keys, "h-")
+	if err := c.RemoveNode(ctx, cl, 3); err != nil {
+		t.Fatal(err)
+	}
+	if ids := c.NodeIDs(); len(ids) != 3 || ids[2] != 4 {
+		t.Fatalf("nodes after the removal: %v", ids)
+	}
+	getAll(t, ctx, cl, keys, "h-")
+
 	// A graceful stop hands the node's leaderships away first and exits 0.
 	if err := c.Stop(ctx, 2, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -129,6 +147,10 @@ func TestClusterUnderFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	getAll(t, ctx, cl, keys, "g-")
+	// Node 4 (joined) is wired through the link proxy like the others.
+	if c.LinkConnections()[[2]uint64{4, 1}] == 0 || c.LinkConnections()[[2]uint64{1, 4}] == 0 {
+		t.Fatalf("no proxied connection between nodes 1 and 4: %v", c.LinkConnections())
+	}
 
 	closed = true
 	if err := c.Close(ctx); err != nil {

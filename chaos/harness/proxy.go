@@ -25,17 +25,21 @@ type linkProxy struct {
 	log *slog.Logger
 	lis net.Listener
 
+	// Nodes are named by their advertised host ("n1"), which the harness
+	// knows before the cluster gives a joining node its ID.
 	mu      sync.Mutex
-	byIP    map[netip.Addr]uint64 // peer-network address → node
-	addrOf  map[uint64]string     // node → peer-network host:port to dial
-	nameOf  map[string]uint64     // advertised host → node
-	blocked map[[2]uint64]bool    // directed links cut
-	delay   map[[2]uint64]time.Duration
-	conns   map[[2]uint64]map[*proxiedConn]struct{}
-	opened  map[[2]uint64]int // connections carried per link, ever
+	byIP    map[netip.Addr]string // peer-network address → host
+	addrOf  map[string]string     // host → peer-network ip:port to dial
+	blocked map[link]bool         // directed links cut
+	delay   map[link]time.Duration
+	conns   map[link]map[*proxiedConn]struct{}
+	opened  map[link]int // connections carried per link, ever
 	closed  bool
 	wg      sync.WaitGroup
 }
+
+// link is a directed peer link between two hosts.
+type link struct{ from, to string }
 
 type proxiedConn struct {
 	a, b net.Conn
@@ -57,10 +61,10 @@ func newLinkProxy(addr string, log *slog.Logger) (*linkProxy, error) {
 	}
 	p := &linkProxy{
 		log: log, lis: lis,
-		byIP: map[netip.Addr]uint64{}, addrOf: map[uint64]string{}, nameOf: map[string]uint64{},
-		blocked: map[[2]uint64]bool{}, delay: map[[2]uint64]time.Duration{},
-		conns:  map[[2]uint64]map[*proxiedConn]struct{}{},
-		opened: map[[2]uint64]int{},
+		byIP: map[netip.Addr]string{}, addrOf: map[string]string{},
+		blocked: map[link]bool{}, delay: map[link]time.Duration{},
+		conns:  map[link]map[*proxiedConn]struct{}{},
+		opened: map[link]int{},
 	}
 	p.wg.Add(1)
 	go p.serve()
@@ -70,27 +74,38 @@ func newLinkProxy(addr string, log *slog.Logger) (*linkProxy, error) {
 // Addr is the proxy's listening address.
 func (p *linkProxy) Addr() string { return p.lis.Addr().String() }
 
-// setNode records where node id is on the peer network (after every start:
-// a restarted container may get a new address) and the host it advertises.
-func (p *linkProxy) setNode(id uint64, ip netip.Addr, advertisedHost string, port int) {
+// setNode records where the node advertising host is on the peer network
+// (after every start: a restarted container may get a new address).
+func (p *linkProxy) setNode(host string, ip netip.Addr, port int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for a, n := range p.byIP {
-		if n == id {
+	for a, h := range p.byIP {
+		if h == host {
 			delete(p.byIP, a)
 		}
 	}
-	p.byIP[ip] = id
-	p.addrOf[id] = net.JoinHostPort(ip.String(), fmt.Sprint(port))
-	p.nameOf[advertisedHost] = id
+	p.byIP[ip] = host
+	p.addrOf[host] = net.JoinHostPort(ip.String(), fmt.Sprint(port))
+}
+
+// removeNode forgets a node taken out of the cluster.
+func (p *linkProxy) removeNode(host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, h := range p.byIP {
+		if h == host {
+			delete(p.byIP, a)
+		}
+	}
+	delete(p.addrOf, host)
 }
 
 // cut blocks the directed link from → to and closes its open connections.
-func (p *linkProxy) cut(from, to uint64) {
+func (p *linkProxy) cut(from, to string) {
 	p.mu.Lock()
-	p.blocked[[2]uint64{from, to}] = true
+	p.blocked[link{from, to}] = true
 	var open []*proxiedConn
-	for c := range p.conns[[2]uint64{from, to}] {
+	for c := range p.conns[link{from, to}] {
 		open = append(open, c)
 	}
 	p.mu.Unlock()
@@ -100,29 +115,29 @@ func (p *linkProxy) cut(from, to uint64) {
 }
 
 // setDelay holds every byte on the link from → to for d (0: none).
-func (p *linkProxy) setDelay(from, to uint64, d time.Duration) {
+func (p *linkProxy) setDelay(from, to string, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d <= 0 {
-		delete(p.delay, [2]uint64{from, to})
+		delete(p.delay, link{from, to})
 		return
 	}
-	p.delay[[2]uint64{from, to}] = d
+	p.delay[link{from, to}] = d
 }
 
 // heal removes every cut and delay.
 func (p *linkProxy) heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.blocked = map[[2]uint64]bool{}
-	p.delay = map[[2]uint64]time.Duration{}
+	p.blocked = map[link]bool{}
+	p.delay = map[link]time.Duration{}
 }
 
 // openedCount returns how many connections the proxy carried on each link.
-func (p *linkProxy) openedCount() map[[2]uint64]int {
+func (p *linkProxy) openedCount() map[link]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[[2]uint64]int, len(p.opened))
+	out := make(map[link]int, len(p.opened))
 	for l, n := range p.opened {
 		out[l] = n
 	}
@@ -130,10 +145,10 @@ func (p *linkProxy) openedCount() map[[2]uint64]int {
 }
 
 // cuts lists the blocked links.
-func (p *linkProxy) cuts() [][2]uint64 {
+func (p *linkProxy) cuts() []link {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out [][2]uint64
+	var out []link
 	for l := range p.blocked {
 		out = append(out, l)
 	}
@@ -198,15 +213,13 @@ func (p *linkProxy) handle(c net.Conn) {
 	}
 	p.mu.Lock()
 	from, okFrom := p.byIP[src.Addr().Unmap()]
-	to, okTo := p.nameOf[host]
-	if !okTo {
-		if ip, err := netip.ParseAddr(host); err == nil {
-			to, okTo = p.byIP[ip]
-		}
+	to := host
+	if ip, err := netip.ParseAddr(host); err == nil {
+		to = p.byIP[ip]
 	}
-	target := p.addrOf[to]
-	link := [2]uint64{from, to}
-	blocked := p.blocked[link] && from != to
+	target, okTo := p.addrOf[to]
+	l := link{from, to}
+	blocked := p.blocked[l] && from != to
 	closed := p.closed
 	p.mu.Unlock()
 	switch {
@@ -234,32 +247,32 @@ func (p *linkProxy) handle(c net.Conn) {
 	}
 	pc := &proxiedConn{a: c, b: up}
 	p.mu.Lock()
-	if p.blocked[link] || p.closed { // cut while dialing
+	if p.blocked[l] || p.closed { // cut while dialing
 		p.mu.Unlock()
 		pc.close()
 		return
 	}
-	if p.conns[link] == nil {
-		p.conns[link] = map[*proxiedConn]struct{}{}
+	if p.conns[l] == nil {
+		p.conns[l] = map[*proxiedConn]struct{}{}
 	}
-	p.conns[link][pc] = struct{}{}
-	p.opened[link]++
+	p.conns[l][pc] = struct{}{}
+	p.opened[l]++
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		delete(p.conns[link], pc)
+		delete(p.conns[l], pc)
 		p.mu.Unlock()
 		pc.close()
 	}()
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(up, br, link); done <- struct{}{} }()               // from → to
-	go func() { p.pipe(c, up, [2]uint64{to, from}); done <- struct{}{} }() // replies, to → from
+	go func() { p.pipe(up, br, l); done <- struct{}{} }()             // from → to
+	go func() { p.pipe(c, up, link{to, from}); done <- struct{}{} }() // replies, to → from
 	<-done
 }
 
 // pipe copies src to dst, holding every chunk for the link's delay (read
 // when the chunk arrives, so a delay change applies to new bytes).
-func (p *linkProxy) pipe(dst io.Writer, src io.Reader, link [2]uint64) {
+func (p *linkProxy) pipe(dst io.Writer, src io.Reader, l link) {
 	type chunk struct {
 		b  []byte
 		at time.Time
@@ -272,7 +285,7 @@ func (p *linkProxy) pipe(dst io.Writer, src io.Reader, link [2]uint64) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				d := p.delay[link]
+				d := p.delay[l]
 				p.mu.Unlock()
 				q <- chunk{buf[:n], time.Now().Add(d)}
 			}

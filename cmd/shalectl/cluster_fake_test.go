@@ -55,6 +55,7 @@ type fakeCluster struct {
 	transferPins    []int64
 	movePins        []int64
 	historyLimits   []uint32
+	checksums       map[uint64]uint64 // node → replica checksum reported
 }
 
 type fakeKV struct {
@@ -65,7 +66,20 @@ type fakeKV struct {
 
 type fakeAdmin struct {
 	shalev1.UnimplementedAdminServer
-	c *fakeCluster
+	c    *fakeCluster
+	node uint64
+}
+
+// ReplicaChecksum reports every replica at index 41 with checksum 0xabc,
+// or the node's entry in checksums.
+func (a *fakeAdmin) ReplicaChecksum(_ context.Context, req *shalev1.ReplicaChecksumRequest) (*shalev1.ReplicaChecksumResponse, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	sum, ok := a.c.checksums[a.node]
+	if !ok {
+		sum = 0xabc
+	}
+	return &shalev1.ReplicaChecksumResponse{NodeId: a.node, ShardId: req.GetShardId(), AppliedIndex: 41, Checksum: sum}, nil
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
@@ -84,7 +98,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		}
 		srv := grpc.NewServer()
 		shalev1.RegisterKVServer(srv, &fakeKV{c: fc, node: id})
-		shalev1.RegisterAdminServer(srv, &fakeAdmin{c: fc})
+		shalev1.RegisterAdminServer(srv, &fakeAdmin{c: fc, node: id})
 		go srv.Serve(lis)
 		fc.servers = append(fc.servers, srv)
 		fc.nodes = append(fc.nodes, &shalev1.NodeDescriptor{NodeId: id, Address: lis.Addr().String(), Zone: "zone-" + string(rune('a'+id-1))})

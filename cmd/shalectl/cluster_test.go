@@ -194,6 +194,19 @@ func TestClusterAdmin(t *testing.T) {
 		t.Errorf("shard list json: %+v %v", sl, err)
 	}
 
+	out = ok(t, fc.args("shard", "checksum", "1")...)
+	if !regexp.MustCompile(`(?m)^1\s+41\s+0000000000000abc\n2\s+41\s+0000000000000abc$`).MatchString(out) {
+		t.Errorf("shard checksum:\n%s", out)
+	}
+	fc.mu.Lock()
+	fc.checksums = map[uint64]uint64{2: 0xdef}
+	fc.mu.Unlock()
+	contains(t, "shard checksum conflict", fails(t, fc.args("shard", "checksum", "1")...),
+		"replicas disagree: nodes 1 and 2 at index 41: 0000000000000abc != 0000000000000def")
+	fc.mu.Lock()
+	fc.checksums = nil
+	fc.mu.Unlock()
+
 	out = ok(t, fc.args("shard", "info", "1")...)
 	contains(t, "shard info", out, "range:", "[(min), m)", "epoch:", "applied index:", "41", "replicas:", "voter")
 	if !regexp.MustCompile(`(?m)^\s+1\s+1\s+voter\s+42\s+\*$`).MatchString(out) {

@@ -168,16 +168,19 @@ func sameShards(t *testing.T, a, b *Shard) {
 	if a.Revision() != b.Revision() {
 		t.Fatalf("revision %d != %d", a.Revision(), b.Revision())
 	}
-	ca, err := a.Checksum()
+	ia, ca, err := a.ChecksumAt()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, err := b.Checksum()
+	ib, cb, err := b.ChecksumAt()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ca != cb {
 		t.Fatalf("checksum %x != %x", ca, cb)
+	}
+	if ia != a.AppliedState().Index || ib != b.AppliedState().Index {
+		t.Fatalf("checksums taken at indexes %d and %d, applied %d and %d", ia, ib, a.AppliedState().Index, b.AppliedState().Index)
 	}
 	if da, db := engineDump(t, a), engineDump(t, b); !maps.Equal(da, db) {
 		t.Fatalf("engines differ: %s", diffMaps(da, db))

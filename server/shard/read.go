@@ -346,11 +346,29 @@ func (s *Shard) scanSystem(prefix []byte, fn func([]byte) error) (err error) {
 // same entries have equal checksums. It reads the whole shard; it is meant
 // for tests and consistency checks.
 func (s *Shard) Checksum() (uint64, error) {
+	_, sum, err := s.ChecksumAt()
+	return sum, err
+}
+
+// ChecksumAt is Checksum with the applied index it was taken at, read from
+// the same point of the engine: replicas that report the same index must
+// report the same checksum.
+func (s *Shard) ChecksumAt() (applied, sum uint64, err error) {
 	v, err := s.view()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer v.release()
+	b, ok, err := getOpt(v.snap, keyApplied)
+	if err != nil {
+		return 0, 0, err
+	}
+	if ok {
+		if len(b) != 16 {
+			return 0, 0, fmt.Errorf("%w: applied state of %d bytes", ErrCorrupt, len(b))
+		}
+		applied = binary.BigEndian.Uint64(b[:8])
+	}
 	h := sha256.New()
 	var lenBuf [binary.MaxVarintLen64]byte
 	for _, span := range [][2][]byte{{{prefixData}, {prefixData + 1}}, {{prefixSystem}, {prefixSystem + 1}}} {
@@ -360,10 +378,10 @@ func (s *Shard) Checksum() (uint64, error) {
 			h.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(val)))])
 			h.Write(val)
 		}); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return binary.BigEndian.Uint64(h.Sum(nil)), nil
+	return applied, binary.BigEndian.Uint64(h.Sum(nil)), nil
 }
 
 // hashSpan calls fn for every engine key in [lo, hi) of snap, in order.

@@ -3016,6 +3016,121 @@ func (x *DrainLeadersResponse) GetRemainingShardIds() []uint64 {
 	return nil
 }
 
+type ReplicaChecksumRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ShardId       uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaChecksumRequest) Reset() {
+	*x = ReplicaChecksumRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaChecksumRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaChecksumRequest) ProtoMessage() {}
+
+func (x *ReplicaChecksumRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaChecksumRequest.ProtoReflect.Descriptor instead.
+func (*ReplicaChecksumRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ReplicaChecksumRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+type ReplicaChecksumResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ShardId uint64                 `protobuf:"varint,2,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// applied_index is the Raft index the checksum was taken at.
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// checksum covers every user key's stored record and, for the system
+	// shard, its records.
+	Checksum      uint64 `protobuf:"fixed64,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaChecksumResponse) Reset() {
+	*x = ReplicaChecksumResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaChecksumResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaChecksumResponse) ProtoMessage() {}
+
+func (x *ReplicaChecksumResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaChecksumResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaChecksumResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ReplicaChecksumResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ReplicaChecksumResponse) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *ReplicaChecksumResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *ReplicaChecksumResponse) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -3227,7 +3342,14 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x14DrainLeadersResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12 \n" +
 	"\vtransferred\x18\x02 \x01(\rR\vtransferred\x12.\n" +
-	"\x13remaining_shard_ids\x18\x03 \x03(\x04R\x11remainingShardIds2\xf0\f\n" +
+	"\x13remaining_shard_ids\x18\x03 \x03(\x04R\x11remainingShardIds\"3\n" +
+	"\x16ReplicaChecksumRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\"\x8e\x01\n" +
+	"\x17ReplicaChecksumResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x19\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
+	"\bchecksum\x18\x04 \x01(\x06R\bchecksum2\xc8\r\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3253,7 +3375,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x10RecommissionNode\x12!.shale.v1.RecommissionNodeRequest\x1a\".shale.v1.RecommissionNodeResponse\x12J\n" +
 	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponse\x12J\n" +
 	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponse\x12M\n" +
-	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponse\x12V\n" +
+	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -3268,7 +3391,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
@@ -3323,38 +3446,40 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*MergeShardsResponse)(nil),      // 50: shale.v1.MergeShardsResponse
 	(*DrainLeadersRequest)(nil),      // 51: shale.v1.DrainLeadersRequest
 	(*DrainLeadersResponse)(nil),     // 52: shale.v1.DrainLeadersResponse
-	(*NodeDescriptor)(nil),           // 53: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 54: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 55: shale.v1.ShardDescriptor
+	(*ReplicaChecksumRequest)(nil),   // 53: shale.v1.ReplicaChecksumRequest
+	(*ReplicaChecksumResponse)(nil),  // 54: shale.v1.ReplicaChecksumResponse
+	(*NodeDescriptor)(nil),           // 55: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 56: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 57: shale.v1.ShardDescriptor
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	53, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	54, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	55, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	55, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	56, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	57, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	55, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	53, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	57, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	55, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	53, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	53, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	55, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	55, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	53, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	55, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	55, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	55, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	55, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	55, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	53, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	57, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	57, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	57, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	57, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	55, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	55, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	53, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	57, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	55, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3362,7 +3487,7 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	55, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	57, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
 	4,  // 35: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
 	6,  // 36: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
 	9,  // 37: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
@@ -3384,29 +3509,31 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	47, // 53: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
 	49, // 54: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
 	51, // 55: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	5,  // 56: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 57: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 58: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 59: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 60: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 61: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 62: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 63: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 64: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 65: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 66: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 67: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 68: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 69: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 70: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 71: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 72: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 73: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 74: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	50, // 75: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	52, // 76: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	56, // [56:77] is the sub-list for method output_type
-	35, // [35:56] is the sub-list for method input_type
+	53, // 56: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	5,  // 57: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 58: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 59: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 60: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 61: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 62: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 63: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 64: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 65: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 66: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 67: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 68: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 69: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 70: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 71: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 72: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 73: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 74: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 75: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	50, // 76: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	52, // 77: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	54, // 78: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	57, // [57:79] is the sub-list for method output_type
+	35, // [35:57] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3424,7 +3551,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

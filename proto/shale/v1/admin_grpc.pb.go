@@ -40,6 +40,7 @@ const (
 	Admin_MoveReplica_FullMethodName      = "/shale.v1.Admin/MoveReplica"
 	Admin_MergeShards_FullMethodName      = "/shale.v1.Admin/MergeShards"
 	Admin_DrainLeaders_FullMethodName     = "/shale.v1.Admin/DrainLeaders"
+	Admin_ReplicaChecksum_FullMethodName  = "/shale.v1.Admin/ReplicaChecksum"
 )
 
 // AdminClient is the client API for Admin service.
@@ -113,6 +114,10 @@ type AdminClient interface {
 	// rolling restart). For two minutes after the call the node keeps handing
 	// away leaderships it gains, and placement gives it none.
 	DrainLeaders(ctx context.Context, in *DrainLeadersRequest, opts ...grpc.CallOption) (*DrainLeadersResponse, error)
+	// ReplicaChecksum reports the receiving node's replica of a shard: its
+	// applied index and a checksum of its replicated data taken at that index
+	// (replicas at the same index must agree). It reads the whole replica.
+	ReplicaChecksum(ctx context.Context, in *ReplicaChecksumRequest, opts ...grpc.CallOption) (*ReplicaChecksumResponse, error)
 }
 
 type adminClient struct {
@@ -333,6 +338,16 @@ func (c *adminClient) DrainLeaders(ctx context.Context, in *DrainLeadersRequest,
 	return out, nil
 }
 
+func (c *adminClient) ReplicaChecksum(ctx context.Context, in *ReplicaChecksumRequest, opts ...grpc.CallOption) (*ReplicaChecksumResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaChecksumResponse)
+	err := c.cc.Invoke(ctx, Admin_ReplicaChecksum_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -404,6 +419,10 @@ type AdminServer interface {
 	// rolling restart). For two minutes after the call the node keeps handing
 	// away leaderships it gains, and placement gives it none.
 	DrainLeaders(context.Context, *DrainLeadersRequest) (*DrainLeadersResponse, error)
+	// ReplicaChecksum reports the receiving node's replica of a shard: its
+	// applied index and a checksum of its replicated data taken at that index
+	// (replicas at the same index must agree). It reads the whole replica.
+	ReplicaChecksum(context.Context, *ReplicaChecksumRequest) (*ReplicaChecksumResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -476,6 +495,9 @@ func (UnimplementedAdminServer) MergeShards(context.Context, *MergeShardsRequest
 }
 func (UnimplementedAdminServer) DrainLeaders(context.Context, *DrainLeadersRequest) (*DrainLeadersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainLeaders not implemented")
+}
+func (UnimplementedAdminServer) ReplicaChecksum(context.Context, *ReplicaChecksumRequest) (*ReplicaChecksumResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicaChecksum not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -876,6 +898,24 @@ func _Admin_DrainLeaders_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ReplicaChecksum_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaChecksumRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReplicaChecksum(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReplicaChecksum_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReplicaChecksum(ctx, req.(*ReplicaChecksumRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -966,6 +1006,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainLeaders",
 			Handler:    _Admin_DrainLeaders_Handler,
+		},
+		{
+			MethodName: "ReplicaChecksum",
+			Handler:    _Admin_ReplicaChecksum_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -283,8 +283,12 @@ type NodeDescriptor struct {
 	// its replicas and leaderships to other nodes and gives it no new ones.
 	// Recommissioning clears it. A drained node can then be removed.
 	Decommissioning bool `protobuf:"varint,5,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// started is set once the node has sent a heartbeat: it ran with its
+	// data. A founding node that finds its data directory empty while the
+	// registry says it started has lost its data, and must not found again.
+	Started       bool `protobuf:"varint,6,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeDescriptor) Reset() {
@@ -348,6 +352,13 @@ func (x *NodeDescriptor) GetRemoved() bool {
 func (x *NodeDescriptor) GetDecommissioning() bool {
 	if x != nil {
 		return x.Decommissioning
+	}
+	return false
+}
+
+func (x *NodeDescriptor) GetStarted() bool {
+	if x != nil {
+		return x.Started
 	}
 	return false
 }
@@ -738,13 +749,14 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\aretired\x18\t \x01(\bR\aretired\x12\x1d\n" +
 	"\n" +
 	"auto_split\x18\n" +
-	" \x01(\bR\tautoSplit\"\x9b\x01\n" +
+	" \x01(\bR\tautoSplit\"\xb5\x01\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x18\n" +
 	"\aremoved\x18\x04 \x01(\bR\aremoved\x12(\n" +
-	"\x0fdecommissioning\x18\x05 \x01(\bR\x0fdecommissioning\"\xb9\x01\n" +
+	"\x0fdecommissioning\x18\x05 \x01(\bR\x0fdecommissioning\x12\x18\n" +
+	"\astarted\x18\x06 \x01(\bR\astarted\"\xb9\x01\n" +
 	"\bShardPin\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12(\n" +
 	"\x10until_unix_nanos\x18\x02 \x01(\x03R\x0euntilUnixNanos\x12\x16\n" +
