@@ -271,7 +271,8 @@ func (h *biHarness) retry(what string, fn func() error) {
 }
 
 // waitRegistry waits until the founding nodes are registered in the system
-// shard (the only system write a quiet cluster makes).
+// shard and recorded as started (the only system writes a quiet cluster
+// makes).
 func (h *biHarness) waitRegistry() {
 	h.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -279,12 +280,21 @@ func (h *biHarness) waitRegistry() {
 		l := h.c.Leader(biSystemShard)
 		if l != 0 {
 			nodes, err := h.c.Node(l).Shard(biSystemShard).Nodes()
-			if err == nil && len(nodes) == len(h.c.NodeIDs()) {
+			started := 0
+			for _, d := range nodes {
+				if d.GetStarted() {
+					started++
+				}
+			}
+			// Registered, and recorded as started (the placement leader
+			// writes that after the first heartbeats; the test then expects
+			// the system shard to stay unchanged).
+			if err == nil && len(nodes) == len(h.c.NodeIDs()) && started == len(nodes) {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatal("founding nodes not registered")
+			h.t.Fatal("founding nodes not registered and started")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

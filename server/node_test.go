@@ -160,15 +160,14 @@ func TestMetricsHealthAndPprof(t *testing.T) {
 // advertised address is in the initial cluster founds it under that
 // address's ID, and a node whose address is not joins through --join.
 func TestFoundByAdvertiseOrJoin(t *testing.T) {
-	var join string
 	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
 		if len(cfg.InitialCluster) == 0 {
 			return // a restart
 		}
 		cfg.NodeID = 0
-		join = cfg.InitialCluster[1]
-		cfg.Join = join
+		cfg.Join = cfg.InitialCluster[1]
 	}})
+	join := c.Endpoints()[0]
 	for _, id := range []uint64{1, 2, 3} {
 		if n := c.Node(id); n == nil || n.ID() != id {
 			t.Fatalf("node listed as %d did not take ID %d: %v", id, id, n)
