@@ -174,7 +174,7 @@ soak: ## Long tests: -tags soak, SHALE_SOAK=1 (crash tests run more iterations).
 
 .PHONY: chaos
 chaos: ## Fault suite on a 5-node containerised cluster for CHAOS_DURATION (30m); see chaos/README.md.
-	cd chaos && $(GO) test -run 'TestChaos$$' -count=1 -v -timeout 0 . -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
+	cd chaos && $(GO) test -run 'TestChaos$$' -count=1 -v -timeout 0 . -chaos.duration=$(CHAOS_DURATION) -chaos.nemeses=all $(CHAOS_ARGS)
 
 # Pinned code generators for proto/ (installed into .tools/ by `make proto`).
 BUF_VERSION ?= v1.75.0

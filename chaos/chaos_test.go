@@ -25,7 +25,7 @@ var (
 	chaosDuration = flag.Duration("chaos.duration", 3*time.Minute, "TestChaos: how long the workload runs under faults (the smoke run in make test; make chaos: 30m)")
 	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: seed of the schedule and the workload (0: from the clock, printed)")
 	chaosNodes    = flag.Int("chaos.nodes", 5, "TestChaos: founding nodes (3 or more; ring and bridge partitions need 5)")
-	chaosNemeses  = flag.String("chaos.nemeses", "all", "TestChaos: comma-separated fault kinds, or all")
+	chaosNemeses  = flag.String("chaos.nemeses", "smoke", "TestChaos: comma-separated fault kinds; all; or smoke, all but those with an open bug (make chaos runs all)")
 	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the history, porcupine's visualisation and the node logs of a failed run (default: a new temporary directory)")
 )
 

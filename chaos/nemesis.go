@@ -45,6 +45,11 @@ var nemeses = []nemesisKind{
 	{"bridge", 5, (*Nemesis).bridge},
 }
 
+// notInSmoke are the kinds the smoke run in make test leaves out while an
+// open bug they trigger is being chased (chaos/README.md, bug 4); make chaos
+// runs them.
+var notInSmoke = []string{"add-remove-node"}
+
 // NemesisNames lists the fault kinds a cluster of n nodes can run.
 func NemesisNames(n int) []string {
 	var out []string
@@ -69,13 +74,17 @@ type Nemesis struct {
 }
 
 // NewNemesis returns a nemesis over c running the named kinds ("all": every
-// kind the cluster's size allows); cl finds shard leaders; faults are
-// annotated in rec's history.
+// kind the cluster's size allows; "smoke": those but notInSmoke); cl finds
+// shard leaders; faults are annotated in rec's history.
 func NewNemesis(c *harness.Cluster, cl *client.Client, rec *lincheck.Recorder, seed uint64, names string, log *slog.Logger) (*Nemesis, error) {
 	n := &Nemesis{c: c, cl: cl, rec: rec, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), log: log, Counts: map[string]int{}}
 	size := len(c.NodeIDs())
 	want := NemesisNames(size)
-	if names != "" && names != "all" {
+	switch names {
+	case "", "all":
+	case "smoke":
+		want = slices.DeleteFunc(want, func(k string) bool { return slices.Contains(notInSmoke, k) })
+	default:
 		want = strings.Split(names, ",")
 	}
 	for _, name := range want {
