@@ -242,19 +242,15 @@ func TestLostWrites(t *testing.T) {
 	}
 }
 
-// TestConflicts: replicas at one index with different checksums are a
-// conflict; replicas at different indexes are not comparable.
-func TestConflicts(t *testing.T) {
-	r := func(node, idx, sum uint64) *shalev1.ReplicaChecksumResponse {
-		return &shalev1.ReplicaChecksumResponse{NodeId: node, AppliedIndex: idx, Checksum: sum}
+// TestSameIndex: replicas are comparable only once at one applied index.
+func TestSameIndex(t *testing.T) {
+	r := func(node, idx uint64) *shalev1.ReplicaChecksumResponse {
+		return &shalev1.ReplicaChecksumResponse{NodeId: node, AppliedIndex: idx}
 	}
-	if c := conflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 5)}); c != "" {
-		t.Fatalf("conflict reported for comparable equal replicas: %s", c)
-	}
-	if c := conflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 7)}); !strings.Contains(c, "nodes 1 and 3 at index 10") {
-		t.Fatalf("conflict %q, want nodes 1 and 3", c)
-	}
-	if sameIndex([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 5)}) {
+	if sameIndex([]*shalev1.ReplicaChecksumResponse{r(1, 10), r(2, 11)}) {
 		t.Fatal("different indexes reported as the same")
+	}
+	if !sameIndex([]*shalev1.ReplicaChecksumResponse{r(1, 10), r(2, 10)}) {
+		t.Fatal("one index reported as different")
 	}
 }

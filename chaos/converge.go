@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/shale-db/shale/client"
@@ -30,8 +31,8 @@ func CheckConvergence(ctx context.Context, cl *client.Client, timeout time.Durat
 		)
 		for {
 			last, lerr = cl.ReplicaChecksums(ctx, id)
-			if conflict := conflicts(last); conflict != "" {
-				problems = append(problems, fmt.Sprintf("shard %d: replicas differ at one applied index: %s", id, conflict))
+			if bad := client.ChecksumConflicts(last); len(bad) > 0 {
+				problems = append(problems, fmt.Sprintf("shard %d: replicas differ at one applied index: %s", id, strings.Join(bad, "; ")))
 				break
 			}
 			if lerr == nil && len(last) == want && sameIndex(last) {
@@ -58,17 +59,6 @@ func sameIndex(sums []*shalev1.ReplicaChecksumResponse) bool {
 		}
 	}
 	return true
-}
-
-func conflicts(sums []*shalev1.ReplicaChecksumResponse) string {
-	for i, a := range sums {
-		for _, b := range sums[i+1:] {
-			if a.GetAppliedIndex() == b.GetAppliedIndex() && a.GetChecksum() != b.GetChecksum() {
-				return fmt.Sprintf("nodes %d and %d at index %d: %016x != %016x", a.GetNodeId(), b.GetNodeId(), a.GetAppliedIndex(), a.GetChecksum(), b.GetChecksum())
-			}
-		}
-	}
-	return ""
 }
 
 func describe(sums []*shalev1.ReplicaChecksumResponse) string {

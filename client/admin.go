@@ -461,3 +461,20 @@ func (c *Client) ReplicaChecksums(ctx context.Context, shardID uint64) ([]*shale
 	slices.SortFunc(out, func(a, b *shalev1.ReplicaChecksumResponse) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
 	return out, wrapOp("replica-checksums", errors.Join(errs...))
 }
+
+// ChecksumConflicts describes each pair of replicas in sums (as
+// ReplicaChecksums returns them) at the same applied index whose checksums
+// differ: replicas that applied the same entries must hold the same data.
+// Replicas at different indexes are not compared.
+func ChecksumConflicts(sums []*shalev1.ReplicaChecksumResponse) []string {
+	var bad []string
+	for i, a := range sums {
+		for _, b := range sums[i+1:] {
+			if a.GetAppliedIndex() == b.GetAppliedIndex() && a.GetChecksum() != b.GetChecksum() {
+				bad = append(bad, fmt.Sprintf("nodes %d and %d at index %d: %016x != %016x",
+					a.GetNodeId(), b.GetNodeId(), a.GetAppliedIndex(), a.GetChecksum(), b.GetChecksum()))
+			}
+		}
+	}
+	return bad
+}

@@ -1101,3 +1101,18 @@ func TestAddressMap(t *testing.T) {
 		t.Fatal("a client reached the cluster through an unmapped alias")
 	}
 }
+
+// TestChecksumConflicts: replicas at one index with different checksums
+// conflict; replicas at different indexes are not compared.
+func TestChecksumConflicts(t *testing.T) {
+	r := func(node, idx, sum uint64) *shalev1.ReplicaChecksumResponse {
+		return &shalev1.ReplicaChecksumResponse{NodeId: node, AppliedIndex: idx, Checksum: sum}
+	}
+	if c := ChecksumConflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 5)}); len(c) != 0 {
+		t.Fatalf("conflicts reported for equal replicas: %v", c)
+	}
+	c := ChecksumConflicts([]*shalev1.ReplicaChecksumResponse{r(1, 10, 5), r(2, 11, 6), r(3, 10, 7)})
+	if len(c) != 1 || c[0] != "nodes 1 and 3 at index 10: 0000000000000005 != 0000000000000007" {
+		t.Fatalf("conflicts %v, want nodes 1 and 3 at index 10", c)
+	}
+}

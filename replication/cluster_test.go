@@ -816,7 +816,7 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	c.propose(1, "a", "1")
 	lead := c.leader(1)
 	target := lead%3 + 1
-	c.get(target).store.RefuseLeadershipTransfers(true)
+	c.get(target).store.RefuseLeadershipTransfersUntil(time.Now().Add(time.Minute))
 	// The transfer fails after two election timeouts (not when the caller's
 	// generous deadline ends: Raft drops proposals while a transfer is in
 	// progress, so retrying it would keep the shard from taking writes).
@@ -835,7 +835,7 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 		t.Fatalf("leader moved from %d to %d", lead, got)
 	}
 	c.propose(1, "b", "2")
-	c.get(target).store.RefuseLeadershipTransfers(false)
+	c.get(target).store.RefuseLeadershipTransfersUntil(time.Time{})
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
 	if err := c.get(lead).store.Replica(1).TransferLeader(ctx2, target); err != nil {

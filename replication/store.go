@@ -125,9 +125,9 @@ type Store struct {
 	log  *raftlog.Store
 	rlog raft.Logger
 
-	// refuseTransfers drops leadership transfers to local replicas
-	// (RefuseLeadershipTransfers).
-	refuseTransfers atomic.Bool
+	// refuseUntil (unix nanoseconds) drops leadership transfers to local
+	// replicas until then (RefuseLeadershipTransfersUntil).
+	refuseUntil atomic.Int64
 
 	mu       sync.Mutex
 	replicas map[uint64]*Replica
@@ -246,12 +246,18 @@ func (s *Store) Stop() {
 	}
 }
 
-// RefuseLeadershipTransfers makes the node's replicas refuse (on) or accept
-// (off) leadership transfers from their leaders: a refused transfer times
-// out after an election timeout and the leader stays. Elections are not
-// affected. A node about to stop refuses them so that no shard's
-// leadership moves onto it.
-func (s *Store) RefuseLeadershipTransfers(on bool) { s.refuseTransfers.Store(on) }
+// RefuseLeadershipTransfersUntil makes the node's replicas refuse
+// leadership transfers from their leaders until deadline (the zero time:
+// accept them again): a refused transfer times out and the leader stays.
+// Elections are not affected. A node about to stop refuses them so that no
+// shard's leadership moves onto it.
+func (s *Store) RefuseLeadershipTransfersUntil(deadline time.Time) {
+	var ns int64
+	if !deadline.IsZero() {
+		ns = deadline.UnixNano()
+	}
+	s.refuseUntil.Store(ns)
+}
 
 // Replica returns the shard's local replica, or nil.
 func (s *Store) Replica(shardID uint64) *Replica {
@@ -776,7 +782,7 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 			// A message for an older incarnation of the replica.
 			continue
 		}
-		if m.GetType() == raftpb.MsgTimeoutNow && s.refuseTransfers.Load() {
+		if m.GetType() == raftpb.MsgTimeoutNow && time.Now().UnixNano() < s.refuseUntil.Load() {
 			// The leader's transfer to this replica times out, and it
 			// stays leader (or tries another replica).
 			s.cfg.Logger.Debug("refusing a leadership transfer", "shard", r.shardID, "from_node", from)

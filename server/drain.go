@@ -32,8 +32,9 @@ func (n *Node) drainingLeaders() bool {
 // two minutes. It returns once the node leads no shard, or when ctx ends:
 // then with the shards it still leads.
 func (n *Node) DrainLeaders(ctx context.Context) (transferred int, remaining []uint64) {
-	n.drainUntil.Store(time.Now().Add(drainHold).UnixNano())
-	n.store.RefuseLeadershipTransfers(true)
+	until := time.Now().Add(drainHold)
+	n.drainUntil.Store(until.UnixNano())
+	n.store.RefuseLeadershipTransfersUntil(until)
 	// Tell the placement leader at once (it gives this node no more
 	// leaderships), and learn which other nodes drain (they take none).
 	n.sendHeartbeat(ctx)
@@ -91,7 +92,6 @@ func (n *Node) keepDrained() {
 				n.handOffLeaders(ctx, led)
 			}
 		}
-		n.store.RefuseLeadershipTransfers(false)
 	}()
 }
 

@@ -368,7 +368,7 @@ func (n *Node) runPlacement(ctx context.Context) {
 		n.startOp(op, leaderOf[op.ShardID])
 	}
 	n.finishManualMoves(ctx, pins, dir)
-	n.recordZones(ctx, reg)
+	n.recordHeartbeats(ctx, reg)
 	n.updateView(reg, states, shards, plan)
 }
 
@@ -394,9 +394,9 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 	return nodes, states
 }
 
-// recordZones writes into the registry what the nodes' heartbeats tell:
+// recordHeartbeats writes into the registry what the nodes' heartbeats tell:
 // the zone each reports, where it differs, and that it started.
-func (n *Node) recordZones(ctx context.Context, reg []*shalev1.NodeDescriptor) {
+func (n *Node) recordHeartbeats(ctx context.Context, reg []*shalev1.NodeDescriptor) {
 	beats := n.place.tracker.Beats()
 	for _, d := range reg {
 		b, ok := beats[d.GetNodeId()]

@@ -511,7 +511,7 @@ normal, so run it again. Each replica reads all its data. -o json prints
 			if len(sums) == 0 && err != nil {
 				return fmt.Errorf("shard checksum %d: %w", id, err)
 			}
-			bad := checksumConflicts(sums)
+			bad := client.ChecksumConflicts(sums)
 			if asJSON {
 				type out struct {
 					ShardID    uint64            `json:"shard_id"`
@@ -548,19 +548,4 @@ normal, so run it again. Each replica reads all its data. -o json prints
 			return nil
 		}),
 	}
-}
-
-// checksumConflicts describes the pairs of replicas at one applied index
-// whose checksums differ.
-func checksumConflicts(sums []*shalev1.ReplicaChecksumResponse) []string {
-	var bad []string
-	for i, a := range sums {
-		for _, b := range sums[i+1:] {
-			if a.GetAppliedIndex() == b.GetAppliedIndex() && a.GetChecksum() != b.GetChecksum() {
-				bad = append(bad, fmt.Sprintf("nodes %d and %d at index %d: %016x != %016x",
-					a.GetNodeId(), b.GetNodeId(), a.GetAppliedIndex(), a.GetChecksum(), b.GetChecksum()))
-			}
-		}
-	}
-	return bad
 }
