@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/lincheck"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Flags of TestChaos. `make chaos` runs it for 30 minutes; a failing seed
@@ -26,6 +28,8 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: seed of the schedule and the workload (0: from the clock, printed)")
 	chaosNodes    = flag.Int("chaos.nodes", 5, "TestChaos: founding nodes (3 or more; ring and bridge partitions need 5)")
 	chaosNemeses  = flag.String("chaos.nemeses", "smoke", "TestChaos: comma-separated fault kinds; all; or smoke, all but those with an open bug (make chaos runs all)")
+	chaosArgs     = flag.String("chaos.server-args", "", "TestChaos: extra space-separated shale-server flags for every node (e.g. --log-level=debug to trace elections)")
+	chaosDisk     = flag.Int64("chaos.disk-bytes", 1<<30, "TestChaos: size of every node's disk when the disk-full nemesis runs")
 	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the history, porcupine's visualisation and the node logs of a failed run (default: a new temporary directory)")
 )
 
@@ -63,7 +67,14 @@ func TestChaos(t *testing.T) {
 
 	ctx := context.Background()
 	splits := "--initial-splits=" + strings.Join(userSplits, ",")
-	c, err := harness.Start(ctx, harness.Options{Nodes: *chaosNodes, Args: []string{splits}, Logger: log})
+	args := append([]string{splits}, strings.Fields(*chaosArgs)...)
+	opts := harness.Options{Nodes: *chaosNodes, Args: args, Logger: log}
+	if slices.Contains(SelectNemeses(*chaosNemeses, *chaosNodes), "disk-full") {
+		// Disks small enough to fill in a second or two (tmpfs, so at
+		// most this much memory per node, and only while full).
+		opts.DiskBytes = *chaosDisk
+	}
+	c, err := harness.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +117,7 @@ func TestChaos(t *testing.T) {
 	if nemErr != nil {
 		t.Errorf("%v\nreplay: %s", nemErr, replay)
 	}
-	t.Logf("faults injected: %v", nem.Counts)
+	t.Logf("faults injected: %v (nodes stopped by a full disk: %d)", nem.Counts, nem.DiskExits)
 
 	// Heal whatever is left, then read every key once more.
 	c.Heal()
@@ -205,8 +216,23 @@ func saveLogs(t *testing.T, c *harness.Cluster, dir string) {
 			continue
 		}
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d.log", id)), b, 0o644)
+		// Every replica's own view of its shard: who it thinks leads, its
+		// term and indexes, whether it is quiesced or stopped.
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := c.NodeInfo(ctx, id)
+		cancel()
+		if err != nil {
+			t.Logf("save the status of node %d: %v", id, err)
+			continue
+		}
+		js, err := protojson.MarshalOptions{Multiline: true}.Marshal(info)
+		if err != nil {
+			t.Logf("save the status of node %d: %v", id, err)
+			continue
+		}
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d-status.json", id)), js, 0o644)
 	}
-	t.Logf("node logs, history and visualisation (if the check failed) in %s", dir)
+	t.Logf("node logs and statuses, history and visualisation (if the check failed) in %s", dir)
 }
 
 // testWriter sends the harness's log lines to the test log.

@@ -41,6 +41,8 @@ var nemeses = []nemesisKind{
 	{"latency", 3, (*Nemesis).latency},
 	{"rolling-restart", 3, (*Nemesis).rollingRestart},
 	{"add-remove-node", 3, (*Nemesis).addRemoveNode},
+	{"clock-skew", 3, (*Nemesis).clockSkew},
+	{"disk-full", 3, (*Nemesis).diskFull},
 	{"ring", 5, (*Nemesis).ring},
 	{"bridge", 5, (*Nemesis).bridge},
 }
@@ -71,14 +73,14 @@ type Nemesis struct {
 	kinds []nemesisKind
 	// Counts counts the faults injected, by kind.
 	Counts map[string]int
+	// DiskExits counts the nodes whose process stopped on a full disk.
+	DiskExits int
 }
 
-// NewNemesis returns a nemesis over c running the named kinds ("all": every
-// kind the cluster's size allows; "smoke": those but notInSmoke); cl finds
-// shard leaders; faults are annotated in rec's history.
-func NewNemesis(c *harness.Cluster, cl *client.Client, rec *lincheck.Recorder, seed uint64, names string, log *slog.Logger) (*Nemesis, error) {
-	n := &Nemesis{c: c, cl: cl, rec: rec, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), log: log, Counts: map[string]int{}}
-	size := len(c.NodeIDs())
+// SelectNemeses expands a -chaos.nemeses value for a cluster of size
+// nodes: "all" (or empty) is every kind the size allows, "smoke" those but
+// notInSmoke, anything else a comma-separated list of kinds.
+func SelectNemeses(names string, size int) []string {
 	want := NemesisNames(size)
 	switch names {
 	case "", "all":
@@ -87,7 +89,16 @@ func NewNemesis(c *harness.Cluster, cl *client.Client, rec *lincheck.Recorder, s
 	default:
 		want = strings.Split(names, ",")
 	}
-	for _, name := range want {
+	return want
+}
+
+// NewNemesis returns a nemesis over c running the named kinds ("all": every
+// kind the cluster's size allows; "smoke": those but notInSmoke); cl finds
+// shard leaders; faults are annotated in rec's history.
+func NewNemesis(c *harness.Cluster, cl *client.Client, rec *lincheck.Recorder, seed uint64, names string, log *slog.Logger) (*Nemesis, error) {
+	n := &Nemesis{c: c, cl: cl, rec: rec, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), log: log, Counts: map[string]int{}}
+	size := len(c.NodeIDs())
+	for _, name := range SelectNemeses(names, size) {
 		i := slices.IndexFunc(nemeses, func(k nemesisKind) bool { return k.name == name })
 		if i < 0 {
 			return nil, fmt.Errorf("chaos: unknown nemesis %q (have %s)", name, strings.Join(NemesisNames(5), ", "))
@@ -289,5 +300,40 @@ func (n *Nemesis) addRemoveNode() fault {
 			id := ids[victim%len(ids)]
 			n.log.Info("nemesis: removing node", "node", id, "added", added)
 			return n.c.RemoveNode(ctx, n.cl, id)
+		}}
+}
+
+// clockSkew sets one node's wall clock off by up to two hours either way.
+func (n *Nemesis) clockSkew() fault {
+	id := n.pick()
+	d := time.Duration(1+n.rng.IntN(120)) * time.Minute
+	if n.rng.IntN(2) == 0 {
+		d = -d
+	}
+	return fault{fmt.Sprintf("set node %d's clock %v off", id, d),
+		func(ctx context.Context) error { return n.c.SetClockOffset(ctx, id, d) },
+		func(ctx context.Context) error { return n.c.SetClockOffset(ctx, id, 0) }}
+}
+
+// diskFull fills one node's disk; once it is freed, a node whose process
+// stopped on the full disk is started again (a supervisor's restart).
+func (n *Nemesis) diskFull() fault {
+	id := n.pick()
+	return fault{fmt.Sprintf("fill node %d's disk", id),
+		func(ctx context.Context) error {
+			return n.c.FillDisk(ctx, id)
+		},
+		func(ctx context.Context) error {
+			if err := n.c.FreeDisk(ctx, id); err != nil {
+				return err
+			}
+			running, err := n.c.Running(ctx, id)
+			if err != nil || running {
+				return err
+			}
+			code, _ := n.c.ExitCode(ctx, id)
+			n.DiskExits++
+			n.log.Info("nemesis: the node stopped on the full disk; restarting it", "node", id, "exit_code", code)
+			return n.c.Start(ctx, id)
 		}}
 }

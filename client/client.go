@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -231,7 +232,10 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	// Fixed flow-control windows turn off gRPC's bandwidth estimator and
 	// its PING round trip after every response. Dial options given by the
 	// caller come later and win.
+	// Keepalive pings find a connection to an address gone silent (a
+	// node restarted elsewhere) within 15 s, so that it is redialed.
 	opts := append([]grpc.DialOption{
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 		grpc.WithInitialWindowSize(DefaultWindowBytes),
 		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -742,6 +744,66 @@ func TestRestartWithAppliedPastDurableCommit(t *testing.T) {
 	c.converged(1, 1, 2, 3)
 }
 
+// TestStorageFailureFailsNode: a state machine that cannot apply committed
+// entries for want of disk space fails its node (Store.Failed, to be
+// restarted once there is space) rather than halting only the replica; the
+// proposal in flight reports an unknown outcome (it committed on the
+// others), and the shard carries on on the other replicas.
+func TestStorageFailureFailsNode(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "before", "1")
+	lead := c.leader(1)
+	n := c.node[lead]
+	if err := n.store.Err(); err != nil {
+		t.Fatalf("a healthy store reports %v", err)
+	}
+	n.mu.Lock()
+	sm := n.sms[1]
+	n.mu.Unlock()
+	sm.mu.Lock()
+	sm.applyErr = &fs.PathError{Op: "write", Path: "shard1/000002.log", Err: syscall.ENOSPC}
+	sm.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := n.store.Replica(1).Propose(ctx, []byte("during=full"))
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("proposal on a leader out of space: %v, want an unknown outcome caused by ENOSPC", err)
+	}
+	select {
+	case <-n.store.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the store did not fail")
+	}
+	if err := n.store.Err(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("store error %v, want ENOSPC", err)
+	}
+	// The proposal committed: the other replicas applied it.
+	others := []uint64{}
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	c.propose(1, "after", "2")
+	c.converged(1, others...)
+	for _, id := range others {
+		c.node[id].mu.Lock()
+		v, ok := c.node[id].sms[1].get("during")
+		c.node[id].mu.Unlock()
+		if !ok || v != "full" {
+			t.Fatalf("node %d: the proposal with the unknown outcome: %q %v, want it applied", id, v, ok)
+		}
+		if err := c.node[id].store.Err(); err != nil {
+			t.Fatalf("node %d failed too: %v", id, err)
+		}
+	}
+}
+
 // TestWipedReplicaHaltsInsteadOfCrashing: a follower whose data (Raft log
 // and state machine) was wiped comes back as the same replica with an empty
 // log, as a Kubernetes pod whose volume was lost does. The leader's
@@ -783,15 +845,11 @@ func TestWipedReplicaHaltsInsteadOfCrashing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitFor("the wiped replica to halt", 10*time.Second, func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.stopErr != nil
+		return r.Status().Stopped != ""
 	})
-	r.mu.Lock()
-	stopErr := r.stopErr
-	r.mu.Unlock()
-	if !strings.Contains(stopErr.Error(), "halted") || !strings.Contains(stopErr.Error(), "contradicts the local Raft log") {
-		t.Fatalf("the wiped replica stopped with %q", stopErr)
+	// The reason is what an operator sees (shalectl shard info: stopped).
+	if stopped := r.Status().Stopped; !strings.Contains(stopped, "halted") || !strings.Contains(stopped, "contradicts the local Raft log") {
+		t.Fatalf("the wiped replica stopped with %q", stopped)
 	}
 	// The shard still commits on the other two replicas.
 	c.propose(1, "after", "wipe")

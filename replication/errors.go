@@ -24,7 +24,7 @@ var (
 	// ErrOutcomeUnknown is returned for a proposal whose fate this replica can
 	// no longer observe (it lost leadership after proposing): the command may
 	// or may not be applied. Retrying with the same request ID is safe.
-	ErrOutcomeUnknown = errors.New("replication: proposal outcome unknown (leadership changed)")
+	ErrOutcomeUnknown = errors.New("replication: proposal outcome unknown")
 	// ErrStopped is returned after the Store or the Replica stopped.
 	ErrStopped = errors.New("replication: stopped")
 	// ErrReplicaRemoved is returned when the replica was removed from its shard.

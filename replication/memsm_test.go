@@ -25,6 +25,8 @@ type memSM struct {
 	st       AppliedState
 	data     map[string]string
 	restores int
+	// applyErr, when set, fails every Apply (a test's injected fault).
+	applyErr error
 }
 
 type memSMFile struct {
@@ -117,6 +119,9 @@ func (m *memSM) AppliedState() AppliedState {
 func (m *memSM) Apply(ents []Entry) ([]any, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.applyErr != nil {
+		return nil, m.applyErr
+	}
 	res := make([]any, len(ents))
 	for i, e := range ents {
 		if e.Index <= m.st.Index {

@@ -73,6 +73,9 @@ type Status struct {
 	Applied         uint64
 	LastIndex       uint64
 	Quiesced        bool
+	// Stopped says why the replica no longer serves (halted or removed);
+	// empty while it serves.
+	Stopped string
 	// Progress is the leader's view of every member (leader only).
 	Progress map[uint64]Progress
 	// Descriptor is the applied shard descriptor.
@@ -200,6 +203,9 @@ func (r *Replica) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.status
+	if r.stopErr != nil {
+		st.Stopped = r.stopErr.Error()
+	}
 	st.Descriptor = r.sm.AppliedState().Descriptor
 	return st
 }
@@ -515,12 +521,20 @@ func (r *Replica) dead() bool { return r.removed || r.halted }
 
 // fatal halts the replica after an error it cannot recover from (its state
 // machine failed): nothing more is applied or acknowledged.
+//
+// An I/O error (a full disk) fails the whole node (Store.Failed): the node
+// is restarted, and applies the entries again from its durable state.
+// Proposals in flight fail with ErrOutcomeUnknown: they may have committed
+// on the other replicas.
 func (r *Replica) fatal(err error) {
 	if r.halted {
 		return
 	}
 	r.halted = true
 	r.store.cfg.Logger.Error("replica halted", "shard", r.shardID, "err", err)
+	if isIOError(err) {
+		r.store.fail(fmt.Errorf("shard %d: %w", r.shardID, err))
+	}
 	r.failAll(fmt.Errorf("replication: shard %d halted: %w", r.shardID, err))
 }
 
@@ -559,8 +573,13 @@ func (r *Replica) failAll(err error) {
 	for _, op := range ops {
 		op.done <- err
 	}
+	// Proposals handed to Raft may have committed on the other replicas.
+	unknown := err
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		unknown = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
 	for _, p := range r.waiters {
-		p.finish(nil, err)
+		p.finish(nil, unknown)
 	}
 	r.waiters = make(map[uint64]*proposal)
 	for _, b := range r.readBatches {

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -136,9 +137,14 @@ type Store struct {
 	work     map[*Replica]struct{} // replicas with queued proposals/reads/ops
 	stopped  bool
 
-	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	// failed is closed, with failErr set first, when the node's storage
+	// failed (see Failed).
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 	started  atomic.Bool
 	proposal atomic.Uint64 // proposal ID source
 	snapSem  chan struct{}
@@ -193,6 +199,7 @@ func NewStore(cfg Config) (*Store, error) {
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		failed:     make(chan struct{}),
 		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		lastHeard:  make(map[uint64]time.Time),
 		truncating: make(map[uint64]bool),
@@ -532,6 +539,7 @@ func (s *Store) run() {
 			// The log engine failed: nothing can be made durable any more.
 			// Stop acknowledging anything; the node must be restarted.
 			s.cfg.Logger.Error("raft loop stopped: log engine failed", "err", err)
+			s.fail(fmt.Errorf("raft log: %w", err))
 			s.mu.Lock()
 			reps := make([]*Replica, 0, len(s.replicas))
 			for _, r := range s.replicas {
@@ -545,6 +553,38 @@ func (s *Store) run() {
 			return
 		}
 	}
+}
+
+// Failed is closed when the node's storage failed with an I/O error (a
+// full disk, a failing device): the Raft log could not be written, or a
+// replica's state machine could not apply committed entries. Nothing more
+// is acknowledged; the node must be stopped and restarted once the cause
+// is fixed, and then recovers from what it made durable (fail-stop). Err
+// says what failed.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
+// Err returns the storage failure that closed Failed, or nil.
+func (s *Store) Err() error {
+	select {
+	case <-s.failed:
+		return s.failErr
+	default:
+		return nil
+	}
+}
+
+func (s *Store) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.failed)
+	})
+}
+
+// isIOError reports whether err comes from the operating system (ENOSPC,
+// EIO, ...): the storage, not the data, failed.
+func isIOError(err error) bool {
+	var errno syscall.Errno
+	return errors.As(err, &errno)
 }
 
 // cycle is one turn of the loop: deliver messages and queued work, tick,

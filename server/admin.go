@@ -48,6 +48,8 @@ func (n *Node) localStatus(ctx context.Context) *shalev1.NodeInfoResponse {
 			Revision:     sm.Revision(),
 			SizeBytes:    sm.SizeBytes(),
 			ReportedBy:   n.cfg.NodeID,
+			Quiesced:     st.Quiesced,
+			Stopped:      st.Stopped,
 		}
 		for _, rd := range ss.GetDescriptor_().GetReplicas() {
 			rs := &shalev1.ReplicaStatus{NodeId: rd.GetNodeId(), ReplicaId: rd.GetReplicaId(), Role: rd.GetRole(), Leader: rd.GetReplicaId() == st.LeaderReplicaID}
@@ -219,7 +221,7 @@ func (s *adminService) nodeStatuses(ctx context.Context, infos map[uint64]*shale
 		ns := &shalev1.NodeStatus{Node: d, Removed: d.GetRemoved()}
 		if info, ok := infos[d.GetNodeId()]; ok {
 			ns.Live = true
-			ns.LastSeenUnixNanos = time.Now().UnixNano()
+			ns.LastSeenUnixNanos = n.wallNanos()
 			ns.UsedBytes = info.GetUsedBytes()
 			for _, ss := range info.GetShards() {
 				ns.ReplicaCount++

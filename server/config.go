@@ -118,9 +118,18 @@ type Config struct {
 	// LinkFilter, when set, is asked before any Raft traffic leaves for a
 	// peer: false drops it (tests use it to cut links and partition nodes).
 	LinkFilter func(from, to uint64) bool
+	// WallClock is the node's wall clock (default time.Now): the time of
+	// the timestamps it shares with other nodes (a write's time, from which
+	// a TTL runs; the time a read checks TTLs at; placement pins and
+	// history). Timeouts, leases and liveness use the monotonic clock and
+	// do not read it. Tests shift it to model a node whose clock is off.
+	WallClock func() time.Time
 }
 
 func (c *Config) applyDefaults() {
+	if c.WallClock == nil {
+		c.WallClock = time.Now
+	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:7001"
 	}

@@ -225,7 +225,7 @@ func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, 
 	cmd := &shalev1.RaftCommand{
 		RequestId:          h.GetRequestId(),
 		FirstAttempt:       h.GetFirstAttempt(),
-		TimestampUnixNanos: time.Now().UnixNano(),
+		TimestampUnixNanos: n.wallNanos(),
 		Epoch:              t.desc.GetEpoch(),
 		Command:            &shalev1.RaftCommand_Txn{Txn: txn},
 	}
@@ -314,7 +314,7 @@ func (s *kvService) Get(ctx context.Context, req *shalev1.GetRequest) (*shalev1.
 	if err != nil {
 		return nil, err
 	}
-	kv, rev, err := t.sm.Get(req.GetKey(), time.Now().UnixNano())
+	kv, rev, err := t.sm.Get(req.GetKey(), n.wallNanos())
 	if err != nil {
 		return nil, n.shardErr(t, err)
 	}
@@ -349,7 +349,7 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 	if err != nil {
 		return nil, err
 	}
-	kvs, rev, err := t.sm.MultiGet(keys, time.Now().UnixNano())
+	kvs, rev, err := t.sm.MultiGet(keys, n.wallNanos())
 	if err != nil {
 		return nil, n.shardErr(t, err)
 	}
@@ -697,7 +697,7 @@ func (n *Node) scanPage(t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint
 	}
 	kvs, resume, more, rev, err := t.sm.Scan(shard.ScanParams{
 		Start: p.start, End: p.end, Reverse: p.reverse, Limit: limit,
-		KeysOnly: p.keysOnly, MaxBytes: n.cfg.MaxScanPageBytes, Now: time.Now().UnixNano(),
+		KeysOnly: p.keysOnly, MaxBytes: n.cfg.MaxScanPageBytes, Now: n.wallNanos(),
 	})
 	if err != nil {
 		return nil, 0, p, true, n.shardErr(t, err)

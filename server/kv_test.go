@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
 )
 
 func rawKV(t *testing.T, addr string) shalev1.KVClient {
@@ -124,6 +126,36 @@ func TestKVSemantics(t *testing.T) {
 	}
 	if len(left) != 15 || left[0] != "g00" || left[4] != "g04" || left[5] != "r10" {
 		t.Fatalf("after delete-range: %v", left)
+	}
+}
+
+// TestWallClockTTL: a write's TTL runs from the leader's wall clock
+// (Config.WallClock) and reads check it against the serving node's, so a
+// clock offset injected there is what the data sees.
+func TestWallClockTTL(t *testing.T) {
+	var offset atomic.Int64
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.WallClock = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	}})
+	cl := newClient(t, c)
+	ctx := context.Background()
+
+	// Written two hours in the past with a one-hour TTL: expired an hour
+	// ago in real time, but not by the nodes' clocks.
+	offset.Store(int64(-2 * time.Hour))
+	if _, err := cl.Put(ctx, []byte("k"), []byte("v"), client.WithTTL(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Get(ctx, []byte("k")); err != nil {
+		t.Fatalf("read by the shifted clock, before the TTL ends: %v", err)
+	}
+	offset.Store(0)
+	if _, err := cl.Get(ctx, []byte("k")); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("read by the real clock, an hour after the TTL ended: %v", err)
+	}
+	offset.Store(int64(-90 * time.Minute))
+	if _, err := cl.Get(ctx, []byte("k")); err != nil {
+		t.Fatalf("read by a clock set back before the TTL ends: %v", err)
 	}
 }
 

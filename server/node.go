@@ -232,13 +232,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
-	n.grpc = grpc.NewServer(
+	n.grpc = grpc.NewServer(append(grpctransport.ServerOptions(),
 		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor()),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
-	)
+	)...)
 	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
 	n.transport.Register(n.grpc, n.store)
@@ -262,11 +262,34 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.maintain()
 	go n.placementLoop()
+	go n.watchStorage()
 	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.shards))
 	return n, nil
+}
+
+// Failed is closed when the node's storage failed with an I/O error (a
+// full disk, a failing device): it acknowledges nothing more, reports
+// NOT_SERVING on gRPC health and an error on /healthz, and must be stopped
+// and restarted once the cause is fixed; it then recovers what it made
+// durable. Err says what failed.
+func (n *Node) Failed() <-chan struct{} { return n.store.Failed() }
+
+// Err returns the storage failure that closed Failed, or nil.
+func (n *Node) Err() error { return n.store.Err() }
+
+// watchStorage marks the node unhealthy when its storage fails.
+func (n *Node) watchStorage() {
+	defer n.wg.Done()
+	select {
+	case <-n.stop:
+	case <-n.store.Failed():
+		n.log.Error("storage failed: this node acknowledges nothing more; restart it once the cause is fixed", "err", n.store.Err())
+		n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 }
 
 // Addr is the address the gRPC server listens on.
@@ -363,7 +386,13 @@ func (n *Node) startHTTP() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := n.store.Err(); err != nil {
+			http.Error(w, fmt.Sprintf("storage failed: %v", err), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	n.wg.Add(1)
 	go func() {
@@ -619,6 +648,10 @@ func (n *Node) resolve(id uint64) (string, error) {
 	return "", fmt.Errorf("server: no address known for node %d", id)
 }
 
+// wallNanos is the node's wall-clock time (Config.WallClock) in Unix
+// nanoseconds.
+func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
+
 func (n *Node) addressOf(id uint64) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -772,7 +805,7 @@ func (n *Node) proposeSystem(ctx context.Context, reqID []byte, cmd *shalev1.Sys
 	if r == nil {
 		return nil, n.shardNotFoundErr(SystemShardID)
 	}
-	payload, err := proto.Marshal(&shalev1.RaftCommand{RequestId: reqID, TimestampUnixNanos: time.Now().UnixNano(), Command: &shalev1.RaftCommand_System{System: cmd}})
+	payload, err := proto.Marshal(&shalev1.RaftCommand{RequestId: reqID, TimestampUnixNanos: n.wallNanos(), Command: &shalev1.RaftCommand_System{System: cmd}})
 	if err != nil {
 		return nil, err
 	}

@@ -463,7 +463,7 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 				delete(p.settle, id)
 			}
 		}
-		if pin := pinOf[id]; pin != nil && pin.GetUntilUnixNanos() > now.UnixNano() {
+		if pin := pinOf[id]; pin != nil && pin.GetUntilUnixNanos() > n.wallNanos() {
 			sh.Pinned = true
 			sh.MoveFrom, sh.MoveTo = pin.GetMoveFromNodeId(), pin.GetMoveToNodeId()
 		}
@@ -485,7 +485,7 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 	p.inflight[op.ShardID] = true
 	p.mu.Unlock()
 	rec := p.history.Start(&shalev1.PlacementOperation{ShardId: op.ShardID, Kind: string(op.Kind), NodeId: op.Node,
-		FromNodeId: op.From, Reason: op.Reason, StartedUnixNanos: time.Now().UnixNano()})
+		FromNodeId: op.From, Reason: op.Reason, StartedUnixNanos: n.wallNanos()})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -501,7 +501,7 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		}()
 		epoch, err := n.execOp(ctx, op, leader)
 		now := time.Now()
-		p.history.Finish(rec, now.UnixNano(), err)
+		p.history.Finish(rec, n.wallNanos(), err)
 		result := "done"
 		if err != nil {
 			result = "failed"
@@ -567,7 +567,7 @@ func (n *Node) finishManualMoves(ctx context.Context, pins []*shalev1.ShardPin, 
 			onTo = onTo || (rd.GetNodeId() == pin.GetMoveToNodeId() && rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED)
 			onFrom = onFrom || rd.GetNodeId() == pin.GetMoveFromNodeId()
 		}
-		expired := pin.GetUntilUnixNanos() <= time.Now().UnixNano()
+		expired := pin.GetUntilUnixNanos() <= n.wallNanos()
 		if !(onTo && !onFrom) && !expired {
 			continue
 		}
@@ -935,7 +935,7 @@ func (s *adminService) MoveReplica(ctx context.Context, req *shalev1.MoveReplica
 		return nil, status.Errorf(codes.FailedPrecondition, "node %d is %s, not live", req.GetToNodeId(), st)
 	}
 	// A move pins its shard at least until it is done.
-	until := time.Now().Add(max(n.pinFor(req.GetPinSeconds()), 10*time.Minute))
+	until := n.cfg.WallClock().Add(max(n.pinFor(req.GetPinSeconds()), 10*time.Minute))
 	reason := fmt.Sprintf("manual move from node %d to node %d", req.GetFromNodeId(), req.GetToNodeId())
 	pin := &shalev1.ShardPin{ShardId: req.GetShardId(), UntilUnixNanos: until.UnixNano(), Reason: reason,
 		MoveFromNodeId: req.GetFromNodeId(), MoveToNodeId: req.GetToNodeId()}
@@ -943,9 +943,9 @@ func (s *adminService) MoveReplica(ctx context.Context, req *shalev1.MoveReplica
 		return nil, err
 	}
 	op := &shalev1.PlacementOperation{ShardId: req.GetShardId(), Kind: "move", NodeId: req.GetToNodeId(), FromNodeId: req.GetFromNodeId(),
-		Reason: reason, StartedUnixNanos: time.Now().UnixNano()}
+		Reason: reason, StartedUnixNanos: n.wallNanos()}
 	rec := n.place.history.Start(op)
-	n.place.history.Finish(rec, time.Now().UnixNano(), nil) // accepted; the steps follow in the history
+	n.place.history.Finish(rec, n.wallNanos(), nil) // accepted; the steps follow in the history
 	return &shalev1.MoveReplicaResponse{Operation: proto.Clone(op).(*shalev1.PlacementOperation)}, nil
 }
 
@@ -956,7 +956,7 @@ func (n *Node) pinLeader(ctx context.Context, req *shalev1.TransferLeaderRequest
 	if d <= 0 {
 		return
 	}
-	pin := &shalev1.ShardPin{ShardId: req.GetShardId(), UntilUnixNanos: time.Now().Add(d).UnixNano(),
+	pin := &shalev1.ShardPin{ShardId: req.GetShardId(), UntilUnixNanos: n.cfg.WallClock().Add(d).UnixNano(),
 		Reason: fmt.Sprintf("manual leader transfer to node %d", req.GetTargetNodeId())}
 	if err := n.writePin(ctx, pin); err != nil {
 		n.log.Warn("pin a manual leader transfer", "shard", req.GetShardId(), "err", err)

@@ -119,7 +119,7 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 	cmd := &shalev1.RaftCommand{
 		RequestId:          randomID(),
 		FirstAttempt:       true,
-		TimestampUnixNanos: time.Now().UnixNano(),
+		TimestampUnixNanos: n.wallNanos(),
 		Epoch:              target.GetEpoch(),
 		Command:            &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
 	}

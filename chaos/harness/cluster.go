@@ -63,6 +63,10 @@ type Options struct {
 	LogDir string
 	// Logger logs what the harness does (default: discard).
 	Logger *slog.Logger
+	// DiskBytes, when positive, gives every node a disk of that size (a
+	// tmpfs volume kept across restarts) that FillDisk can fill; else each
+	// node's volume is on the Docker host's disk.
+	DiskBytes int64
 }
 
 // Node is one node of a Cluster.
@@ -76,6 +80,10 @@ type Node struct {
 	volume    string
 	clientIP  netip.Addr
 	peerIP    netip.Addr
+	// holder is the container keeping a small disk (Options.DiskBytes)
+	// mounted; ballast counts the files FillDisk wrote on it.
+	holder  string
+	ballast int
 }
 
 // Cluster is a running containerised cluster.
@@ -194,9 +202,17 @@ func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, e
 		// HTTPS_PROXY for plaintext connections too; loopback is exempt).
 		"HTTPS_PROXY":     "http://" + c.proxy.Addr(),
 		"SHALE_LOG_LEVEL": "info",
+		// SetClockOffset writes the file; until then the clock is right.
+		"SHALE_TESTING_CLOCK_OFFSET_FILE": clockOffsetFile,
 	}
 	for k, v := range c.opts.Env {
 		env[k] = v
+	}
+	if c.opts.DiskBytes > 0 {
+		if err := c.createDisk(ctx, n, c.opts.DiskBytes); err != nil {
+			_ = c.removeHolder(context.WithoutCancel(ctx), n)
+			return 0, err
+		}
 	}
 	req := testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
@@ -224,23 +240,49 @@ func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, e
 	}
 	// A joining node: start it, then ask it which ID it got.
 	if err := c.startNode(ctx, n); err != nil {
-		_ = testcontainers.TerminateContainer(ctr, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(n.volume))
+		_ = testcontainers.TerminateContainer(ctr, testcontainers.StopTimeout(0))
+		_ = c.removeHolder(context.WithoutCancel(ctx), n)
+		_, _ = c.docker.VolumeRemove(context.WithoutCancel(ctx), n.volume, mobyclient.VolumeRemoveOptions{Force: true})
 		return 0, err
 	}
-	cc, err := grpc.NewClient(netip.AddrPortFrom(n.clientIP, Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	info, err := c.nodeInfo(ctx, n)
 	if err != nil {
 		return 0, err
-	}
-	defer cc.Close()
-	info, err := shalev1.NewAdminClient(cc).NodeInfo(ctx, &shalev1.NodeInfoRequest{})
-	if err != nil {
-		return 0, fmt.Errorf("harness: node %s: node info: %w", host, err)
 	}
 	c.mu.Lock()
 	n.ID = info.GetNode().GetNodeId()
 	c.nodes[n.ID] = n
 	c.mu.Unlock()
 	return n.ID, nil
+}
+
+// NodeInfo asks node id itself for its status and every replica's view
+// of its shard (leader, term, indexes, quiesced, stopped).
+func (c *Cluster) NodeInfo(ctx context.Context, id uint64) (*shalev1.NodeInfoResponse, error) {
+	n := c.Node(id)
+	if n == nil {
+		return nil, fmt.Errorf("harness: no node %d", id)
+	}
+	return c.nodeInfo(ctx, n)
+}
+
+func (c *Cluster) nodeInfo(ctx context.Context, n *Node) (*shalev1.NodeInfoResponse, error) {
+	c.mu.Lock()
+	ip := n.clientIP
+	c.mu.Unlock()
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("harness: node %s has no client network address", n.Host)
+	}
+	cc, err := grpc.NewClient(netip.AddrPortFrom(ip, Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("harness: node %s: %w", n.Host, err)
+	}
+	defer cc.Close()
+	info, err := shalev1.NewAdminClient(cc).NodeInfo(ctx, &shalev1.NodeInfoRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("harness: node %s: node info: %w", n.Host, err)
+	}
+	return info, nil
 }
 
 // Node returns node id, or nil.
@@ -388,8 +430,14 @@ func (c *Cluster) RemoveNode(ctx context.Context, cl *client.Client, id uint64) 
 	delete(c.nodes, id)
 	c.mu.Unlock()
 	c.proxy.removeNode(n.Host)
-	if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(10*time.Second), testcontainers.RemoveVolumes(n.volume)); err != nil {
+	if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(10*time.Second)); err != nil {
 		return fmt.Errorf("harness: delete node %d's container: %w", id, err)
+	}
+	if err := c.removeHolder(ctx, n); err != nil {
+		return err
+	}
+	if _, err := c.docker.VolumeRemove(ctx, n.volume, mobyclient.VolumeRemoveOptions{Force: true}); err != nil {
+		return fmt.Errorf("harness: delete node %d's volume: %w", id, err)
 	}
 	return nil
 }
@@ -534,8 +582,14 @@ func (c *Cluster) Close(ctx context.Context) error {
 		}
 		// Unpause first: a paused container cannot be removed.
 		_, _ = c.docker.ContainerUnpause(ctx, n.container.GetContainerID(), mobyclient.ContainerUnpauseOptions{})
-		if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(n.volume)); err != nil {
+		if err := testcontainers.TerminateContainer(n.container, testcontainers.StopTimeout(0)); err != nil {
 			errs = append(errs, fmt.Errorf("remove node %d: %w", id, err))
+		}
+		if err := c.removeHolder(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := c.docker.VolumeRemove(ctx, n.volume, mobyclient.VolumeRemoveOptions{Force: true}); err != nil {
+			errs = append(errs, fmt.Errorf("remove node %d's volume: %w", id, err))
 		}
 	}
 	if c.proxy != nil {

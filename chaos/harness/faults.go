@@ -50,6 +50,20 @@ func (c *Cluster) ExitCode(ctx context.Context, id uint64) (int, error) {
 	return ins.Container.State.ExitCode, nil
 }
 
+// Running reports whether node id's container is running (false once its
+// process exited, whatever the reason).
+func (c *Cluster) Running(ctx context.Context, id uint64) (bool, error) {
+	n := c.Node(id)
+	if n == nil {
+		return false, fmt.Errorf("harness: no node %d", id)
+	}
+	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+	if err != nil {
+		return false, fmt.Errorf("harness: inspect node %d: %w", id, err)
+	}
+	return ins.Container.State != nil && ins.Container.State.Running, nil
+}
+
 func (c *Cluster) waitExited(ctx context.Context, n *Node) error {
 	for {
 		ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})

@@ -9,8 +9,11 @@ import (
 	"time"
 
 	mobyclient "github.com/moby/moby/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shale-db/shale/client"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 func TestMain(m *testing.M) {
@@ -156,6 +159,13 @@ func TestClusterUnderFaults(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkRemoved(t, ctx, name)
+}
+
+// checkRemoved fails the test if a container or volume of the cluster
+// named name is left.
+func checkRemoved(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
 	docker, err := mobyclient.New(mobyclient.FromEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -179,4 +189,134 @@ func TestClusterUnderFaults(t *testing.T) {
 			t.Errorf("volume %s left behind", v.Name)
 		}
 	}
+}
+
+// TestSmallDiskAndClockOffset: nodes on small disks keep their data across
+// a kill -9; a node whose disk fills loses no acknowledged write and
+// serves again once it is freed; a node's clock offset reaches its process.
+func TestSmallDiskAndClockOffset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containers; skipped with -short")
+	}
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	const disk = 256 << 20
+	c, err := Start(ctx, Options{Args: []string{"--initial-splits=k10"}, DiskBytes: disk, LogDir: os.Getenv("SHALE_CHAOS_LOGS")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := c.opts.Name
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close(context.Background())
+		}
+	}()
+	cl, err := c.Client(ctx, client.WithDefaultTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const keys = 20
+	putAll(t, ctx, cl, keys, "a-")
+
+	// The disk outlives the container: a founding node restarted on an
+	// empty data directory would refuse to start (it ran before).
+	if err := c.Kill(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	getAll(t, ctx, cl, keys, "a-")
+
+	// A full disk on node 1: the other two keep serving writes.
+	if err := c.FillDisk(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	putAll(t, ctx, cl, keys, "b-")
+	// More than the 1 MiB the Raft log's WAL has preallocated, so node 1
+	// needs space it has not got.
+	big := strings.Repeat("x", 64<<10)
+	for i := 0; i < 48; i++ {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("k%02d", i%keys)), []byte("b-"+big)); err != nil {
+			t.Fatalf("put %d on a full disk of node 1: %v", i, err)
+		}
+	}
+	putAll(t, ctx, cl, keys, "b-")
+	logs, _ := c.Logs(ctx, 1)
+	if !strings.Contains(string(logs), "no space left on device") {
+		t.Errorf("node 1 never ran out of space; log tail:\n%s", c.logTail(1, 20))
+	}
+	// It stopped itself (fail-stop), exit code 1, saying why.
+	if err := c.waitExited(ctx, c.Node(1)); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := c.ExitCode(ctx, 1); err != nil || code != 1 {
+		t.Fatalf("node 1 on a full disk: exit code %d (%v), want 1", code, err)
+	}
+	if tail := c.logTail(1, 5); !strings.Contains(tail, "storage failed") {
+		t.Fatalf("node 1's last words do not say its storage failed:\n%s", tail)
+	}
+	if err := c.FreeDisk(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	getAll(t, ctx, cl, keys, "b-")
+	putAll(t, ctx, cl, keys, "c-")
+	getAll(t, ctx, cl, keys, "c-")
+
+	// An hour's clock offset on node 3: the time it reports a live node
+	// last seen (its own wall clock) moves by the offset.
+	if err := c.SetClockOffset(ctx, 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := c.ownClusterStatus(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen time.Time
+		for _, ns := range st.GetNodes() {
+			if ns.GetNode().GetNodeId() == 3 {
+				seen = time.Unix(0, ns.GetLastSeenUnixNanos())
+			}
+		}
+		if off := time.Until(seen); off > 59*time.Minute && off < 61*time.Minute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 3 reports itself last seen at %v, not an hour ahead", seen)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	putAll(t, ctx, cl, keys, "d-")
+	if err := c.SetClockOffset(ctx, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	getAll(t, ctx, cl, keys, "d-")
+
+	closed = true
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkRemoved(t, ctx, name)
+}
+
+// ownClusterStatus asks node id itself for the cluster's status.
+func (c *Cluster) ownClusterStatus(ctx context.Context, id uint64) (*shalev1.ClusterStatusResponse, error) {
+	addr := c.ClientAddr(id)
+	if addr == "" {
+		return nil, fmt.Errorf("harness: no address for node %d", id)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	return shalev1.NewAdminClient(cc).ClusterStatus(ctx, &shalev1.ClusterStatusRequest{})
 }

@@ -49,7 +49,7 @@ type flags struct {
 	maxMovesPerNode, maxMoves               int
 	splitSize                               int64
 	shardMemTable, splitQPS                 int
-	logLevel, logFormat                     string
+	logLevel, logFormat, clockOffsetFile    string
 }
 
 func newRootCmd() *cobra.Command {
@@ -115,6 +115,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.shutdownDrain, "shutdown-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long to hand the node's shard leaderships to other nodes before stopping (negative: stop at once; a second signal stops at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
 
@@ -187,6 +188,17 @@ func run(ctx context.Context, f flags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	wallClock := time.Now
+	if f.clockOffsetFile != "" {
+		clockCtx, stopClock := context.WithCancel(context.Background())
+		defer stopClock()
+		oc, err := newOffsetClock(clockCtx, f.clockOffsetFile, log)
+		if err != nil {
+			return fmt.Errorf("--testing-clock-offset-file: %w", err)
+		}
+		log.Warn("TESTING: the wall clock follows an offset file", "file", f.clockOffsetFile)
+		wallClock = oc.Now
+	}
 	node, err := server.Start(ctx, server.Config{
 		DataDir:                  f.dataDir,
 		NodeID:                   f.nodeID,
@@ -222,6 +234,7 @@ func run(ctx context.Context, f flags) error {
 		PlacementMaxMoves:        f.maxMoves,
 		PlacementPinDuration:     f.pinDuration,
 		Logger:                   log,
+		WallClock:                wallClock,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -229,7 +242,15 @@ func run(ctx context.Context, f flags) error {
 		}
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-node.Failed():
+		// Fail-stop: a node that cannot write acknowledges nothing more;
+		// its supervisor restarts it, and it recovers what it made durable.
+		stop()
+		node.Stop()
+		return fmt.Errorf("node %d stopped: storage failed: %w (restart it once the cause, such as a full disk, is fixed)", node.ID(), node.Err())
+	}
 	stop() // a second signal ends the process at once
 	log.Info("shutting down", "node", node.ID())
 	drainBeforeStop(node, f.shutdownDrain)

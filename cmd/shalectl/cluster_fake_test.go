@@ -33,8 +33,10 @@ type fakeEntry struct {
 }
 
 type fakeShard struct {
-	desc   *shalev1.ShardDescriptor
-	leader uint64
+	desc     *shalev1.ShardDescriptor
+	leader   uint64
+	quiesced bool
+	stopped  string
 }
 
 type fakeCluster struct {
@@ -319,7 +321,7 @@ func (k *fakeKV) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev1.S
 
 func (a *fakeAdmin) shardStatus(s *fakeShard) *shalev1.ShardStatus {
 	st := &shalev1.ShardStatus{Descriptor_: s.desc, LeaderNodeId: s.leader, Term: 5, CommitIndex: 42, AppliedIndex: 41,
-		Revision: a.c.revision, SizeBytes: 3 << 20, ReportedBy: s.leader}
+		Revision: a.c.revision, SizeBytes: 3 << 20, ReportedBy: s.leader, Quiesced: s.quiesced, Stopped: s.stopped}
 	for _, r := range s.desc.GetReplicas() {
 		st.Replicas = append(st.Replicas, &shalev1.ReplicaStatus{NodeId: r.GetNodeId(), ReplicaId: r.GetReplicaId(),
 			MatchIndex: 42, Leader: r.GetNodeId() == s.leader})

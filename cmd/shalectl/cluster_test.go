@@ -212,6 +212,17 @@ func TestClusterAdmin(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s+1\s+1\s+voter\s+42\s+\*$`).MatchString(out) {
 		t.Errorf("replica row:\n%s", out)
 	}
+	if strings.Contains(out, "quiesced:") || strings.Contains(out, "stopped:") {
+		t.Errorf("a serving, ticking replica shows quiesced or stopped:\n%s", out)
+	}
+	fc.mu.Lock()
+	fc.shards[0].quiesced, fc.shards[0].stopped = true, "replication: shard 1 halted: boom"
+	fc.mu.Unlock()
+	contains(t, "shard info of a halted replica", ok(t, fc.args("shard", "info", "1")...),
+		"quiesced:", "yes (idle, not ticking)", "stopped:", "replication: shard 1 halted: boom")
+	fc.mu.Lock()
+	fc.shards[0].quiesced, fc.shards[0].stopped = false, ""
+	fc.mu.Unlock()
 	contains(t, "shard info missing", fails(t, fc.args("shard", "info", "9")...), "shard 9 not found")
 	contains(t, "shard info bad id", fails(t, fc.args("shard", "info", "x")...), "ID must be a positive integer")
 

@@ -449,6 +449,12 @@ func (f *adminFlags) writeShardInfo(w io.Writer, s *shalev1.ShardStatus) error {
 	fmt.Fprintf(tw, "revision:\t%d\n", s.GetRevision())
 	fmt.Fprintf(tw, "size:\t%s (%d bytes)\n", output.Bytes(s.GetSizeBytes()), s.GetSizeBytes())
 	fmt.Fprintf(tw, "reported by:\tnode %s\n", nodeOrDash(s.GetReportedBy()))
+	if s.GetQuiesced() {
+		fmt.Fprintf(tw, "quiesced:\tyes (idle, not ticking)\n")
+	}
+	if s.GetStopped() != "" {
+		fmt.Fprintf(tw, "stopped:\t%s\n", s.GetStopped())
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

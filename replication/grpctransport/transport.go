@@ -49,6 +49,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -65,6 +66,11 @@ const (
 	DefaultBackoffMax = 2 * time.Second
 	// DefaultReachableGrace is the default Options.ReachableGrace.
 	DefaultReachableGrace = time.Second
+	// DefaultKeepaliveTime and DefaultKeepaliveTimeout are the defaults of
+	// Options.KeepaliveTime and KeepaliveTimeout (10 s is the shortest
+	// interval gRPC allows).
+	DefaultKeepaliveTime    = 10 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
 	// DefaultMaxBatchBytes is the default Options.MaxBatchBytes.
 	DefaultMaxBatchBytes = 2 << 20
 	// DefaultInitialWindowSize is the default Options.InitialWindowSize.
@@ -122,6 +128,17 @@ type Options struct {
 	// between reconnect attempts to a peer. Defaults: DefaultBackoffInitial
 	// (50ms) and DefaultBackoffMax (2s).
 	BackoffInitial, BackoffMax time.Duration
+	// KeepaliveTime and KeepaliveTimeout detect a dead connection to a
+	// peer: after KeepaliveTime with nothing received on it, the transport
+	// pings the peer, and closes the connection (then reconnects, resolving
+	// the address again) when no answer comes within KeepaliveTimeout.
+	// Without them, a connection to an address that went silent (a peer
+	// restarted on a new address, a dropped route) takes no error and
+	// swallows the messages sent on it until TCP gives up, many minutes
+	// later. Defaults: DefaultKeepaliveTime (10s) and
+	// DefaultKeepaliveTimeout (5s); a negative KeepaliveTime turns pings
+	// off. The peers' gRPC servers must allow the pings (ServerOptions).
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// ReachableGrace is how long Reachable stays true after the last
 	// successful send once the stream is down. Default:
 	// DefaultReachableGrace (1s).
@@ -246,10 +263,20 @@ func New(opts Options) *Transport {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.KeepaliveTime == 0 {
+		opts.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second}),
 		grpc.WithInitialWindowSize(opts.InitialWindowSize),
 		grpc.WithInitialConnWindowSize(opts.InitialConnWindowSize),
+	}
+	if opts.KeepaliveTime > 0 {
+		dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout, PermitWithoutStream: true}))
 	}
 	if len(opts.DialOptions) == 0 {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -265,6 +292,16 @@ func New(opts Options) *Transport {
 		cancel:   cancel,
 		peers:    make(map[uint64]*peer),
 	}
+}
+
+// ServerOptions are the options a gRPC server serving Register needs: it
+// accepts the peers' keepalive pings (Options.KeepaliveTime), which gRPC's
+// default policy answers by closing the connection as abusive.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		MinTime:             DefaultKeepaliveTime / 2,
+		PermitWithoutStream: true,
+	})}
 }
 
 // enter registers a goroutine or call that Close must wait for; it returns

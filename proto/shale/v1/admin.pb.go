@@ -260,7 +260,14 @@ type ShardStatus struct {
 	SizeBytes    uint64                 `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	Replicas     []*ReplicaStatus       `protobuf:"bytes,8,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// reported_by is the node whose replica produced this status.
-	ReportedBy    uint64 `protobuf:"varint,9,opt,name=reported_by,json=reportedBy,proto3" json:"reported_by,omitempty"`
+	ReportedBy uint64 `protobuf:"varint,9,opt,name=reported_by,json=reportedBy,proto3" json:"reported_by,omitempty"`
+	// quiesced is true while the reporting replica's group is idle: its
+	// leader stopped heartbeating and the replica does not tick until a
+	// message, a request, or its leader's node going quiet wakes it.
+	Quiesced bool `protobuf:"varint,10,opt,name=quiesced,proto3" json:"quiesced,omitempty"`
+	// stopped says why the reporting replica no longer serves (halted by an
+	// error it cannot recover from, or removed); empty while it serves.
+	Stopped       string `protobuf:"bytes,11,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +363,20 @@ func (x *ShardStatus) GetReportedBy() uint64 {
 		return x.ReportedBy
 	}
 	return 0
+}
+
+func (x *ShardStatus) GetQuiesced() bool {
+	if x != nil {
+		return x.Quiesced
+	}
+	return false
+}
+
+func (x *ShardStatus) GetStopped() string {
+	if x != nil {
+		return x.Stopped
+	}
+	return ""
 }
 
 type ClusterStatusRequest struct {
@@ -3153,7 +3174,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\x12\x1f\n" +
 	"\vmatch_index\x18\x04 \x01(\x04R\n" +
 	"matchIndex\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xdb\x02\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x91\x03\n" +
 	"\vShardStatus\x129\n" +
 	"\n" +
 	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
@@ -3167,7 +3188,10 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"size_bytes\x18\a \x01(\x04R\tsizeBytes\x123\n" +
 	"\breplicas\x18\b \x03(\v2\x17.shale.v1.ReplicaStatusR\breplicas\x12\x1f\n" +
 	"\vreported_by\x18\t \x01(\x04R\n" +
-	"reportedBy\"\x16\n" +
+	"reportedBy\x12\x1a\n" +
+	"\bquiesced\x18\n" +
+	" \x01(\bR\bquiesced\x12\x18\n" +
+	"\astopped\x18\v \x01(\tR\astopped\"\x16\n" +
 	"\x14ClusterStatusRequest\"\x91\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
