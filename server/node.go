@@ -739,6 +739,14 @@ func (n *Node) peerAddrs() []string {
 	return out
 }
 
+// dialPeer returns a (lazily dialed) client connection to another node.
+// Keepalive pings find a connection gone silent (the peer moved to another
+// address) and replace it, as the Raft transport's are: without them,
+// every call on it would time out until TCP gave up, many minutes later.
+func dialPeer(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpctransport.KeepaliveDialOption())
+}
+
 // conn returns a (lazily dialed) client connection to a peer.
 func (n *Node) conn(addr string) *grpc.ClientConn {
 	n.mu.Lock()
@@ -746,7 +754,7 @@ func (n *Node) conn(addr string) *grpc.ClientConn {
 	if c, ok := n.conns[addr]; ok {
 		return c
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := dialPeer(addr)
 	if err != nil {
 		// NewClient only fails on a malformed target; calls on the nil-safe
 		// fallback fail with a clear error.
@@ -758,7 +766,7 @@ func (n *Node) conn(addr string) *grpc.ClientConn {
 
 // join asks a running cluster to admit this node.
 func (n *Node) join(ctx context.Context) (nodeMeta, error) {
-	c, err := grpc.NewClient(n.cfg.Join, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := dialPeer(n.cfg.Join)
 	if err != nil {
 		return nodeMeta{}, fmt.Errorf("server: join %s: %w", n.cfg.Join, err)
 	}

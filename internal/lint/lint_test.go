@@ -82,9 +82,16 @@ var importRules = []importRule{
 		},
 	},
 	{
-		name:  "replication depends only on storage and proto",
+		name:  "replication depends only on storage and proto (its tests may use the network faults)",
 		from:  []string{"replication/..."},
 		allow: []string{"replication/...", "storage/...", "proto/..."},
+		// internal/netfault imports nothing of ours.
+		testAllow: []string{"internal/netfault"},
+	},
+	{
+		name:  "internal/netfault imports nothing of ours",
+		from:  []string{"internal/netfault"},
+		allow: []string{"internal/netfault"},
 	},
 	{
 		name:  "placement depends only on replication, storage and proto",

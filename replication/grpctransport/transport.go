@@ -275,8 +275,7 @@ func New(opts Options) *Transport {
 		grpc.WithInitialConnWindowSize(opts.InitialConnWindowSize),
 	}
 	if opts.KeepaliveTime > 0 {
-		dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout, PermitWithoutStream: true}))
+		dialOpts = append(dialOpts, keepaliveDialOption(opts.KeepaliveTime, opts.KeepaliveTimeout))
 	}
 	if len(opts.DialOptions) == 0 {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -292,6 +291,20 @@ func New(opts Options) *Transport {
 		cancel:   cancel,
 		peers:    make(map[uint64]*peer),
 	}
+}
+
+// KeepaliveDialOption makes a client connection to a node ping it after
+// DefaultKeepaliveTime with nothing received, and close the connection
+// (to be redialed) when no answer comes within DefaultKeepaliveTimeout. A
+// node's other connections to its peers (administration, forwarding) use
+// it as the transport does: a connection to an address gone silent would
+// otherwise fail every call on it until TCP gives up, many minutes later.
+func KeepaliveDialOption() grpc.DialOption {
+	return keepaliveDialOption(DefaultKeepaliveTime, DefaultKeepaliveTimeout)
+}
+
+func keepaliveDialOption(t, timeout time.Duration) grpc.DialOption {
+	return grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t, Timeout: timeout, PermitWithoutStream: true})
 }
 
 // ServerOptions are the options a gRPC server serving Register needs: it

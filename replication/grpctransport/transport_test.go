@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/shale-db/shale/internal/netfault"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication/snapshot"
 	"github.com/shale-db/shale/storage"
@@ -814,88 +815,6 @@ func TestSnapshotDirOwnedByHandler(t *testing.T) {
 	_ = os.RemoveAll(kept)
 }
 
-// blackholeRelay forwards TCP connections to a backend until blackhole is
-// called: from then on the connections it has stay open but carry nothing
-// either way (what a peer's old address does once the peer moved: no
-// error, no answer), while new connections are forwarded as before.
-type blackholeRelay struct {
-	lis     net.Listener
-	backend string
-	mu      sync.Mutex
-	conns   []net.Conn
-	dead    map[net.Conn]bool
-	wg      sync.WaitGroup
-}
-
-func newBlackholeRelay(t *testing.T, backend string) *blackholeRelay {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &blackholeRelay{lis: lis, backend: backend, dead: map[net.Conn]bool{}}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for {
-			in, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", backend)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, in, out)
-			r.mu.Unlock()
-			r.wg.Add(2)
-			go r.pipe(out, in)
-			go r.pipe(in, out)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = lis.Close()
-		r.mu.Lock()
-		for _, c := range r.conns {
-			_ = c.Close()
-		}
-		r.mu.Unlock()
-		r.wg.Wait()
-	})
-	return r
-}
-
-func (r *blackholeRelay) pipe(dst, src net.Conn) {
-	defer r.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			_ = dst.Close()
-			return
-		}
-		r.mu.Lock()
-		dead := r.dead[src]
-		r.mu.Unlock()
-		if !dead {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				_ = src.Close()
-				return
-			}
-		}
-	}
-}
-
-// blackhole silences every connection made so far.
-func (r *blackholeRelay) blackhole() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		r.dead[c] = true
-	}
-}
-
 // TestSilentConnectionReplaced: a connection to a peer that goes silent
 // without an error is found dead by keepalive pings and replaced, so the
 // batches sent after it reach the peer within seconds rather than once TCP
@@ -904,14 +823,14 @@ func TestSilentConnectionReplaced(t *testing.T) {
 	c := newCluster(t)
 	n1 := c.start(1, "", Options{BackoffInitial: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
 	n2 := c.start(2, "", Options{})
-	relay := newBlackholeRelay(t, n2.lis.Addr().String())
+	relay := netfault.NewRelay(t, n2.lis.Addr().String())
 	c.mu.Lock()
-	c.addrs[2] = relay.lis.Addr().String()
+	c.addrs[2] = relay.Addr()
 	c.mu.Unlock()
 	n1.tr.Send(batch(2, "before"))
 	waitFor(t, "first message", 5*time.Second, func() bool { return len(n2.h.messages(1)) == 1 })
 
-	relay.blackhole()
+	relay.Silence()
 	start := time.Now()
 	deadline := start.Add(DefaultKeepaliveTime + DefaultKeepaliveTimeout + 10*time.Second)
 	for i := 0; ; i++ {
