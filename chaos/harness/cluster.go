@@ -197,6 +197,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, error) {
 	n := &Node{ID: id, Host: host, Name: fmt.Sprintf("%s-%s", c.opts.Name, host), volume: fmt.Sprintf("%s-%s-data", c.opts.Name, host)}
 	args := append([]string{fmt.Sprintf("--advertise=%s:%d", host, Port)}, c.baseArgs...)
+	if id == 0 {
+		// A joining node asks a node still in the cluster: n1, in every
+		// node's settings, may have been removed (the last --join wins).
+		if ids := c.NodeIDs(); len(ids) > 0 {
+			args = append(args, fmt.Sprintf("--join=%s:%d", c.hostOf(ids[0]), Port))
+		}
+	}
 	env := map[string]string{
 		// Peer traffic goes through the link proxy (gRPC honours
 		// HTTPS_PROXY for plaintext connections too; loopback is exempt).

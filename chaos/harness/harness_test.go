@@ -56,22 +56,7 @@ func TestClusterUnderFaults(t *testing.T) {
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	c, err := Start(ctx, Options{Args: []string{"--initial-splits=k10"}, LogDir: os.Getenv("SHALE_CHAOS_LOGS")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := c.opts.Name
-	closed := false
-	defer func() {
-		if !closed {
-			_ = c.Close(context.Background())
-		}
-	}()
-	cl, err := c.Client(ctx, client.WithDefaultTimeout(20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, cl, closeAndCheck := startForTest(t, ctx, Options{})
 	const keys = 20
 	putAll(t, ctx, cl, keys, "a-")
 	getAll(t, ctx, cl, keys, "a-")
@@ -155,11 +140,40 @@ func TestClusterUnderFaults(t *testing.T) {
 		t.Fatalf("no proxied connection between nodes 1 and 4: %v", c.LinkConnections())
 	}
 
-	closed = true
-	if err := c.Close(ctx); err != nil {
+	closeAndCheck(ctx)
+}
+
+// startForTest starts a 3-node cluster with user shards split at k10, and
+// a client of it. closeAndCheck closes the cluster and fails the test if
+// it left a container or volume behind; the cluster is closed at the end
+// of the test if the test did not get that far.
+func startForTest(t *testing.T, ctx context.Context, opts Options) (c *Cluster, cl *client.Client, closeAndCheck func(context.Context)) {
+	t.Helper()
+	opts.Args = append(opts.Args, "--initial-splits=k10")
+	opts.LogDir = os.Getenv("SHALE_CHAOS_LOGS")
+	c, err := Start(ctx, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
-	checkRemoved(t, ctx, name)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = c.Close(context.Background())
+		}
+	})
+	cl, err = c.Client(ctx, client.WithDefaultTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return c, cl, func(ctx context.Context) {
+		t.Helper()
+		closed = true
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkRemoved(t, ctx, c.opts.Name)
+	}
 }
 
 // checkRemoved fails the test if a container or volume of the cluster
@@ -201,23 +215,7 @@ func TestSmallDiskAndClockOffset(t *testing.T) {
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	const disk = 256 << 20
-	c, err := Start(ctx, Options{Args: []string{"--initial-splits=k10"}, DiskBytes: disk, LogDir: os.Getenv("SHALE_CHAOS_LOGS")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := c.opts.Name
-	closed := false
-	defer func() {
-		if !closed {
-			_ = c.Close(context.Background())
-		}
-	}()
-	cl, err := c.Client(ctx, client.WithDefaultTimeout(20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, cl, closeAndCheck := startForTest(t, ctx, Options{DiskBytes: 256 << 20})
 	const keys = 20
 	putAll(t, ctx, cl, keys, "a-")
 
@@ -300,11 +298,7 @@ func TestSmallDiskAndClockOffset(t *testing.T) {
 	}
 	getAll(t, ctx, cl, keys, "d-")
 
-	closed = true
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkRemoved(t, ctx, name)
+	closeAndCheck(ctx)
 }
 
 // ownClusterStatus asks node id itself for the cluster's status.
