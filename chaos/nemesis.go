@@ -48,7 +48,7 @@ var nemeses = []nemesisKind{
 }
 
 // notInSmoke are the kinds the smoke run in make test leaves out while an
-// open bug they trigger is being chased (chaos/README.md, bugs 9 and 10);
+// open bug they trigger is being chased (chaos/README.md, bug 9);
 // make chaos runs them.
 var notInSmoke = []string{"disk-full"}
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -846,5 +847,30 @@ func TestSilentConnectionReplaced(t *testing.T) {
 	t.Logf("a batch arrived %v after the connection went silent", time.Since(start).Round(time.Second))
 	if s := n1.tr.Stats(); s.Reconnects < 1 {
 		t.Fatalf("no reconnect counted: %+v", s)
+	}
+}
+
+// TestOversizedBatchSplit: a batch far larger than the receiver's message
+// limit (gRPC's default 4 MiB here) is sent as several batches under
+// MaxBatchBytes, and every message arrives, in order. Before, it went as
+// one message that the receiver refused on every retry (chaos/README bug
+// 10: a node catching up was sent 20-78 MB batches).
+func TestOversizedBatchSplit(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.start(1, "", Options{MaxBatchBytes: 2 << 20})
+	n2 := c.start(2, "", Options{})
+	b := &shalev1.RaftMessageBatch{ToNodeId: 2, QuiescedShards: []uint64{9}}
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = fmt.Sprintf("m%02d-%s", i, strings.Repeat("x", 1<<20))
+		b.Messages = append(b.Messages, env(1, want[i]))
+	}
+	n1.tr.Send(b)
+	waitFor(t, "every message of the 20 MiB batch", 20*time.Second, func() bool { return len(n2.h.messages(1)) == len(want) })
+	if got := n2.h.messages(1); !slices.Equal(got, want) {
+		t.Fatalf("messages arrived out of order or changed")
+	}
+	if n := n2.h.numBatches(); n < 10 {
+		t.Fatalf("%d batches received for 20 MiB under a 2 MiB cap", n)
 	}
 }
