@@ -996,3 +996,38 @@ func TestMisdirectedBatchDropped(t *testing.T) {
 	c.propose(1, "b", "2")
 	c.converged(1, 1, 2, 3)
 }
+
+// TestMessageForAnotherNodesReplicaKeepsOurs: a batch addressed to this
+// node that carries a message for a replica this node's descriptor places
+// on another node (a sender's wrong mapping) is dropped; it must not be
+// taken for a newer replica of this node's and destroy the valid one
+// (chaos/README bug 9, seed 569252423).
+func TestMessageForAnotherNodesReplicaKeepsOurs(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	c.converged(1, 1, 2, 3)
+	n1 := c.get(1)
+	before := n1.store.Replica(1)
+	// Replica 3 lives on node 3; node 1 holds replica 1.
+	other := uint64(3)
+	if before.ReplicaID() >= other {
+		t.Fatalf("node 1 holds replica %d; the test needs a higher replica ID on another node", before.ReplicaID())
+	}
+	hb, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(other), Term: proto.Uint64(1000), Commit: proto.Uint64(500)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.store.HandleRaftBatch(&shalev1.RaftMessageBatch{ClusterId: "test", FromNodeId: 2, ToNodeId: 1,
+		Messages: []*shalev1.RaftEnvelope{{ShardId: 1, Message: hb}}})
+	time.Sleep(300 * time.Millisecond)
+	after := n1.store.Replica(1)
+	if after != before || after.Status().Stopped != "" {
+		t.Fatalf("a heartbeat for node 3's replica %d replaced or stopped node 1's replica %d", other, before.ReplicaID())
+	}
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+}

@@ -867,6 +867,18 @@ func (s *Store) replaceStale(r *Replica, m *raftpb.Message, newIDs *storage.Batc
 	default:
 		return nil
 	}
+	// A replica this one's own descriptor places on another node is not
+	// ours, whatever the sender thinks: a sender's wrong mapping must not
+	// destroy a valid replica (chaos/README bug 9). A replica removed while
+	// this node was away never saw its successor, so the successor is
+	// unknown to its descriptor.
+	for _, rd := range r.sm.AppliedState().Descriptor.GetReplicas() {
+		if rd.GetReplicaId() == m.GetTo() && rd.GetNodeId() != s.cfg.NodeID {
+			s.cfg.Logger.Warn("dropping a raft message for another node's replica", "shard", r.shardID,
+				"replica", m.GetTo(), "its_node", rd.GetNodeId(), "from_replica", m.GetFrom())
+			return nil
+		}
+	}
 	s.cfg.Logger.Info("replacing a removed replica with the shard's newer one on this node",
 		"shard", r.shardID, "stale_replica", r.replicaID, "replica", m.GetTo())
 	s.removeReplica(r)
