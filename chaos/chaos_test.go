@@ -70,7 +70,7 @@ func TestChaos(t *testing.T) {
 	args := append([]string{splits}, strings.Fields(*chaosArgs)...)
 	opts := harness.Options{Nodes: *chaosNodes, Args: args, Logger: log}
 	if slices.Contains(SelectNemeses(*chaosNemeses, *chaosNodes), "disk-full") {
-		// Disks small enough to fill in a second or two (tmpfs, so at
+		// Disks small enough to fill with one copy (tmpfs, so at
 		// most this much memory per node, and only while full).
 		opts.DiskBytes = *chaosDisk
 	}

@@ -968,35 +968,6 @@ func TestStaleReplicaReplacedByNewer(t *testing.T) {
 	c.converged(1, members...)
 }
 
-// TestMisdirectedBatchDropped: a batch meant for another node (its sender
-// dialed an address that now belongs to this node) is dropped, so a message
-// for a newer replica ID in it cannot make this node replace its replica.
-// (Found by the chaos suite: container addresses are reused across
-// restarts; chaos/README.md bug 5.)
-func TestMisdirectedBatchDropped(t *testing.T) {
-	c := newTestCluster(t, nil)
-	for id := uint64(1); id <= 3; id++ {
-		c.startNode(id)
-	}
-	c.bootstrap(1, 1, 2, 3)
-	c.propose(1, "a", "1")
-	c.converged(1, 1, 2, 3)
-	n1 := c.get(1)
-	before := n1.store.Replica(1)
-	hb, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(before.ReplicaID() + 5), Term: proto.Uint64(1000)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n1.store.HandleRaftBatch(&shalev1.RaftMessageBatch{ClusterId: "test", FromNodeId: 2, ToNodeId: 3,
-		Messages: []*shalev1.RaftEnvelope{{ShardId: 1, Message: hb}}})
-	time.Sleep(300 * time.Millisecond)
-	if after := n1.store.Replica(1); after != before || after.ReplicaID() != before.ReplicaID() {
-		t.Fatalf("a batch meant for node 3 replaced node 1's replica %d", before.ReplicaID())
-	}
-	c.propose(1, "b", "2")
-	c.converged(1, 1, 2, 3)
-}
-
 // TestMessageForAnotherNodesReplicaKeepsOurs: a batch addressed to this
 // node that carries a message for a replica this node's descriptor places
 // on another node (a sender's wrong mapping) is dropped; it must not be

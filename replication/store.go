@@ -463,13 +463,6 @@ func (s *Store) queueWork(r *Replica) {
 
 // HandleRaftBatch implements Handler: the batch is queued for the loop.
 func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
-	if to := b.GetToNodeId(); to != s.cfg.NodeID {
-		// Misdirected: the sender dialed this node for another (an address
-		// reused by another node, a stale DNS answer). Delivering it could
-		// make a replica here take another node's messages as its own.
-		s.cfg.Logger.Warn("dropping raft messages meant for another node", "to_node", to, "from_node", b.GetFromNodeId())
-		return
-	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -493,10 +486,6 @@ func (s *Store) HandleSnapshot(ctx context.Context, header *shalev1.SnapshotHead
 	if err := proto.Unmarshal(header.GetRaftMessage(), msg); err != nil {
 		_ = os.RemoveAll(dir)
 		return fmt.Errorf("replication: snapshot for shard %d: bad raft message: %w", header.GetShardId(), err)
-	}
-	if to := header.GetToNodeId(); to != s.cfg.NodeID {
-		_ = os.RemoveAll(dir)
-		return fmt.Errorf("replication: snapshot for shard %d is meant for node %d, not this node %d", header.GetShardId(), to, s.cfg.NodeID)
 	}
 	if msg.GetType() != raftpb.MsgSnap || msg.GetSnapshot().GetMetadata().GetIndex() == 0 {
 		_ = os.RemoveAll(dir)

@@ -24,6 +24,11 @@ type Transport interface {
 }
 
 // Handler receives what a Transport delivers. A Store is a Handler.
+//
+// A Transport delivers only batches and snapshots addressed to this node
+// (to_node_id) in this cluster: it refuses the others, so that a sender
+// that reached the wrong node (an address another node had before) finds
+// out and dials again (grpctransport ends the stream).
 type Handler interface {
 	// HandleRaftBatch delivers a batch of Raft messages; it must not block
 	// for long (the Store queues the messages for its Raft loop).

@@ -87,30 +87,39 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// copyFiles writes files (name → size, zero-filled) into dir of node n's
+// copyFiles writes files of zeros (name → size) into dir of node n's
+// container; copyFile writes one file with the given content.
+func (c *Cluster) copyFiles(ctx context.Context, n *Node, dir string, files map[string]int64) error {
+	return c.copyTar(ctx, n, dir, func(tw *tar.Writer) error {
+		for name, size := range files {
+			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: time.Now()}); err != nil {
+				return err
+			}
+			if _, err := io.CopyN(tw, zeros{}, size); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (c *Cluster) copyFile(ctx context.Context, n *Node, dir, name, content string) error {
+	return c.copyTar(ctx, n, dir, func(tw *tar.Writer) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), ModTime: time.Now()}); err != nil {
+			return err
+		}
+		_, err := io.WriteString(tw, content)
+		return err
+	})
+}
+
+// copyTar streams the tar archive write produces into dir of node n's
 // container, as root, through the Docker API (the image has no shell).
-func (c *Cluster) copyFiles(ctx context.Context, n *Node, dir string, files map[string]int64, content string) error {
+func (c *Cluster) copyTar(ctx context.Context, n *Node, dir string, write func(*tar.Writer) error) error {
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
-		var err error
-		for name, size := range files {
-			hdr := &tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: time.Now()}
-			if content != "" {
-				hdr.Size = int64(len(content))
-			}
-			if err = tw.WriteHeader(hdr); err != nil {
-				break
-			}
-			if content != "" {
-				_, err = io.WriteString(tw, content)
-			} else {
-				_, err = io.CopyN(tw, zeros{}, size)
-			}
-			if err != nil {
-				break
-			}
-		}
+		err := write(tw)
 		if err == nil {
 			err = tw.Close()
 		}
@@ -134,7 +143,7 @@ func (c *Cluster) FillDisk(ctx context.Context, id uint64) error {
 	}
 	for chunk := c.opts.DiskBytes; chunk >= 4<<10; {
 		name := fmt.Sprintf("ballast-%04d", n.ballast)
-		err := c.copyFiles(ctx, n, dataDir, map[string]int64{name: chunk}, "")
+		err := c.copyFiles(ctx, n, dataDir, map[string]int64{name: chunk})
 		n.ballast++
 		if err == nil {
 			continue
@@ -165,7 +174,7 @@ func (c *Cluster) FreeDisk(ctx context.Context, id uint64) error {
 	}
 	// Overwriting a file with an empty one frees its space (the image has
 	// no rm to delete it with).
-	if err := c.copyFiles(ctx, n, dataDir, files, ""); err != nil {
+	if err := c.copyFiles(ctx, n, dataDir, files); err != nil {
 		return fmt.Errorf("harness: free the disk of node %d: %w", id, err)
 	}
 	return nil
@@ -178,7 +187,7 @@ func (c *Cluster) SetClockOffset(ctx context.Context, id uint64, d time.Duration
 	if n == nil {
 		return fmt.Errorf("harness: no node %d", id)
 	}
-	if err := c.copyFiles(ctx, n, "/", map[string]int64{strings.TrimPrefix(clockOffsetFile, "/"): 0}, d.String()); err != nil {
+	if err := c.copyFile(ctx, n, "/", strings.TrimPrefix(clockOffsetFile, "/"), d.String()); err != nil {
 		return fmt.Errorf("harness: set the clock offset of node %d: %w", id, err)
 	}
 	return nil

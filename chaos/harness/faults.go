@@ -40,14 +40,26 @@ func (c *Cluster) ExitCode(ctx context.Context, id uint64) (int, error) {
 	if n == nil {
 		return 0, fmt.Errorf("harness: no node %d", id)
 	}
-	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+	running, code, err := c.state(ctx, n)
 	if err != nil {
-		return 0, fmt.Errorf("harness: inspect node %d: %w", id, err)
+		return 0, err
 	}
-	if ins.Container.State == nil || ins.Container.State.Running {
+	if running {
 		return 0, fmt.Errorf("harness: node %d is running", id)
 	}
-	return ins.Container.State.ExitCode, nil
+	return code, nil
+}
+
+// state reports whether node n's container runs and, if not, its exit code.
+func (c *Cluster) state(ctx context.Context, n *Node) (running bool, exitCode int, err error) {
+	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+	if err != nil {
+		return false, 0, fmt.Errorf("harness: inspect node %d: %w", n.ID, err)
+	}
+	if st := ins.Container.State; st != nil {
+		return st.Running, st.ExitCode, nil
+	}
+	return false, 0, nil
 }
 
 // Running reports whether node id's container is running (false once its
@@ -57,20 +69,17 @@ func (c *Cluster) Running(ctx context.Context, id uint64) (bool, error) {
 	if n == nil {
 		return false, fmt.Errorf("harness: no node %d", id)
 	}
-	ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
-	if err != nil {
-		return false, fmt.Errorf("harness: inspect node %d: %w", id, err)
-	}
-	return ins.Container.State != nil && ins.Container.State.Running, nil
+	running, _, err := c.state(ctx, n)
+	return running, err
 }
 
 func (c *Cluster) waitExited(ctx context.Context, n *Node) error {
 	for {
-		ins, err := c.docker.ContainerInspect(ctx, n.container.GetContainerID(), mobyclient.ContainerInspectOptions{})
+		running, _, err := c.state(ctx, n)
 		if err != nil {
-			return fmt.Errorf("harness: inspect node %d: %w", n.ID, err)
+			return err
 		}
-		if ins.Container.State != nil && !ins.Container.State.Running {
+		if !running {
 			return nil
 		}
 		select {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,9 +19,6 @@ type offsetClock struct {
 	path   string
 	log    *slog.Logger
 	offset atomic.Int64 // nanoseconds
-
-	mu   sync.Mutex // serialises reload
-	last string     // the file's last content, trimmed
 }
 
 // clockOffsetPoll is how often the offset file is read again.
@@ -64,8 +60,6 @@ func (c *offsetClock) Now() time.Time {
 // reload reads the offset file: a Go duration such as "2m", "-750ms" or
 // "+1h"; empty or missing means no offset.
 func (c *offsetClock) reload() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	b, err := os.ReadFile(c.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		b, err = nil, nil
@@ -74,16 +68,12 @@ func (c *offsetClock) reload() error {
 		return fmt.Errorf("read %s: %w", c.path, err)
 	}
 	s := strings.TrimSpace(string(b))
-	if s == c.last {
-		return nil
-	}
 	var d time.Duration
 	if s != "" {
 		if d, err = time.ParseDuration(strings.TrimPrefix(s, "+")); err != nil {
 			return fmt.Errorf("%s: %q is not a duration such as 2m or -750ms: %w", c.path, s, err)
 		}
 	}
-	c.last = s
 	if prev := time.Duration(c.offset.Swap(int64(d))); prev != d {
 		c.log.Warn("TESTING: wall clock offset changed", "offset", d, "previous", prev, "file", c.path)
 	}

@@ -172,10 +172,19 @@ func (p *peer) stream(s shalev1.Raft_SendMessagesClient) error {
 	}
 }
 
+// envelopeOverhead bounds the bytes a message adds to a batch beyond its
+// own size (field tag and length).
+const envelopeOverhead = 16
+
 // coalesce merges first with every batch already queued, in order, while the
 // result stays under MaxBatchBytes; a batch that would overflow it is kept
-// in p.pending for the next send. It returns the merged batch, stamped with
-// this node's cluster and node IDs, and how many queued batches it holds.
+// in p.pending for the next send. A first batch over MaxBatchBytes is cut
+// instead: the messages that fit go now, the rest (with the quiesced
+// shards, which come after every message) waits in p.pending, so that the
+// receiver's message size limit never refuses a batch (a Raft cycle can
+// hold many large appends for a node catching up). A single message over
+// the limit goes alone. It returns the batch to send, stamped with this
+// node's cluster and node IDs, and how many queued batches it holds.
 //
 // Quiesced shards: a later batch's messages for a shard cancel an earlier
 // batch's quiescence of it (the message would have woken the follower), so
@@ -191,6 +200,23 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		QuiescedShards: first.QuiescedShards,
 	}
 	n := 1
+	size := proto.Size(first)
+	if size > t.opts.MaxBatchBytes && len(first.Messages) > 1 {
+		k, part := 0, 0
+		for k < len(first.Messages) {
+			ms := proto.Size(first.Messages[k]) + envelopeOverhead
+			if k > 0 && part+ms > t.opts.MaxBatchBytes {
+				break
+			}
+			part += ms
+			k++
+		}
+		if k < len(first.Messages) {
+			out.Messages, out.QuiescedShards = first.Messages[:k], nil
+			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards}
+			return out, n
+		}
+	}
 	if len(p.queue) == 0 {
 		return out, n
 	}
@@ -208,7 +234,6 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		}
 	}
 	addQuiesced(first.QuiescedShards)
-	size := proto.Size(first)
 	for size < t.opts.MaxBatchBytes {
 		var b *shalev1.RaftMessageBatch
 		select {

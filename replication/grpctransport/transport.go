@@ -50,7 +50,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -358,43 +357,11 @@ func (t *Transport) Send(b *shalev1.RaftMessageBatch) {
 		go p.run()
 	}
 	t.mu.Unlock()
-	for _, part := range t.split(b) {
-		select {
-		case p.queue <- part:
-		default:
-			t.drop(part)
-		}
+	select {
+	case p.queue <- b:
+	default:
+		t.drop(b)
 	}
-}
-
-// envelopeOverhead bounds the bytes a message adds to a batch beyond its
-// own size (field tag and length).
-const envelopeOverhead = 16
-
-// split cuts a batch larger than MaxBatchBytes into batches under it, in
-// order, so that the receiver's message size limit never refuses one (a
-// Raft cycle can hold many large appends for a node catching up). The
-// quiesced shards go with the last part, after every message. A single
-// message larger than the limit is sent alone.
-func (t *Transport) split(b *shalev1.RaftMessageBatch) []*shalev1.RaftMessageBatch {
-	if len(b.Messages) <= 1 || proto.Size(b) <= t.opts.MaxBatchBytes {
-		return []*shalev1.RaftMessageBatch{b}
-	}
-	var parts []*shalev1.RaftMessageBatch
-	cur := &shalev1.RaftMessageBatch{ClusterId: b.ClusterId, FromNodeId: b.FromNodeId, ToNodeId: b.ToNodeId}
-	size := 0
-	for _, m := range b.Messages {
-		ms := proto.Size(m) + envelopeOverhead
-		if len(cur.Messages) > 0 && size+ms > t.opts.MaxBatchBytes {
-			parts = append(parts, cur)
-			cur = &shalev1.RaftMessageBatch{ClusterId: b.ClusterId, FromNodeId: b.FromNodeId, ToNodeId: b.ToNodeId}
-			size = 0
-		}
-		cur.Messages = append(cur.Messages, m)
-		size += ms
-	}
-	cur.QuiescedShards = b.QuiescedShards
-	return append(parts, cur)
 }
 
 func (t *Transport) drop(b *shalev1.RaftMessageBatch) {
