@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -59,6 +60,19 @@ func TestChaos(t *testing.T) {
 	replay := fmt.Sprintf("cd chaos && go test -run TestChaos -timeout 0 -chaos.seed=%d -chaos.duration=%v -chaos.nodes=%d -chaos.nemeses=%s",
 		seed, *chaosDuration, *chaosNodes, *chaosNemeses)
 	t.Logf("seed %d (replay: %s)", seed, replay)
+	// go test shows a test's log only when it ends: the seed goes to
+	// stderr at once, and a run stuck long after its schedule ended dumps
+	// every goroutine and exits, instead of being killed by go test's
+	// timeout, which may cut the dump short.
+	fmt.Fprintf(os.Stderr, "chaos: TestChaos seed %d (replay: %s)\n", seed, replay)
+	const stuckAfter = 15 * time.Minute
+	watchdog := time.AfterFunc(*chaosDuration+stuckAfter, func() {
+		buf := make([]byte, 64<<20)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "chaos: TestChaos (seed %d) still running %s after its schedule ended; every goroutine:\n%s\n", seed, stuckAfter, buf[:n])
+		os.Exit(2)
+	})
+	defer watchdog.Stop()
 	out := *chaosOut
 	if out == "" {
 		out = filepath.Join(os.TempDir(), fmt.Sprintf("shale-chaos-%d-%d", seed, time.Now().Unix()))

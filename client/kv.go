@@ -139,10 +139,11 @@ type PutOption interface{ applyPut(*putOptions) }
 // DeleteOption configures Delete (and OpDelete and Batch.Delete).
 type DeleteOption interface{ applyDelete(*deleteOptions) }
 
-// PrevKVOption is both a PutOption and a DeleteOption.
+// PrevKVOption is a PutOption, a DeleteOption and a WatchOption.
 type PrevKVOption interface {
 	PutOption
 	DeleteOption
+	WatchOption
 }
 
 type putOptions struct {
@@ -165,9 +166,11 @@ type prevKVOption struct{}
 
 func (prevKVOption) applyPut(o *putOptions)       { o.prevKV = true }
 func (prevKVOption) applyDelete(o *deleteOptions) { o.prevKV = true }
+func (prevKVOption) applyWatch(o *watchOptions)   { o.prevKV = true }
 
 // WithPrevKV asks a Put or Delete to return the key's previous value (in
-// PutResult.PrevKV or DeleteResult.PrevKV, nil when the key was absent).
+// PutResult.PrevKV or DeleteResult.PrevKV, nil when the key was absent),
+// and a Watch to deliver every event's previous value (Event.PrevKV).
 func WithPrevKV() PrevKVOption { return prevKVOption{} }
 
 // ttlMillis converts a TTL to the wire's milliseconds, rounding up.

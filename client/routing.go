@@ -124,6 +124,13 @@ func (r *routing) locate(t target) (*shardRoute, int64) {
 	return r.shards[i], r.gen
 }
 
+// shard returns the cached shard with an ID, nil if none.
+func (r *routing) shard(id uint64) *shardRoute {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byID[id]
+}
+
 // addr returns the address of a node, "" if unknown.
 func (r *routing) addr(node uint64) string {
 	r.mu.RLock()

@@ -33,13 +33,16 @@ type Replica struct {
 
 	inflight atomic.Int64
 
-	mu      sync.Mutex
-	props   []*proposal
-	reads   []*readWaiter
-	ops     []loopOp
-	nodes   map[uint64]uint64 // replica ID → node ID
-	status  Status
-	stopErr error
+	mu    sync.Mutex
+	props []*proposal
+	reads []*readWaiter
+	ops   []loopOp
+	nodes map[uint64]uint64 // replica ID → node ID
+	// conflicts are the (replica, node) claims noteNode refused and
+	// logged, each logged once.
+	conflicts map[[2]uint64]bool
+	status    Status
+	stopErr   error
 
 	// Loop-only state.
 	waiters        map[uint64]*proposal
@@ -780,30 +783,64 @@ func (s *Store) batchFor(out map[uint64]*shalev1.RaftMessageBatch, node uint64) 
 	return b
 }
 
-// noteNode records which node a replica lives on (learned from traffic).
-func (r *Replica) noteNode(replicaID, nodeID uint64) {
+// noteNode records which node a replica lives on, learned from traffic or a
+// configuration change not yet applied, for a replica whose node is not
+// known yet. A replica never moves (a replica ID is never reused), so a
+// known mapping is kept: a message claiming otherwise is logged, never
+// believed, and only the descriptor (updateNodes) can correct a mapping.
+func (r *Replica) noteNode(replicaID, nodeID uint64, source string) {
 	if replicaID == 0 || nodeID == 0 {
 		return
 	}
 	r.mu.Lock()
-	r.nodes[replicaID] = nodeID
+	old := r.nodes[replicaID]
+	report := false
+	if old == 0 {
+		r.nodes[replicaID] = nodeID
+	} else if claim := [2]uint64{replicaID, nodeID}; old != nodeID && !r.conflicts[claim] {
+		if r.conflicts == nil {
+			r.conflicts = make(map[[2]uint64]bool)
+		}
+		r.conflicts[claim] = true
+		report = true
+	}
 	r.mu.Unlock()
+	if report {
+		r.store.cfg.Logger.Warn("ignoring a conflicting node for a replica", "shard", r.shardID,
+			"replica", replicaID, "known_node", old, "claimed_node", nodeID, "source", source)
+	}
 }
 
+// updateNodes records the nodes of the descriptor's replicas: the applied
+// descriptor is the authority on where each replica lives.
 func (r *Replica) updateNodes(desc *shalev1.ShardDescriptor) {
 	if desc == nil {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, rd := range desc.GetReplicas() {
-		r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+		id, node := rd.GetReplicaId(), rd.GetNodeId()
+		if node == 0 {
+			continue
+		}
+		if old := r.nodes[id]; old != 0 && old != node {
+			r.store.cfg.Logger.Warn("the descriptor corrects a replica's node", "shard", r.shardID,
+				"replica", id, "was", old, "now", node, "epoch", desc.GetEpoch())
+		}
+		r.nodes[id] = node
 	}
-	r.mu.Unlock()
 }
 
 // sendMessages routes Raft messages to their nodes' batches; snapshots go
-// out of band.
+// out of band. A halted or removed replica sends nothing: a replica halted
+// while applying, before its cycle's log write, skips that write, and its
+// messages of the cycle acknowledge entries it never wrote (chaos/README
+// bug 11).
 func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.RaftMessageBatch) {
+	if r.dead() {
+		return
+	}
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MsgSnap {
 			r.startSnapshotSend(m)
@@ -1019,7 +1056,7 @@ func (r *Replica) applyCommitted(ents []*raftpb.Entry) error {
 				}
 				acc.Context = &cctx
 				for _, rd := range cctx.GetReplicas() {
-					r.noteNode(rd.GetReplicaId(), rd.GetNodeId())
+					r.noteNode(rd.GetReplicaId(), rd.GetNodeId(), "conf change context")
 				}
 			}
 			acc.ConfState = r.rn.ApplyConfChange(cc)

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/replication/raftlog"
 	"github.com/shale-db/shale/storage"
 )
@@ -81,6 +82,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, records Raft metrics.
 	Metrics *Metrics
+	// Clock, when set, is the node's hybrid logical clock: every batch
+	// sent carries its reading, and every batch received moves it past the
+	// sender's (a reading beyond the clock's maximum offset is refused and
+	// logged; the batch is delivered all the same).
+	Clock *hlc.Clock
 }
 
 func (c *Config) applyDefaults() {
@@ -129,6 +135,9 @@ type Store struct {
 	// refuseUntil (unix nanoseconds) drops leadership transfers to local
 	// replicas until then (RefuseLeadershipTransfersUntil).
 	refuseUntil atomic.Int64
+	// clockWarned maps a peer node ID to the time (*atomic.Int64, unix
+	// nanoseconds) its clock was last reported too far ahead.
+	clockWarned sync.Map
 
 	mu       sync.Mutex
 	replicas map[uint64]*Replica
@@ -463,6 +472,7 @@ func (s *Store) queueWork(r *Replica) {
 
 // HandleRaftBatch implements Handler: the batch is queued for the loop.
 func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
+	s.observeClock(b.GetFromNodeId(), b.GetHlc())
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -743,6 +753,12 @@ func (s *Store) cycle(tick bool) error {
 	}
 	s.appendQuiesceNotices(out)
 	s.heartbeatNodes(out)
+	if s.cfg.Clock != nil && len(out) > 0 {
+		now := HLCToProto(s.cfg.Clock.Now())
+		for _, b := range out {
+			b.Hlc = now
+		}
+	}
 	for _, b := range out {
 		s.cfg.Transport.Send(b)
 	}
@@ -817,7 +833,7 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 			s.cfg.Logger.Debug("refusing a leadership transfer", "shard", r.shardID, "from_node", from)
 			continue
 		}
-		r.noteNode(m.GetFrom(), from)
+		r.noteNode(m.GetFrom(), from, "raft message")
 		r.unquiesce()
 		s.active[r] = struct{}{}
 		if err := r.stepPeer(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
@@ -916,7 +932,7 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 		in.done <- fmt.Errorf("replication: shard %d: no replica %d here for the snapshot", shardID, in.msg.GetTo())
 		return
 	}
-	r.noteNode(in.msg.GetFrom(), in.header.GetFromNodeId())
+	r.noteNode(in.msg.GetFrom(), in.header.GetFromNodeId(), "snapshot")
 	r.unquiesce()
 	r.pendingSnap = in
 	s.active[r] = struct{}{}
@@ -1044,4 +1060,31 @@ func (s *Store) removeReplica(r *Replica) {
 	if s.cfg.ReplicaRemoved != nil {
 		s.cfg.ReplicaRemoved(r.shardID)
 	}
+}
+
+// observeClock moves the node's clock past a peer's reading. A reading too
+// far ahead (the peer's wall clock is off) is refused, and logged at most
+// once a minute per peer.
+func (s *Store) observeClock(from uint64, ts *shalev1.HlcTimestamp) {
+	if s.cfg.Clock == nil || ts == nil {
+		return
+	}
+	if _, err := s.cfg.Clock.Update(HLCFromProto(ts)); err != nil {
+		now := time.Now().UnixNano()
+		v, _ := s.clockWarned.LoadOrStore(from, new(atomic.Int64))
+		last := v.(*atomic.Int64)
+		if prev := last.Load(); now-prev >= int64(time.Minute) && last.CompareAndSwap(prev, now) {
+			s.cfg.Logger.Warn("a peer's clock is too far ahead; not following it", "node", from, "err", err)
+		}
+	}
+}
+
+// HLCFromProto converts a wire timestamp.
+func HLCFromProto(ts *shalev1.HlcTimestamp) hlc.Timestamp {
+	return hlc.Timestamp{WallNanos: ts.GetWallNanos(), Logical: ts.GetLogical()}
+}
+
+// HLCToProto converts a timestamp for the wire.
+func HLCToProto(ts hlc.Timestamp) *shalev1.HlcTimestamp {
+	return &shalev1.HlcTimestamp{WallNanos: ts.WallNanos, Logical: ts.Logical}
 }

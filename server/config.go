@@ -124,11 +124,32 @@ type Config struct {
 	// history). Timeouts, leases and liveness use the monotonic clock and
 	// do not read it. Tests shift it to model a node whose clock is off.
 	WallClock func() time.Time
+	// MaxClockOffset is how far ahead of this node's wall clock a peer's
+	// hybrid-logical-clock reading may be and still move this node's clock
+	// (default 500ms). Farther readings are refused and logged, so that one
+	// node's runaway clock does not date every node's writes in the future.
+	MaxClockOffset time.Duration
+	// WatchProgressInterval is how long a watch stream that asked for
+	// progress notifications stays idle before it gets one (default 1s).
+	WatchProgressInterval time.Duration
+	// WatchQueueBytes bounds the changes queued for one watch stream and
+	// not yet sent; a stream past it is ended with ResourceExhausted and
+	// the revision to resume from (default 8 MiB).
+	WatchQueueBytes int
 }
 
 func (c *Config) applyDefaults() {
 	if c.WallClock == nil {
 		c.WallClock = time.Now
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = 500 * time.Millisecond
+	}
+	if c.WatchProgressInterval == 0 {
+		c.WatchProgressInterval = time.Second
+	}
+	if c.WatchQueueBytes == 0 {
+		c.WatchQueueBytes = 8 << 20
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:7001"

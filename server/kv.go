@@ -223,13 +223,12 @@ func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, 
 		return nil, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
 	}
 	cmd := &shalev1.RaftCommand{
-		RequestId:          h.GetRequestId(),
-		FirstAttempt:       h.GetFirstAttempt(),
-		TimestampUnixNanos: n.wallNanos(),
-		Epoch:              t.desc.GetEpoch(),
-		Command:            &shalev1.RaftCommand_Txn{Txn: txn},
+		RequestId:    h.GetRequestId(),
+		FirstAttempt: h.GetFirstAttempt(),
+		Epoch:        t.desc.GetEpoch(),
+		Command:      &shalev1.RaftCommand_Txn{Txn: txn},
 	}
-	payload, err := proto.Marshal(cmd)
+	payload, err := n.encodeCommand(cmd)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "encode command: %v", err)
 	}

@@ -191,8 +191,8 @@ func settled(shards ...*shalev1.ShardDescriptor) error {
 // proposeMerge proposes one merge command on a local leader replica and
 // returns its result once applied here.
 func (n *Node) proposeMerge(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
-	cmd.RequestId, cmd.FirstAttempt, cmd.TimestampUnixNanos, cmd.Epoch = randomID(), true, n.wallNanos(), epoch
-	payload, err := proto.Marshal(cmd)
+	cmd.RequestId, cmd.FirstAttempt, cmd.Epoch = randomID(), true, epoch
+	payload, err := n.encodeCommand(cmd)
 	if err != nil {
 		return nil, err
 	}

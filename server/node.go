@@ -37,6 +37,7 @@ import (
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/grpctransport"
+	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/replication/snapshot"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage"
@@ -51,6 +52,9 @@ type Node struct {
 	cfg       Config
 	log       *slog.Logger
 	clusterID string
+	// clock is the node's hybrid logical clock, which dates the commands
+	// it proposes and moves past its peers' readings.
+	clock *hlc.Clock
 
 	shared    *storage.Shared
 	logDB     *storage.DB
@@ -88,6 +92,10 @@ type Node struct {
 	drainMu      sync.Mutex
 	drainRefused map[uint64]time.Time
 
+	// hubMu guards hubs, the change-feed hubs of the shards being watched.
+	hubMu sync.Mutex
+	hubs  map[uint64]*hubRef
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -113,8 +121,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n := &Node{
 		cfg:           cfg,
 		log:           cfg.Logger,
+		clock:         hlc.New(cfg.WallClock, cfg.MaxClockOffset),
 		addrs:         map[uint64]string{},
 		shards:        map[uint64]*shard.Shard{},
+		hubs:          map[uint64]*hubRef{},
 		lastSplit:     map[uint64]time.Time{},
 		reported:      map[uint64]uint64{},
 		removedShards: map[uint64]bool{},
@@ -214,6 +224,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReplicaRemoved:    n.onReplicaRemoved,
 		Logger:            n.log.With("component", "replication"),
 		Metrics:           replication.NewMetrics(n.reg),
+		Clock:             n.clock,
 	})
 	if err != nil {
 		return nil, err
@@ -330,6 +341,9 @@ func (n *Node) Stop() {
 		if n.http != nil {
 			_ = n.http.Close()
 		}
+		// Watch streams end first (Unavailable, with the revision to
+		// resume from elsewhere): the gRPC server waits for every stream.
+		n.stopHubs()
 		// Stop Raft first (in-flight requests fail with Unavailable), then
 		// the peer streams, then the gRPC server, which now only waits for
 		// client calls already answered.
@@ -560,6 +574,7 @@ func (n *Node) openEmptyShard(id uint64) (replication.StateMachine, error) {
 }
 
 func (n *Node) onReplicaRemoved(id uint64) {
+	n.stopHub(id)
 	n.mu.Lock()
 	delete(n.shards, id)
 	n.mu.Unlock()
@@ -651,6 +666,15 @@ func (n *Node) resolve(id uint64) (string, error) {
 // wallNanos is the node's wall-clock time (Config.WallClock) in Unix
 // nanoseconds.
 func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
+
+// encodeCommand dates a command this node proposes, with its wall clock
+// (TTLs) and its hybrid logical clock (the entry's date in the change log),
+// and encodes it.
+func (n *Node) encodeCommand(cmd *shalev1.RaftCommand) ([]byte, error) {
+	cmd.TimestampUnixNanos = n.wallNanos()
+	cmd.Hlc = replication.HLCToProto(n.clock.Now())
+	return proto.Marshal(cmd)
+}
 
 func (n *Node) addressOf(id uint64) string {
 	n.mu.Lock()
@@ -813,7 +837,7 @@ func (n *Node) proposeSystem(ctx context.Context, reqID []byte, cmd *shalev1.Sys
 	if r == nil {
 		return nil, n.shardNotFoundErr(SystemShardID)
 	}
-	payload, err := proto.Marshal(&shalev1.RaftCommand{RequestId: reqID, TimestampUnixNanos: n.wallNanos(), Command: &shalev1.RaftCommand_System{System: cmd}})
+	payload, err := n.encodeCommand(&shalev1.RaftCommand{RequestId: reqID, Command: &shalev1.RaftCommand_System{System: cmd}})
 	if err != nil {
 		return nil, err
 	}

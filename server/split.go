@@ -117,13 +117,12 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 		return nil, n.shardNotFoundErr(id)
 	}
 	cmd := &shalev1.RaftCommand{
-		RequestId:          randomID(),
-		FirstAttempt:       true,
-		TimestampUnixNanos: n.wallNanos(),
-		Epoch:              target.GetEpoch(),
-		Command:            &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
+		RequestId:    randomID(),
+		FirstAttempt: true,
+		Epoch:        target.GetEpoch(),
+		Command:      &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
 	}
-	payload, err := proto.Marshal(cmd)
+	payload, err := n.encodeCommand(cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/shale-db/shale/internal/freeport"
 )
 
 // The etcd peer: a cluster of etcd members, each a separate OS process
@@ -110,27 +111,6 @@ type etcdCluster struct {
 	procs     []*childProc
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners
-// are all held open until every port is picked, then closed.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // startEtcd starts the members on free ports. The ports are picked by
 // binding port 0 and closing the listeners, so another process may take
 // one before its member binds it; the start is then retried on new ports.
@@ -154,7 +134,7 @@ func startEtcdOnce(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find own executable to start etcd members: %w", err)
 	}
-	ports, err := freePorts(2 * cfg.Members)
+	ports, err := freeport.Ports(2 * cfg.Members)
 	if err != nil {
 		return nil, fmt.Errorf("pick ports: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	shaleclient "github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/freeport"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -260,7 +261,7 @@ func StartShaleNodes(ctx context.Context, dir string, members int, splits string
 }
 
 func startShaleOnce(ctx context.Context, bin, dir string, members int, splits string, log io.Writer) (*ShaleNodes, error) {
-	ports, err := freePorts(2 * members)
+	ports, err := freeport.Ports(2 * members)
 	if err != nil {
 		return nil, fmt.Errorf("pick ports: %w", err)
 	}
@@ -348,7 +349,7 @@ func (c *ShaleNodes) StartJoiningNode(ctx context.Context, dir string, extraArgs
 		if err := os.MkdirAll(ndir, 0o755); err != nil {
 			return 0, err
 		}
-		ports, err := freePorts(2)
+		ports, err := freeport.Ports(2)
 		if err != nil {
 			return 0, fmt.Errorf("pick ports: %w", err)
 		}

@@ -38,7 +38,9 @@ type flags struct {
 	replicationFactor                       int
 	maxKey, maxValue, maxBatchOps, maxBatch int
 	requestTimeout, tickInterval            time.Duration
-	shutdownDrain                           time.Duration
+	shutdownDrain, maxClockOffset           time.Duration
+	watchProgressInterval                   time.Duration
+	watchQueueBytes                         int
 	electionTicks                           int
 	leaseReads, noQuiesce                   bool
 	snapshotRate, blockCache                int64
@@ -115,6 +117,9 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.shutdownDrain, "shutdown-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long to hand the node's shard leaderships to other nodes before stopping (negative: stop at once; a second signal stops at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.DurationVar(&f.watchProgressInterval, "watch-progress-interval", time.Second, "how long a watch stream that asked for progress notifications stays idle before it gets one")
+	fl.IntVar(&f.watchQueueBytes, "watch-queue-bytes", 8<<20, "bytes of changes queued for one watch stream before it is ended as too slow (the client resumes from the revision in the error)")
+	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "how far ahead of this node's clock a peer's hybrid-logical-clock reading may be and still advance it; farther readings are refused and logged")
 	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
@@ -235,6 +240,9 @@ func run(ctx context.Context, f flags) error {
 		PlacementPinDuration:     f.pinDuration,
 		Logger:                   log,
 		WallClock:                wallClock,
+		MaxClockOffset:           f.maxClockOffset,
+		WatchProgressInterval:    f.watchProgressInterval,
+		WatchQueueBytes:          f.watchQueueBytes,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

@@ -39,8 +39,8 @@ type clusterFlags struct {
 	timeout   time.Duration
 }
 
-// addClusterCommands registers the cluster commands (kv, cluster, shard,
-// node, leader, placement) and their persistent flags on the root.
+// addClusterCommands registers the cluster commands (kv, watch, cluster,
+// shard, node, leader, placement) and their persistent flags on the root.
 func addClusterCommands(root *cobra.Command, g *globalFlags) {
 	f := &clusterFlags{globalFlags: g}
 	def := defaultEndpoints
@@ -52,7 +52,7 @@ func addClusterCommands(root *cobra.Command, g *globalFlags) {
 		"cluster commands: comma-separated host:port addresses of cluster nodes ($"+endpointsEnv+" sets the default)")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"cluster commands: time limit for the whole command, including retries (0: none)")
-	root.AddCommand(newKVCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f))
+	root.AddCommand(newKVCmd(f), newWatchCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f))
 }
 
 // endpointList splits --endpoints.
@@ -82,13 +82,23 @@ func (f *clusterFlags) withClient(cmd *cobra.Command, fn func(ctx context.Contex
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
-	h := slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})
-	c, err := client.New(ctx, eps, client.WithLogger(slog.New(h)))
+	c, err := f.connect(ctx, cmd, eps)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)
+		return err
 	}
 	defer c.Close()
 	return fn(ctx, c)
+}
+
+// connect opens a client of the cluster at eps, logging its warnings to
+// the command's stderr.
+func (f *clusterFlags) connect(ctx context.Context, cmd *cobra.Command, eps []string) (*client.Client, error) {
+	h := slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})
+	c, err := client.New(ctx, eps, client.WithLogger(slog.New(h)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)
+	}
+	return c, nil
 }
 
 // jsonOutput returns whether -o json was requested (validating -o).

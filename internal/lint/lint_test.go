@@ -78,7 +78,7 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/..."},
 		testAllow: []string{
-			"internal/testcluster", "server/...", "placement/...", "replication/...", "storage/...",
+			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
 		},
 	},
 	{
@@ -92,6 +92,11 @@ var importRules = []importRule{
 		name:  "internal/netfault imports nothing of ours",
 		from:  []string{"internal/netfault"},
 		allow: []string{"internal/netfault"},
+	},
+	{
+		name:  "internal/freeport imports nothing of ours",
+		from:  []string{"internal/freeport"},
+		allow: []string{"internal/freeport"},
 	},
 	{
 		name:  "placement depends only on replication, storage and proto",

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shale-db/shale/internal/freeport"
 )
 
 // modulePath is the main module, found by walking up from the working
@@ -116,24 +117,12 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// freePorts reserves n distinct loopback ports (released for the servers to
-// bind; another process could take one in between, which is unlikely).
+// freePorts returns n distinct free loopback ports (see freeport.Ports).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shale-db/shale/internal/freeport"
 	"github.com/shale-db/shale/server"
 )
 
@@ -44,14 +44,18 @@ type Cluster struct {
 	blocked map[[2]uint64]bool
 }
 
-// freeAddr reserves a loopback port (released for the node to bind).
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddrs returns n distinct free loopback addresses (see freeport.Ports).
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	ports, err := freeport.Ports(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return addrs
 }
 
 // Logger is the logger of test nodes: silent unless SHALE_TEST_LOG is set.
@@ -72,14 +76,17 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.TickInterval = 20 * time.Millisecond
 	}
 	c := &Cluster{t: t, opts: opts, nodes: map[uint64]*server.Node{}, blocked: map[[2]uint64]bool{}}
+	// Cleanups run last-registered first: the nodes must stop before the
+	// directory they write to is removed, so the directory comes first.
+	root := t.TempDir()
 	t.Cleanup(c.StopAll)
 	// A port reserved by freeAddr can be taken by another process before
 	// the node binds it: then start over on new ports, in a new directory.
 	for attempt := 1; ; attempt++ {
-		c.dir = t.TempDir()
+		c.dir = filepath.Join(root, fmt.Sprintf("attempt%d", attempt))
 		c.addrs = map[uint64]string{}
-		for id := uint64(1); id <= uint64(opts.Nodes); id++ {
-			c.addrs[id] = freeAddr(t)
+		for i, addr := range freeAddrs(t, opts.Nodes) {
+			c.addrs[uint64(i+1)] = addr
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, opts.Nodes)
@@ -205,7 +212,7 @@ func (c *Cluster) Restart(id uint64) {
 // address and returns its ID.
 func (c *Cluster) AddNode() uint64 {
 	c.t.Helper()
-	addr := freeAddr(c.t)
+	addr := freeAddrs(c.t, 1)[0]
 	c.mu.Lock()
 	var join string
 	for _, n := range c.nodes {

@@ -184,7 +184,8 @@ const envelopeOverhead = 16
 // receiver's message size limit never refuses a batch (a Raft cycle can
 // hold many large appends for a node catching up). A single message over
 // the limit goes alone. It returns the batch to send, stamped with this
-// node's cluster and node IDs, and how many queued batches it holds.
+// node's cluster and node IDs and the latest clock reading among the
+// merged batches, and how many queued batches it holds.
 //
 // Quiesced shards: a later batch's messages for a shard cancel an earlier
 // batch's quiescence of it (the message would have woken the follower), so
@@ -198,6 +199,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		ToNodeId:       p.id,
 		Messages:       first.Messages,
 		QuiescedShards: first.QuiescedShards,
+		Hlc:            first.Hlc,
 	}
 	n := 1
 	size := proto.Size(first)
@@ -213,7 +215,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		}
 		if k < len(first.Messages) {
 			out.Messages, out.QuiescedShards = first.Messages[:k], nil
-			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards}
+			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards, Hlc: first.Hlc}
 			return out, n
 		}
 	}
@@ -270,6 +272,10 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		}
 		out.Messages = append(out.Messages, b.Messages...)
 		addQuiesced(b.QuiescedShards)
+		if b.Hlc != nil {
+			// Queued in order: the later clock reading.
+			out.Hlc = b.Hlc
+		}
 	}
 	return out, n
 }

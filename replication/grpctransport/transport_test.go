@@ -340,10 +340,11 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 		b.QuiescedShards = shards
 		return b
 	}
-	first := q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}}, 5, 6, 6)
-	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(5, "b")}}, 7) // wakes 5
-	p.queue <- q(&shalev1.RaftMessageBatch{}, 6, 5)                                            // re-quiesces 5
-	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}})    // wakes 7
+	at := func(wall int64) *shalev1.HlcTimestamp { return &shalev1.HlcTimestamp{WallNanos: wall} }
+	first := q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Hlc: at(1)}, 5, 6, 6)
+	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(5, "b")}, Hlc: at(2)}, 7) // wakes 5
+	p.queue <- q(&shalev1.RaftMessageBatch{Hlc: at(3)}, 6, 5)                                              // re-quiesces 5
+	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}})                // wakes 7; no clock
 	p.queue <- &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(9, string(make([]byte, 2000)))}}
 	p.queue <- batch(2, "after")
 	firstMsgs := first.Messages
@@ -363,6 +364,9 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	}
 	if out.ClusterId != "c" || out.FromNodeId != 1 || out.ToNodeId != 2 {
 		t.Fatalf("not stamped: %+v", out)
+	}
+	if out.GetHlc().GetWallNanos() != 3 {
+		t.Fatalf("merged batch carries clock reading %v, want the latest, 3", out.GetHlc())
 	}
 	if len(first.Messages) != 1 || &first.Messages[0] != &firstMsgs[0] || !slices.Equal(first.QuiescedShards, []uint64{5, 6, 6}) {
 		t.Fatal("coalesce modified the caller's batch")

@@ -30,6 +30,10 @@ func (t Timestamp) Less(u Timestamp) bool {
 	return t.WallNanos < u.WallNanos || (t.WallNanos == u.WallNanos && t.Logical < u.Logical)
 }
 
+// Next returns the earliest timestamp after t: the same wall time with the
+// logical counter advanced, or the next nanosecond when it is spent.
+func (t Timestamp) Next() Timestamp { return next(t, t.WallNanos) }
+
 // IsZero reports whether t is the zero Timestamp.
 func (t Timestamp) IsZero() bool { return t == Timestamp{} }
 

@@ -23,7 +23,8 @@ import (
 // and dedup-table bounds, are written in one storage batch (not synced: the
 // Raft log is the durable record), so a restart resumes exactly after the
 // last entry of some complete Apply call. Later entries (and later ops of a
-// command) see the writes of earlier ones.
+// command) see the writes of earlier ones. Each entry's writes are
+// followed in the batch by its EntryMark, as LogData.
 //
 // It returns one result per entry: a *shalev1.CommandResult for every entry
 // carrying a Txn or SystemCommand (including commands rejected at apply,
@@ -69,12 +70,20 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 		if e.Index <= a.st.index {
 			continue
 		}
+		a.proposedAt = nil
+		before := a.st.desc
 		res, err := a.applyEntry(e)
+		if err == nil {
+			err = a.endEntryLog(before)
+		}
 		if err != nil {
 			return nil, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
 		}
 		results[i] = res
 		a.st.index, a.st.term = e.Index, e.Term
+		a.st.hlc = entryDate(a.st.hlc, a.proposedAt)
+		a.mark = EntryMark{ShardID: a.st.desc.GetShardId(), Index: e.Index, Term: e.Term, HLC: a.st.hlc, Revision: a.st.rev}.Append(a.mark[:0])
+		a.b.LogData(a.mark)
 		applied = true
 	}
 	if !applied {
@@ -85,6 +94,7 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 		return nil, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
 	s.st.Store(a.st)
+	s.notifyChanged()
 	for _, fn := range a.after {
 		if err := fn(); err != nil {
 			return nil, s.fail(fmt.Errorf("shard %s: %w", s.dir, err))
@@ -117,12 +127,20 @@ func (o *overlay) get(key []byte) ([]byte, bool, error) {
 		}
 		return w.val, true, nil
 	}
-	for _, rd := range o.rangeDels {
-		if bytes.Compare(key, rd[0]) >= 0 && bytes.Compare(key, rd[1]) < 0 {
-			return nil, false, nil
-		}
+	if o.rangeDeleted(key) {
+		return nil, false, nil
 	}
 	return getOpt(o.db, key)
+}
+
+// rangeDeleted reports whether a range deletion of this batch covers key.
+func (o *overlay) rangeDeleted(key []byte) bool {
+	for _, rd := range o.rangeDels {
+		if bytes.Compare(key, rd[0]) >= 0 && bytes.Compare(key, rd[1]) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (o *overlay) set(b *storage.Batch, key, val []byte) {
@@ -154,20 +172,33 @@ type applier struct {
 	// after runs once the call's state is published (a split hosts its new
 	// shard).
 	after []func() error
+	// proposedAt is the current entry's proposer's clock reading, if any.
+	proposedAt *shalev1.HlcTimestamp
+	// mark is a buffer for encoding entry marks.
+	mark []byte
+	// changes is the current entry's logKindChanges record being built
+	// (empty until its first change).
+	changes []byte
 }
 
 // getData returns the stored record of the user key whose engine key is ek,
 // or nil when it is physically absent (expired records are returned).
 func (a *applier) getData(ek []byte) (*storedValue, error) {
+	v, _, err := a.getDataRaw(ek)
+	return v, err
+}
+
+// getDataRaw is getData that also returns the record's encoding.
+func (a *applier) getDataRaw(ek []byte) (*storedValue, []byte, error) {
 	raw, ok, err := a.ov.get(ek)
 	if err != nil || !ok {
-		return nil, err
+		return nil, nil, err
 	}
 	v, err := decodeValue(raw)
 	if err != nil {
-		return nil, fmt.Errorf("key %q: %w", ek[1:], err)
+		return nil, nil, fmt.Errorf("key %q: %w", ek[1:], err)
 	}
-	return &v, nil
+	return &v, raw, nil
 }
 
 func (a *applier) applyEntry(e *replication.Entry) (any, error) {
@@ -182,6 +213,7 @@ func (a *applier) applyEntry(e *replication.Entry) (any, error) {
 		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
 		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
 	}
+	a.proposedAt = cmd.GetHlc()
 	res, err := a.applyCommand(cmd)
 	if err != nil || res == nil {
 		return nil, err // an untyped nil for commands without a result
@@ -478,30 +510,34 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 	case *shalev1.RequestOp_Put:
 		p := o.Put
 		ek := dataKey(p.GetKey())
-		old, err := a.getData(ek)
+		old, oldRaw, err := a.getDataRaw(ek)
 		if err != nil {
 			return nil, err
 		}
 		nv := storedValue{createRev: rev, modRev: rev, version: 1, expire: expiryOf(now, p.GetTtlMs()), value: p.GetValue()}
 		resp := &shalev1.PutResponse{}
+		var prev []byte
 		if live(old, now) {
 			nv.createRev, nv.version = old.createRev, old.version+1
+			prev = oldRaw
 			if p.GetPrevKv() {
 				resp.PrevKv = keyValue(p.GetKey(), old, false)
 			}
 		}
+		a.noteChange(changePut, p.GetKey(), prev)
 		a.ov.set(a.b, ek, encodeValue(nil, &nv))
 		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: resp}}, nil
 
 	case *shalev1.RequestOp_Delete:
 		d := o.Delete
 		ek := dataKey(d.GetKey())
-		old, err := a.getData(ek)
+		old, oldRaw, err := a.getDataRaw(ek)
 		if err != nil {
 			return nil, err
 		}
 		resp := &shalev1.DeleteResponse{}
 		if live(old, now) {
+			a.noteChange(changeDelete, d.GetKey(), oldRaw)
 			resp.Deleted = 1
 			if d.GetPrevKv() {
 				resp.PrevKv = keyValue(d.GetKey(), old, false)
@@ -514,7 +550,11 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 
 	case *shalev1.RequestOp_DeleteRange:
 		r, _ := clipDeleteRange(o.DeleteRange, rng, nil) // validated
-		a.ov.delRange(a.b, dataKey(r.start), dataBound(r.end))
+		lo, hi := dataKey(r.start), dataBound(r.end)
+		if err := a.noteRangeDeletes(lo, hi, now); err != nil {
+			return nil, err
+		}
+		a.ov.delRange(a.b, lo, hi)
 		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeResponse{}}}, nil
 
 	case *shalev1.RequestOp_Get:

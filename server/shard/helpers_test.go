@@ -25,6 +25,9 @@ type testEnv struct {
 	t      testing.TB
 	fs     vfs.FS
 	shared *storage.Shared
+	// keepWAL archives WAL files instead of deleting them, so the whole
+	// change log stays readable.
+	keepWAL bool
 }
 
 func newTestEnv(t testing.TB, fs vfs.FS) *testEnv {
@@ -40,12 +43,16 @@ func newTestEnv(t testing.TB, fs vfs.FS) *testEnv {
 // opts returns shard options with small memtables so that flushes and
 // compactions happen in tests.
 func (e *testEnv) opts(dedupCap int) Options {
+	archive := int64(-1)
+	if e.keepWAL {
+		archive = 1 << 30
+	}
 	return Options{
 		Storage: &storage.Options{
 			FS:                 e.fs,
 			Shared:             e.shared,
 			MemTableSize:       64 << 10,
-			WALArchiveMaxBytes: -1,
+			WALArchiveMaxBytes: archive,
 			DisableWritePacing: true,
 			Logger:             quietLogger,
 		},

@@ -31,6 +31,11 @@ var (
 	// keyDedupBounds holds the dedup table's oldest live and next insertion
 	// sequence numbers, 8 bytes BE each.
 	keyDedupBounds = []byte("mdedup-bounds")
+	// keyHLC holds the date of the last applied entry (hlc encoding).
+	keyHLC = []byte("mhlc")
+	// keyAbsorbed holds the ranges merges added, with their revisions
+	// (encodeAbsorbed).
+	keyAbsorbed = []byte("mabsorbed")
 	// dedupIDPrefix + requestID -> insertion seq (8 bytes BE) + CommandResult.
 	dedupIDPrefix = []byte("mdedup-id/")
 	// dedupSeqPrefix + seq (8 bytes BE) -> requestID.

@@ -118,6 +118,17 @@ func TestMergeCommands(t *testing.T) {
 	if kv, _, err := left.Get([]byte("x"), ts0); err != nil || string(kv.GetValue()) != "vx2" {
 		t.Fatalf("get x from the merged shard: %v %v", kv, err)
 	}
+	// The merge is remembered, also after a reopen: watches of the
+	// absorbed range need the log only from after it.
+	mergedAt := left.Revision()
+	for _, s := range []*Shard{left, reopen(t, e, left, "left")} {
+		if got := s.AbsorbedAt([]byte("n"), []byte("p")); got != mergedAt {
+			t.Fatalf("AbsorbedAt([n, p)) = %d, want %d", got, mergedAt)
+		}
+		if got := s.AbsorbedAt([]byte("a"), []byte("n")); got != 0 {
+			t.Fatalf("AbsorbedAt([a, n)) = %d, want 0: the range was not all absorbed", got)
+		}
+	}
 	// Retire the right.
 	if r := applyOne(t, right, rf, retireCmd); code(r) != codes.OK || !right.Descriptor().GetRetired() {
 		t.Fatalf("retire: %v", r)
@@ -125,4 +136,13 @@ func TestMergeCommands(t *testing.T) {
 	if !right.AppliedState().Descriptor.GetRetired() {
 		t.Fatal("the applied state does not show the retirement")
 	}
+}
+
+// reopen closes s and opens its directory again (closed at cleanup).
+func reopen(t *testing.T, e *testEnv, s *Shard, dir string) *Shard {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return e.open(dir, 0)
 }

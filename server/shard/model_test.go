@@ -29,6 +29,9 @@ type model struct {
 	desc  *shalev1.ShardDescriptor
 	start string
 	end   string // "" = unbounded
+	// events collects the changes of applied transactions, as the change
+	// log must record them.
+	events []Event
 }
 
 func newModel(desc *shalev1.ShardDescriptor) *model {
@@ -187,6 +190,11 @@ func (m *model) applyTxn(txn *shalev1.TxnRequest, now int64) *shalev1.CommandRes
 					pr.PrevKv = m.kvOf(k, old)
 				}
 			}
+			ev := Event{Kind: EventPut, KV: m.kvOf(k, nr)}
+			if old, present := m.live(k, now); present {
+				ev.Prev = m.kvOf(k, old)
+			}
+			m.events = append(m.events, ev)
 			m.kv[k] = nr
 			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: pr}})
 		case *shalev1.RequestOp_Delete:
@@ -197,13 +205,17 @@ func (m *model) applyTxn(txn *shalev1.TxnRequest, now int64) *shalev1.CommandRes
 				if o.Delete.PrevKv {
 					dr.PrevKv = m.kvOf(k, old)
 				}
+				m.events = append(m.events, Event{Kind: EventDelete, KV: &shalev1.KeyValue{Key: []byte(k), ModRevision: rev}, Prev: m.kvOf(k, old)})
 			}
 			delete(m.kv, k)
 			resp.Results = append(resp.Results, &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Delete{Delete: dr}})
 		case *shalev1.RequestOp_DeleteRange:
 			lo, hi, _ := m.clip(o.DeleteRange)
-			for k := range m.kv {
+			for _, k := range slices.Sorted(maps.Keys(m.kv)) {
 				if k >= lo && (hi == "" || k < hi) {
+					if old, present := m.live(k, now); present {
+						m.events = append(m.events, Event{Kind: EventDelete, KV: &shalev1.KeyValue{Key: []byte(k), ModRevision: rev}, Prev: m.kvOf(k, old)})
+					}
 					delete(m.kv, k)
 				}
 			}
@@ -314,12 +326,14 @@ func TestModelTxn(t *testing.T) {
 func runModel(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	env := newTestEnv(t, nil)
+	env.keepWAL = true
 	desc := userDesc(7, "k05", "k35")
 	s := env.bootstrap("shard", desc, 0)
 	f := newFeeder(s)
 	m := newModel(desc)
 	g := &txnGen{rng: rng, m: m}
 	now := int64(1_700_000_000_000_000_000)
+	wantEvents := map[uint64][]Event{} // by entry index
 
 	for step := range steps {
 		n := 1 + rng.IntN(4)
@@ -340,7 +354,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			default:
 				txn := g.txn(now)
 				entries = append(entries, f.entry(marshalCmd(t, txnCmd(now, txn))))
+				m.events = nil
 				want = append(want, m.applyTxn(txn, now))
+				wantEvents[f.index] = m.events
 			}
 		}
 		res, err := s.Apply(entries)
@@ -400,6 +416,39 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	if got := dataDump(t, s); !maps.Equal(got, m.kv) {
 		t.Fatalf("stored records differ: %s", diffMaps(got, m.kv))
 	}
+	checkChangeLog(t, s, f.index, wantEvents)
+}
+
+// checkChangeLog decodes the entries left in the shard's WAL and compares
+// their events with the model's, entry by entry: every entry from the
+// first one still in the WAL through last must be there, once, in order.
+func checkChangeLog(t *testing.T, s *Shard, last uint64, want map[uint64][]Event) {
+	t.Helper()
+	entries := walEntries(t, s)
+	if len(entries) == 0 {
+		t.Fatal("no entries in the WAL")
+	}
+	first := entries[0].Mark.Index
+	for i, e := range entries {
+		if e.Mark.Index != first+uint64(i) {
+			t.Fatalf("entry %d follows entry %d", e.Mark.Index, first+uint64(i)-1)
+		}
+		w := want[e.Mark.Index]
+		if len(e.Events) != len(w) {
+			t.Fatalf("entry %d: %d events %v, want %d %v", e.Mark.Index, len(e.Events), e.Events, len(w), w)
+		}
+		for j := range w {
+			g := e.Events[j]
+			if g.Kind != w[j].Kind || !proto.Equal(g.KV, w[j].KV) || !proto.Equal(g.Prev, w[j].Prev) {
+				t.Fatalf("entry %d event %d: %v %v prev %v; want %v %v prev %v", e.Mark.Index, j,
+					g.Kind, g.KV, g.Prev, w[j].Kind, w[j].KV, w[j].Prev)
+			}
+		}
+	}
+	if got := entries[len(entries)-1].Mark.Index; got != last {
+		t.Fatalf("the WAL ends at entry %d, want %d", got, last)
+	}
+	t.Logf("checked the events of entries %d-%d", first, last)
 }
 
 // checkReads compares a few Gets and a full Scan (both directions) with the

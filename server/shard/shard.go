@@ -15,6 +15,7 @@ import (
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/storage"
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -74,6 +75,12 @@ type state struct {
 	// dedupOldest and dedupNext bound the live insertion sequence numbers of
 	// the dedup table: [dedupOldest, dedupNext).
 	dedupOldest, dedupNext uint64
+	// hlc dates the last applied entry: dates grow with the index.
+	hlc hlc.Timestamp
+	// absorbed are the ranges merges added to the shard, each with the
+	// revision after its merge, oldest first (at most maxAbsorbed): the
+	// shard holds no change to such a range at or below that revision.
+	absorbed []absorbedRange
 	// confBytes and descBytes cache the encodings of conf and desc.
 	confBytes, descBytes []byte
 }
@@ -118,6 +125,10 @@ func (st *state) writeMeta(b *storage.Batch) {
 	binary.BigEndian.PutUint64(buf[:8], st.dedupOldest)
 	binary.BigEndian.PutUint64(buf[8:], st.dedupNext)
 	b.Set(keyDedupBounds, buf[:])
+	b.Set(keyHLC, st.hlc.Append(buf[:0]))
+	if len(st.absorbed) > 0 {
+		b.Set(keyAbsorbed, encodeAbsorbed(st.absorbed))
+	}
 }
 
 // getter is what loadState reads from: a DB or a snapshot.
@@ -203,6 +214,23 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 			return nil, false, fmt.Errorf("%w: dedup bounds [%d, %d)", ErrCorrupt, st.dedupOldest, st.dedupNext)
 		}
 	}
+	if b, ok, err := getOpt(g, keyHLC); err != nil {
+		return nil, false, fmt.Errorf("shard: read entry date: %w", err)
+	} else if ok {
+		if len(b) != hlc.EncodedLen {
+			return nil, false, fmt.Errorf("%w: entry date record is %d bytes", ErrCorrupt, len(b))
+		}
+		if st.hlc, err = hlc.Decode(b); err != nil {
+			return nil, false, fmt.Errorf("%w: entry date: %v", ErrCorrupt, err)
+		}
+	}
+	if b, ok, err := getOpt(g, keyAbsorbed); err != nil {
+		return nil, false, fmt.Errorf("shard: read absorbed ranges: %w", err)
+	} else if ok {
+		if st.absorbed, err = decodeAbsorbed(b); err != nil {
+			return nil, false, err
+		}
+	}
 	return st, true, nil
 }
 
@@ -250,6 +278,13 @@ type Shard struct {
 	// (only applyMu holders change it).
 	dbMu sync.RWMutex
 	db   *storage.DB
+	// logGen counts the engines Restore moved in: a change-log position
+	// of an earlier engine is void. Guarded like db.
+	logGen uint64
+
+	// changed is the channel Changed handed out (nil when none is
+	// waiting), closed at the next change.
+	changed atomic.Pointer[chan struct{}]
 
 	st atomic.Pointer[state]
 }
@@ -524,6 +559,8 @@ func (s *Shard) Restore(dir string) error {
 
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
+	s.logGen++
+	defer s.notifyChanged()
 	if err := s.db.Close(); err != nil {
 		// The old engine is discarded anyway.
 		s.log.Warn("shard: closing engine for restore", "dir", s.dir, "err", err)
@@ -630,6 +667,7 @@ func (s *Shard) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	defer s.notifyChanged()
 	err := s.db.Close()
 	s.db = nil
 	if err != nil {

@@ -31,6 +31,7 @@ func (sp *testSplitter) Host(_ uint64, right *Shard) error {
 func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
 	t.Helper()
 	e := newTestEnv(t, nil)
+	e.keepWAL = true
 	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
 	opts := e.opts(0)
 	opts.Splits = sp
@@ -83,6 +84,24 @@ func TestSplit(t *testing.T) {
 	}
 	if st := right.AppliedState(); st.Index != replication.InitialIndex || st.Term != replication.InitialTerm || len(st.ConfState.GetVoters()) != 3 {
 		t.Fatalf("right applied state %+v", st)
+	}
+	// The change log: the write before the split is one event, the split
+	// moves keys without events and records the left's new range.
+	var events []string
+	var ranges int
+	for _, le := range walEntries(t, s) {
+		for _, ev := range le.Events {
+			events = append(events, fmt.Sprintf("%d:%s", ev.Kind, ev.KV.GetKey()))
+		}
+		if le.Range != nil {
+			ranges++
+			if string(le.Range.GetEndKey()) != "m" || le.Range.GetEpoch() != 2 || le.Mark.Index != f.index-1 {
+				t.Fatalf("range record %v at entry %d; want end m, epoch 2, entry %d", le.Range, le.Mark.Index, f.index-1)
+			}
+		}
+	}
+	if want := "[1:b 1:c 1:m 1:n 1:x 1:o 1:d]"; fmt.Sprint(events) != want || ranges != 1 {
+		t.Fatalf("change log events %v with %d range records; want %s and 1", events, ranges, want)
 	}
 	lk, rk := dataDump(t, s), dataDump(t, right)
 	for k, r := range before {

@@ -139,6 +139,7 @@ func FuzzReader(f *testing.F) {
 		{makeRecord(1, BlockSize+5), []byte("x")},
 		{makeRecord(1, BlockSize-2*HeaderSize), []byte("abc")},
 		{makeRecord(1, BlockSize-HeaderSize-3), []byte("after padding")},
+		{makeRecord(1, BlockSize-HeaderSize), []byte("at a block start"), makeRecord(2, 2*BlockSize)},
 	}
 	for _, recs := range seeds {
 		var buf bytes.Buffer
@@ -168,6 +169,7 @@ func FuzzReader(f *testing.F) {
 			}
 			r := NewReader(src, "fuzz.log")
 			var got [][]byte
+			bounds := []int64{0} // ValidOffset before and after each record
 			var err error
 			for {
 				var rec []byte
@@ -176,6 +178,7 @@ func FuzzReader(f *testing.F) {
 					break
 				}
 				got = append(got, append([]byte{}, rec...))
+				bounds = append(bounds, r.ValidOffset())
 			}
 			end := classify(t, err)
 			if end != wantEnd {
@@ -192,7 +195,69 @@ func FuzzReader(f *testing.F) {
 			if r.ValidOffset() > int64(len(data)) {
 				t.Fatalf("ValidOffset %d beyond %d bytes", r.ValidOffset(), len(data))
 			}
-			_ = r.ValidRecordFollows()
+			follows := r.ValidRecordFollows()
+
+			// A Reader continued at a record boundary returns the rest of
+			// the records and ends exactly like the one that read it all.
+			for _, k := range sampleIndexes(len(bounds), 6) {
+				checkReaderAt(t, data, bounds[k], oneByte, got[k:], err, follows)
+			}
 		}
 	})
+}
+
+// sampleIndexes returns up to max indexes spread over [0, n), always
+// including the first and the last.
+func sampleIndexes(n, max int) []int {
+	if n <= max {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	out := make([]int, 0, max)
+	for i := 0; i < max; i++ {
+		out = append(out, i*(n-1)/(max-1))
+	}
+	return out
+}
+
+// checkReaderAt reads data with NewReaderAt from the record boundary off and
+// checks that it yields want and then fails with wantErr (same message),
+// and that ValidRecordFollows then answers wantFollows.
+func checkReaderAt(t *testing.T, data []byte, off int64, oneByte bool, want [][]byte, wantErr error, wantFollows bool) {
+	t.Helper()
+	bs := off - off%BlockSize
+	var src io.Reader = bytes.NewReader(data[min(bs, int64(len(data))):])
+	if oneByte {
+		src = iotest.OneByteReader(src)
+	}
+	r := NewReaderAt(src, "fuzz.log", off)
+	if r.ValidOffset() != off {
+		t.Fatalf("NewReaderAt(%d): ValidOffset %d before reading", off, r.ValidOffset())
+	}
+	var n int
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			if err != wantErr && (wantErr == nil || err.Error() != wantErr.Error()) {
+				t.Fatalf("NewReaderAt(%d): ended with %v, the reader from 0 with %v", off, err, wantErr)
+			}
+			break
+		}
+		if n >= len(want) {
+			t.Fatalf("NewReaderAt(%d): more than the %d records after the offset", off, len(want))
+		}
+		if !bytes.Equal(rec, want[n]) {
+			t.Fatalf("NewReaderAt(%d): record %d differs", off, n)
+		}
+		n++
+	}
+	if n != len(want) {
+		t.Fatalf("NewReaderAt(%d): %d records, want %d", off, n, len(want))
+	}
+	if f := r.ValidRecordFollows(); f != wantFollows {
+		t.Fatalf("NewReaderAt(%d): ValidRecordFollows %v, the reader from 0 said %v", off, f, wantFollows)
+	}
 }

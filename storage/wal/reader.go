@@ -38,6 +38,7 @@ type Reader struct {
 	blockStart int64 // file offset of buf[0]
 	n          int   // valid bytes in buf; < BlockSize means the final block
 	pos        int   // next unread byte of buf
+	skip       int   // bytes of the first block to skip (NewReaderAt)
 
 	rec       []byte // assembly buffer for fragmented records
 	lastStart int64  // offset of the record last returned
@@ -57,6 +58,46 @@ type Reader struct {
 // positioned at the start of the log. name identifies the log in errors.
 func NewReader(r io.Reader, name string) *Reader {
 	return &Reader{r: r, name: name, lastStart: -1}
+}
+
+// NewReaderAt returns a Reader that continues a log at file offset offset,
+// which must be a record boundary: 0 or a value that Reader.ValidOffset
+// returned for the same log. r must be positioned at the start of the block
+// holding offset, that is at file offset offset - offset%BlockSize (for
+// example an io.SectionReader starting there); the reader skips the first
+// offset%BlockSize bytes of the first block it reads. name identifies the log
+// in errors.
+//
+// From such an offset the Reader returns exactly the records, and ends with
+// exactly the outcome (io.EOF, ErrTornTail or corruption, with the same
+// offsets), that a Reader started at the beginning of the log would return
+// after the record ending at offset. Offsets stay file offsets:
+// LastRecordOffset, ValidOffset and the offsets in errors are the same as
+// for that Reader, and ValidOffset returns offset until a record is read. A
+// Reader that ended with io.EOF on a log that is still being appended to can
+// therefore be replaced by NewReaderAt at its ValidOffset to read the
+// records appended since.
+//
+// If r ends before the first offset%BlockSize bytes of its block, the log
+// is shorter than offset and Next returns an error matching
+// io.ErrUnexpectedEOF; a negative offset makes Next fail likewise. A log
+// that ends before a block-aligned offset cannot be told from one that ends
+// at it (r yields nothing in both cases: Next returns io.EOF), so a caller
+// whose offset may be stale should compare it with the log's size. At an
+// offset that is not a record boundary Next still never returns a payload
+// whose chunks failed their checksums, but it may report corruption or
+// return records that start at chunk boundaries inside other records.
+func NewReaderAt(r io.Reader, name string, offset int64) *Reader {
+	rd := &Reader{r: r, name: name, lastStart: -1}
+	if offset < 0 {
+		rd.err = fmt.Errorf("wal: %s: negative start offset %d: %w", name, offset, io.ErrUnexpectedEOF)
+		rd.scanPos = scanNever
+		return rd
+	}
+	rd.blockStart = offset - offset%BlockSize
+	rd.skip = int(offset % BlockSize)
+	rd.lastEnd = offset
+	return rd
 }
 
 // Next returns the payload of the next record. The slice is valid only until
@@ -84,8 +125,10 @@ func (r *Reader) Next() ([]byte, error) {
 func (r *Reader) LastRecordOffset() int64 { return r.lastStart }
 
 // ValidOffset returns the file offset just past the last chunk of the record
-// most recently returned by Next (0 if none was returned): the length of the
-// log's intact prefix as far as it has been read.
+// most recently returned by Next (0 if none was returned, or the start
+// offset of a Reader made by NewReaderAt): the length of the log's intact
+// prefix as far as it has been read. It is a record boundary, at which
+// NewReaderAt can continue the log.
 func (r *Reader) ValidOffset() int64 { return r.lastEnd }
 
 func (r *Reader) torn(off int64) error {
@@ -111,6 +154,17 @@ func (r *Reader) readBlock() error {
 		r.n = 0
 		r.scanPos = scanNever
 		return fmt.Errorf("wal: reading %s at offset %d: %w", r.name, r.blockStart+int64(n), err)
+	}
+	if r.skip > 0 {
+		// The first block of a Reader from NewReaderAt: start at the offset.
+		skip := r.skip
+		r.skip = 0
+		if n < skip {
+			r.scanPos = scanNever
+			return fmt.Errorf("wal: %s: log ends at offset %d, before the start offset %d: %w",
+				r.name, r.blockStart+int64(n), r.blockStart+int64(skip), io.ErrUnexpectedEOF)
+		}
+		r.pos = skip
 	}
 	return nil
 }

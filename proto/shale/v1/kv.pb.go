@@ -183,6 +183,52 @@ func (Compare_Result) EnumDescriptor() ([]byte, []int) {
 	return file_shale_v1_kv_proto_rawDescGZIP(), []int{27, 1}
 }
 
+type WatchEvent_Type int32
+
+const (
+	WatchEvent_TYPE_PUT_UNSPECIFIED WatchEvent_Type = 0
+	WatchEvent_TYPE_DELETE          WatchEvent_Type = 1
+)
+
+// Enum value maps for WatchEvent_Type.
+var (
+	WatchEvent_Type_name = map[int32]string{
+		0: "TYPE_PUT_UNSPECIFIED",
+		1: "TYPE_DELETE",
+	}
+	WatchEvent_Type_value = map[string]int32{
+		"TYPE_PUT_UNSPECIFIED": 0,
+		"TYPE_DELETE":          1,
+	}
+)
+
+func (x WatchEvent_Type) Enum() *WatchEvent_Type {
+	p := new(WatchEvent_Type)
+	*p = x
+	return p
+}
+
+func (x WatchEvent_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchEvent_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_shale_v1_kv_proto_enumTypes[3].Descriptor()
+}
+
+func (WatchEvent_Type) Type() protoreflect.EnumType {
+	return &file_shale_v1_kv_proto_enumTypes[3]
+}
+
+func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchEvent_Type.Descriptor instead.
+func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31, 0}
+}
+
 // RequestHeader addresses a shard and identifies a request.
 type RequestHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2192,11 +2238,261 @@ func (x *TxnResponse) GetResults() []*ResponseOp {
 	return nil
 }
 
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header addresses the shard: shard_id, or 0 for the local shard holding
+	// start_key (or prefix). consistency STALE lets a follower serve the
+	// stream; otherwise the node must hold the shard's leader when it starts.
+	Header *RequestHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// The range is [start_key, end_key) (empty end_key: to the shard's end),
+	// or, with prefix, the keys starting with prefix. It must lie inside the
+	// shard (KeyOutsideShard otherwise): the client splits wider ranges.
+	StartKey []byte `protobuf:"bytes,2,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	EndKey   []byte `protobuf:"bytes,3,opt,name=end_key,json=endKey,proto3" json:"end_key,omitempty"`
+	Prefix   []byte `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// start_revision is the first revision delivered; 0 means the changes
+	// after the shard's current revision.
+	StartRevision uint64 `protobuf:"varint,5,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// prev_kv asks for every event's previous value.
+	PrevKv bool `protobuf:"varint,6,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
+	// progress_notify asks for a message without events, whose
+	// header.revision says how far the stream is current, whenever the
+	// stream has been idle for the server's progress interval.
+	ProgressNotify bool `protobuf:"varint,7,opt,name=progress_notify,json=progressNotify,proto3" json:"progress_notify,omitempty"`
+	// range_epoch, when resuming (start_revision set), is the shard's epoch
+	// at which the client found the range inside the shard. The range may
+	// then reach beyond the shard's current range: the stream delivers the
+	// changes up to the split or merge that moved part of it, then ends with
+	// range_change, so a client that missed a range change resumes across
+	// it without a gap.
+	RangeEpoch    uint64 `protobuf:"varint,8,opt,name=range_epoch,json=rangeEpoch,proto3" json:"range_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_shale_v1_kv_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetStartKey() []byte {
+	if x != nil {
+		return x.StartKey
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetEndKey() []byte {
+	if x != nil {
+		return x.EndKey
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetStartRevision() uint64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetPrevKv() bool {
+	if x != nil {
+		return x.PrevKv
+	}
+	return false
+}
+
+func (x *WatchRequest) GetProgressNotify() bool {
+	if x != nil {
+		return x.ProgressNotify
+	}
+	return false
+}
+
+func (x *WatchRequest) GetRangeEpoch() uint64 {
+	if x != nil {
+		return x.RangeEpoch
+	}
+	return 0
+}
+
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  WatchEvent_Type        `protobuf:"varint,1,opt,name=type,proto3,enum=shale.v1.WatchEvent_Type" json:"type,omitempty"`
+	// kv is the key after the change: for a put, its value and revisions;
+	// for a delete, the key with mod_revision the deletion's revision.
+	// Keys expiring by TTL produce no events.
+	Kv *KeyValue `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
+	// prev_kv is the key before the change (with WatchRequest.prev_kv), unset
+	// when the key was absent.
+	PrevKv        *KeyValue `protobuf:"bytes,3,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_shale_v1_kv_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchEvent) GetType() WatchEvent_Type {
+	if x != nil {
+		return x.Type
+	}
+	return WatchEvent_TYPE_PUT_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetKv() *KeyValue {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+func (x *WatchEvent) GetPrevKv() *KeyValue {
+	if x != nil {
+		return x.PrevKv
+	}
+	return nil
+}
+
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header.revision: the stream has delivered every change at or below it.
+	Header *ResponseHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// events in revision order; several events of one revision come in the
+	// order the write applied them.
+	Events []*WatchEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// range_change is set on a stream's last message when the shard's range
+	// or merge state changed at header.revision so that it no longer serves
+	// the whole watched range: the descriptor after the change. Watch the
+	// rest from header.revision + 1 on the shards that now hold it.
+	RangeChange   *ShardDescriptor `protobuf:"bytes,3,opt,name=range_change,json=rangeChange,proto3" json:"range_change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_shale_v1_kv_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WatchResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEvents() []*WatchEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetRangeChange() *ShardDescriptor {
+	if x != nil {
+		return x.RangeChange
+	}
+	return nil
+}
+
 var File_shale_v1_kv_proto protoreflect.FileDescriptor
 
 const file_shale_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x11shale/v1/kv.proto\x12\bshale.v1\"\xc1\x01\n" +
+	"\x11shale/v1/kv.proto\x12\bshale.v1\x1a\x13shale/v1/meta.proto\"\xc1\x01\n" +
 	"\rRequestHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -2345,11 +2641,33 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\vTxnResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.ResponseHeaderR\x06header\x12\x1c\n" +
 	"\tsucceeded\x18\x02 \x01(\bR\tsucceeded\x12.\n" +
-	"\aresults\x18\x03 \x03(\v2\x14.shale.v1.ResponseOpR\aresults*{\n" +
+	"\aresults\x18\x03 \x03(\v2\x14.shale.v1.ResponseOpR\aresults\"\x97\x02\n" +
+	"\fWatchRequest\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.shale.v1.RequestHeaderR\x06header\x12\x1b\n" +
+	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
+	"\aend_key\x18\x03 \x01(\fR\x06endKey\x12\x16\n" +
+	"\x06prefix\x18\x04 \x01(\fR\x06prefix\x12%\n" +
+	"\x0estart_revision\x18\x05 \x01(\x04R\rstartRevision\x12\x17\n" +
+	"\aprev_kv\x18\x06 \x01(\bR\x06prevKv\x12'\n" +
+	"\x0fprogress_notify\x18\a \x01(\bR\x0eprogressNotify\x12\x1f\n" +
+	"\vrange_epoch\x18\b \x01(\x04R\n" +
+	"rangeEpoch\"\xbf\x01\n" +
+	"\n" +
+	"WatchEvent\x12-\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x19.shale.v1.WatchEvent.TypeR\x04type\x12\"\n" +
+	"\x02kv\x18\x02 \x01(\v2\x12.shale.v1.KeyValueR\x02kv\x12+\n" +
+	"\aprev_kv\x18\x03 \x01(\v2\x12.shale.v1.KeyValueR\x06prevKv\"1\n" +
+	"\x04Type\x12\x18\n" +
+	"\x14TYPE_PUT_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vTYPE_DELETE\x10\x01\"\xad\x01\n" +
+	"\rWatchResponse\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.ResponseHeaderR\x06header\x12,\n" +
+	"\x06events\x18\x02 \x03(\v2\x14.shale.v1.WatchEventR\x06events\x12<\n" +
+	"\frange_change\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorR\vrangeChange*{\n" +
 	"\x0fReadConsistency\x12-\n" +
 	")READ_CONSISTENCY_LINEARIZABLE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19READ_CONSISTENCY_FOLLOWER\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x022\xf1\x04\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x022\xad\x05\n" +
 	"\x02KV\x122\n" +
 	"\x03Get\x12\x14.shale.v1.GetRequest\x1a\x15.shale.v1.GetResponse\x12A\n" +
 	"\bMultiGet\x12\x19.shale.v1.MultiGetRequest\x1a\x1a.shale.v1.MultiGetResponse\x122\n" +
@@ -2361,7 +2679,8 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"ScanStream\x12\x15.shale.v1.ScanRequest\x1a\x16.shale.v1.ScanResponse0\x01\x128\n" +
 	"\x05Batch\x12\x16.shale.v1.BatchRequest\x1a\x17.shale.v1.BatchResponse\x12S\n" +
 	"\x0eCompareAndSwap\x12\x1f.shale.v1.CompareAndSwapRequest\x1a .shale.v1.CompareAndSwapResponse\x122\n" +
-	"\x03Txn\x12\x14.shale.v1.TxnRequest\x1a\x15.shale.v1.TxnResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\x03Txn\x12\x14.shale.v1.TxnRequest\x1a\x15.shale.v1.TxnResponse\x12:\n" +
+	"\x05Watch\x12\x16.shale.v1.WatchRequest\x1a\x17.shale.v1.WatchResponse0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_kv_proto_rawDescOnce sync.Once
@@ -2375,111 +2694,125 @@ func file_shale_v1_kv_proto_rawDescGZIP() []byte {
 	return file_shale_v1_kv_proto_rawDescData
 }
 
-var file_shale_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_shale_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_shale_v1_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),           // 0: shale.v1.ReadConsistency
 	(Compare_Target)(0),            // 1: shale.v1.Compare.Target
 	(Compare_Result)(0),            // 2: shale.v1.Compare.Result
-	(*RequestHeader)(nil),          // 3: shale.v1.RequestHeader
-	(*ResponseHeader)(nil),         // 4: shale.v1.ResponseHeader
-	(*KeyValue)(nil),               // 5: shale.v1.KeyValue
-	(*GetRequest)(nil),             // 6: shale.v1.GetRequest
-	(*GetResponse)(nil),            // 7: shale.v1.GetResponse
-	(*MultiGetRequest)(nil),        // 8: shale.v1.MultiGetRequest
-	(*MultiGetResult)(nil),         // 9: shale.v1.MultiGetResult
-	(*MultiGetResponse)(nil),       // 10: shale.v1.MultiGetResponse
-	(*PutRequest)(nil),             // 11: shale.v1.PutRequest
-	(*PutResponse)(nil),            // 12: shale.v1.PutResponse
-	(*DeleteRequest)(nil),          // 13: shale.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 14: shale.v1.DeleteResponse
-	(*DeleteRangeRequest)(nil),     // 15: shale.v1.DeleteRangeRequest
-	(*DeleteRangeResponse)(nil),    // 16: shale.v1.DeleteRangeResponse
-	(*ScanRequest)(nil),            // 17: shale.v1.ScanRequest
-	(*ScanResponse)(nil),           // 18: shale.v1.ScanResponse
-	(*ScanToken)(nil),              // 19: shale.v1.ScanToken
-	(*PutOp)(nil),                  // 20: shale.v1.PutOp
-	(*DeleteOp)(nil),               // 21: shale.v1.DeleteOp
-	(*DeleteRangeOp)(nil),          // 22: shale.v1.DeleteRangeOp
-	(*GetOp)(nil),                  // 23: shale.v1.GetOp
-	(*RequestOp)(nil),              // 24: shale.v1.RequestOp
-	(*ResponseOp)(nil),             // 25: shale.v1.ResponseOp
-	(*BatchRequest)(nil),           // 26: shale.v1.BatchRequest
-	(*BatchResponse)(nil),          // 27: shale.v1.BatchResponse
-	(*CompareAndSwapRequest)(nil),  // 28: shale.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 29: shale.v1.CompareAndSwapResponse
-	(*Compare)(nil),                // 30: shale.v1.Compare
-	(*TxnRequest)(nil),             // 31: shale.v1.TxnRequest
-	(*TxnResponse)(nil),            // 32: shale.v1.TxnResponse
+	(WatchEvent_Type)(0),           // 3: shale.v1.WatchEvent.Type
+	(*RequestHeader)(nil),          // 4: shale.v1.RequestHeader
+	(*ResponseHeader)(nil),         // 5: shale.v1.ResponseHeader
+	(*KeyValue)(nil),               // 6: shale.v1.KeyValue
+	(*GetRequest)(nil),             // 7: shale.v1.GetRequest
+	(*GetResponse)(nil),            // 8: shale.v1.GetResponse
+	(*MultiGetRequest)(nil),        // 9: shale.v1.MultiGetRequest
+	(*MultiGetResult)(nil),         // 10: shale.v1.MultiGetResult
+	(*MultiGetResponse)(nil),       // 11: shale.v1.MultiGetResponse
+	(*PutRequest)(nil),             // 12: shale.v1.PutRequest
+	(*PutResponse)(nil),            // 13: shale.v1.PutResponse
+	(*DeleteRequest)(nil),          // 14: shale.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 15: shale.v1.DeleteResponse
+	(*DeleteRangeRequest)(nil),     // 16: shale.v1.DeleteRangeRequest
+	(*DeleteRangeResponse)(nil),    // 17: shale.v1.DeleteRangeResponse
+	(*ScanRequest)(nil),            // 18: shale.v1.ScanRequest
+	(*ScanResponse)(nil),           // 19: shale.v1.ScanResponse
+	(*ScanToken)(nil),              // 20: shale.v1.ScanToken
+	(*PutOp)(nil),                  // 21: shale.v1.PutOp
+	(*DeleteOp)(nil),               // 22: shale.v1.DeleteOp
+	(*DeleteRangeOp)(nil),          // 23: shale.v1.DeleteRangeOp
+	(*GetOp)(nil),                  // 24: shale.v1.GetOp
+	(*RequestOp)(nil),              // 25: shale.v1.RequestOp
+	(*ResponseOp)(nil),             // 26: shale.v1.ResponseOp
+	(*BatchRequest)(nil),           // 27: shale.v1.BatchRequest
+	(*BatchResponse)(nil),          // 28: shale.v1.BatchResponse
+	(*CompareAndSwapRequest)(nil),  // 29: shale.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil), // 30: shale.v1.CompareAndSwapResponse
+	(*Compare)(nil),                // 31: shale.v1.Compare
+	(*TxnRequest)(nil),             // 32: shale.v1.TxnRequest
+	(*TxnResponse)(nil),            // 33: shale.v1.TxnResponse
+	(*WatchRequest)(nil),           // 34: shale.v1.WatchRequest
+	(*WatchEvent)(nil),             // 35: shale.v1.WatchEvent
+	(*WatchResponse)(nil),          // 36: shale.v1.WatchResponse
+	(*ShardDescriptor)(nil),        // 37: shale.v1.ShardDescriptor
 }
 var file_shale_v1_kv_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RequestHeader.consistency:type_name -> shale.v1.ReadConsistency
-	3,  // 1: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 2: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
-	5,  // 3: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
-	3,  // 4: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 5: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
-	4,  // 6: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
-	9,  // 7: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
-	3,  // 8: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 9: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
-	5,  // 10: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
-	3,  // 11: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 12: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
-	5,  // 13: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
-	3,  // 14: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 15: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
-	3,  // 16: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 17: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
-	5,  // 18: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
-	20, // 19: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
-	21, // 20: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
-	22, // 21: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
-	23, // 22: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
-	12, // 23: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
-	14, // 24: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
-	16, // 25: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
-	7,  // 26: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
-	3,  // 27: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
-	24, // 28: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
-	4,  // 29: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
-	25, // 30: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
-	3,  // 31: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
-	4,  // 32: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
-	5,  // 33: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
+	4,  // 1: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 2: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
+	6,  // 3: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
+	4,  // 4: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
+	6,  // 5: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
+	5,  // 6: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 7: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
+	4,  // 8: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 9: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
+	6,  // 10: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
+	4,  // 11: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 12: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
+	6,  // 13: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
+	4,  // 14: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 15: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
+	4,  // 16: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 17: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
+	6,  // 18: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
+	21, // 19: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
+	22, // 20: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
+	23, // 21: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
+	24, // 22: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
+	13, // 23: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
+	15, // 24: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
+	17, // 25: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
+	8,  // 26: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
+	4,  // 27: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
+	25, // 28: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
+	5,  // 29: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
+	26, // 30: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
+	4,  // 31: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
+	5,  // 32: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
+	6,  // 33: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
 	1,  // 34: shale.v1.Compare.target:type_name -> shale.v1.Compare.Target
 	2,  // 35: shale.v1.Compare.result:type_name -> shale.v1.Compare.Result
-	3,  // 36: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
-	30, // 37: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
-	24, // 38: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
-	24, // 39: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
-	4,  // 40: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
-	25, // 41: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
-	6,  // 42: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
-	8,  // 43: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
-	11, // 44: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
-	13, // 45: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
-	15, // 46: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
-	17, // 47: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
-	17, // 48: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
-	26, // 49: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
-	28, // 50: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
-	31, // 51: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
-	7,  // 52: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
-	10, // 53: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
-	12, // 54: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
-	14, // 55: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
-	16, // 56: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
-	18, // 57: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
-	18, // 58: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
-	27, // 59: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
-	29, // 60: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
-	32, // 61: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
-	52, // [52:62] is the sub-list for method output_type
-	42, // [42:52] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	4,  // 36: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
+	31, // 37: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
+	25, // 38: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
+	25, // 39: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
+	5,  // 40: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
+	26, // 41: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
+	4,  // 42: shale.v1.WatchRequest.header:type_name -> shale.v1.RequestHeader
+	3,  // 43: shale.v1.WatchEvent.type:type_name -> shale.v1.WatchEvent.Type
+	6,  // 44: shale.v1.WatchEvent.kv:type_name -> shale.v1.KeyValue
+	6,  // 45: shale.v1.WatchEvent.prev_kv:type_name -> shale.v1.KeyValue
+	5,  // 46: shale.v1.WatchResponse.header:type_name -> shale.v1.ResponseHeader
+	35, // 47: shale.v1.WatchResponse.events:type_name -> shale.v1.WatchEvent
+	37, // 48: shale.v1.WatchResponse.range_change:type_name -> shale.v1.ShardDescriptor
+	7,  // 49: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
+	9,  // 50: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
+	12, // 51: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
+	14, // 52: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
+	16, // 53: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
+	18, // 54: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
+	18, // 55: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
+	27, // 56: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
+	29, // 57: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
+	32, // 58: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
+	34, // 59: shale.v1.KV.Watch:input_type -> shale.v1.WatchRequest
+	8,  // 60: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
+	11, // 61: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
+	13, // 62: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
+	15, // 63: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
+	17, // 64: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
+	19, // 65: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
+	19, // 66: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
+	28, // 67: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
+	30, // 68: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
+	33, // 69: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
+	36, // 70: shale.v1.KV.Watch:output_type -> shale.v1.WatchResponse
+	60, // [60:71] is the sub-list for method output_type
+	49, // [49:60] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_kv_proto_init() }
@@ -2487,6 +2820,7 @@ func file_shale_v1_kv_proto_init() {
 	if File_shale_v1_kv_proto != nil {
 		return
 	}
+	file_shale_v1_meta_proto_init()
 	file_shale_v1_kv_proto_msgTypes[21].OneofWrappers = []any{
 		(*RequestOp_Put)(nil),
 		(*RequestOp_Delete)(nil),
@@ -2504,8 +2838,8 @@ func file_shale_v1_kv_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_kv_proto_rawDesc), len(file_shale_v1_kv_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   30,
+			NumEnums:      4,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	KV_Batch_FullMethodName          = "/shale.v1.KV/Batch"
 	KV_CompareAndSwap_FullMethodName = "/shale.v1.KV/CompareAndSwap"
 	KV_Txn_FullMethodName            = "/shale.v1.KV/Txn"
+	KV_Watch_FullMethodName          = "/shale.v1.KV/Watch"
 )
 
 // KVClient is the client API for KV service.
@@ -71,6 +72,16 @@ type KVClient interface {
 	// Txn evaluates compares, then applies success or failure ops atomically;
 	// all keys must be in one shard.
 	Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnResponse, error)
+	// Watch streams the changes to a range of one shard, in revision order,
+	// from start_revision on. The first message has no events: its
+	// header.revision R says the stream delivers every change after R. A
+	// stream ends normally after a message with range_change (a split or a
+	// merge moved part of the range to another shard), and with an error
+	// carrying WatchInterrupted when the watcher fell too far behind
+	// (ResourceExhausted), its history is gone (OutOfRange), or the replica
+	// stopped serving the shard (Unavailable); resuming from the detail's
+	// resume_revision on the same shard loses and repeats nothing.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type kVClient struct {
@@ -190,6 +201,25 @@ func (c *kVClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOpt
 	return out, nil
 }
 
+func (c *kVClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[1], KV_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -230,6 +260,16 @@ type KVServer interface {
 	// Txn evaluates compares, then applies success or failure ops atomically;
 	// all keys must be in one shard.
 	Txn(context.Context, *TxnRequest) (*TxnResponse, error)
+	// Watch streams the changes to a range of one shard, in revision order,
+	// from start_revision on. The first message has no events: its
+	// header.revision R says the stream delivers every change after R. A
+	// stream ends normally after a message with range_change (a split or a
+	// merge moved part of the range to another shard), and with an error
+	// carrying WatchInterrupted when the watcher fell too far behind
+	// (ResourceExhausted), its history is gone (OutOfRange), or the replica
+	// stopped serving the shard (Unavailable); resuming from the detail's
+	// resume_revision on the same shard loses and repeats nothing.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -269,6 +309,9 @@ func (UnimplementedKVServer) CompareAndSwap(context.Context, *CompareAndSwapRequ
 }
 func (UnimplementedKVServer) Txn(context.Context, *TxnRequest) (*TxnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Txn not implemented")
+}
+func (UnimplementedKVServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -464,6 +507,17 @@ func _KV_Txn_Handler(srv interface{}, ctx context.Context, dec func(interface{})
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(KVServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -512,6 +566,11 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ScanStream",
 			Handler:       _KV_ScanStream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _KV_Watch_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -727,6 +727,72 @@ func (x *CrossShardRequest) GetShardId() uint64 {
 	return 0
 }
 
+// WatchInterrupted is attached to the error that ends a watch stream early.
+type WatchInterrupted struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// resume_revision: a new watch of the same range on the same shard from
+	// this revision continues the stream with nothing lost or repeated; 0
+	// when the history needed is gone.
+	ResumeRevision uint64 `protobuf:"varint,2,opt,name=resume_revision,json=resumeRevision,proto3" json:"resume_revision,omitempty"`
+	// compact_revision: with OutOfRange, the oldest start revision the
+	// replica can still serve.
+	CompactRevision uint64 `protobuf:"varint,3,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WatchInterrupted) Reset() {
+	*x = WatchInterrupted{}
+	mi := &file_shale_v1_meta_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchInterrupted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchInterrupted) ProtoMessage() {}
+
+func (x *WatchInterrupted) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_meta_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchInterrupted.ProtoReflect.Descriptor instead.
+func (*WatchInterrupted) Descriptor() ([]byte, []int) {
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchInterrupted) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *WatchInterrupted) GetResumeRevision() uint64 {
+	if x != nil {
+		return x.ResumeRevision
+	}
+	return 0
+}
+
+func (x *WatchInterrupted) GetCompactRevision() uint64 {
+	if x != nil {
+		return x.CompactRevision
+	}
+	return 0
+}
+
 var File_shale_v1_meta_proto protoreflect.FileDescriptor
 
 const file_shale_v1_meta_proto_rawDesc = "" +
@@ -778,7 +844,11 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\"K\n" +
 	"\x11CrossShardRequest\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12\x19\n" +
-	"\bshard_id\x18\x02 \x01(\x04R\ashardId*\x8d\x01\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\"\x81\x01\n" +
+	"\x10WatchInterrupted\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12'\n" +
+	"\x0fresume_revision\x18\x02 \x01(\x04R\x0eresumeRevision\x12)\n" +
+	"\x10compact_revision\x18\x03 \x01(\x04R\x0fcompactRevision*\x8d\x01\n" +
 	"\vReplicaRole\x12\"\n" +
 	"\x1eREPLICA_ROLE_VOTER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14REPLICA_ROLE_LEARNER\x10\x01\x12\x1f\n" +
@@ -798,7 +868,7 @@ func file_shale_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_shale_v1_meta_proto_goTypes = []any{
 	(ReplicaRole)(0),          // 0: shale.v1.ReplicaRole
 	(*ReplicaDescriptor)(nil), // 1: shale.v1.ReplicaDescriptor
@@ -810,6 +880,7 @@ var file_shale_v1_meta_proto_goTypes = []any{
 	(*KeyOutsideShard)(nil),   // 7: shale.v1.KeyOutsideShard
 	(*ShardNotFound)(nil),     // 8: shale.v1.ShardNotFound
 	(*CrossShardRequest)(nil), // 9: shale.v1.CrossShardRequest
+	(*WatchInterrupted)(nil),  // 10: shale.v1.WatchInterrupted
 }
 var file_shale_v1_meta_proto_depIdxs = []int32{
 	0, // 0: shale.v1.ReplicaDescriptor.role:type_name -> shale.v1.ReplicaRole
@@ -834,7 +905,7 @@ func file_shale_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_meta_proto_rawDesc), len(file_shale_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -85,8 +85,11 @@ type RaftMessageBatch struct {
 	// quiesced_shards lists shards the sender's leader replicas quiesced this
 	// cycle: followers stop ticking them until woken by a message.
 	QuiescedShards []uint64 `protobuf:"varint,5,rep,packed,name=quiesced_shards,json=quiescedShards,proto3" json:"quiesced_shards,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// hlc is the sender's hybrid logical clock when it sent the batch: the
+	// receiver's clock moves past it (see HlcTimestamp).
+	Hlc           *HlcTimestamp `protobuf:"bytes,6,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftMessageBatch) Reset() {
@@ -154,6 +157,68 @@ func (x *RaftMessageBatch) GetQuiescedShards() []uint64 {
 	return nil
 }
 
+func (x *RaftMessageBatch) GetHlc() *HlcTimestamp {
+	if x != nil {
+		return x.Hlc
+	}
+	return nil
+}
+
+// HlcTimestamp is a hybrid logical clock reading: wall time in nanoseconds
+// since the Unix epoch, and a counter that orders readings within one
+// wall-clock nanosecond. Readings compare by wall_nanos, then logical.
+type HlcTimestamp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WallNanos     int64                  `protobuf:"varint,1,opt,name=wall_nanos,json=wallNanos,proto3" json:"wall_nanos,omitempty"`
+	Logical       uint32                 `protobuf:"varint,2,opt,name=logical,proto3" json:"logical,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HlcTimestamp) Reset() {
+	*x = HlcTimestamp{}
+	mi := &file_shale_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HlcTimestamp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HlcTimestamp) ProtoMessage() {}
+
+func (x *HlcTimestamp) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HlcTimestamp.ProtoReflect.Descriptor instead.
+func (*HlcTimestamp) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HlcTimestamp) GetWallNanos() int64 {
+	if x != nil {
+		return x.WallNanos
+	}
+	return 0
+}
+
+func (x *HlcTimestamp) GetLogical() uint32 {
+	if x != nil {
+		return x.Logical
+	}
+	return 0
+}
+
 type RaftStreamResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -162,7 +227,7 @@ type RaftStreamResponse struct {
 
 func (x *RaftStreamResponse) Reset() {
 	*x = RaftStreamResponse{}
-	mi := &file_shale_v1_raft_proto_msgTypes[2]
+	mi := &file_shale_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +239,7 @@ func (x *RaftStreamResponse) String() string {
 func (*RaftStreamResponse) ProtoMessage() {}
 
 func (x *RaftStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[2]
+	mi := &file_shale_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +252,7 @@ func (x *RaftStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStreamResponse.ProtoReflect.Descriptor instead.
 func (*RaftStreamResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 // SnapshotFile is one file of a shard checkpoint.
@@ -202,7 +267,7 @@ type SnapshotFile struct {
 
 func (x *SnapshotFile) Reset() {
 	*x = SnapshotFile{}
-	mi := &file_shale_v1_raft_proto_msgTypes[3]
+	mi := &file_shale_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +279,7 @@ func (x *SnapshotFile) String() string {
 func (*SnapshotFile) ProtoMessage() {}
 
 func (x *SnapshotFile) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[3]
+	mi := &file_shale_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +292,7 @@ func (x *SnapshotFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotFile.ProtoReflect.Descriptor instead.
 func (*SnapshotFile) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotFile) GetName() string {
@@ -269,7 +334,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_shale_v1_raft_proto_msgTypes[4]
+	mi := &file_shale_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +346,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[4]
+	mi := &file_shale_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +359,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotHeader) GetClusterId() string {
@@ -361,7 +426,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shale_v1_raft_proto_msgTypes[5]
+	mi := &file_shale_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +438,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[5]
+	mi := &file_shale_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +451,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -433,7 +498,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_shale_v1_raft_proto_msgTypes[6]
+	mi := &file_shale_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +510,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[6]
+	mi := &file_shale_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +523,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotResponse) GetApplied() bool {
@@ -482,6 +547,11 @@ type RaftCommand struct {
 	// first_attempt copies RequestHeader.first_attempt: the state machine skips
 	// the deduplication lookup of request_id (it still records the id).
 	FirstAttempt bool `protobuf:"varint,4,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
+	// hlc is the proposing leader's hybrid logical clock. The state machine
+	// dates the entry with it, or just after the previous entry's date when
+	// it is not later (a new leader's clock behind the old one's), so that
+	// every replica dates every entry alike and dates grow with the index.
+	Hlc *HlcTimestamp `protobuf:"bytes,5,opt,name=hlc,proto3" json:"hlc,omitempty"`
 	// Types that are valid to be assigned to Command:
 	//
 	//	*RaftCommand_Txn
@@ -498,7 +568,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[7]
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +580,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[7]
+	mi := &file_shale_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +593,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RaftCommand) GetRequestId() []byte {
@@ -552,6 +622,13 @@ func (x *RaftCommand) GetFirstAttempt() bool {
 		return x.FirstAttempt
 	}
 	return false
+}
+
+func (x *RaftCommand) GetHlc() *HlcTimestamp {
+	if x != nil {
+		return x.Hlc
+	}
+	return nil
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -687,7 +764,7 @@ type MergeFreeze struct {
 
 func (x *MergeFreeze) Reset() {
 	*x = MergeFreeze{}
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +776,7 @@ func (x *MergeFreeze) String() string {
 func (*MergeFreeze) ProtoMessage() {}
 
 func (x *MergeFreeze) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[8]
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +789,7 @@ func (x *MergeFreeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeFreeze.ProtoReflect.Descriptor instead.
 func (*MergeFreeze) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MergeFreeze) GetIntoShardId() uint64 {
@@ -742,7 +819,7 @@ type MergeAbsorb struct {
 
 func (x *MergeAbsorb) Reset() {
 	*x = MergeAbsorb{}
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +831,7 @@ func (x *MergeAbsorb) String() string {
 func (*MergeAbsorb) ProtoMessage() {}
 
 func (x *MergeAbsorb) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +844,7 @@ func (x *MergeAbsorb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeAbsorb.ProtoReflect.Descriptor instead.
 func (*MergeAbsorb) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MergeAbsorb) GetRight() *ShardDescriptor {
@@ -826,7 +903,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +915,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +928,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -893,7 +970,7 @@ type SystemCommand struct {
 
 func (x *SystemCommand) Reset() {
 	*x = SystemCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +982,7 @@ func (x *SystemCommand) String() string {
 func (*SystemCommand) ProtoMessage() {}
 
 func (x *SystemCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +995,7 @@ func (x *SystemCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemCommand.ProtoReflect.Descriptor instead.
 func (*SystemCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SystemCommand) GetOp() isSystemCommand_Op {
@@ -1038,7 +1115,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_shale_v1_raft_proto_msgTypes[12]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1127,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[12]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1140,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConfChangeContext) GetReplicas() []*ReplicaDescriptor {
@@ -1094,7 +1171,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1183,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1196,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommandResult) GetTxn() *TxnResponse {
@@ -1171,7 +1248,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x13shale/v1/raft.proto\x12\bshale.v1\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"C\n" +
 	"\fRaftEnvelope\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"\xce\x01\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\xf8\x01\n" +
 	"\x10RaftMessageBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12 \n" +
@@ -1180,7 +1257,12 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"to_node_id\x18\x03 \x01(\x04R\btoNodeId\x122\n" +
 	"\bmessages\x18\x04 \x03(\v2\x16.shale.v1.RaftEnvelopeR\bmessages\x12'\n" +
-	"\x0fquiesced_shards\x18\x05 \x03(\x04R\x0equiescedShards\"\x14\n" +
+	"\x0fquiesced_shards\x18\x05 \x03(\x04R\x0equiescedShards\x12(\n" +
+	"\x03hlc\x18\x06 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\"G\n" +
+	"\fHlcTimestamp\x12\x1d\n" +
+	"\n" +
+	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\x14\n" +
 	"\x12RaftStreamResponse\"N\n" +
 	"\fSnapshotFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1207,13 +1289,14 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xe4\x03\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x8e\x04\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
 	"\x14timestamp_unix_nanos\x18\x02 \x01(\x03R\x12timestampUnixNanos\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12#\n" +
 	"\rfirst_attempt\x18\x04 \x01(\bR\ffirstAttempt\x12(\n" +
+	"\x03hlc\x18\x05 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12(\n" +
 	"\x03txn\x18\n" +
 	" \x01(\v2\x14.shale.v1.TxnRequestH\x00R\x03txn\x121\n" +
 	"\x06system\x18\v \x01(\v2\x17.shale.v1.SystemCommandH\x00R\x06system\x12\x14\n" +
@@ -1272,56 +1355,59 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
-var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_shale_v1_raft_proto_goTypes = []any{
 	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
 	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
-	(*RaftStreamResponse)(nil), // 2: shale.v1.RaftStreamResponse
-	(*SnapshotFile)(nil),       // 3: shale.v1.SnapshotFile
-	(*SnapshotHeader)(nil),     // 4: shale.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),      // 5: shale.v1.SnapshotChunk
-	(*SnapshotResponse)(nil),   // 6: shale.v1.SnapshotResponse
-	(*RaftCommand)(nil),        // 7: shale.v1.RaftCommand
-	(*MergeFreeze)(nil),        // 8: shale.v1.MergeFreeze
-	(*MergeAbsorb)(nil),        // 9: shale.v1.MergeAbsorb
-	(*SplitCommand)(nil),       // 10: shale.v1.SplitCommand
-	(*SystemCommand)(nil),      // 11: shale.v1.SystemCommand
-	(*ConfChangeContext)(nil),  // 12: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 13: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 14: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 15: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 16: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 17: shale.v1.ShardPin
-	(*ReplicaDescriptor)(nil),  // 18: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 19: shale.v1.TxnResponse
+	(*HlcTimestamp)(nil),       // 2: shale.v1.HlcTimestamp
+	(*RaftStreamResponse)(nil), // 3: shale.v1.RaftStreamResponse
+	(*SnapshotFile)(nil),       // 4: shale.v1.SnapshotFile
+	(*SnapshotHeader)(nil),     // 5: shale.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),      // 6: shale.v1.SnapshotChunk
+	(*SnapshotResponse)(nil),   // 7: shale.v1.SnapshotResponse
+	(*RaftCommand)(nil),        // 8: shale.v1.RaftCommand
+	(*MergeFreeze)(nil),        // 9: shale.v1.MergeFreeze
+	(*MergeAbsorb)(nil),        // 10: shale.v1.MergeAbsorb
+	(*SplitCommand)(nil),       // 11: shale.v1.SplitCommand
+	(*SystemCommand)(nil),      // 12: shale.v1.SystemCommand
+	(*ConfChangeContext)(nil),  // 13: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 14: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 15: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 16: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 17: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 18: shale.v1.ShardPin
+	(*ReplicaDescriptor)(nil),  // 19: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 20: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
-	3,  // 1: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	14, // 2: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
-	4,  // 3: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
-	15, // 4: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	11, // 5: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	10, // 6: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
-	8,  // 7: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
-	9,  // 8: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
-	14, // 9: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	16, // 10: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	14, // 11: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	17, // 12: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	18, // 13: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	19, // 14: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	14, // 15: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	14, // 16: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 17: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	5,  // 18: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	2,  // 19: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	6,  // 20: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	19, // [19:21] is the sub-list for method output_type
-	17, // [17:19] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	2,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
+	4,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
+	15, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	5,  // 4: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
+	2,  // 5: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
+	16, // 6: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	12, // 7: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	11, // 8: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	9,  // 9: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
+	10, // 10: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
+	15, // 11: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	17, // 12: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	15, // 13: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	18, // 14: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	19, // 15: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	20, // 16: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	15, // 17: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	15, // 18: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 19: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	6,  // 20: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	3,  // 21: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	7,  // 22: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	21, // [21:23] is the sub-list for method output_type
+	19, // [19:21] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1331,7 +1417,7 @@ func file_shale_v1_raft_proto_init() {
 	}
 	file_shale_v1_kv_proto_init()
 	file_shale_v1_meta_proto_init()
-	file_shale_v1_raft_proto_msgTypes[7].OneofWrappers = []any{
+	file_shale_v1_raft_proto_msgTypes[8].OneofWrappers = []any{
 		(*RaftCommand_Txn)(nil),
 		(*RaftCommand_System)(nil),
 		(*RaftCommand_Noop)(nil),
@@ -1340,7 +1426,7 @@ func file_shale_v1_raft_proto_init() {
 		(*RaftCommand_MergeAbsorb)(nil),
 		(*RaftCommand_MergeRetire)(nil),
 	}
-	file_shale_v1_raft_proto_msgTypes[11].OneofWrappers = []any{
+	file_shale_v1_raft_proto_msgTypes[12].OneofWrappers = []any{
 		(*SystemCommand_PutNode)(nil),
 		(*SystemCommand_RemoveNodeId)(nil),
 		(*SystemCommand_PutShard)(nil),
@@ -1354,7 +1440,7 @@ func file_shale_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,344 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/storage"
+)
+
+// The shard's change-log records: LogData blobs written to the engine's WAL
+// with every applied entry, told apart by their first byte.
+const (
+	// logKindMark is an EntryMark (entryMarkVersion).
+	logKindMark = entryMarkVersion
+	// logKindChanges lists an entry's user-visible changes with the values
+	// they replaced (see appendChange).
+	logKindChanges = 2
+	// logKindRange holds the shard's descriptor after an entry that changed
+	// its range or merge state (a split or a merge step).
+	logKindRange = 3
+)
+
+// Change kinds in a logKindChanges record.
+const (
+	changePut    = 1
+	changeDelete = 2
+)
+
+// ErrCorruptChangeLog is matched (errors.Is) by the errors of DecodeBatch
+// for change-log records that are damaged or do not match the entry's
+// writes.
+var ErrCorruptChangeLog = errors.New("shard: corrupt change log")
+
+// appendChange appends one item of a logKindChanges record to b: the change
+// kind, the user key and the key's previous stored value (as uvarint
+// length+1, 0 when the key was absent or expired) and the value's bytes.
+func appendChange(b []byte, kind byte, userKey, prev []byte) []byte {
+	b = append(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(userKey)))
+	b = append(b, userKey...)
+	if prev == nil {
+		return binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(prev))+1)
+	return append(b, prev...)
+}
+
+// sealRecord appends the CRC-32C of rec[start:] to rec. Every change-log
+// record (marks included) is a kind byte, a body and this checksum.
+func sealRecord(rec []byte, start int) []byte {
+	return binary.BigEndian.AppendUint32(rec, crc32.Checksum(rec[start:], castagnoli))
+}
+
+// unsealRecord checks a sealed record's kind byte and checksum and returns
+// its body.
+func unsealRecord(b []byte, kind byte) ([]byte, error) {
+	if len(b) < 1+4 || b[0] != kind {
+		return nil, fmt.Errorf("record of kind %d: %d bytes", kind, len(b))
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("record of kind %d: checksum mismatch", kind)
+	}
+	return body[1:], nil
+}
+
+// openRecord is unsealRecord for the changes and range records.
+func openRecord(b []byte, kind byte) ([]byte, error) {
+	body, err := unsealRecord(b, kind)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+	}
+	return body, nil
+}
+
+// EventKind says what a change did to a key.
+type EventKind uint8
+
+const (
+	// EventPut wrote a value.
+	EventPut EventKind = 1
+	// EventDelete removed a live key (a point or a range deletion).
+	EventDelete EventKind = 2
+)
+
+// Event is one user-visible change made by an applied entry.
+type Event struct {
+	Kind EventKind
+	// KV is the key after the change: its new value and revisions for a
+	// put; for a delete, the key with ModRevision set to the entry's
+	// revision and nothing else.
+	KV *shalev1.KeyValue
+	// Prev is the key's value before the change, nil when it was absent
+	// (never written, deleted or expired).
+	Prev *shalev1.KeyValue
+}
+
+// AppliedEntry is what one applied Raft entry left in the shard's WAL.
+type AppliedEntry struct {
+	// Mark identifies and dates the entry.
+	Mark EntryMark
+	// Events are the entry's changes to user keys, in the order its
+	// operations ran (several for one key when a transaction wrote it more
+	// than once). Keys moved in or out by a split or merge are not events:
+	// they did not change.
+	Events []Event
+	// Range, when not nil, is the shard's descriptor after the entry: the
+	// entry changed the shard's range or merge state (a split, a merge
+	// freezing or absorbing a shard).
+	Range *shalev1.ShardDescriptor
+}
+
+// DecodeBatch calls fn with every entry recorded in a batch of the shard
+// engine's WAL (storage.DB.UpdatesSince), in order. Batches that are not
+// applied entries (a snapshot's or a split's initial state) yield none. It
+// fails, matching ErrCorruptChangeLog, when a change-log record is damaged
+// or does not match the writes of its entry; fn's errors are returned as
+// they are.
+func DecodeBatch(b *storage.Batch, fn func(*AppliedEntry) error) error {
+	r := b.Reader()
+	// The current entry's data-key writes and change-log records.
+	var puts [][2][]byte // engine key, stored value
+	var changes, rng []byte
+	reset := func() { puts, changes, rng = puts[:0], nil, nil }
+	for {
+		kind, key, value, ok := r.Next()
+		if !ok {
+			break
+		}
+		switch kind {
+		case storage.KindSet:
+			if isDataKey(key) {
+				puts = append(puts, [2][]byte{key, value})
+			}
+		case storage.KindLogData:
+			if len(key) == 0 {
+				continue
+			}
+			switch key[0] {
+			case logKindChanges:
+				changes = key
+			case logKindRange:
+				rng = key
+			case logKindMark:
+				m, err := DecodeEntryMark(key)
+				if err != nil {
+					return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+				}
+				e, err := decodeEntry(m, puts, changes, rng)
+				if err != nil {
+					return fmt.Errorf("entry %d: %w", m.Index, err)
+				}
+				if err := fn(e); err != nil {
+					return err
+				}
+				reset()
+			}
+		}
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+	}
+	return nil
+}
+
+// decodeEntry builds an entry's events from its change-log record and its
+// data-key puts, which match the record's put items one for one, in order.
+func decodeEntry(m EntryMark, puts [][2][]byte, changes, rng []byte) (*AppliedEntry, error) {
+	e := &AppliedEntry{Mark: m}
+	if rng != nil {
+		body, err := openRecord(rng, logKindRange)
+		if err != nil {
+			return nil, err
+		}
+		d := &shalev1.ShardDescriptor{}
+		if err := proto.Unmarshal(body, d); err != nil {
+			return nil, fmt.Errorf("%w: range record: %v", ErrCorruptChangeLog, err)
+		}
+		e.Range = d
+	}
+	if changes == nil {
+		return e, nil
+	}
+	p, err := openRecord(changes, logKindChanges)
+	if err != nil {
+		return nil, err
+	}
+	readBytes := func() ([]byte, bool) {
+		n, w := binary.Uvarint(p)
+		if w <= 0 || n > uint64(len(p)-w) {
+			return nil, false
+		}
+		s := p[w : w+int(n)]
+		p = p[w+int(n):]
+		return s, true
+	}
+	next := 0
+	for len(p) > 0 {
+		kind := p[0]
+		p = p[1:]
+		key, ok := readBytes()
+		if !ok {
+			return nil, fmt.Errorf("%w: bad key length", ErrCorruptChangeLog)
+		}
+		n, w := binary.Uvarint(p)
+		if w <= 0 || (n > 0 && n-1 > uint64(len(p)-w)) {
+			return nil, fmt.Errorf("%w: bad previous value length", ErrCorruptChangeLog)
+		}
+		p = p[w:]
+		var ev Event
+		if n > 0 {
+			raw := p[:n-1]
+			p = p[n-1:]
+			sv, err := decodeValue(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%w: previous value of %q: %v", ErrCorruptChangeLog, key, err)
+			}
+			ev.Prev = keyValue(key, &sv, false)
+		}
+		switch kind {
+		case changePut:
+			if next >= len(puts) || !bytes.Equal(puts[next][0][1:], key) {
+				return nil, fmt.Errorf("%w: put of %q has no matching write", ErrCorruptChangeLog, key)
+			}
+			sv, err := decodeValue(puts[next][1])
+			if err != nil {
+				return nil, fmt.Errorf("%w: value of %q: %v", ErrCorruptChangeLog, key, err)
+			}
+			next++
+			ev.Kind, ev.KV = EventPut, keyValue(key, &sv, false)
+		case changeDelete:
+			ev.Kind, ev.KV = EventDelete, &shalev1.KeyValue{Key: bytes.Clone(key), ModRevision: m.Revision}
+		default:
+			return nil, fmt.Errorf("%w: change kind %d", ErrCorruptChangeLog, kind)
+		}
+		e.Events = append(e.Events, ev)
+	}
+	if next != len(puts) {
+		return nil, fmt.Errorf("%w: %d writes, %d puts recorded", ErrCorruptChangeLog, len(puts), next)
+	}
+	return e, nil
+}
+
+// noteChange records a change of the current entry for the change log.
+func (a *applier) noteChange(kind byte, userKey, prev []byte) {
+	if len(a.changes) == 0 {
+		a.changes = append(a.changes, logKindChanges)
+	}
+	a.changes = appendChange(a.changes, kind, userKey, prev)
+}
+
+// endEntryLog writes the current entry's change-log records before its
+// mark: its changes, if any, and its descriptor if the entry changed the
+// shard's range or merge state.
+func (a *applier) endEntryLog(before *shalev1.ShardDescriptor) error {
+	if len(a.changes) > 0 {
+		a.changes = sealRecord(a.changes, 0)
+		a.b.LogData(a.changes)
+		a.changes = a.changes[:0]
+	}
+	after := a.st.desc
+	if after == nil || after == before {
+		return nil
+	}
+	if before != nil && bytes.Equal(before.GetStartKey(), after.GetStartKey()) && bytes.Equal(before.GetEndKey(), after.GetEndKey()) &&
+		before.GetMergingInto() == after.GetMergingInto() && before.GetRetired() == after.GetRetired() {
+		return nil
+	}
+	enc, err := marshalOpts.Marshal(after)
+	if err != nil {
+		return fmt.Errorf("encode range record: %w", err)
+	}
+	rec := append([]byte{logKindRange}, enc...)
+	a.b.LogData(sealRecord(rec, 0))
+	return nil
+}
+
+// noteRangeDeletes records a deletion, with its value, of every live key in
+// the engine-key span [lo, hi), as the current Apply call sees it: the
+// writes staged so far over the engine's state before the call.
+func (a *applier) noteRangeDeletes(lo, hi []byte, now int64) error {
+	var staged []string
+	for k := range a.ov.writes {
+		if k >= string(lo) && k < string(hi) { // [lo, hi) holds data keys only
+			staged = append(staged, k)
+		}
+	}
+	slices.Sort(staged)
+	note := func(ek, raw []byte) error {
+		v, err := decodeValue(raw)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", ek[1:], err)
+		}
+		if live(&v, now) {
+			a.noteChange(changeDelete, ek[1:], raw)
+		}
+		return nil
+	}
+	it, err := a.ov.db.NewIter(&storage.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("range deletion: %w", err)
+	}
+	valid := it.First()
+	for valid || len(staged) > 0 {
+		if len(staged) > 0 && (!valid || staged[0] <= string(it.Key())) {
+			k := []byte(staged[0])
+			if valid && staged[0] == string(it.Key()) {
+				valid = it.Next() // the staged write replaces the engine's record
+			}
+			staged = staged[1:]
+			raw, ok, err := a.ov.get(k)
+			if err == nil && ok {
+				err = note(k, raw)
+			}
+			if err != nil {
+				it.Close()
+				return err
+			}
+			continue
+		}
+		if !a.ov.rangeDeleted(it.Key()) {
+			if err := note(it.Key(), it.Value()); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		valid = it.Next()
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return fmt.Errorf("range deletion: %w", err)
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("range deletion: %w", err)
+	}
+	return nil
+}
