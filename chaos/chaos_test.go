@@ -230,6 +230,9 @@ func saveLogs(t *testing.T, c *harness.Cluster, dir string) {
 			continue
 		}
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d.log", id)), b, 0o644)
+		// A CI run keeps only the test's output: a line per node of what
+		// most often explains a stuck replica.
+		t.Logf("node %d: %s", id, logDigest(b))
 		// Every replica's own view of its shard: who it thinks leads, its
 		// term and indexes, whether it is quiesced or stopped.
 		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
@@ -247,6 +250,32 @@ func saveLogs(t *testing.T, c *harness.Cluster, dir string) {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d-status.json", id)), js, 0o644)
 	}
 	t.Logf("node logs and statuses, history and visualisation (if the check failed) in %s", dir)
+}
+
+// logDigest summarises a node's log in one line: its snapshot traffic and
+// its last warning or error.
+func logDigest(log []byte) string {
+	counts := map[string]int{}
+	kinds := []string{"snapshot sent", "snapshot send failed", "snapshot installed", "snapshot refused by handler", "snapshot receive failed"}
+	var last string
+	for _, line := range strings.Split(string(log), "\n") {
+		for _, k := range kinds {
+			if strings.Contains(line, `msg="`+k+`"`) {
+				counts[k]++
+			}
+		}
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			last = line
+		}
+	}
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	if len(last) > 300 {
+		last = last[:300] + "..."
+	}
+	return strings.Join(parts, ", ") + "; last warning: " + last
 }
 
 // testWriter sends the harness's log lines to the test log.

@@ -1099,3 +1099,54 @@ func TestHaltedFollowerAcknowledgesOnlyItsLog(t *testing.T) {
 	}
 	t.Logf("leader's match for node %d: %d; its log after a restart ends at %d", f, match, last)
 }
+
+// TestSnapshotsOfOneCycleAllAnswered: two snapshots of one shard reaching a
+// node in the same Raft cycle (an old leader's and a new one's) are both
+// answered. The sender of an unanswered one waits for good and never sends
+// that replica another snapshot (chaos/README bug 12).
+func TestSnapshotsOfOneCycleAllAnswered(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	f := lead%3 + 1
+	lr := c.get(lead).store.Replica(1)
+	st := lr.Status()
+	fs := c.get(f).store
+	var ins []*incomingSnapshot
+	for i := 0; i < 2; i++ {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("snap-%d", i))
+		applied, err := c.get(lead).sm(1).Checkpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &raftpb.Message{
+			Type:     raftpb.MsgSnap.Enum(),
+			From:     proto.Uint64(lr.replicaID),
+			To:       proto.Uint64(fs.Replica(1).replicaID),
+			Term:     proto.Uint64(st.Term),
+			Snapshot: snapshotOf(applied),
+		}
+		ins = append(ins, &incomingSnapshot{
+			header: &shalev1.SnapshotHeader{ShardId: 1, FromNodeId: lead, ToNodeId: f},
+			msg:    msg, dir: dir, done: make(chan error, 1),
+		})
+	}
+	// Both in one cycle: queued together under the Store's lock.
+	fs.mu.Lock()
+	fs.snapIn = append(fs.snapIn, ins...)
+	fs.mu.Unlock()
+	fs.signal()
+	for i, in := range ins {
+		select {
+		case err := <-in.done:
+			t.Logf("snapshot %d answered: %v", i, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("snapshot %d of the cycle never answered", i)
+		}
+		if _, err := os.Stat(in.dir); !os.IsNotExist(err) {
+			t.Errorf("snapshot %d's directory left behind (stat: %v)", i, err)
+		}
+	}
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+}

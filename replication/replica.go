@@ -965,7 +965,7 @@ func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *
 	}
 	r.pendingSnap = nil
 	if err := r.sm.Restore(in.dir); err != nil {
-		in.done <- err
+		in.answer(err)
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	if raft.IsEmptyHardState(hs) {
@@ -976,12 +976,12 @@ func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *
 		hs.Commit = proto.Uint64(idx)
 	}
 	if err := r.log.ApplySnapshot(wb, idx, term, hs); err != nil {
-		in.done <- err
+		in.answer(err)
 		return err
 	}
 	r.applied = idx
 	r.updateNodes(r.sm.AppliedState().Descriptor)
-	in.done <- nil
+	in.answer(nil)
 	if m := r.store.cfg.Metrics; m != nil {
 		m.snapshotsApplied.Inc()
 	}

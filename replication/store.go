@@ -184,6 +184,17 @@ type incomingSnapshot struct {
 	msg    *raftpb.Message
 	dir    string
 	done   chan error
+	// answered is set (on the Raft loop) once done has its one value.
+	answered bool
+}
+
+// answer gives the snapshot's sender its outcome, once.
+func (in *incomingSnapshot) answer(err error) {
+	if in.answered {
+		return
+	}
+	in.answered = true
+	in.done <- err
 }
 
 // NewStore opens the Raft-log state in cfg.LogDB. Add replicas with
@@ -929,7 +940,15 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 	}
 	if r == nil || r.removed || in.msg.GetTo() != r.replicaID {
 		_ = os.RemoveAll(in.dir)
-		in.done <- fmt.Errorf("replication: shard %d: no replica %d here for the snapshot", shardID, in.msg.GetTo())
+		in.answer(fmt.Errorf("replication: shard %d: no replica %d here for the snapshot", shardID, in.msg.GetTo()))
+		return
+	}
+	if r.pendingSnap != nil {
+		// Another snapshot of this shard came in this cycle (a new leader's
+		// while the old one's was on its way): Raft may have taken that
+		// one, whose data must stay the one installed.
+		_ = os.RemoveAll(in.dir)
+		in.answer(fmt.Errorf("replication: shard %d: another snapshot is being installed", shardID))
 		return
 	}
 	r.noteNode(in.msg.GetFrom(), in.header.GetFromNodeId(), "snapshot")
@@ -942,18 +961,19 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 }
 
 // finishSnapshots answers the incoming snapshots of this cycle: installed
-// ones were consumed by installSnapshot; the rest were refused by Raft.
+// ones were answered by installSnapshot; the rest were refused by Raft (or
+// their replica was replaced or removed this cycle). Every one is answered:
+// its sender waits for the answer before it sends the shard another.
 func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 	for _, in := range snapIn {
-		r := s.Replica(in.header.GetShardId())
-		if r != nil && r.pendingSnap == in {
-			r.pendingSnap = nil
-			_ = os.RemoveAll(in.dir)
-			select {
-			case in.done <- fmt.Errorf("replication: shard %d: snapshot at index %d refused by raft (stale)", in.header.GetShardId(), in.msg.GetSnapshot().GetMetadata().GetIndex()):
-			default:
-			}
+		if in.answered {
+			continue
 		}
+		if r := s.Replica(in.header.GetShardId()); r != nil && r.pendingSnap == in {
+			r.pendingSnap = nil
+		}
+		_ = os.RemoveAll(in.dir)
+		in.answer(fmt.Errorf("replication: shard %d: snapshot at index %d refused by raft (stale)", in.header.GetShardId(), in.msg.GetSnapshot().GetMetadata().GetIndex()))
 	}
 }
 

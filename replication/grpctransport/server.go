@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -267,8 +268,15 @@ func (t *Transport) SendSnapshot(ctx context.Context, header *shalev1.SnapshotHe
 		}
 		return err
 	}
+	// Every chunk is sent: the receiver answers once it has installed or
+	// refused the snapshot, which takes a few file renames, not a transfer.
+	answerBy := time.AfterFunc(t.opts.SnapshotAnswerTimeout, cancel)
+	defer answerBy.Stop()
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
+		if !answerBy.Stop() {
+			return fmt.Errorf("no answer within %v of the last chunk: %w", t.opts.SnapshotAnswerTimeout, err)
+		}
 		return err
 	}
 	if !resp.Applied {

@@ -71,6 +71,9 @@ const (
 	// interval gRPC allows).
 	DefaultKeepaliveTime    = 10 * time.Second
 	DefaultKeepaliveTimeout = 5 * time.Second
+	// DefaultSnapshotAnswerTimeout is the default
+	// Options.SnapshotAnswerTimeout.
+	DefaultSnapshotAnswerTimeout = time.Minute
 	// DefaultMaxBatchBytes is the default Options.MaxBatchBytes.
 	DefaultMaxBatchBytes = 2 << 20
 	// DefaultInitialWindowSize is the default Options.InitialWindowSize.
@@ -119,6 +122,11 @@ type Options struct {
 	// directory into place. Default: "shale-snapshot-staging" under
 	// os.TempDir().
 	SnapshotStagingDir string
+	// SnapshotAnswerTimeout bounds the wait for the receiver's answer once
+	// a snapshot's last chunk is sent (it answers when it has installed
+	// the snapshot or refused it); a send with no answer by then fails, and
+	// Raft sends a new snapshot later. Default: DefaultSnapshotAnswerTimeout.
+	SnapshotAnswerTimeout time.Duration
 	// Logger receives the transport's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// QueueLen is the number of batches queued per peer before Send drops.
@@ -262,6 +270,9 @@ func New(opts Options) *Transport {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.SnapshotAnswerTimeout <= 0 {
+		opts.SnapshotAnswerTimeout = DefaultSnapshotAnswerTimeout
 	}
 	if opts.KeepaliveTime == 0 {
 		opts.KeepaliveTime = DefaultKeepaliveTime

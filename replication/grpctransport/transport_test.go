@@ -713,6 +713,34 @@ func TestSnapshotRefused(t *testing.T) {
 	assertEmptyDir(t, n3.staging)
 }
 
+// TestSnapshotUnanswered: a receiver that takes every chunk but never
+// answers does not hold the sender for good (chaos/README bug 12): the send
+// fails once Options.SnapshotAnswerTimeout has passed after the last chunk.
+func TestSnapshotUnanswered(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.start(1, "", Options{SnapshotAnswerTimeout: 300 * time.Millisecond})
+	n2 := c.start(2, "", Options{})
+	ckpt, _ := makeCheckpoint(t, 100)
+	release := make(chan struct{})
+	n2.h.setOnSnapshot(func(_ *shalev1.SnapshotHeader, dir string) error {
+		<-release
+		_ = os.RemoveAll(dir)
+		return errors.New("released")
+	})
+	defer close(release)
+	start := time.Now()
+	err := n1.tr.SendSnapshot(context.Background(), &shalev1.SnapshotHeader{ShardId: 3, ToNodeId: 2}, ckpt)
+	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("err = %v, want no answer within 300ms", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the send took %v", took)
+	}
+	if s := n1.tr.Stats(); s.SnapshotsFailed != 1 {
+		t.Fatalf("sender stats %+v", s)
+	}
+}
+
 func TestSnapshotCancel(t *testing.T) {
 	c := newCluster(t)
 	n1 := c.start(1, "", Options{SnapshotLimiter: snapshot.NewLimiter(64 << 10), SnapshotChunkSize: 16 << 10})
