@@ -428,22 +428,15 @@ func (c *Client) ReplicaChecksums(ctx context.Context, shardID uint64) ([]*shale
 	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, addrs := c.rt.snapshot()
 	var (
 		out  []*shalev1.ReplicaChecksumResponse
 		errs []error
 	)
 	for _, r := range st.GetDescriptor_().GetReplicas() {
 		node := r.GetNodeId()
-		addr := addrs[node]
-		if addr == "" {
-			if err := c.refreshRouting(ctx, -1); err == nil {
-				_, addrs = c.rt.snapshot()
-				addr = addrs[node]
-			}
-		}
-		if addr == "" {
-			errs = append(errs, fmt.Errorf("node %d: no known address", node))
+		addr, err := c.nodeAddr(ctx, node)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		cc, err := c.conn(addr)
@@ -477,4 +470,43 @@ func ChecksumConflicts(sums []*shalev1.ReplicaChecksumResponse) []string {
 		}
 	}
 	return bad
+}
+
+// BackupShard opens a backup stream of the replica of shard shardID on node
+// nodeID (Admin.BackupShard): a checkpoint taken on that node, its header
+// first, then the bytes of every file not in skip (same name, size and
+// checksum). The caller reads the stream to its end (io.EOF) or cancels
+// ctx; the node pins the checkpoint's files until then. It is not retried:
+// a backup retries a shard's part as a whole, possibly on another replica.
+func (c *Client) BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error) {
+	addr, err := c.nodeAddr(ctx, nodeID)
+	if err != nil {
+		return nil, wrapOp("backup-shard", err)
+	}
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, wrapOp("backup-shard", fmt.Errorf("node %d: %w", nodeID, err))
+	}
+	stream, err := shalev1.NewAdminClient(cc).BackupShard(ctx, &shalev1.BackupShardRequest{ShardId: shardID, SkipFiles: skip})
+	if err != nil {
+		return nil, wrapOp("backup-shard", fmt.Errorf("node %d (%s): %w", nodeID, addr, err))
+	}
+	return stream, nil
+}
+
+// nodeAddr is node nodeID's address, from the routing table (refreshed
+// once when the node is not in it).
+func (c *Client) nodeAddr(ctx context.Context, nodeID uint64) (string, error) {
+	_, addrs := c.rt.snapshot()
+	if addr := addrs[nodeID]; addr != "" {
+		return addr, nil
+	}
+	if err := c.refreshRouting(ctx, -1); err != nil {
+		return "", fmt.Errorf("node %d: no known address: %w", nodeID, err)
+	}
+	_, addrs = c.rt.snapshot()
+	if addr := addrs[nodeID]; addr != "" {
+		return addr, nil
+	}
+	return "", fmt.Errorf("node %d: no known address", nodeID)
 }

@@ -56,16 +56,19 @@ type Node struct {
 	// it proposes and moves past its peers' readings.
 	clock *hlc.Clock
 
-	shared    *storage.Shared
-	logDB     *storage.DB
-	store     *replication.Store
-	transport *grpctransport.Transport
-	grpc      *grpc.Server
-	health    *health.Server
-	lis       net.Listener
-	http      *http.Server
-	httpLis   net.Listener
-	reg       *prometheus.Registry
+	shared *storage.Shared
+	// snapLimiter paces what the node sends of its checkpoints: Raft
+	// snapshots and backups share it.
+	snapLimiter *snapshot.Limiter
+	logDB       *storage.DB
+	store       *replication.Store
+	transport   *grpctransport.Transport
+	grpc        *grpc.Server
+	health      *health.Server
+	lis         net.Listener
+	http        *http.Server
+	httpLis     net.Listener
+	reg         *prometheus.Registry
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -196,11 +199,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
 	}
+	n.snapLimiter = snapshot.NewLimiter(cfg.SnapshotRateBytes)
 	n.transport = grpctransport.New(grpctransport.Options{
 		NodeID:                meta.NodeID,
 		ClusterID:             meta.ClusterID,
 		Resolve:               n.resolve,
-		SnapshotLimiter:       snapshot.NewLimiter(cfg.SnapshotRateBytes),
+		SnapshotLimiter:       n.snapLimiter,
 		SnapshotStagingDir:    filepath.Join(cfg.DataDir, "snapshots", "in"),
 		Logger:                n.log.With("component", "transport"),
 		InitialWindowSize:     cfg.GRPCWindowBytes,

@@ -10,6 +10,7 @@
 //	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID|drain-leaders [ID]
 //	shalectl leader transfer SHARD NODE
 //	shalectl placement status|history
+//	shalectl backup create|list|describe ID|verify ID|delete ID --location PATH
 //	shalectl debug sst-dump FILE
 //	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
 //	                            compact|checkpoint|updates-since|metrics|live-files
@@ -92,6 +93,9 @@ The cluster commands (kv, cluster, shard, node, leader, placement) talk to a run
 cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
 else 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003).
 
+The backup commands write backups of the cluster to a directory (backup
+create) and list, describe, verify and delete them offline.
+
 The debug commands inspect and edit a storage engine directory or an SST file
 offline, in the manner of RocksDB's sst_dump and ldb.`,
 		SilenceUsage:  true,
@@ -100,7 +104,7 @@ offline, in the manner of RocksDB's sst_dump and ldb.`,
 		RunE:          groupHelp,
 	}
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", string(output.Text),
-		"output format: text or json (json is supported by the cluster commands and by ldb get, scan, live-files, updates-since and sst-dump)")
+		"output format: text or json (json is supported by the cluster and backup commands and by ldb get, scan, live-files, updates-since and sst-dump)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{cmd: cmd, msg: err.Error()}
 	})

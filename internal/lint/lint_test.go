@@ -82,6 +82,14 @@ var importRules = []importRule{
 		},
 	},
 	{
+		name:  "backup depends only on client and proto (its tests may start a real cluster)",
+		from:  []string{"backup/..."},
+		allow: []string{"backup/...", "client/...", "proto/..."},
+		testAllow: []string{
+			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
+		},
+	},
+	{
 		name:  "replication depends only on storage and proto (its tests may use the network faults)",
 		from:  []string{"replication/..."},
 		allow: []string{"replication/...", "storage/...", "proto/..."},

@@ -80,6 +80,11 @@ type Options struct {
 	// Limiter paces the bytes sent; it is usually shared by every snapshot
 	// send of a node. Default (nil): unlimited.
 	Limiter *Limiter
+	// Skip, if set, names files the receiver already holds: a file for
+	// which it returns true is listed in the header but none of its bytes
+	// are sent. Raft snapshots never skip (Receive wants every file); a
+	// backup (Admin.BackupShard) skips what earlier backups copied.
+	Skip func(*shalev1.SnapshotFile) bool
 }
 
 // Send streams the checkpoint in dir to s: it lists the regular files of dir
@@ -112,6 +117,9 @@ func Send(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, di
 		return 0, fmt.Errorf("snapshot: send header: %w", err)
 	}
 	for i, f := range files {
+		if opts.Skip != nil && opts.Skip(f) {
+			continue
+		}
 		n, err := sendFile(ctx, s, uint32(i), filepath.Join(dir, f.Name), f, chunkSize, opts.Limiter)
 		sentBytes += n
 		if err != nil {

@@ -603,3 +603,39 @@ func (m *mutatingSender) Send(*shalev1.SnapshotChunk) error {
 	}
 	return nil
 }
+
+// sliceSender records the chunks sent.
+type sliceSender struct{ chunks []*shalev1.SnapshotChunk }
+
+func (s *sliceSender) Send(c *shalev1.SnapshotChunk) error {
+	s.chunks = append(s.chunks, c)
+	return nil
+}
+
+// TestSendSkip: a skipped file is listed in the header with its size and
+// checksum, and none of its bytes are sent; the others are sent whole.
+func TestSendSkip(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "a", bytes.Repeat([]byte("a"), 5000))
+	writeFile(t, src, "b", bytes.Repeat([]byte("b"), 7000))
+	writeFile(t, src, "c", []byte("c"))
+	var s sliceSender
+	n, err := Send(context.Background(), &s, nil, src, Options{ChunkSize: 1024, Skip: func(f *shalev1.SnapshotFile) bool {
+		return f.Name == "b" && f.Size == 7000 && f.Crc32C == CRC32C(bytes.Repeat([]byte("b"), 7000))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 5001 {
+		t.Fatalf("sent %d bytes, want 5001", n)
+	}
+	hdr := s.chunks[0].GetHeader()
+	if len(hdr.GetFiles()) != 3 || hdr.GetFiles()[1].GetName() != "b" || hdr.GetFiles()[1].GetSize() != 7000 {
+		t.Fatalf("header files %v", hdr.GetFiles())
+	}
+	for _, c := range s.chunks[1:] {
+		if c.GetFileIndex() == 1 {
+			t.Fatalf("a chunk of the skipped file was sent (offset %d)", c.GetOffset())
+		}
+	}
+}

@@ -483,27 +483,46 @@ func (s *Shard) Flush() (uint64, error) {
 // Apply, which it pauses only while the engine takes its cut (SSTs are
 // hard-linked).
 func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
-	s.dbMu.RLock()
-	defer s.dbMu.RUnlock()
-	if err := s.failure(); err != nil {
-		return replication.AppliedState{}, err
-	}
-	if s.db == nil {
-		return replication.AppliedState{}, ErrClosed
-	}
-	if _, err := s.db.Checkpoint(dir); err != nil {
-		return replication.AppliedState{}, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
-	}
-	st, err := s.readCheckpoint(dir)
+	st, err := s.checkpoint(dir)
 	if err != nil {
 		return replication.AppliedState{}, err
 	}
+	return st.applied(), nil
+}
+
+// BackupCheckpoint is Checkpoint for a backup: it also returns the date of
+// the last entry the copy holds.
+func (s *Shard) BackupCheckpoint(dir string) (replication.AppliedState, hlc.Timestamp, error) {
+	st, err := s.checkpoint(dir)
+	if err != nil {
+		return replication.AppliedState{}, hlc.Timestamp{}, err
+	}
+	return st.applied(), st.hlc, nil
+}
+
+func (s *Shard) checkpoint(dir string) (*state, error) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	if _, err := s.db.Checkpoint(dir); err != nil {
+		return nil, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
+	}
+	return s.readCheckpoint(dir)
+}
+
+// applied is the replication view of st.
+func (st *state) applied() replication.AppliedState {
 	return replication.AppliedState{
 		Index:      st.index,
 		Term:       st.term,
 		ConfState:  st.conf,
 		Descriptor: st.desc,
-	}, nil
+	}
 }
 
 // readCheckpoint opens the engine copy in dir read-only and returns its

@@ -3152,11 +3152,65 @@ func (x *ReplicaChecksumResponse) GetChecksum() uint64 {
 	return 0
 }
 
+type BackupShardRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// skip_files are files the caller already holds: a checkpoint file with
+	// the same name, size and CRC-32C is listed but its bytes are not sent.
+	SkipFiles     []*SnapshotFile `protobuf:"bytes,2,rep,name=skip_files,json=skipFiles,proto3" json:"skip_files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardRequest) Reset() {
+	*x = BackupShardRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardRequest) ProtoMessage() {}
+
+func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardRequest.ProtoReflect.Descriptor instead.
+func (*BackupShardRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BackupShardRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *BackupShardRequest) GetSkipFiles() []*SnapshotFile {
+	if x != nil {
+		return x.SkipFiles
+	}
+	return nil
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14shale/v1/admin.proto\x12\bshale.v1\x1a\x13shale/v1/meta.proto\"\x80\x02\n" +
+	"\x14shale/v1/admin.proto\x12\bshale.v1\x1a\x13shale/v1/meta.proto\x1a\x13shale/v1/raft.proto\"\x80\x02\n" +
 	"\n" +
 	"NodeStatus\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12\x12\n" +
@@ -3373,7 +3427,11 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x19\n" +
 	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\x06R\bchecksum2\xc8\r\n" +
+	"\bchecksum\x18\x04 \x01(\x06R\bchecksum\"f\n" +
+	"\x12BackupShardRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x125\n" +
+	"\n" +
+	"skip_files\x18\x02 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles2\x90\x0e\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3400,7 +3458,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vMoveReplica\x12\x1c.shale.v1.MoveReplicaRequest\x1a\x1d.shale.v1.MoveReplicaResponse\x12J\n" +
 	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponse\x12M\n" +
 	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponse\x12V\n" +
-	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponse\x12F\n" +
+	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -3415,7 +3474,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
@@ -3472,38 +3531,41 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*DrainLeadersResponse)(nil),     // 52: shale.v1.DrainLeadersResponse
 	(*ReplicaChecksumRequest)(nil),   // 53: shale.v1.ReplicaChecksumRequest
 	(*ReplicaChecksumResponse)(nil),  // 54: shale.v1.ReplicaChecksumResponse
-	(*NodeDescriptor)(nil),           // 55: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 56: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 57: shale.v1.ShardDescriptor
+	(*BackupShardRequest)(nil),       // 55: shale.v1.BackupShardRequest
+	(*NodeDescriptor)(nil),           // 56: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 57: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 58: shale.v1.ShardDescriptor
+	(*SnapshotFile)(nil),             // 59: shale.v1.SnapshotFile
+	(*SnapshotChunk)(nil),            // 60: shale.v1.SnapshotChunk
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	55, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	56, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	57, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	56, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	57, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	58, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	57, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	55, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	58, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	56, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	55, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	55, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	56, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	56, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	55, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	56, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	57, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	57, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	57, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	57, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	55, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	58, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	58, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	58, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	58, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	56, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	57, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	55, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	58, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	56, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3511,56 +3573,59 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	57, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
-	4,  // 35: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	6,  // 36: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	9,  // 37: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	11, // 38: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	13, // 39: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	15, // 40: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	17, // 41: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	19, // 42: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	21, // 43: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	23, // 44: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	25, // 45: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	27, // 46: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	31, // 47: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	34, // 48: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	39, // 49: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	41, // 50: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	43, // 51: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	45, // 52: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	47, // 53: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	49, // 54: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	51, // 55: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	53, // 56: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
-	5,  // 57: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 58: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 59: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 60: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 61: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 62: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 63: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 64: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 65: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 66: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 67: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 68: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 69: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 70: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 71: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 72: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 73: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 74: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 75: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	50, // 76: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	52, // 77: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	54, // 78: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
-	57, // [57:79] is the sub-list for method output_type
-	35, // [35:57] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	58, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	59, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	4,  // 36: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	6,  // 37: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	9,  // 38: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	11, // 39: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	13, // 40: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	15, // 41: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	17, // 42: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	19, // 43: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	21, // 44: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	23, // 45: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	25, // 46: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	27, // 47: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	31, // 48: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	34, // 49: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	39, // 50: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	41, // 51: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	43, // 52: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	45, // 53: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	47, // 54: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	49, // 55: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	51, // 56: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	53, // 57: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	55, // 58: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
+	5,  // 59: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 60: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 61: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 62: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 63: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 64: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 65: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 66: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 67: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 68: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 69: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 70: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 71: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 72: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 73: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 74: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 75: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 76: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 77: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	50, // 78: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	52, // 79: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	54, // 80: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	60, // 81: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
+	59, // [59:82] is the sub-list for method output_type
+	36, // [36:59] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -3569,13 +3634,14 @@ func file_shale_v1_admin_proto_init() {
 		return
 	}
 	file_shale_v1_meta_proto_init()
+	file_shale_v1_raft_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

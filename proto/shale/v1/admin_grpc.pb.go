@@ -41,6 +41,7 @@ const (
 	Admin_MergeShards_FullMethodName      = "/shale.v1.Admin/MergeShards"
 	Admin_DrainLeaders_FullMethodName     = "/shale.v1.Admin/DrainLeaders"
 	Admin_ReplicaChecksum_FullMethodName  = "/shale.v1.Admin/ReplicaChecksum"
+	Admin_BackupShard_FullMethodName      = "/shale.v1.Admin/BackupShard"
 )
 
 // AdminClient is the client API for Admin service.
@@ -118,6 +119,15 @@ type AdminClient interface {
 	// applied index and a checksum of its replicated data taken at that index
 	// (replicas at the same index must agree). It reads the whole replica.
 	ReplicaChecksum(ctx context.Context, in *ReplicaChecksumRequest, opts ...grpc.CallOption) (*ReplicaChecksumResponse, error)
+	// BackupShard streams a checkpoint of the receiving node's own replica of
+	// a shard (it is not forwarded): the first chunk's header lists every
+	// file of the checkpoint with its size and CRC-32C, and its applied index,
+	// term (in raft_message, a MsgSnap), descriptor and date (hlc); the later
+	// chunks carry the bytes of every listed file except those in skip_files
+	// (same name, size and checksum), in the format of Raft.SendSnapshot. The
+	// files stay pinned on the node only while the stream lasts; compaction
+	// goes on meanwhile.
+	BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type adminClient struct {
@@ -348,6 +358,25 @@ func (c *adminClient) ReplicaChecksum(ctx context.Context, in *ReplicaChecksumRe
 	return out, nil
 }
 
+func (c *adminClient) BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_BackupShard_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupShardRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -423,6 +452,15 @@ type AdminServer interface {
 	// applied index and a checksum of its replicated data taken at that index
 	// (replicas at the same index must agree). It reads the whole replica.
 	ReplicaChecksum(context.Context, *ReplicaChecksumRequest) (*ReplicaChecksumResponse, error)
+	// BackupShard streams a checkpoint of the receiving node's own replica of
+	// a shard (it is not forwarded): the first chunk's header lists every
+	// file of the checkpoint with its size and CRC-32C, and its applied index,
+	// term (in raft_message, a MsgSnap), descriptor and date (hlc); the later
+	// chunks carry the bytes of every listed file except those in skip_files
+	// (same name, size and checksum), in the format of Raft.SendSnapshot. The
+	// files stay pinned on the node only while the stream lasts; compaction
+	// goes on meanwhile.
+	BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -498,6 +536,9 @@ func (UnimplementedAdminServer) DrainLeaders(context.Context, *DrainLeadersReque
 }
 func (UnimplementedAdminServer) ReplicaChecksum(context.Context, *ReplicaChecksumRequest) (*ReplicaChecksumResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplicaChecksum not implemented")
+}
+func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method BackupShard not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -916,6 +957,17 @@ func _Admin_ReplicaChecksum_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_BackupShard_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupShardRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).BackupShard(m, &grpc.GenericServerStream[BackupShardRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1012,6 +1064,12 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_ReplicaChecksum_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "BackupShard",
+			Handler:       _Admin_BackupShard_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "shale/v1/admin.proto",
 }

@@ -325,9 +325,12 @@ type SnapshotHeader struct {
 	ToNodeId   uint64                 `protobuf:"varint,4,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
 	// raft_message is the MsgSnap (raftpb.Message encoding) whose snapshot
 	// this stream carries; its metadata gives index, term and configuration.
-	RaftMessage   []byte           `protobuf:"bytes,5,opt,name=raft_message,json=raftMessage,proto3" json:"raft_message,omitempty"`
-	Files         []*SnapshotFile  `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
-	Descriptor_   *ShardDescriptor `protobuf:"bytes,7,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	RaftMessage []byte           `protobuf:"bytes,5,opt,name=raft_message,json=raftMessage,proto3" json:"raft_message,omitempty"`
+	Files       []*SnapshotFile  `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
+	Descriptor_ *ShardDescriptor `protobuf:"bytes,7,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	// hlc dates the last entry the checkpoint holds (set on backup streams,
+	// Admin.BackupShard).
+	Hlc           *HlcTimestamp `protobuf:"bytes,8,opt,name=hlc,proto3" json:"hlc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +410,13 @@ func (x *SnapshotHeader) GetFiles() []*SnapshotFile {
 func (x *SnapshotHeader) GetDescriptor_() *ShardDescriptor {
 	if x != nil {
 		return x.Descriptor_
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetHlc() *HlcTimestamp {
+	if x != nil {
+		return x.Hlc
 	}
 	return nil
 }
@@ -1267,7 +1277,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\fSnapshotFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06crc32c\x18\x03 \x01(\aR\x06crc32c\"\x96\x02\n" +
+	"\x06crc32c\x18\x03 \x01(\aR\x06crc32c\"\xc0\x02\n" +
 	"\x0eSnapshotHeader\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x19\n" +
@@ -1280,7 +1290,8 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x05files\x18\x06 \x03(\v2\x16.shale.v1.SnapshotFileR\x05files\x129\n" +
 	"\n" +
 	"descriptor\x18\a \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
-	"descriptor\"\xa4\x01\n" +
+	"descriptor\x12(\n" +
+	"\x03hlc\x18\b \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\"\xa4\x01\n" +
 	"\rSnapshotChunk\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.SnapshotHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -1384,30 +1395,31 @@ var file_shale_v1_raft_proto_depIdxs = []int32{
 	2,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
 	4,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
 	15, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
-	5,  // 4: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
-	2,  // 5: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
-	16, // 6: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	12, // 7: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	11, // 8: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
-	9,  // 9: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
-	10, // 10: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
-	15, // 11: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	17, // 12: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	15, // 13: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	18, // 14: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	19, // 15: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	20, // 16: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	15, // 17: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	15, // 18: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 19: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	6,  // 20: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	3,  // 21: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	7,  // 22: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 4: shale.v1.SnapshotHeader.hlc:type_name -> shale.v1.HlcTimestamp
+	5,  // 5: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
+	2,  // 6: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
+	16, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	12, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	11, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	9,  // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
+	10, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
+	15, // 12: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	17, // 13: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	15, // 14: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	18, // 15: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	19, // 16: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	20, // 17: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	15, // 18: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	15, // 19: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 20: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	6,  // 21: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	3,  // 22: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	7,  // 23: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	22, // [22:24] is the sub-list for method output_type
+	20, // [20:22] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }

@@ -1,0 +1,253 @@
+package backup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/backup"
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/testcluster"
+)
+
+func startCluster(t *testing.T) (*testcluster.Cluster, *client.Client) {
+	t.Helper()
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, c.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return c, cl
+}
+
+func put(t *testing.T, cl *client.Client, n int, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		for _, first := range []string{"a", "z"} {
+			k := fmt.Sprintf("%s-%s-%05d", first, prefix, i)
+			if _, err := cl.Put(ctx, []byte(k), []byte(strings.Repeat(k, 20))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestCreateVerifyDelete: a backup covers the key space with one part per
+// shard (the system shard too), every file verifies, a second backup
+// stores only what changed, a corrupt or missing file is found by Verify,
+// and deleting a backup removes only the files no other backup uses.
+func TestCreateVerifyDelete(t *testing.T) {
+	_, cl := startCluster(t)
+	put(t, cl, 200, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	loc, err := backup.Open(filepath.Join(t.TempDir(), "loc"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress []backup.Progress
+	m1, st1, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "first", Progress: func(p backup.Progress) { progress = append(progress, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m1.Shards) != 3 || !m1.Shards[0].System {
+		t.Fatalf("parts %+v, want the system shard and two user shards", m1.Shards)
+	}
+	if string(m1.Shards[1].Start) != "" || string(m1.Shards[1].End) != "m" || string(m1.Shards[2].Start) != "m" || len(m1.Shards[2].End) != 0 {
+		t.Fatalf("user parts [%q,%q) [%q,%q), want [\"\",m) [m,\"\")", m1.Shards[1].Start, m1.Shards[1].End, m1.Shards[2].Start, m1.Shards[2].End)
+	}
+	for _, p := range m1.Shards {
+		// (The system shard's entries are dated by a logical clock only.)
+		if p.AppliedIndex == 0 || (!p.System && p.Date.WallNanos == 0) || len(p.Files) == 0 || p.NodeID == 0 {
+			t.Fatalf("part %+v lacks its position, date, node or files", p)
+		}
+	}
+	if st1.FilesCopied == 0 || st1.FilesSkipped != 0 || len(progress) != 3 || progress[2].ShardsDone != 3 {
+		t.Fatalf("first backup: stats %+v, progress %+v", st1, progress)
+	}
+	rep, err := backup.Verify(ctx, loc, "first", nil)
+	if err != nil || rep.Files != st1.FilesCopied || rep.Bytes != st1.BytesCopied {
+		t.Fatalf("verify: %+v, %v (copied %+v)", rep, err, st1)
+	}
+
+	// Only the shard [m, "") changes: the other two parts' files are
+	// already stored.
+	ctx2, cancel2 := context.WithTimeout(ctx, time.Minute)
+	for i := 0; i < 100; i++ {
+		if _, err := cl.Put(ctx2, []byte(fmt.Sprintf("z-two-%05d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel2()
+	m2, st2, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.FilesSkipped == 0 || st2.BytesCopied >= st1.BytesCopied+st2.BytesSkipped {
+		t.Fatalf("second backup copied %+v: nothing was shared with the first (%+v)", st2, st1)
+	}
+	t.Logf("first backup: %+v; second: %+v", st1, st2)
+	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "second"}); err == nil || !strings.Contains(err.Error(), "already holds a backup second") {
+		t.Fatalf("a second backup with one ID: %v", err)
+	}
+	list, err := loc.List()
+	if err != nil || len(list) != 2 || list[0].ID != "first" || list[1].ID != "second" || list[1].State != backup.Complete {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+
+	// Corrupt the biggest file of the second backup; remove another.
+	var big, other backup.File
+	for _, p := range m2.Shards {
+		for _, f := range p.Files {
+			if f.Size > big.Size {
+				big = f
+			}
+		}
+	}
+	for _, p := range m2.Shards {
+		for _, f := range p.Files {
+			if f.Path != big.Path && f.Size > 0 {
+				other = f
+			}
+		}
+	}
+	path := filepath.Join(loc.Dir(), filepath.FromSlash(big.Path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := os.ReadFile(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path))); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = backup.Verify(ctx, loc, "second", nil)
+	if !errors.Is(err, backup.ErrCorrupt) || len(rep.Problems) != 2 {
+		t.Fatalf("verify of a corrupt backup: %v, problems %q", err, rep.Problems)
+	}
+	if !strings.Contains(strings.Join(rep.Problems, "\n"), big.Path+"): checksum") || !strings.Contains(strings.Join(rep.Problems, "\n"), other.Path+"): missing") {
+		t.Fatalf("problems %q do not name %s (checksum) and %s (missing)", rep.Problems, big.Path, other.Path)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path)), saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Delete the first: the files only it used go, the second still
+	// verifies.
+	res, err := loc.Delete("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FilesRemoved == 0 {
+		t.Fatalf("deleting the first backup removed no file (%+v)", res)
+	}
+	if _, err := backup.Verify(ctx, loc, "second", nil); err != nil {
+		t.Fatalf("the second backup after deleting the first: %v", err)
+	}
+	if _, err := loc.Describe("first"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("describe a deleted backup: %v", err)
+	}
+	res, err = loc.Delete("second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	_ = filepath.WalkDir(filepath.Join(loc.Dir(), "files"), func(_ string, d fs.DirEntry, _ error) error {
+		if d != nil && !d.IsDir() {
+			left++
+		}
+		return nil
+	})
+	if left != 0 {
+		t.Fatalf("%d files left after deleting every backup (%+v)", left, res)
+	}
+}
+
+// TestIncompleteAndLocked: a backup directory without a manifest is
+// listed as incomplete and cannot be described or verified; a location
+// another process holds is refused with where its lock is.
+func TestIncompleteAndLocked(t *testing.T) {
+	dir := t.TempDir()
+	loc, err := backup.Open(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "backups", "half"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	list, err := loc.List()
+	if err != nil || len(list) != 1 || list[0].State != backup.Incomplete {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if _, err := backup.Verify(context.Background(), loc, "half", nil); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Fatalf("verify of an incomplete backup: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "backups", "half", "manifest.json"), []byte(`{"body":{"format":1,"id":"half"},"crc32c":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loc.Describe("half"); !errors.Is(err, backup.ErrCorrupt) {
+		t.Fatalf("describe of a corrupt manifest: %v", err)
+	}
+	if _, err := loc.Delete("half"); err != nil {
+		t.Fatalf("delete of a corrupt backup: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lock"), []byte(`{"op":"create x","pid":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "backups", "other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loc.Delete("other"); err == nil || !strings.Contains(err.Error(), "locked by \"create x\"") || !strings.Contains(err.Error(), filepath.Join(dir, "lock")) {
+		t.Fatalf("delete in a locked location: %v", err)
+	}
+	if _, err := backup.Open(filepath.Join(dir, "nope"), false); err == nil {
+		t.Fatal("opened a location that does not exist")
+	}
+}
+
+// TestCreateWithANodeDown: with one node stopped, every shard's part comes
+// from a replica that answers.
+func TestCreateWithANodeDown(t *testing.T) {
+	c, cl := startCluster(t)
+	put(t, cl, 50, "one")
+	c.Stop(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	loc, err := backup.Open(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Shards {
+		if p.NodeID == 2 {
+			t.Fatalf("shard %d copied from the stopped node", p.ShardID)
+		}
+	}
+	if _, err := backup.Verify(ctx, loc, m.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+}

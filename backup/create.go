@@ -1,0 +1,462 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shale-db/shale/client"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// maxFiles bounds the files a node's header may list.
+const maxFiles = 100_000
+
+// CreateOptions configure Create.
+type CreateOptions struct {
+	// ID names the backup. Default: the start time, UTC,
+	// "20060102T150405Z".
+	ID string
+	// Progress, if set, is called after every shard's part.
+	Progress func(Progress)
+}
+
+// Progress reports a backup under way.
+type Progress struct {
+	// ShardsDone of Shards are copied (Shards grows when a split made a
+	// shard the backup still needs).
+	ShardsDone, Shards int
+	// BytesCopied were sent by the nodes; BytesSkipped are in files the
+	// location already held.
+	BytesCopied, BytesSkipped int64
+}
+
+// CreateStats says what a backup copied.
+type CreateStats struct {
+	FilesCopied, FilesSkipped int
+	BytesCopied, BytesSkipped int64
+}
+
+// Create takes a full backup of the cluster cl reaches into loc: every
+// shard's part is a checkpoint of one replica (a follower first, then the
+// others), and the parts cover the user key space exactly (splits and
+// merges during the backup are followed: a shard missing from the cover is
+// fetched when the directory is read again). The manifest is written last;
+// on any error, none is, and the backup stays incomplete.
+func Create(ctx context.Context, cl *client.Client, loc *Location, opts CreateOptions) (*Manifest, CreateStats, error) {
+	var stats CreateStats
+	started := time.Now().UTC()
+	id := opts.ID
+	if id == "" {
+		id = started.Format("20060102T150405Z")
+	}
+	if err := ValidID(id); err != nil {
+		return nil, stats, fmt.Errorf("backup: %w", err)
+	}
+	unlock, err := loc.lock("create " + id)
+	if err != nil {
+		return nil, stats, err
+	}
+	defer unlock()
+	if err := os.MkdirAll(filepath.Join(loc.dir, "backups"), 0o755); err != nil {
+		return nil, stats, fmt.Errorf("backup: %w", err)
+	}
+	if err := os.Mkdir(loc.backupDir(id), 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, stats, fmt.Errorf("backup: %s already holds a backup %s", loc.dir, id)
+		}
+		return nil, stats, fmt.Errorf("backup: %w", err)
+	}
+	stored, err := loc.storedFiles()
+	if err != nil {
+		return nil, stats, err
+	}
+	st, err := cl.ClusterStatus(ctx)
+	if err != nil {
+		return nil, stats, fmt.Errorf("backup: cluster status: %w", err)
+	}
+	m := &Manifest{Format: FormatVersion, ID: id, ClusterID: st.GetClusterId(), Started: started}
+
+	parts := map[uint64]*Part{}
+	var lastErr error
+	for round := 0; round < 10; round++ {
+		if round > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, stats, ctx.Err()
+			case <-time.After(time.Duration(round) * 200 * time.Millisecond):
+			}
+		}
+		shards, err := cl.ListShards(ctx)
+		if err != nil {
+			lastErr = fmt.Errorf("list shards: %w", err)
+			continue
+		}
+		needed := 0
+		for _, s := range shards {
+			d := s.GetDescriptor_()
+			if d.GetRetired() {
+				continue
+			}
+			if _, ok := parts[d.GetShardId()]; !ok {
+				needed++
+			}
+		}
+		total := len(parts) + needed
+		for _, s := range shards {
+			d := s.GetDescriptor_()
+			if _, ok := parts[d.GetShardId()]; ok || d.GetRetired() {
+				continue
+			}
+			p, err := copyShard(ctx, cl, loc, s, stored, &stats)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, stats, ctx.Err()
+				}
+				lastErr = err
+				continue
+			}
+			parts[d.GetShardId()] = p
+			if opts.Progress != nil {
+				opts.Progress(Progress{ShardsDone: len(parts), Shards: total, BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped})
+			}
+		}
+		cover, err := coverKeySpace(parts)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		m.Shards = cover
+		m.Finished = time.Now().UTC()
+		b, err := encodeManifest(m)
+		if err != nil {
+			return nil, stats, fmt.Errorf("backup: encode the manifest: %w", err)
+		}
+		if err := writeFileAtomic(loc.manifestPath(id), b); err != nil {
+			return nil, stats, fmt.Errorf("backup: write the manifest: %w", err)
+		}
+		return m, stats, nil
+	}
+	return nil, stats, fmt.Errorf("backup %s failed (incomplete, no manifest written): %w", id, lastErr)
+}
+
+// coverKeySpace picks, from the parts copied, the system shard's and a set
+// of user parts that cover the user key space exactly: a part whose range
+// lies inside another's (a shard split or merged while the backup ran) is
+// left out. A gap or a partial overlap is an error: the directory is read
+// again and the missing shards copied.
+func coverKeySpace(parts map[uint64]*Part) ([]Part, error) {
+	var sys []Part
+	var user []*Part
+	for _, p := range parts {
+		if p.System {
+			sys = append(sys, *p)
+		} else {
+			user = append(user, p)
+		}
+	}
+	if len(sys) != 1 {
+		return nil, fmt.Errorf("backup: %d copies of the system shard", len(sys))
+	}
+	inside := func(a, b *Part) bool { // a's range lies within b's
+		return bytes.Compare(a.Start, b.Start) >= 0 && (len(b.End) == 0 || (len(a.End) != 0 && bytes.Compare(a.End, b.End) <= 0))
+	}
+	var kept []*Part
+	for i, a := range user {
+		contained := false
+		for j, b := range user {
+			if i == j || !inside(a, b) {
+				continue
+			}
+			// Two parts of one range (impossible unless a shard kept its
+			// range under a new ID): keep the lower ID.
+			if inside(b, a) && a.ShardID < b.ShardID {
+				continue
+			}
+			contained = true
+			break
+		}
+		if !contained {
+			kept = append(kept, a)
+		}
+	}
+	sort.Slice(kept, func(i, j int) bool { return bytes.Compare(kept[i].Start, kept[j].Start) < 0 })
+	var at []byte
+	for i, p := range kept {
+		if !bytes.Equal(p.Start, at) {
+			if i > 0 && bytes.Compare(p.Start, at) < 0 {
+				return nil, fmt.Errorf("backup: shards %d and %d overlap at %q", kept[i-1].ShardID, p.ShardID, p.Start)
+			}
+			return nil, fmt.Errorf("backup: no shard copied covers keys from %q to %q", at, p.Start)
+		}
+		if len(p.End) == 0 {
+			if i != len(kept)-1 {
+				return nil, fmt.Errorf("backup: shards %d and %d overlap", p.ShardID, kept[i+1].ShardID)
+			}
+			out := append(sys, make([]Part, 0, len(kept))...)
+			for _, k := range kept {
+				out = append(out, *k)
+			}
+			return out, nil
+		}
+		at = p.End
+	}
+	return nil, fmt.Errorf("backup: no shard copied covers keys from %q on", at)
+}
+
+// copyShard copies one shard's checkpoint from one of its replicas:
+// followers first, then the leader, then learners.
+func copyShard(ctx context.Context, cl *client.Client, loc *Location, s *shalev1.ShardStatus, stored map[string]bool, stats *CreateStats) (*Part, error) {
+	d := s.GetDescriptor_()
+	type cand struct {
+		node uint64
+		rank int
+	}
+	var nodes []cand
+	for _, r := range d.GetReplicas() {
+		rank := 0
+		switch {
+		case r.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_LEARNER:
+			rank = 2
+		case r.GetNodeId() == s.GetLeaderNodeId():
+			rank = 1
+		}
+		nodes = append(nodes, cand{r.GetNodeId(), rank})
+	}
+	slices.SortStableFunc(nodes, func(a, b cand) int { return a.rank - b.rank })
+	var errs []error
+	for _, c := range nodes {
+		p, err := copyFrom(ctx, cl, loc, c.node, d.GetShardId(), stored, stats)
+		if err == nil {
+			return p, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("backup: shard %d: no replica could be copied: %w", d.GetShardId(), errors.Join(errs...))
+}
+
+// copyFrom copies shard shardID's checkpoint from node, storing the files
+// the location does not hold yet.
+func copyFrom(ctx context.Context, cl *client.Client, loc *Location, node, shardID uint64, stored map[string]bool, stats *CreateStats) (*Part, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var skip []*shalev1.SnapshotFile
+	prefix := fmt.Sprintf("files/shard-%d/", shardID)
+	for path := range stored {
+		if f, ok := parseStored(path, prefix); ok {
+			skip = append(skip, f)
+		}
+	}
+	stream, err := cl.BackupShard(ctx, node, shardID, skip)
+	if err != nil {
+		return nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil || hdr.GetShardId() != shardID {
+		return nil, fmt.Errorf("%w: node %d: shard %d: the stream does not open with the shard's header", ErrCorrupt, node, shardID)
+	}
+	var msg raftpb.Message
+	if err := proto.Unmarshal(hdr.GetRaftMessage(), &msg); err != nil || msg.GetSnapshot().GetMetadata() == nil {
+		return nil, fmt.Errorf("%w: node %d: shard %d: bad checkpoint metadata (%v)", ErrCorrupt, node, shardID, err)
+	}
+	if len(hdr.GetFiles()) > maxFiles {
+		return nil, fmt.Errorf("%w: node %d: shard %d: %d files", ErrCorrupt, node, shardID, len(hdr.GetFiles()))
+	}
+	desc := hdr.GetDescriptor_()
+	descJSON, err := protojson.Marshal(desc)
+	if err != nil {
+		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
+	}
+	meta := msg.GetSnapshot().GetMetadata()
+	p := &Part{
+		ShardID:      shardID,
+		System:       desc.GetSystem(),
+		Start:        desc.GetStartKey(),
+		End:          desc.GetEndKey(),
+		Epoch:        desc.GetEpoch(),
+		Descriptor:   descJSON,
+		NodeID:       node,
+		AppliedIndex: meta.GetIndex(),
+		AppliedTerm:  meta.GetTerm(),
+		Date:         HLC{WallNanos: hdr.GetHlc().GetWallNanos(), Logical: hdr.GetHlc().GetLogical()},
+	}
+	if err := os.MkdirAll(filepath.Join(loc.dir, filepath.FromSlash(prefix)), 0o755); err != nil {
+		return nil, err
+	}
+	for i, f := range hdr.GetFiles() {
+		if err := validFileName(f.GetName()); err != nil {
+			return nil, fmt.Errorf("%w: node %d: shard %d: %v", ErrCorrupt, node, shardID, err)
+		}
+		path := storedPath(shardID, f.GetName(), f.GetSize(), f.GetCrc32C())
+		p.Files = append(p.Files, File{Name: f.GetName(), Size: f.GetSize(), CRC32C: f.GetCrc32C(), Path: path})
+		if stored[path] {
+			stats.FilesSkipped++
+			stats.BytesSkipped += int64(f.GetSize())
+			continue
+		}
+		if err := receiveFile(stream, loc, uint32(i), f, path); err != nil {
+			return nil, fmt.Errorf("node %d: shard %d: file %s: %w", node, shardID, f.GetName(), err)
+		}
+		stored[path] = true
+		stats.FilesCopied++
+		stats.BytesCopied += int64(f.GetSize())
+	}
+	if c, err := stream.Recv(); err != io.EOF {
+		if err == nil {
+			return nil, fmt.Errorf("%w: node %d: shard %d: data after the last file (file %d at %d)", ErrCorrupt, node, shardID, c.GetFileIndex(), c.GetOffset())
+		}
+		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
+	}
+	if err := syncDir(filepath.Join(loc.dir, filepath.FromSlash(prefix))); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// receiveFile stores file index of the stream at path (relative to the
+// location), through a synced temporary file, checking every chunk's and
+// the whole file's checksum.
+func receiveFile(stream shalev1.Admin_BackupShardClient, loc *Location, index uint32, f *shalev1.SnapshotFile, path string) error {
+	final := filepath.Join(loc.dir, filepath.FromSlash(path))
+	tmp, err := os.CreateTemp(filepath.Dir(final), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	var off uint64
+	crc := uint32(0)
+	for off < f.GetSize() {
+		c, err := stream.Recv()
+		if err == io.EOF {
+			_ = tmp.Close()
+			return fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, off, f.GetSize())
+		}
+		if err != nil {
+			_ = tmp.Close()
+			return err
+		}
+		data := c.GetData()
+		switch {
+		case c.GetHeader() != nil || c.GetFileIndex() != index || c.GetOffset() != off:
+			err = fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), index, off)
+		case len(data) == 0 || off+uint64(len(data)) > f.GetSize():
+			err = fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), off, f.GetSize())
+		case crc32.Checksum(data, castagnoli) != c.GetCrc32C():
+			err = fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, off)
+		}
+		if err != nil {
+			_ = tmp.Close()
+			return err
+		}
+		if _, err := tmp.Write(data); err != nil {
+			_ = tmp.Close()
+			return err
+		}
+		crc = crc32.Update(crc, castagnoli, data)
+		off += uint64(len(data))
+	}
+	if crc != f.GetCrc32C() {
+		_ = tmp.Close()
+		return fmt.Errorf("%w: file checksum %08x, listed %08x", ErrCorrupt, crc, f.GetCrc32C())
+	}
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(serr, cerr); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), final)
+}
+
+// storedFiles lists the files stored in the location whose size matches
+// their name (a file cut short by a crash is not taken for stored).
+func (l *Location) storedFiles() (map[string]bool, error) {
+	out := map[string]bool{}
+	root := filepath.Join(l.dir, "files")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path == root {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() || isTemp(d.Name()) {
+			return nil
+		}
+		rel, err := filepath.Rel(l.dir, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		f, ok := parseStored(rel, filepath.ToSlash(filepath.Dir(rel))+"/")
+		if !ok {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if uint64(info.Size()) == f.GetSize() {
+			out[rel] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("backup: list stored files: %w", err)
+	}
+	return out, nil
+}
+
+// parseStored reads name, size and checksum back from a stored path under
+// prefix ("files/shard-N/").
+func parseStored(path, prefix string) (*shalev1.SnapshotFile, bool) {
+	if len(path) <= len(prefix) || path[:len(prefix)] != prefix {
+		return nil, false
+	}
+	base := path[len(prefix):]
+	var size uint64
+	var crc uint32
+	// <name>.<size>.<crc 8 hex digits>
+	if len(base) < 12 || base[len(base)-9] != '.' {
+		return nil, false
+	}
+	if _, err := fmt.Sscanf(base[len(base)-8:], "%08x", &crc); err != nil {
+		return nil, false
+	}
+	rest := base[:len(base)-9]
+	dot := bytes.LastIndexByte([]byte(rest), '.')
+	if dot <= 0 {
+		return nil, false
+	}
+	if _, err := fmt.Sscanf(rest[dot+1:], "%d", &size); err != nil {
+		return nil, false
+	}
+	name := rest[:dot]
+	var shard uint64
+	if _, err := fmt.Sscanf(prefix, "files/shard-%d/", &shard); err != nil {
+		return nil, false
+	}
+	if storedPath(shard, name, size, crc) != path {
+		return nil, false
+	}
+	return &shalev1.SnapshotFile{Name: name, Size: size, Crc32C: crc}, true
+}

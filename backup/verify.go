@@ -1,0 +1,95 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// VerifyProgress reports a verification under way.
+type VerifyProgress struct {
+	FilesDone, Files int
+	BytesDone, Bytes int64
+}
+
+// VerifyReport is what Verify read and found.
+type VerifyReport struct {
+	Files int
+	Bytes int64
+	// Problems names every file missing, cut short or with a wrong
+	// checksum.
+	Problems []string
+}
+
+// Verify reads backup id's manifest and every file it lists, and checks
+// each file's size and CRC-32C. It returns an error wrapping ErrCorrupt
+// when anything is wrong, with every problem in the report.
+func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyProgress)) (VerifyReport, error) {
+	var rep VerifyReport
+	m, err := loc.Describe(id)
+	if err != nil {
+		return rep, err
+	}
+	total := VerifyProgress{}
+	for _, p := range m.Shards {
+		total.Files += len(p.Files)
+		total.Bytes += int64(p.Bytes())
+	}
+	buf := make([]byte, 1<<20)
+	for _, p := range m.Shards {
+		for _, f := range p.Files {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			if problem := checkFile(filepath.Join(loc.dir, filepath.FromSlash(f.Path)), f, buf); problem != "" {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("shard %d: %s (%s): %s", p.ShardID, f.Name, f.Path, problem))
+			}
+			rep.Files++
+			rep.Bytes += int64(f.Size)
+			if progress != nil {
+				total.FilesDone, total.BytesDone = rep.Files, rep.Bytes
+				progress(total)
+			}
+		}
+	}
+	if len(rep.Problems) > 0 {
+		return rep, fmt.Errorf("backup %s: %w: %d of %d files bad: %s", id, ErrCorrupt, len(rep.Problems), rep.Files, rep.Problems[0])
+	}
+	return rep, nil
+}
+
+// checkFile returns what is wrong with the stored file at path, or "".
+func checkFile(path string, f File, buf []byte) string {
+	in, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "missing"
+		}
+		return err.Error()
+	}
+	defer in.Close()
+	crc := uint32(0)
+	var n uint64
+	for {
+		k, err := in.Read(buf)
+		crc = crc32.Update(crc, castagnoli, buf[:k])
+		n += uint64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err.Error()
+		}
+	}
+	if n != f.Size {
+		return fmt.Sprintf("%d bytes, want %d", n, f.Size)
+	}
+	if crc != f.CRC32C {
+		return fmt.Sprintf("checksum %08x, want %08x", crc, f.CRC32C)
+	}
+	return ""
+}

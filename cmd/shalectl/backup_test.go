@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shale-db/shale/internal/testcluster"
+)
+
+// TestBackup: backup create copies a real cluster's shards into a
+// location (a second backup stores only what changed), list, describe and
+// verify read it back without a cluster, verify names a corrupted file and
+// fails, and delete removes a backup.
+func TestBackup(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("b/m")}})
+	eps := strings.Join(c.Endpoints(), ",")
+	args := func(a ...string) []string { return append([]string{"--endpoints", eps, "--timeout", "20s"}, a...) }
+	loc := filepath.Join(t.TempDir(), "backups")
+	// The commands other than create must not need a cluster: point them
+	// at a port nothing listens on.
+	offline := func(a ...string) []string {
+		return append([]string{"--endpoints", "127.0.0.1:1", "--timeout", "1s"}, append(a, "--location", loc)...)
+	}
+
+	for i := 0; i < 20; i++ {
+		ok(t, args("kv", "put", fmt.Sprintf("b/%c%02d", "az"[i%2], i), strings.Repeat("v", 100))...)
+	}
+
+	// Two backups: the second finds the first's files stored.
+	var first, second backupCreateRecord
+	if err := json.Unmarshal([]byte(ok(t, args("backup", "create", "--location", loc, "--id", "one", "-o", "json")...)), &first); err != nil {
+		t.Fatal(err)
+	}
+	if first.ID != "one" || first.Shards < 3 || first.FilesCopied == 0 || first.Manifest == nil || len(first.Manifest.Shards) != first.Shards {
+		t.Fatalf("first backup: %+v", first)
+	}
+	r := shalectl(t, args("backup", "create", "--location", loc, "--id", "two", "-o", "json")...)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("second backup: exit %d, stderr (no progress with -o json):\n%s", r.code, r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &second); err != nil {
+		t.Fatal(err)
+	}
+	if second.ID != "two" || second.FilesSkipped == 0 || second.BytesSkipped == 0 {
+		t.Fatalf("second backup skipped nothing: %+v", second)
+	}
+	// Text output: progress on stderr, the summary on stdout.
+	r = shalectl(t, args("backup", "create", "--location", loc, "--id", "three")...)
+	if r.code != 0 {
+		t.Fatalf("backup create: exit %d: %s", r.code, r.stderr)
+	}
+	contains(t, "create summary", r.stdout, "three", "shards:", "skipped (already stored)", "dates:")
+	contains(t, "create progress", r.stderr, "shards 1/", "already stored")
+	contains(t, "create existing ID", fails(t, args("backup", "create", "--location", loc, "--id", "three")...), "already holds a backup three")
+	ok(t, offline("backup", "delete", "three")...)
+
+	// list: two complete backups, in text and JSON.
+	var list []backupListRecord
+	if err := json.Unmarshal([]byte(ok(t, offline("backup", "list", "-o", "json")...)), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].ID != "one" || list[1].ID != "two" || list[0].State != "complete" || list[1].State != "complete" ||
+		list[0].Shards == nil || *list[0].Shards != first.Shards || list[0].Started == nil {
+		t.Fatalf("backup list -o json: %+v", list)
+	}
+	out := ok(t, offline("backup", "list")...)
+	if ls := lines(out); len(ls) != 3 || !strings.HasPrefix(ls[0], "ID") || !strings.HasPrefix(ls[1], "one ") {
+		t.Fatalf("backup list:\n%s", out)
+	}
+
+	// describe: the parts, with their ranges.
+	out = ok(t, offline("backup", "describe", "one")...)
+	contains(t, "describe", out, "backup:", "one", first.Manifest.ClusterID, "SHARD", "(system)", "[(min), b/m)", "[b/m, (max))")
+	var m struct {
+		ID     string            `json:"id"`
+		Shards []json.RawMessage `json:"shards"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, offline("backup", "describe", "two", "-o", "json")...)), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != "two" || len(m.Shards) != second.Shards {
+		t.Fatalf("describe -o json: %+v", m)
+	}
+	contains(t, "describe unknown", fails(t, offline("backup", "describe", "nope")...), "no backup nope in "+loc)
+
+	// verify succeeds, then fails naming the file corrupted.
+	contains(t, "verify", ok(t, offline("backup", "verify", "one")...), "backup one verified:", "every checksum matches")
+	var largest string
+	var size int64
+	err := filepath.WalkDir(filepath.Join(loc, "files"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Size() > size {
+			largest, size = path, info.Size()
+		}
+		return nil
+	})
+	if err != nil || largest == "" {
+		t.Fatalf("no stored file found: %v", err)
+	}
+	b, err := os.ReadFile(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(largest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(loc, largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel = filepath.ToSlash(rel)
+	r = shalectl(t, offline("backup", "verify", "one")...)
+	if r.code != 1 {
+		t.Fatalf("verify of a corrupt backup: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	contains(t, "verify corrupt", r.stdout, rel, "checksum")
+	contains(t, "verify corrupt", r.stderr, "corrupt")
+	var vr backupVerifyRecord
+	r = shalectl(t, offline("backup", "verify", "one", "-o", "json")...)
+	if err := json.Unmarshal([]byte(r.stdout), &vr); err != nil || r.code != 1 || vr.OK || len(vr.Problems) != 1 || !strings.Contains(vr.Problems[0], rel) {
+		t.Fatalf("verify -o json of a corrupt backup: exit %d, %+v (%v)\n%s", r.code, vr, err, r.stderr)
+	}
+
+	// delete the first: the second stays.
+	var del backupDeleteRecord
+	if err := json.Unmarshal([]byte(ok(t, offline("backup", "delete", "one", "-o", "json")...)), &del); err != nil || del.ID != "one" {
+		t.Fatalf("delete -o json: %+v (%v)", del, err)
+	}
+	list = nil
+	if err := json.Unmarshal([]byte(ok(t, offline("backup", "list", "-o", "json")...)), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != "two" {
+		t.Fatalf("backup list after delete: %+v", list)
+	}
+	contains(t, "delete unknown", fails(t, offline("backup", "delete", "one")...), "no backup one")
+}
+
+// TestBackupUsage: the usage errors of the backup commands, with no
+// cluster.
+func TestBackupUsage(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{
+		{"backup", "create"}, {"backup", "list"}, {"backup", "describe", "x"}, {"backup", "verify", "x"}, {"backup", "delete", "x"},
+	} {
+		stderr := fails(t, cmd...)
+		contains(t, strings.Join(cmd, " "), stderr, "needs --location PATH", "--help")
+	}
+	loc := t.TempDir()
+	contains(t, "describe arity", fails(t, "backup", "describe", "--location", loc), "takes 1 argument(s), ID")
+	contains(t, "bad ID", fails(t, "backup", "verify", "../x", "--location", loc), "backup ID")
+	contains(t, "bad --id", fails(t, "backup", "create", "--location", loc, "--id", "a/b"), "--id")
+	contains(t, "no location", fails(t, "backup", "list", "--location", filepath.Join(loc, "missing")), "no such file")
+	contains(t, "empty", ok(t, "backup", "list", "--location", loc), "no backups in")
+	if out := ok(t, "backup", "list", "--location", loc, "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("empty list -o json = %q", out)
+	}
+	contains(t, "describe unknown", fails(t, "backup", "describe", "nope", "--location", loc), "no backup nope")
+}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/replication/snapshot"
+)
+
+// BackupShard implements the Admin RPC for the receiving node's own replica
+// (it is not forwarded: the caller picks the node). The checkpoint lives in
+// the node's snapshot directory, hard-linked, only while the stream lasts.
+func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shalev1.Admin_BackupShardServer) error {
+	n := s.n
+	if req.GetShardId() == 0 {
+		return invalidArg("a shard ID is required")
+	}
+	sm := n.Shard(req.GetShardId())
+	if sm == nil {
+		return status.Errorf(codes.NotFound, "node %d has no replica of shard %d", n.cfg.NodeID, req.GetShardId())
+	}
+	skip := make(map[string]*shalev1.SnapshotFile, len(req.GetSkipFiles()))
+	for _, f := range req.GetSkipFiles() {
+		skip[f.GetName()] = f
+	}
+	dir := filepath.Join(n.cfg.DataDir, "snapshots", "out", fmt.Sprintf("backup-%d-%d", req.GetShardId(), time.Now().UnixNano()))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return status.Errorf(codes.Internal, "node %d: backup of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			n.log.Warn("backup: removing the checkpoint", "dir", dir, "err", err)
+		}
+	}()
+	applied, date, err := sm.BackupCheckpoint(dir)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "node %d: checkpoint of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	}
+	msg, err := proto.Marshal(&raftpb.Message{
+		Type: raftpb.MsgSnap.Enum(),
+		Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+			Index:     proto.Uint64(applied.Index),
+			Term:      proto.Uint64(applied.Term),
+			ConfState: applied.ConfState,
+		}},
+	})
+	if err != nil {
+		return status.Errorf(codes.Internal, "node %d: backup of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	}
+	hdr := &shalev1.SnapshotHeader{
+		ClusterId:   n.clusterID,
+		ShardId:     req.GetShardId(),
+		FromNodeId:  n.cfg.NodeID,
+		RaftMessage: msg,
+		Descriptor_: applied.Descriptor,
+		Hlc:         replication.HLCToProto(date),
+	}
+	sent, err := snapshot.Send(stream.Context(), stream, hdr, dir, snapshot.Options{
+		Limiter: n.snapLimiter,
+		Skip: func(f *shalev1.SnapshotFile) bool {
+			h := skip[f.GetName()]
+			return h != nil && h.GetSize() == f.GetSize() && h.GetCrc32C() == f.GetCrc32C()
+		},
+	})
+	if err != nil {
+		code := codes.Internal
+		if stream.Context().Err() != nil {
+			code = codes.Canceled
+		}
+		return status.Errorf(code, "node %d: backup of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	}
+	n.log.Info("backup of a shard sent", "shard", req.GetShardId(), "index", applied.Index, "bytes", sent, "skipped_files", len(skip))
+	return nil
+}
