@@ -18,12 +18,22 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/shale-db/shale/client"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // maxFiles bounds the files a node's header may list.
 const maxFiles = 100_000
+
+// Cluster is what Create needs of a cluster; *client.Client (the Go SDK)
+// provides it.
+type Cluster interface {
+	// ClusterStatus gives the cluster's ID.
+	ClusterStatus(ctx context.Context) (*shalev1.ClusterStatusResponse, error)
+	// ListShards gives every shard's descriptor and leader.
+	ListShards(ctx context.Context) ([]*shalev1.ShardStatus, error)
+	// BackupShard opens Admin.BackupShard on a node.
+	BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error)
+}
 
 // CreateOptions configure Create.
 type CreateOptions struct {
@@ -56,7 +66,7 @@ type CreateStats struct {
 // merges during the backup are followed: a shard missing from the cover is
 // fetched when the directory is read again). The manifest is written last;
 // on any error, none is, and the backup stays incomplete.
-func Create(ctx context.Context, cl *client.Client, loc *Location, opts CreateOptions) (*Manifest, CreateStats, error) {
+func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) (*Manifest, CreateStats, error) {
 	var stats CreateStats
 	started := time.Now().UTC()
 	id := opts.ID
@@ -219,7 +229,7 @@ func coverKeySpace(parts map[uint64]*Part) ([]Part, error) {
 
 // copyShard copies one shard's checkpoint from one of its replicas:
 // followers first, then the leader, then learners.
-func copyShard(ctx context.Context, cl *client.Client, loc *Location, s *shalev1.ShardStatus, stored map[string]bool, stats *CreateStats) (*Part, error) {
+func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, stored map[string]bool, stats *CreateStats) (*Part, error) {
 	d := s.GetDescriptor_()
 	type cand struct {
 		node uint64
@@ -253,7 +263,7 @@ func copyShard(ctx context.Context, cl *client.Client, loc *Location, s *shalev1
 
 // copyFrom copies shard shardID's checkpoint from node, storing the files
 // the location does not hold yet.
-func copyFrom(ctx context.Context, cl *client.Client, loc *Location, node, shardID uint64, stored map[string]bool, stats *CreateStats) (*Part, error) {
+func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint64, stored map[string]bool, stats *CreateStats) (*Part, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var skip []*shalev1.SnapshotFile

@@ -2,12 +2,10 @@ package backup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"os"
 	"path/filepath"
+	"strings"
 )
 
 // VerifyProgress reports a verification under way.
@@ -64,32 +62,9 @@ func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyP
 
 // checkFile returns what is wrong with the stored file at path, or "".
 func checkFile(path string, f File, buf []byte) string {
-	in, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "missing"
-		}
-		return err.Error()
+	err := readChecked(path, f, io.Discard, buf)
+	if err == nil {
+		return ""
 	}
-	defer in.Close()
-	crc := uint32(0)
-	var n uint64
-	for {
-		k, err := in.Read(buf)
-		crc = crc32.Update(crc, castagnoli, buf[:k])
-		n += uint64(k)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err.Error()
-		}
-	}
-	if n != f.Size {
-		return fmt.Sprintf("%d bytes, want %d", n, f.Size)
-	}
-	if crc != f.CRC32C {
-		return fmt.Sprintf("checksum %08x, want %08x", crc, f.CRC32C)
-	}
-	return ""
+	return strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
 }

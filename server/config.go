@@ -45,6 +45,14 @@ type Config struct {
 	// InitialSplits are the split keys of the initial user shards: n keys
 	// make n+1 shards.
 	InitialSplits [][]byte
+	// RestoreFrom, with RestoreBackup, founds the new cluster from a backup
+	// (package backup): the location, a directory every founding node
+	// reads, and the backup's ID. The user shards are the backup's, each
+	// founding replica built from its checkpoint (every file's checksum is
+	// checked first); the system shard is new (this cluster's nodes and
+	// shards), and so is the cluster ID. Only founding nodes use them, and
+	// only on their first start.
+	RestoreFrom, RestoreBackup string
 	// ReplicationFactor is how many replicas each shard gets (default 3).
 	ReplicationFactor int
 	// Limits on requests.
@@ -257,6 +265,17 @@ func (c *Config) validate() error {
 			return fmt.Errorf("server: --node-id is required with --initial-cluster unless the advertised address %s is one of its addresses (or give --join for nodes that are not founding nodes)", c.AdvertiseAddr)
 		}
 	}
+	if (c.RestoreFrom == "") != (c.RestoreBackup == "") {
+		return errors.New("server: --restore-from and --restore-backup go together")
+	}
+	if c.RestoreFrom != "" {
+		if len(c.InitialCluster) == 0 {
+			return errors.New("server: a restore founds a new cluster: --restore-from needs --initial-cluster")
+		}
+		if len(c.InitialSplits) > 0 {
+			return errors.New("server: a restore takes its shards from the backup: --restore-from and --initial-splits exclude each other")
+		}
+	}
 	for i := 1; i < len(c.InitialSplits); i++ {
 		if string(c.InitialSplits[i-1]) >= string(c.InitialSplits[i]) {
 			return fmt.Errorf("server: initial splits must be strictly increasing (%q then %q)", c.InitialSplits[i-1], c.InitialSplits[i])
@@ -331,6 +350,15 @@ func ParseInitialCluster(s string) (map[uint64]string, error) {
 
 // clusterID derives the cluster's ID from its name and founding nodes, so
 // every founding node computes the same one.
+// newClusterID is the ID of the cluster the founding nodes make: a restore
+// makes a cluster of its own, never the backed-up one's ID again.
+func (c *Config) newClusterID() string {
+	if c.RestoreFrom != "" {
+		return clusterID(c.ClusterName+"/restored from "+c.RestoreBackup, c.InitialCluster)
+	}
+	return clusterID(c.ClusterName, c.InitialCluster)
+}
+
 func clusterID(name string, initial map[uint64]string) string {
 	ids := make([]uint64, 0, len(initial))
 	for id := range initial {

@@ -152,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("server: data dir %s belongs to node %d, not %d", cfg.DataDir, meta.NodeID, cfg.NodeID)
 		}
 	case cfg.foundingID() != 0:
-		id, cid := cfg.foundingID(), clusterID(cfg.ClusterName, cfg.InitialCluster)
+		id, cid := cfg.foundingID(), cfg.newClusterID()
 		switch n.priorIncarnation(ctx, id, cid) {
 		case priorStarted:
 			return nil, fmt.Errorf("server: %s holds no node, but cluster %s says founding node %d already ran: "+
@@ -237,7 +237,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if bootstrap {
-		if err := n.bootstrapShards(); err != nil {
+		var restore *restorePlan
+		if cfg.RestoreFrom != "" {
+			if restore, err = n.planRestore(); err != nil {
+				return nil, err
+			}
+		}
+		if err := n.bootstrapShards(ctx, restore); err != nil {
 			return nil, err
 		}
 	}
@@ -533,18 +539,35 @@ func (n *Node) initialDescriptors() []*shalev1.ShardDescriptor {
 	return descs
 }
 
-func (n *Node) bootstrapShards() error {
+func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) error {
+	var mine, restored []*shalev1.ShardDescriptor
 	for _, d := range n.initialDescriptors() {
-		mine := false
+		here := false
 		for _, r := range d.GetReplicas() {
-			mine = mine || r.GetNodeId() == n.cfg.NodeID
+			here = here || r.GetNodeId() == n.cfg.NodeID
 		}
-		if !mine || n.Shard(d.GetShardId()) != nil {
+		if !here || n.Shard(d.GetShardId()) != nil {
 			continue
 		}
-		s, err := shard.Bootstrap(n.shardDir(d.GetShardId()), replication.BootstrapState(d), n.shardOptions())
-		if err != nil {
-			return fmt.Errorf("server: bootstrap shard %d: %w", d.GetShardId(), err)
+		mine = append(mine, d)
+		if restore != nil && !d.GetSystem() {
+			restored = append(restored, d)
+		}
+	}
+	var from map[uint64]*shard.Shard
+	if len(restored) > 0 {
+		var err error
+		if from, err = n.restoreShards(ctx, restore, restored); err != nil {
+			return err
+		}
+	}
+	for _, d := range mine {
+		s := from[d.GetShardId()]
+		if s == nil {
+			var err error
+			if s, err = shard.Bootstrap(n.shardDir(d.GetShardId()), replication.BootstrapState(d), n.shardOptions()); err != nil {
+				return fmt.Errorf("server: bootstrap shard %d: %w", d.GetShardId(), err)
+			}
 		}
 		if _, err := n.store.AddReplica(s); err != nil {
 			_ = s.Close()

@@ -34,6 +34,7 @@ type flags struct {
 	dataDir, listen, advertise, httpAddr    string
 	initialCluster, clusterName, join, zone string
 	initialSplits                           string
+	restoreFrom, restoreBackup              string
 	nodeID                                  uint64
 	replicationFactor                       int
 	maxKey, maxValue, maxBatchOps, maxBatch int
@@ -91,6 +92,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.StringVar(&f.join, "join", "", "address of any node of a running cluster to join")
 	fl.StringVar(&f.zone, "zone", "", "failure-domain label of this node (rack, zone)")
 	fl.StringVar(&f.initialSplits, "initial-splits", "", "split keys for a new cluster's initial shards, comma-separated (hex:ABCD for binary keys); n keys make n+1 shards")
+	fl.StringVar(&f.restoreFrom, "restore-from", "", "found the new cluster (--initial-cluster) from a backup in this location (a directory every founding node reads; see shalectl backup)")
+	fl.StringVar(&f.restoreBackup, "restore-backup", "", "ID of the backup in --restore-from to found the new cluster from")
 	fl.IntVar(&f.replicationFactor, "replication-factor", 3, "replicas per shard")
 	fl.IntVar(&f.maxKey, "max-key-bytes", 4<<10, "largest key accepted")
 	fl.IntVar(&f.maxValue, "max-value-bytes", 1<<20, "largest value accepted")
@@ -213,6 +216,8 @@ func run(ctx context.Context, f flags) error {
 		InitialCluster:           initial,
 		ClusterName:              f.clusterName,
 		Join:                     f.join,
+		RestoreFrom:              f.restoreFrom,
+		RestoreBackup:            f.restoreBackup,
 		Zone:                     f.zone,
 		InitialSplits:            splits,
 		ReplicationFactor:        f.replicationFactor,

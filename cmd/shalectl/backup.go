@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -149,11 +147,8 @@ does not contact the cluster. With -o json: the manifest itself.`,
 		Example: `  shalectl backup describe 20261122T100000Z --location /mnt/backups/shale`,
 		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, loc, err := f.open(cmd)
+			asJSON, loc, err := f.openFor(cmd, args[0])
 			if err != nil {
-				return err
-			}
-			if err := validIDArg(cmd, args[0]); err != nil {
 				return err
 			}
 			m, err := loc.Describe(args[0])
@@ -180,11 +175,8 @@ the command still fails when ok is false.`,
 		Example: `  shalectl backup verify 20261122T100000Z --location /mnt/backups/shale`,
 		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, loc, err := f.open(cmd)
+			asJSON, loc, err := f.openFor(cmd, args[0])
 			if err != nil {
-				return err
-			}
-			if err := validIDArg(cmd, args[0]); err != nil {
 				return err
 			}
 			return f.verify(cmd, loc, args[0], asJSON)
@@ -202,11 +194,8 @@ files_removed, bytes_removed}.`,
 		Example: `  shalectl backup delete 20261122T100000Z --location /mnt/backups/shale`,
 		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, loc, err := f.open(cmd)
+			asJSON, loc, err := f.openFor(cmd, args[0])
 			if err != nil {
-				return err
-			}
-			if err := validIDArg(cmd, args[0]); err != nil {
 				return err
 			}
 			res, err := loc.Delete(args[0])
@@ -263,38 +252,25 @@ func (f *backupFlags) open(cmd *cobra.Command) (asJSON bool, loc *backup.Locatio
 	return asJSON, loc, nil
 }
 
-// validIDArg rejects an ID argument that cannot name a backup.
-func validIDArg(cmd *cobra.Command, id string) error {
-	if err := backup.ValidID(id); err != nil {
-		return &usageError{cmd: cmd, msg: "ID: " + err.Error()}
+// openFor is open for a command about backup id, which must be a valid ID.
+func (f *backupFlags) openFor(cmd *cobra.Command, id string) (asJSON bool, loc *backup.Location, err error) {
+	if asJSON, loc, err = f.open(cmd); err != nil {
+		return false, nil, err
 	}
-	return nil
+	if err := backup.ValidID(id); err != nil {
+		return false, nil, &usageError{cmd: cmd, msg: "ID: " + err.Error()}
+	}
+	return asJSON, loc, nil
 }
 
 // create runs backup create: connecting is bounded by --timeout, the
 // backup itself only by an interrupt.
 func (f *backupFlags) create(cmd *cobra.Command, id string, asJSON bool) error {
-	eps := f.endpointList()
-	if len(eps) == 0 {
-		return &usageError{cmd: cmd, msg: "--endpoints is empty"}
-	}
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cctx := ctx
-	if f.timeout > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-	}
-	c, err := f.connect(cctx, cmd, eps)
+	ctx, c, cleanup, err := f.connectUntilDone(cmd, 0)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer cleanup()
 	loc, err := backup.Open(f.location, true)
 	if err != nil {
 		return fmt.Errorf("backup create: %w", err)

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -99,6 +101,37 @@ func (f *clusterFlags) connect(ctx context.Context, cmd *cobra.Command, eps []st
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)
 	}
 	return c, nil
+}
+
+// connectUntilDone connects for a command that runs until it is done or
+// interrupted (watch, backup create): the context it returns ends on
+// SIGINT or SIGTERM, or after limit when positive; --timeout bounds only
+// the connecting. Call cleanup when done.
+func (f *clusterFlags) connectUntilDone(cmd *cobra.Command, limit time.Duration) (ctx context.Context, c *client.Client, cleanup func(), err error) {
+	eps := f.endpointList()
+	if len(eps) == 0 {
+		return nil, nil, nil, &usageError{cmd: cmd, msg: "--endpoints is empty"}
+	}
+	ctx = cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	cancelLimit := func() {}
+	if limit > 0 {
+		ctx, cancelLimit = context.WithTimeout(ctx, limit)
+	}
+	cctx, cancelConnect := ctx, context.CancelFunc(func() {})
+	if f.timeout > 0 {
+		cctx, cancelConnect = context.WithTimeout(ctx, f.timeout)
+	}
+	defer cancelConnect()
+	if c, err = f.connect(cctx, cmd, eps); err != nil {
+		cancelLimit()
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, c, func() { _ = c.Close(); cancelLimit(); stop() }, nil
 }
 
 // jsonOutput returns whether -o json was requested (validating -o).

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -89,32 +86,11 @@ revision R of every shard the range covers, if they are still kept.`,
 		if startRev > 0 {
 			opts = append(opts, client.WithStartRevision(startRev))
 		}
-		eps := f.endpointList()
-		if len(eps) == 0 {
-			return &usageError{cmd: cmd, msg: "--endpoints is empty"}
-		}
-		ctx := cmd.Context()
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		if duration > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, duration)
-			defer cancel()
-		}
-		cctx := ctx
-		if f.timeout > 0 {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, f.timeout)
-			defer cancel()
-		}
-		c, err := f.connect(cctx, cmd, eps)
+		ctx, c, cleanup, err := f.connectUntilDone(cmd, duration)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer cleanup()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		return f.watch(cmd, c.Watch(wctx, start, end, opts...), asJSON, count, cancel)

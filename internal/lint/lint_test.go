@@ -78,15 +78,15 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/..."},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
+			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...", "backup/...",
 		},
 	},
 	{
-		name:  "backup depends only on client and proto (its tests may start a real cluster)",
+		name:  "backup depends only on proto (the server restores from it; its tests may start a real cluster)",
 		from:  []string{"backup/..."},
-		allow: []string{"backup/...", "client/...", "proto/..."},
+		allow: []string{"backup/...", "proto/..."},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
+			"client/...", "internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
 		},
 	},
 	{

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -341,10 +342,8 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 		return nil, fmt.Errorf("shard: bootstrap %s: a descriptor is required", dir)
 	}
 	s := newShard(dir, opts)
-	if _, err := s.fs.Stat(s.dir); err == nil {
-		return nil, fmt.Errorf("shard: bootstrap %s: directory already exists", dir)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	if err := s.checkAbsent(); err != nil {
+		return nil, err
 	}
 	o := s.engineOptions()
 	o.ErrorIfExists = true
@@ -368,6 +367,66 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	}
 	s.db = db
 	s.st.Store(ns)
+	return s, nil
+}
+
+// checkAbsent fails unless the shard's directory does not exist yet.
+func (s *Shard) checkAbsent() error {
+	if _, err := s.fs.Stat(s.dir); err == nil {
+		return fmt.Errorf("shard: bootstrap %s: directory already exists", s.dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("shard: bootstrap %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// BootstrapFrom creates the shard in dir from src, a checkpoint of a shard
+// of another cluster (a backup's part), which it moves into dir (so src
+// must be on dir's filesystem). The checkpoint's data, revision, dates and
+// deduplication table are kept; its applied state (index, term,
+// configuration, descriptor) becomes st, the new Raft group's initial
+// state. st's descriptor must cover the checkpoint's key range exactly.
+func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options) (*Shard, error) {
+	if st.Descriptor == nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: a descriptor is required", dir)
+	}
+	s := newShard(dir, opts)
+	if err := s.checkAbsent(); err != nil {
+		return nil, err
+	}
+	if err := s.fs.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	}
+	if err := s.fs.Rename(src, s.dir); err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s from %s: %w", dir, src, err)
+	}
+	o := s.engineOptions()
+	o.ErrorIfNotExists = true
+	if err := s.openEngine(o, true); err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s from a checkpoint: %w", dir, err)
+	}
+	old := s.st.Load()
+	if !bytes.Equal(old.desc.GetStartKey(), st.Descriptor.GetStartKey()) || !bytes.Equal(old.desc.GetEndKey(), st.Descriptor.GetEndKey()) {
+		_ = s.db.Close()
+		return nil, fmt.Errorf("shard: bootstrap %s: the checkpoint holds [%q, %q), not [%q, %q)", dir,
+			old.desc.GetStartKey(), old.desc.GetEndKey(), st.Descriptor.GetStartKey(), st.Descriptor.GetEndKey())
+	}
+	ns := *old
+	ns.index, ns.term = st.Index, st.Term
+	err := ns.setConf(cloneConfState(st.ConfState))
+	if err == nil {
+		err = ns.setDesc(proto.CloneOf(st.Descriptor))
+	}
+	if err == nil {
+		b := storage.NewBatch()
+		ns.writeMeta(b)
+		err = s.db.Apply(b, storage.Sync)
+	}
+	if err != nil {
+		_ = s.db.Close()
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+	}
+	s.st.Store(&ns)
 	return s, nil
 }
 

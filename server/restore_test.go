@@ -1,0 +1,241 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/backup"
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/freeport"
+	"github.com/shale-db/shale/internal/testcluster"
+	"github.com/shale-db/shale/server"
+)
+
+// scanAll reads every user key with its value and revisions.
+func scanAll(t *testing.T, cl *client.Client) map[string]client.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := map[string]client.KeyValue{}
+	it := cl.Scan(ctx, nil, nil)
+	defer it.Close()
+	for it.Next() {
+		out[string(it.KV().Key)] = *it.KV()
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// userChecksums is every user shard's replica checksum by start key, once
+// its replicas agree.
+func userChecksums(t *testing.T, cl *client.Client) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	shards, err := cl.ListShards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, s := range shards {
+		d := s.GetDescriptor_()
+		if d.GetSystem() {
+			continue
+		}
+		for {
+			sums, err := cl.ReplicaChecksums(ctx, d.GetShardId())
+			agree := err == nil && len(sums) == len(d.GetReplicas())
+			for _, s := range sums {
+				agree = agree && s.GetAppliedIndex() == sums[0].GetAppliedIndex() && s.GetChecksum() == sums[0].GetChecksum()
+			}
+			if agree {
+				out[string(d.GetStartKey())] = sums[0].GetChecksum()
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("shard %d's replicas do not agree: %v, %v", d.GetShardId(), sums, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// TestRestoreFromBackup: a cluster founded from a backup holds exactly the
+// backed-up data (every key, value and revision; every shard's checksum on
+// every replica), nothing written after the backup, under a new cluster
+// ID, and takes writes.
+func TestRestoreFromBackup(t *testing.T) {
+	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	acl := newClient(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		for _, p := range []string{"a", "q"} {
+			if _, err := acl.Put(ctx, []byte(fmt.Sprintf("%s%04d", p, i)), []byte(strings.Repeat("v", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := 0; i < 200; i += 7 {
+		if _, err := acl.Delete(ctx, []byte(fmt.Sprintf("q%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := scanAll(t, acl)
+	sums := userChecksums(t, acl)
+	loc, err := backup.Open(filepath.Join(t.TempDir(), "backups"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "b1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acl.Put(ctx, []byte("after"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ast, err := acl.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "b1"
+	}})
+	bcl := newClient(t, b)
+	got := scanAll(t, bcl)
+	if len(got) != len(want) {
+		t.Fatalf("restored %d keys, backed up %d", len(got), len(want))
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || string(g.Value) != string(w.Value) || g.ModRevision != w.ModRevision || g.CreateRevision != w.CreateRevision || g.Version != w.Version {
+			t.Fatalf("key %s restored as %+v (present %v), backed up as %+v", k, g, ok, w)
+		}
+	}
+	bsums := userChecksums(t, bcl)
+	if len(bsums) != len(sums) {
+		t.Fatalf("restored shards %v, backed up %v", bsums, sums)
+	}
+	for start, sum := range sums {
+		if bsums[start] != sum {
+			t.Fatalf("shard at %q: restored checksum %016x, backed up %016x", start, bsums[start], sum)
+		}
+	}
+	bst, err := bcl.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bst.GetClusterId() == ast.GetClusterId() || bst.GetClusterId() == "" {
+		t.Fatalf("the restored cluster's ID is %q (the backed-up one's %q)", bst.GetClusterId(), ast.GetClusterId())
+	}
+	// A watch on the restored cluster sees the next write (the change log
+	// the checkpoint brought along does not confuse it).
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	events := bcl.Watch(wctx, []byte("a"), []byte("b"))
+	time.Sleep(200 * time.Millisecond)
+	res, err := bcl.Put(ctx, []byte("a0001"), []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Revision <= want["a0001"].ModRevision {
+		t.Fatalf("a write after the restore got revision %d, not after the backed-up %d", res.Revision, want["a0001"].ModRevision)
+	}
+	if kv, err := bcl.Get(ctx, []byte("a0001")); err != nil || string(kv.Value) != "new" {
+		t.Fatalf("read after write on the restored cluster: %v, %v", kv, err)
+	}
+	for seen := false; !seen; {
+		select {
+		case r, ok := <-events:
+			if !ok || r.Err != nil {
+				t.Fatalf("watch on the restored cluster ended: %v", r.Err)
+			}
+			for _, e := range r.Events {
+				if string(e.KV.Key) != "a0001" || string(e.KV.Value) != "new" || e.KV.ModRevision != res.Revision {
+					t.Fatalf("watch on the restored cluster: event %+v, want a0001=new at %d", e.KV, res.Revision)
+				}
+				seen = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("watch on the restored cluster: no event for the write")
+		}
+	}
+	wcancel()
+
+	// The same backup on a single node (the node count need not match).
+	one := testcluster.Start(t, testcluster.Options{Nodes: 1, Configure: func(cfg *server.Config) {
+		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "b1"
+	}})
+	if got := scanAll(t, newClient(t, one)); len(got) != len(want) {
+		t.Fatalf("restored %d keys on one node, backed up %d", len(got), len(want))
+	}
+}
+
+// TestRestoreRefusesCorruptBackup: a node founding from a backup with a
+// damaged file stops with an error naming the file, before it serves.
+func TestRestoreRefusesCorruptBackup(t *testing.T) {
+	a := testcluster.Start(t, testcluster.Options{})
+	acl := newClient(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 50; i++ {
+		if _, err := acl.Put(ctx, []byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loc, err := backup.Open(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "b1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim backup.File
+	for _, p := range m.Shards {
+		for _, f := range p.Files {
+			if !p.System && f.Size > victim.Size {
+				victim = f
+			}
+		}
+	}
+	path := filepath.Join(loc.Dir(), filepath.FromSlash(victim.Path))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 1
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	n, err := server.Start(ctx, server.Config{
+		DataDir:        filepath.Join(t.TempDir(), "node1"),
+		NodeID:         1,
+		ListenAddr:     addr,
+		InitialCluster: map[uint64]string{1: addr},
+		RestoreFrom:    loc.Dir(),
+		RestoreBackup:  "b1",
+		Logger:         testcluster.Logger(),
+	})
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node founded a cluster from a corrupt backup")
+	}
+	if !errors.Is(err, backup.ErrCorrupt) || !strings.Contains(err.Error(), victim.Path) {
+		t.Fatalf("error %v: want ErrCorrupt naming %s", err, victim.Path)
+	}
+}
