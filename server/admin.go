@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -156,15 +157,7 @@ func (n *Node) shardStatuses(ctx context.Context, infos map[uint64]*shalev1.Node
 	for _, d := range dir.GetShards() {
 		listed[d.GetShardId()] = true
 	}
-	// A frozen replica of a shard merged away (its node was down when the
-	// merge retired it) is not a shard any more.
-	kept := out[:0]
-	for _, ss := range out {
-		if d := ss.GetDescriptor_(); d.GetMergingInto() == 0 || listed[d.GetShardId()] {
-			kept = append(kept, ss)
-		}
-	}
-	out = kept
+	out = dropStrays(out, listed)
 	seen := make(map[uint64]bool, len(out))
 	for _, ss := range out {
 		seen[ss.GetDescriptor_().GetShardId()] = true
@@ -180,6 +173,50 @@ func (n *Node) shardStatuses(ctx context.Context, infos map[uint64]*shalev1.Node
 		sortShards(out)
 	}
 	return out
+}
+
+// dropStrays removes from out, the shards the nodes report, those that are
+// no shard any more although a replica still reports them, by the
+// directory's list (listed).
+//
+// A frozen replica of a shard merged away (its node was down when the
+// merge retired it) is one; so is a leaderless one the directory no longer
+// lists whose range a listed shard now covers (a follower that lagged
+// behind the merge's freeze while the others retired). A shard just split
+// off is not listed for a moment either, but has a leader, and no listed
+// shard covers its range.
+func dropStrays(out []*shalev1.ShardStatus, listed map[uint64]bool) []*shalev1.ShardStatus {
+	all := slices.Clone(out)
+	kept := out[:0]
+	for _, ss := range all {
+		d := ss.GetDescriptor_()
+		switch {
+		case listed[d.GetShardId()]:
+		case d.GetMergingInto() != 0:
+			continue
+		case ss.GetLeaderNodeId() == 0 && coveredByListed(d, all, listed):
+			continue
+		}
+		kept = append(kept, ss)
+	}
+	return kept
+}
+
+// coveredByListed reports whether a shard the directory lists (in its
+// reported state, among all) overlaps d's range.
+func coveredByListed(d *shalev1.ShardDescriptor, all []*shalev1.ShardStatus, listed map[uint64]bool) bool {
+	for _, ss := range all {
+		o := ss.GetDescriptor_()
+		if o.GetShardId() == d.GetShardId() || !listed[o.GetShardId()] || o.GetSystem() {
+			continue
+		}
+		// [a, b) and [c, e) overlap when a < e and c < b (empty end: none).
+		if (len(o.GetEndKey()) == 0 || bytes.Compare(d.GetStartKey(), o.GetEndKey()) < 0) &&
+			(len(d.GetEndKey()) == 0 || bytes.Compare(o.GetStartKey(), d.GetEndKey()) < 0) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *adminService) NodeInfo(ctx context.Context, _ *shalev1.NodeInfoRequest) (*shalev1.NodeInfoResponse, error) {

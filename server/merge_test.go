@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,7 +168,13 @@ func TestAutomaticMerge(t *testing.T) {
 	})
 	for _, k := range []string{"a", "h", "p", "x"} {
 		if kv, err := cl.Get(ctx, []byte(k)); err != nil || kv == nil {
-			t.Fatalf("%s after the merge: %v, %v", k, kv, err)
+			shards, _ := cl.Routing()
+			var routes []string
+			for _, r := range shards {
+				d := r.GetDescriptor_()
+				routes = append(routes, fmt.Sprintf("%d [%q, %q) leader %d", d.GetShardId(), d.GetStartKey(), d.GetEndKey(), r.GetLeaderNodeId()))
+			}
+			t.Fatalf("%s after the merge: %v, %v (the client's routing: %s)", k, kv, err, strings.Join(routes, "; "))
 		}
 	}
 }
