@@ -251,3 +251,47 @@ func TestCreateWithANodeDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIncrementalAfterSplit: an incremental backup extends the parts whose
+// range is unchanged with their logs and copies new checkpoints of the
+// shards a split changed; the result still covers the key space once.
+func TestIncrementalAfterSplit(t *testing.T) {
+	_, cl := startCluster(t)
+	put(t, cl, 50, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	loc, err := backup.Open(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cl.SplitShard(ctx, []byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, cl, 20, "two")
+	m, st, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "inc", Base: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Logs != 2 || st.Checkpoints != 2 {
+		t.Fatalf("incremental after a split: %+v, want 2 parts extended (system, [\"\", m)) and 2 new checkpoints", st)
+	}
+	var bounds []string
+	for _, p := range m.Shards[1:] {
+		bounds = append(bounds, fmt.Sprintf("[%s,%s)", p.Start, p.End))
+	}
+	if strings.Join(bounds, " ") != "[,m) [m,q) [q,)" {
+		t.Fatalf("parts %v", bounds)
+	}
+	if len(m.Shards[1].Log) != 1 || m.Shards[1].Log[0].FromIndex != m.Shards[1].AppliedIndex+1 {
+		t.Fatalf("the unchanged shard's part: %+v", m.Shards[1])
+	}
+	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "bad", Base: "nope"}); err == nil || !strings.Contains(err.Error(), "no backup nope") {
+		t.Fatalf("an incremental on a missing base: %v", err)
+	}
+	if list, err := loc.List(); err != nil || len(list) != 2 {
+		t.Fatalf("after a refused incremental: %+v, %v (want the two backups only)", list, err)
+	}
+}

@@ -33,6 +33,8 @@ type Cluster interface {
 	ListShards(ctx context.Context) ([]*shalev1.ShardStatus, error)
 	// BackupShard opens Admin.BackupShard on a node.
 	BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error)
+	// BackupShardLog opens Admin.BackupShardLog on a node.
+	BackupShardLog(ctx context.Context, nodeID, shardID, afterIndex uint64) (shalev1.Admin_BackupShardLogClient, error)
 }
 
 // CreateOptions configure Create.
@@ -40,6 +42,12 @@ type CreateOptions struct {
 	// ID names the backup. Default: the start time, UTC,
 	// "20060102T150405Z".
 	ID string
+	// Base, if set, makes the backup incremental: the ID of an earlier
+	// complete backup of the same cluster in the location. A shard whose
+	// range is unchanged since then gets the base's part plus the entries
+	// it applied since (its log, from any replica); the others, and those
+	// whose log no longer reaches back, get a new checkpoint.
+	Base string
 	// Progress, if set, is called after every shard's part.
 	Progress func(Progress)
 }
@@ -58,6 +66,10 @@ type Progress struct {
 type CreateStats struct {
 	FilesCopied, FilesSkipped int
 	BytesCopied, BytesSkipped int64
+	// Checkpoints counts the parts copied from a new checkpoint, Logs
+	// those extended from the base backup with their log (incremental),
+	// and LogEntries the entries those logs held.
+	Checkpoints, Logs, LogEntries int
 }
 
 // Create takes a full backup of the cluster cl reaches into loc: every
@@ -81,6 +93,27 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 		return nil, stats, err
 	}
 	defer unlock()
+	st, err := cl.ClusterStatus(ctx)
+	if err != nil {
+		return nil, stats, fmt.Errorf("backup: cluster status: %w", err)
+	}
+	m := &Manifest{Format: FormatVersion, ID: id, ClusterID: st.GetClusterId(), Started: started}
+	base := map[uint64]*Part{}
+	if opts.Base != "" {
+		bm, err := loc.Describe(opts.Base)
+		if err != nil {
+			return nil, stats, fmt.Errorf("backup: the base backup: %w", err)
+		}
+		if bm.ClusterID != m.ClusterID {
+			return nil, stats, fmt.Errorf("backup: the base backup %s is of cluster %s, not %s", bm.ID, bm.ClusterID, m.ClusterID)
+		}
+		for i := range bm.Shards {
+			base[bm.Shards[i].ShardID] = &bm.Shards[i]
+		}
+	}
+
+	// Only now, with the base and the cluster known, does the backup exist
+	// (incomplete until its manifest is written).
 	if err := os.MkdirAll(filepath.Join(loc.dir, "backups"), 0o755); err != nil {
 		return nil, stats, fmt.Errorf("backup: %w", err)
 	}
@@ -94,12 +127,6 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 	if err != nil {
 		return nil, stats, err
 	}
-	st, err := cl.ClusterStatus(ctx)
-	if err != nil {
-		return nil, stats, fmt.Errorf("backup: cluster status: %w", err)
-	}
-	m := &Manifest{Format: FormatVersion, ID: id, ClusterID: st.GetClusterId(), Started: started}
-
 	parts := map[uint64]*Part{}
 	var lastErr error
 	for round := 0; round < 10; round++ {
@@ -131,7 +158,7 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 			if _, ok := parts[d.GetShardId()]; ok || d.GetRetired() {
 				continue
 			}
-			p, err := copyShard(ctx, cl, loc, s, stored, &stats)
+			p, err := copyShard(ctx, cl, loc, s, base[d.GetShardId()], stored, &stats)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, stats, ctx.Err()
@@ -227,9 +254,12 @@ func coverKeySpace(parts map[uint64]*Part) ([]Part, error) {
 	return nil, fmt.Errorf("backup: no shard copied covers keys from %q on", at)
 }
 
-// copyShard copies one shard's checkpoint from one of its replicas:
-// followers first, then the leader, then learners.
-func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, stored map[string]bool, stats *CreateStats) (*Part, error) {
+// copyShard copies one shard's part from one of its replicas: followers
+// first, then the leader, then learners. With a base part of the same
+// range, the part is the base's plus the entries applied since; when no
+// replica's log reaches back that far, or the range changed, a new
+// checkpoint.
+func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, base *Part, stored map[string]bool, stats *CreateStats) (*Part, error) {
 	d := s.GetDescriptor_()
 	type cand struct {
 		node uint64
@@ -248,9 +278,36 @@ func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardS
 	}
 	slices.SortStableFunc(nodes, func(a, b cand) int { return a.rank - b.rank })
 	var errs []error
+	if base != nil && bytes.Equal(base.Start, d.GetStartKey()) && bytes.Equal(base.End, d.GetEndKey()) {
+		for _, c := range nodes {
+			until := time.Now().UTC()
+			seg, err := fetchLog(ctx, cl, loc, c.node, d.GetShardId(), base.LastIndex())
+			if err == nil {
+				p := *base
+				p.Log = slices.Clone(base.Log)
+				p.Until = until
+				if seg != nil {
+					p.Log = append(p.Log, *seg)
+					stats.LogEntries += int(seg.ToIndex - seg.FromIndex + 1)
+					stats.BytesCopied += int64(seg.Size)
+					stats.FilesCopied++
+				}
+				stats.Logs++
+				return &p, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			errs = append(errs, err)
+			if errors.Is(err, errRangeChanged) {
+				break
+			}
+		}
+	}
 	for _, c := range nodes {
 		p, err := copyFrom(ctx, cl, loc, c.node, d.GetShardId(), stored, stats)
 		if err == nil {
+			stats.Checkpoints++
 			return p, nil
 		}
 		if ctx.Err() != nil {
@@ -273,6 +330,7 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 			skip = append(skip, f)
 		}
 	}
+	until := time.Now().UTC()
 	stream, err := cl.BackupShard(ctx, node, shardID, skip)
 	if err != nil {
 		return nil, err
@@ -309,6 +367,7 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 		AppliedIndex: meta.GetIndex(),
 		AppliedTerm:  meta.GetTerm(),
 		Date:         HLC{WallNanos: hdr.GetHlc().GetWallNanos(), Logical: hdr.GetHlc().GetLogical()},
+		Until:        until,
 	}
 	if err := os.MkdirAll(filepath.Join(loc.dir, filepath.FromSlash(prefix)), 0o755); err != nil {
 		return nil, err

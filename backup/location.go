@@ -225,7 +225,7 @@ func (l *Location) collect() (DeleteResult, error) {
 			continue
 		}
 		for _, p := range e.Manifest.Shards {
-			for _, f := range p.Files {
+			for _, f := range p.stored() {
 				used[f.Path] = true
 			}
 		}

@@ -58,6 +58,49 @@ type Part struct {
 	Date HLC `json:"date"`
 	// Files are the checkpoint's files.
 	Files []File `json:"files"`
+	// Log are the entries the shard applied after the checkpoint, in
+	// segments that follow one another (incremental backups add them).
+	Log []Segment `json:"log,omitempty"`
+	// Until is when the backup last read the shard (the backup tool's
+	// clock): the part holds every entry the shard applied before then.
+	Until time.Time `json:"until"`
+}
+
+// Segment is a stored run of a shard's log: entries FromIndex to ToIndex,
+// dated FirstDate to LastDate.
+type Segment struct {
+	File
+	FromIndex uint64 `json:"from_index"`
+	ToIndex   uint64 `json:"to_index"`
+	FirstDate HLC    `json:"first_date"`
+	LastDate  HLC    `json:"last_date"`
+}
+
+// LastIndex is the last entry the part holds: its log's last, or the
+// checkpoint's applied index.
+func (p *Part) LastIndex() uint64 {
+	if len(p.Log) > 0 {
+		return p.Log[len(p.Log)-1].ToIndex
+	}
+	return p.AppliedIndex
+}
+
+// LastDate is the date of the last entry the part holds.
+func (p *Part) LastDate() HLC {
+	if len(p.Log) > 0 {
+		return p.Log[len(p.Log)-1].LastDate
+	}
+	return p.Date
+}
+
+// stored lists every stored file the part uses: checkpoint files, then log
+// segments.
+func (p *Part) stored() []File {
+	out := append([]File(nil), p.Files...)
+	for _, s := range p.Log {
+		out = append(out, s.File)
+	}
+	return out
 }
 
 // HLC is a hybrid logical clock reading.
@@ -65,6 +108,10 @@ type HLC struct {
 	WallNanos int64  `json:"wall_nanos"`
 	Logical   uint32 `json:"logical"`
 }
+
+// After reports whether h is later than the wall time t (any logical count
+// at t's wall time is not later).
+func (h HLC) After(t time.Time) bool { return h.WallNanos > t.UnixNano() }
 
 // Time is the wall-clock part of h.
 func (h HLC) Time() time.Time { return time.Unix(0, h.WallNanos).UTC() }
@@ -83,7 +130,7 @@ type File struct {
 // Bytes is the total size of the part's files.
 func (p *Part) Bytes() uint64 {
 	var n uint64
-	for _, f := range p.Files {
+	for _, f := range p.stored() {
 		n += f.Size
 	}
 	return n
@@ -145,7 +192,14 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	}
 	for i := range m.Shards {
 		p := &m.Shards[i]
-		for _, f := range p.Files {
+		next := p.AppliedIndex + 1
+		for _, seg := range p.Log {
+			if seg.FromIndex != next || seg.ToIndex < seg.FromIndex {
+				return nil, fmt.Errorf("%w: shard %d: log segment %d-%d does not follow entry %d", ErrCorrupt, p.ShardID, seg.FromIndex, seg.ToIndex, next-1)
+			}
+			next = seg.ToIndex + 1
+		}
+		for _, f := range p.stored() {
 			if err := validFileName(f.Name); err != nil {
 				return nil, fmt.Errorf("%w: shard %d: %v", ErrCorrupt, p.ShardID, err)
 			}

@@ -34,12 +34,12 @@ func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyP
 	}
 	total := VerifyProgress{}
 	for _, p := range m.Shards {
-		total.Files += len(p.Files)
+		total.Files += len(p.stored())
 		total.Bytes += int64(p.Bytes())
 	}
 	buf := make([]byte, 1<<20)
 	for _, p := range m.Shards {
-		for _, f := range p.Files {
+		for _, f := range p.stored() {
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}

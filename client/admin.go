@@ -510,3 +510,24 @@ func (c *Client) nodeAddr(ctx context.Context, nodeID uint64) (string, error) {
 	}
 	return "", fmt.Errorf("node %d: no known address", nodeID)
 }
+
+// BackupShardLog opens a stream of the entries the replica of shard
+// shardID on node nodeID applied after Raft index afterIndex
+// (Admin.BackupShardLog), read to its end (io.EOF) or until ctx ends. It is
+// not retried; a status error with codes.OutOfRange means the replica's
+// log no longer reaches back that far.
+func (c *Client) BackupShardLog(ctx context.Context, nodeID, shardID, afterIndex uint64) (shalev1.Admin_BackupShardLogClient, error) {
+	addr, err := c.nodeAddr(ctx, nodeID)
+	if err != nil {
+		return nil, wrapOp("backup-shard-log", err)
+	}
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, wrapOp("backup-shard-log", fmt.Errorf("node %d: %w", nodeID, err))
+	}
+	stream, err := shalev1.NewAdminClient(cc).BackupShardLog(ctx, &shalev1.BackupShardLogRequest{ShardId: shardID, AfterIndex: afterIndex})
+	if err != nil {
+		return nil, wrapOp("backup-shard-log", fmt.Errorf("node %d (%s): %w", nodeID, addr, err))
+	}
+	return stream, nil
+}

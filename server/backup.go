@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/snapshot"
+	"github.com/shale-db/shale/server/shard"
 )
 
 // BackupShard implements the Admin RPC for the receiving node's own replica
@@ -80,4 +82,42 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 	}
 	n.log.Info("backup of a shard sent", "shard", req.GetShardId(), "index", applied.Index, "bytes", sent, "skipped_files", len(skip))
 	return nil
+}
+
+// BackupShardLog implements the Admin RPC for the receiving node's own
+// replica (not forwarded).
+func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream shalev1.Admin_BackupShardLogServer) error {
+	n := s.n
+	if req.GetShardId() == 0 {
+		return invalidArg("a shard ID is required")
+	}
+	sm := n.Shard(req.GetShardId())
+	if sm == nil {
+		return status.Errorf(codes.NotFound, "node %d has no replica of shard %d", n.cfg.NodeID, req.GetShardId())
+	}
+	sent := 0
+	err := sm.ReadLogAfter(req.GetAfterIndex(), func(e *shard.LoggedEntry) error {
+		out := &shalev1.BackupLogEntry{
+			Index:    e.Mark.Index,
+			Term:     e.Mark.Term,
+			Hlc:      replication.HLCToProto(e.Mark.HLC),
+			Revision: e.Mark.Revision,
+			Range:    e.Range,
+		}
+		for _, op := range e.Ops {
+			out.Ops = append(out.Ops, &shalev1.BackupLogOp{Kind: uint32(op.Kind), Key: op.Key, Value: op.Value})
+		}
+		sent++
+		return stream.Send(out)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, shard.ErrLogUnavailable):
+		return status.Errorf(codes.OutOfRange, "node %d: shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	case stream.Context().Err() != nil:
+		return status.Errorf(codes.Canceled, "node %d: log of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
+	default:
+		return status.Errorf(codes.Internal, "node %d: log of shard %d after entry %d (%d sent): %v", n.cfg.NodeID, req.GetShardId(), req.GetAfterIndex(), sent, err)
+	}
 }

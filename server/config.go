@@ -53,6 +53,12 @@ type Config struct {
 	// shards), and so is the cluster ID. Only founding nodes use them, and
 	// only on their first start.
 	RestoreFrom, RestoreBackup string
+	// RestoreAsOf, when set, restores the data as of that time: every
+	// shard's checkpoint, carried forward by the entries its backup's log
+	// holds dated (hybrid logical clock) at or before it. Every shard's
+	// checkpoint must be dated before it, and the backup must have read
+	// every shard after it. Zero: everything the backup holds.
+	RestoreAsOf time.Time
 	// ReplicationFactor is how many replicas each shard gets (default 3).
 	ReplicationFactor int
 	// Limits on requests.
@@ -267,6 +273,9 @@ func (c *Config) validate() error {
 	}
 	if (c.RestoreFrom == "") != (c.RestoreBackup == "") {
 		return errors.New("server: --restore-from and --restore-backup go together")
+	}
+	if !c.RestoreAsOf.IsZero() && c.RestoreFrom == "" {
+		return errors.New("server: --restore-as-of needs --restore-from")
 	}
 	if c.RestoreFrom != "" {
 		if len(c.InitialCluster) == 0 {

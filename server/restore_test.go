@@ -217,25 +217,124 @@ func TestRestoreRefusesCorruptBackup(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	err = startRestoring(t, loc, "b1", time.Time{})
+	if err == nil {
+		t.Fatal("a node founded a cluster from a corrupt backup")
+	}
+	if !errors.Is(err, backup.ErrCorrupt) || !strings.Contains(err.Error(), victim.Path) {
+		t.Fatalf("error %v: want ErrCorrupt naming %s", err, victim.Path)
+	}
+}
+
+// startRestoring starts a single founding node restoring backup id from
+// loc as of asOf, and returns its error (stopping it if it started).
+func startRestoring(t *testing.T, loc *backup.Location, id string, asOf time.Time) error {
+	t.Helper()
 	ports, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	n, err := server.Start(ctx, server.Config{
 		DataDir:        filepath.Join(t.TempDir(), "node1"),
 		NodeID:         1,
 		ListenAddr:     addr,
 		InitialCluster: map[uint64]string{1: addr},
 		RestoreFrom:    loc.Dir(),
-		RestoreBackup:  "b1",
+		RestoreBackup:  id,
+		RestoreAsOf:    asOf,
 		Logger:         testcluster.Logger(),
 	})
 	if err == nil {
 		n.Stop()
-		t.Fatal("a node founded a cluster from a corrupt backup")
 	}
-	if !errors.Is(err, backup.ErrCorrupt) || !strings.Contains(err.Error(), victim.Path) {
-		t.Fatalf("error %v: want ErrCorrupt naming %s", err, victim.Path)
+	return err
+}
+
+// TestPointInTimeRestore: an incremental backup carries every shard's
+// log since the full one; restoring it as of a time between two writes
+// holds the first and not the second, on every shard; restoring it whole
+// holds both; a time before a checkpoint or after the backup is refused.
+func TestPointInTimeRestore(t *testing.T) {
+	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	acl := newClient(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := acl.Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	put("a-old", "1")
+	put("z-old", "1")
+	loc, err := backup.Open(filepath.Join(t.TempDir(), "backups"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	beforeFull := time.Now().Add(-time.Hour)
+	put("a-before", "1")
+	put("z-before", "1")
+	if _, err := acl.Delete(ctx, []byte("z-old")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	asOf := time.Now()
+	time.Sleep(100 * time.Millisecond)
+	put("a-after", "1")
+	put("z-after", "1")
+	put("a-old", "2")
+	m, st, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "inc", Base: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Checkpoints != 0 || st.Logs != 3 || st.LogEntries < 6 {
+		t.Fatalf("incremental backup: %+v, want every part extended by its log", st)
+	}
+	if _, err := backup.Verify(ctx, loc, "inc", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.RestoreFrom, cfg.RestoreBackup, cfg.RestoreAsOf = loc.Dir(), "inc", asOf
+	}})
+	got := scanAll(t, newClient(t, b))
+	want := map[string]string{"a-old": "1", "a-before": "1", "z-before": "1"}
+	if len(got) != len(want) {
+		t.Fatalf("restored as of %s: %d keys %v, want %v", asOf, len(got), keysOf(got), want)
+	}
+	for k, v := range want {
+		if string(got[k].Value) != v {
+			t.Fatalf("restored as of %s: %s = %q, want %q (keys %v)", asOf, k, got[k].Value, v, keysOf(got))
+		}
+	}
+
+	whole := testcluster.Start(t, testcluster.Options{Nodes: 1, Configure: func(cfg *server.Config) {
+		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "inc"
+	}})
+	got = scanAll(t, newClient(t, whole))
+	if len(got) != 5 || string(got["a-old"].Value) != "2" || got["z-after"].Value == nil {
+		t.Fatalf("restored whole: %v", keysOf(got))
+	}
+
+	if err := startRestoring(t, loc, "inc", beforeFull); err == nil || !strings.Contains(err.Error(), "restore from an earlier backup") {
+		t.Fatalf("restore as of a time before the checkpoints: %v", err)
+	}
+	last := m.Shards[1].Until
+	if err := startRestoring(t, loc, "inc", last.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "only until") {
+		t.Fatalf("restore as of a time after the backup: %v", err)
+	}
+}
+
+func keysOf(m map[string]client.KeyValue) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+string(v.Value))
+	}
+	return out
 }

@@ -34,7 +34,7 @@ type flags struct {
 	dataDir, listen, advertise, httpAddr    string
 	initialCluster, clusterName, join, zone string
 	initialSplits                           string
-	restoreFrom, restoreBackup              string
+	restoreFrom, restoreBackup, restoreAsOf string
 	nodeID                                  uint64
 	replicationFactor                       int
 	maxKey, maxValue, maxBatchOps, maxBatch int
@@ -94,6 +94,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.StringVar(&f.initialSplits, "initial-splits", "", "split keys for a new cluster's initial shards, comma-separated (hex:ABCD for binary keys); n keys make n+1 shards")
 	fl.StringVar(&f.restoreFrom, "restore-from", "", "found the new cluster (--initial-cluster) from a backup in this location (a directory every founding node reads; see shalectl backup)")
 	fl.StringVar(&f.restoreBackup, "restore-backup", "", "ID of the backup in --restore-from to found the new cluster from")
+	fl.StringVar(&f.restoreAsOf, "restore-as-of", "", "with --restore-from: restore the data as of this time (RFC 3339, e.g. 2026-11-22T14:05:00Z), replaying the backup's log up to it (default: everything the backup holds)")
 	fl.IntVar(&f.replicationFactor, "replication-factor", 3, "replicas per shard")
 	fl.IntVar(&f.maxKey, "max-key-bytes", 4<<10, "largest key accepted")
 	fl.IntVar(&f.maxValue, "max-value-bytes", 1<<20, "largest value accepted")
@@ -191,6 +192,12 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
+	var asOf time.Time
+	if f.restoreAsOf != "" {
+		if asOf, err = time.Parse(time.RFC3339Nano, f.restoreAsOf); err != nil {
+			return fmt.Errorf("--restore-as-of: want an RFC 3339 time such as 2026-11-22T14:05:00Z: %w", err)
+		}
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -218,6 +225,7 @@ func run(ctx context.Context, f flags) error {
 		Join:                     f.join,
 		RestoreFrom:              f.restoreFrom,
 		RestoreBackup:            f.restoreBackup,
+		RestoreAsOf:              asOf,
 		Zone:                     f.zone,
 		InitialSplits:            splits,
 		ReplicationFactor:        f.replicationFactor,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,13 +31,41 @@ type backupFlags struct {
 
 // backupCreateRecord is the JSON output of backup create.
 type backupCreateRecord struct {
-	ID           string           `json:"id"`
-	Shards       int              `json:"shards"`
-	FilesCopied  int              `json:"files_copied"`
-	FilesSkipped int              `json:"files_skipped"`
-	BytesCopied  int64            `json:"bytes_copied"`
-	BytesSkipped int64            `json:"bytes_skipped"`
-	Manifest     *backup.Manifest `json:"manifest"`
+	ID string `json:"id"`
+	// Base is the backup an incremental one extends (null: a full
+	// backup).
+	Base         *string `json:"base"`
+	Shards       int     `json:"shards"`
+	FilesCopied  int     `json:"files_copied"`
+	FilesSkipped int     `json:"files_skipped"`
+	BytesCopied  int64   `json:"bytes_copied"`
+	BytesSkipped int64   `json:"bytes_skipped"`
+	// Checkpoints counts the parts copied from a new checkpoint, Logs
+	// those extended from the base with their log, LogEntries the entries
+	// those logs added.
+	Checkpoints int              `json:"checkpoints"`
+	Logs        int              `json:"logs"`
+	LogEntries  int              `json:"log_entries"`
+	Manifest    *backup.Manifest `json:"manifest"`
+}
+
+// backupStreamRecord is one line of the JSON output of backup stream: one
+// backup taken.
+type backupStreamRecord struct {
+	ID string `json:"id"`
+	// Base is the backup this one extends (null: a full backup).
+	Base        *string   `json:"base"`
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Checkpoints int       `json:"checkpoints"`
+	Logs        int       `json:"logs"`
+	LogEntries  int       `json:"log_entries"`
+	BytesCopied int64     `json:"bytes_copied"`
+	// RecoveryPoint is the latest time a restore of this backup can reach
+	// (the earliest of its parts' Until).
+	RecoveryPoint time.Time `json:"recovery_point"`
+	// Deleted are the older stream backups --keep deleted after this one.
+	Deleted []string `json:"deleted,omitempty"`
 }
 
 // backupListRecord is one backup in the JSON output of backup list.
@@ -71,25 +100,33 @@ type backupDeleteRecord struct {
 
 func newBackupCmd(cf *clusterFlags) *cobra.Command {
 	f := &backupFlags{clusterFlags: cf}
-	var id string
+	var id, base string
 	create := &cobra.Command{
-		Use:   "create --location PATH [--id ID]",
-		Short: "Take a full backup of the cluster into a location",
-		Long: `create takes a full backup of the cluster into the location PATH (a local or
+		Use:   "create --location PATH [--id ID] [--base ID|latest]",
+		Short: "Take a full or incremental backup of the cluster into a location",
+		Long: `create takes a backup of the cluster into the location PATH (a local or
 mounted directory, created if missing): for every shard, a checkpoint of one of
 its replicas (a follower's first). Files the location already holds (from an
 earlier backup) are not copied again. The manifest is written last: a backup
 that fails or is interrupted stays incomplete and is never listed as complete.
 
+--base ID makes the backup incremental on top of backup ID, an earlier complete
+backup of the same cluster in the location: a shard whose range is unchanged
+gets the base's part plus the entries it applied since (its log); the others,
+and those whose log no longer reaches back, get a new checkpoint. --base latest
+takes the newest complete backup in the location (by start time).
+
 --id names the backup (default: the start time, UTC, as 20060102T150405Z).
 While it runs, a progress line is written to stderr after each shard; then the
-backup's ID, shard count, files and bytes copied and skipped (already stored)
-and the range of the shards' dates are printed. --timeout bounds connecting
-only: the backup runs until it is done or interrupted. With -o json: one object
-{id, shards, files_copied, files_skipped, bytes_copied, bytes_skipped,
-manifest} and no progress.`,
+backup's ID, base, shard count, parts checkpointed and extended with their log,
+files and bytes copied and skipped (already stored) and the range of the
+shards' dates are printed. --timeout bounds connecting only: the backup runs
+until it is done or interrupted. With -o json: one object {id, base, shards,
+files_copied, files_skipped, bytes_copied, bytes_skipped, checkpoints, logs,
+log_entries, manifest} (base null for a full backup) and no progress.`,
 		Example: `  shalectl backup create --location /mnt/backups/shale
-  shalectl backup create --location /mnt/backups/shale --id nightly-2026-11-22 -o json`,
+  shalectl backup create --location /mnt/backups/shale --id nightly-2026-11-22 -o json
+  shalectl backup create --location /mnt/backups/shale --base latest`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := f.jsonOutput(cmd)
@@ -104,10 +141,66 @@ manifest} and no progress.`,
 					return &usageError{cmd: cmd, msg: "--id: " + err.Error()}
 				}
 			}
-			return f.create(cmd, id, asJSON)
+			if cmd.Flags().Changed("base") && base != "latest" {
+				if err := backup.ValidID(base); err != nil {
+					return &usageError{cmd: cmd, msg: "--base: " + err.Error()}
+				}
+			}
+			return f.create(cmd, id, base, asJSON)
 		},
 	}
 	create.Flags().StringVar(&id, "id", "", "name the backup `ID` (default: the start time, UTC, 20060102T150405Z)")
+	create.Flags().StringVar(&base, "base", "", "take an incremental backup on top of backup `ID` (latest: the newest complete backup in the location)")
+
+	sf := streamFlags{interval: 10 * time.Second, prefix: "stream"}
+	stream := &cobra.Command{
+		Use:   "stream --location PATH [--interval DURATION] [--id-prefix PREFIX] [--keep N] [--full-every N]",
+		Short: "Take incremental backups continuously, until interrupted",
+		Long: `stream runs until interrupted (SIGINT or SIGTERM), backing the cluster up into
+the location PATH: first a full backup if the location holds no complete backup
+of this cluster (else an incremental one on top of the newest), then every
+--interval (default 10s) an incremental backup on top of the previous one.
+--full-every N takes a full backup again after N incremental ones (default 0:
+never). The backups are named PREFIX-<UTC start time, 20060102T150405.000Z>
+(--id-prefix, default "stream").
+
+After each backup one line is printed: its ID, its base, the parts
+checkpointed and extended with their log, the bytes copied and its recovery
+point (the latest time a restore of it can reach: shale-server --restore-as-of
+up to then). With -o json: one object per line {id, base, started, finished,
+checkpoints, logs, log_entries, bytes_copied, recovery_point} (base null for a
+full backup).
+
+--keep N (default 0: keep all) deletes, after each backup, the oldest complete
+backups named PREFIX-... beyond the newest N (never the one the next backup
+extends; other backups are not touched). Deleting a backup only removes stored
+files no remaining backup uses, and each backup lists every file it needs, so
+the ones kept stay complete.
+
+A round that fails (the cluster unreachable for a moment) is reported on
+stderr, its incomplete backup removed, and retried at the next interval on
+the same base; it does not end the command. --timeout bounds connecting only.`,
+		Example: `  shalectl backup stream --location /mnt/backups/shale
+  shalectl backup stream --location /mnt/backups/shale --interval 1m --keep 60 --full-every 1440 -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := f.jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
+			if err := f.needLocation(cmd); err != nil {
+				return err
+			}
+			if err := sf.validate(cmd); err != nil {
+				return err
+			}
+			return f.stream(cmd, sf, asJSON)
+		},
+	}
+	stream.Flags().DurationVar(&sf.interval, "interval", sf.interval, "take a backup every `DURATION`")
+	stream.Flags().StringVar(&sf.prefix, "id-prefix", sf.prefix, "name the backups `PREFIX`-<UTC time>")
+	stream.Flags().IntVar(&sf.keep, "keep", 0, "keep the newest `N` backups of the stream, delete older ones (0: keep all)")
+	stream.Flags().IntVar(&sf.fullEvery, "full-every", 0, "take a full backup after `N` incremental ones (0: never)")
 
 	list := &cobra.Command{
 		Use:   "list --location PATH",
@@ -212,19 +305,20 @@ files_removed, bytes_removed}.`,
 		},
 	}
 
-	for _, c := range []*cobra.Command{create, list, describe, verify, del} {
+	for _, c := range []*cobra.Command{create, stream, list, describe, verify, del} {
 		c.Flags().StringVar(&f.location, "location", "", "the backup location: a local or mounted directory `PATH` (required)")
 	}
 	cmd := &cobra.Command{
 		Use:   "backup",
-		Short: "Take, list, describe, verify and delete backups",
+		Short: "Take, stream, list, describe, verify and delete backups",
 		Long: `The backup commands write backups of the cluster to a location (a local or
 mounted directory, given with --location) and list, describe, verify and delete
-them. Only create contacts the cluster; the others read the location alone.`,
+them. Only create and stream contact the cluster; the others read the location
+alone.`,
 		Args: noArgs,
 		RunE: groupHelp,
 	}
-	cmd.AddCommand(create, list, describe, verify, del)
+	cmd.AddCommand(create, stream, list, describe, verify, del)
 	return cmd
 }
 
@@ -265,7 +359,7 @@ func (f *backupFlags) openFor(cmd *cobra.Command, id string) (asJSON bool, loc *
 
 // create runs backup create: connecting is bounded by --timeout, the
 // backup itself only by an interrupt.
-func (f *backupFlags) create(cmd *cobra.Command, id string, asJSON bool) error {
+func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) error {
 	ctx, c, cleanup, err := f.connectUntilDone(cmd, 0)
 	if err != nil {
 		return err
@@ -275,7 +369,12 @@ func (f *backupFlags) create(cmd *cobra.Command, id string, asJSON bool) error {
 	if err != nil {
 		return fmt.Errorf("backup create: %w", err)
 	}
-	opts := backup.CreateOptions{ID: id}
+	if base == "latest" {
+		if base, err = latestComplete(loc, ""); err != nil {
+			return fmt.Errorf("backup create: --base latest: %w", err)
+		}
+	}
+	opts := backup.CreateOptions{ID: id, Base: base}
 	var prog *progressLine
 	if !asJSON {
 		prog = newProgressLine(cmd.ErrOrStderr(), true)
@@ -291,19 +390,304 @@ func (f *backupFlags) create(cmd *cobra.Command, id string, asJSON bool) error {
 	}
 	if asJSON {
 		return output.WriteJSON(cmd.OutOrStdout(), backupCreateRecord{
-			ID: m.ID, Shards: len(m.Shards), FilesCopied: stats.FilesCopied, FilesSkipped: stats.FilesSkipped,
-			BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped, Manifest: m,
+			ID: m.ID, Base: optString(base), Shards: len(m.Shards), FilesCopied: stats.FilesCopied, FilesSkipped: stats.FilesSkipped,
+			BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped,
+			Checkpoints: stats.Checkpoints, Logs: stats.Logs, LogEntries: stats.LogEntries, Manifest: m,
 		})
 	}
 	tw := newTable(cmd.OutOrStdout())
 	fmt.Fprintf(tw, "backup:\t%s (in %s)\n", m.ID, loc.Dir())
+	if base != "" {
+		fmt.Fprintf(tw, "base:\t%s (incremental)\n", base)
+	} else {
+		fmt.Fprintf(tw, "base:\t- (full)\n")
+	}
 	fmt.Fprintf(tw, "cluster:\t%s\n", m.ClusterID)
 	fmt.Fprintf(tw, "shards:\t%d\n", len(m.Shards))
+	fmt.Fprintf(tw, "parts:\t%d new checkpoints, %d extended with their log (%d entries)\n", stats.Checkpoints, stats.Logs, stats.LogEntries)
 	fmt.Fprintf(tw, "files:\t%d copied, %d skipped (already stored)\n", stats.FilesCopied, stats.FilesSkipped)
 	fmt.Fprintf(tw, "bytes:\t%s copied, %s skipped\n", bytesAndSize(stats.BytesCopied), bytesAndSize(stats.BytesSkipped))
 	fmt.Fprintf(tw, "dates:\t%s\n", dateRange(m))
+	fmt.Fprintf(tw, "restorable:\t%s\n", restorable(m))
 	fmt.Fprintf(tw, "took:\t%s\n", m.Finished.Sub(m.Started).Round(time.Millisecond))
 	return tw.Flush()
+}
+
+// streamFlags are backup stream's own flags.
+type streamFlags struct {
+	interval  time.Duration
+	prefix    string
+	keep      int
+	fullEvery int
+}
+
+// streamTimeFormat is the UTC start time in a stream backup's ID.
+const streamTimeFormat = "20060102T150405.000Z"
+
+// streamID names a stream backup started at t.
+func streamID(prefix string, t time.Time) string {
+	return prefix + "-" + t.UTC().Format(streamTimeFormat)
+}
+
+// isStreamID reports whether id names a backup of the stream with prefix.
+func isStreamID(prefix, id string) bool {
+	rest, ok := strings.CutPrefix(id, prefix+"-")
+	if !ok {
+		return false
+	}
+	_, err := time.Parse(streamTimeFormat, rest)
+	return err == nil
+}
+
+// validate checks backup stream's flags.
+func (s *streamFlags) validate(cmd *cobra.Command) error {
+	switch {
+	case s.interval <= 0:
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("--interval %s: want a positive duration", s.interval)}
+	case s.keep < 0:
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("--keep %d: want 0 (keep all) or more", s.keep)}
+	case s.fullEvery < 0:
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("--full-every %d: want 0 (never) or more", s.fullEvery)}
+	}
+	if err := backup.ValidID(streamID(s.prefix, time.Now())); err != nil {
+		return &usageError{cmd: cmd, msg: "--id-prefix: " + err.Error()}
+	}
+	return nil
+}
+
+// errNoComplete is returned by latestComplete when the location holds no
+// complete backup (of the cluster asked for).
+var errNoComplete = errors.New("no complete backup")
+
+// latestComplete returns the ID of the newest complete backup in loc (by
+// start time) of cluster clusterID, or of any cluster when clusterID is
+// empty; with none, an error wrapping errNoComplete.
+func latestComplete(loc *backup.Location, clusterID string) (string, error) {
+	entries, err := loc.List()
+	if err != nil {
+		return "", err
+	}
+	latest := ""
+	for _, e := range entries {
+		if e.State == backup.Complete && (clusterID == "" || e.Manifest.ClusterID == clusterID) {
+			latest = e.ID
+		}
+	}
+	if latest == "" {
+		if clusterID != "" {
+			return "", fmt.Errorf("%w of cluster %s in %s", errNoComplete, clusterID, loc.Dir())
+		}
+		return "", fmt.Errorf("%w in %s", errNoComplete, loc.Dir())
+	}
+	return latest, nil
+}
+
+// stream runs backup stream until interrupted: connecting is bounded by
+// --timeout; a round that fails is reported and retried at the next
+// interval.
+func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) error {
+	ctx, c, cleanup, err := f.connectUntilDone(cmd, 0)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	loc, err := backup.Open(f.location, true)
+	if err != nil {
+		return fmt.Errorf("backup stream: %w", err)
+	}
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	var (
+		base      string // the backup the next round extends ("": none yet)
+		resolved  bool   // base was looked up in the location
+		sinceFull int    // incremental backups since the last full one
+		next      = time.Now()
+	)
+	for {
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		started := time.Now()
+		next = started.Add(sf.interval)
+		if !resolved {
+			st, err := c.ClusterStatus(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				fmt.Fprintf(errw, "shalectl: backup stream: cluster status (retrying in %s): %v\n", sf.interval, err)
+				continue
+			}
+			base, err = latestComplete(loc, st.GetClusterId())
+			if err != nil && !errors.Is(err, errNoComplete) {
+				return fmt.Errorf("backup stream: %w", err)
+			}
+			resolved = true
+		}
+		roundBase := base
+		if sf.fullEvery > 0 && sinceFull >= sf.fullEvery {
+			roundBase = ""
+		}
+		id := streamID(sf.prefix, started)
+		if _, err := os.Stat(filepath.Join(loc.Dir(), "backups", id)); err == nil {
+			fmt.Fprintf(errw, "shalectl: backup stream: %s already holds a backup %s (retrying in %s)\n", loc.Dir(), id, sf.interval)
+			continue
+		}
+		m, stats, err := backup.Create(ctx, c, loc, backup.CreateOptions{ID: id, Base: roundBase})
+		if err != nil {
+			// The round's backup is incomplete: remove it (and only it:
+			// the ID is new, checked above).
+			if _, serr := os.Stat(filepath.Join(loc.Dir(), "backups", id)); serr == nil {
+				if _, derr := loc.Delete(id); derr != nil {
+					fmt.Fprintf(errw, "shalectl: backup stream: remove the incomplete backup %s: %v\n", id, derr)
+				}
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintf(errw, "shalectl: backup stream: backup %s failed (retrying in %s): %v\n", id, sf.interval, err)
+			if roundBase != "" {
+				if _, derr := loc.Describe(roundBase); derr != nil {
+					// The base is gone (deleted by hand): start again
+					// from the newest complete backup, or a full one.
+					resolved = false
+				}
+			}
+			continue
+		}
+		if roundBase == "" {
+			sinceFull = 0
+		} else {
+			sinceFull++
+		}
+		base = m.ID
+		var deleted []string
+		if sf.keep > 0 {
+			deleted, err = pruneStream(loc, sf.prefix, sf.keep, m)
+			if err != nil {
+				fmt.Fprintf(errw, "shalectl: backup stream: --keep %d: %v\n", sf.keep, err)
+			}
+		}
+		rec := backupStreamRecord{
+			ID: m.ID, Base: optString(roundBase), Started: m.Started, Finished: m.Finished,
+			Checkpoints: stats.Checkpoints, Logs: stats.Logs, LogEntries: stats.LogEntries,
+			BytesCopied: stats.BytesCopied, RecoveryPoint: recoveryPoint(m), Deleted: deleted,
+		}
+		if asJSON {
+			err = output.WriteJSONLine(out, rec)
+		} else {
+			err = writeStreamLine(out, rec)
+		}
+		if err != nil {
+			return fmt.Errorf("backup stream: %w", err)
+		}
+	}
+}
+
+// pruneStream deletes the oldest complete backups of the stream with
+// prefix (of latest's cluster) beyond the newest keep, never latest (the
+// next round's base), and returns the IDs deleted.
+func pruneStream(loc *backup.Location, prefix string, keep int, latest *backup.Manifest) ([]string, error) {
+	entries, err := loc.List()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string // oldest first
+	for _, e := range entries {
+		if e.State == backup.Complete && e.ID != latest.ID && e.Manifest.ClusterID == latest.ClusterID && isStreamID(prefix, e.ID) {
+			ids = append(ids, e.ID)
+		}
+	}
+	// latest counts as one of the kept.
+	var deleted []string
+	for n := len(ids) + 1; n > keep && len(ids) > 0; n-- {
+		if _, err := loc.Delete(ids[0]); err != nil {
+			return deleted, fmt.Errorf("delete %s: %w", ids[0], err)
+		}
+		deleted = append(deleted, ids[0])
+		ids = ids[1:]
+	}
+	return deleted, nil
+}
+
+// writeStreamLine prints backup stream's text line for one backup.
+func writeStreamLine(w io.Writer, r backupStreamRecord) error {
+	kind := "full"
+	if r.Base != nil {
+		kind = "incremental on " + *r.Base
+	}
+	line := fmt.Sprintf("%s %s: %d checkpoints, %d logs (%d entries), %s copied, recovery point %s",
+		r.ID, kind, r.Checkpoints, r.Logs, r.LogEntries, output.Bytes(uint64(r.BytesCopied)), utcDate(r.RecoveryPoint))
+	if len(r.Deleted) > 0 {
+		line += fmt.Sprintf(", deleted %s", strings.Join(r.Deleted, " "))
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
+}
+
+// optString is s, or nil when empty.
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// recoveryPoint is the latest time a restore of m can reach: the earliest
+// of its parts' Until (zero if none is set).
+func recoveryPoint(m *backup.Manifest) time.Time {
+	var t time.Time
+	for _, p := range m.Shards {
+		if !p.Until.IsZero() && (t.IsZero() || p.Until.Before(t)) {
+			t = p.Until
+		}
+	}
+	return t.UTC()
+}
+
+// restorable prints the times a restore of m can be taken as of
+// (shale-server --restore-as-of): from the latest of its parts'
+// checkpoint dates to its recovery point, when that window is not empty.
+func restorable(m *backup.Manifest) string {
+	to := recoveryPoint(m)
+	var from time.Time
+	for _, p := range m.Shards {
+		if p.Date.WallNanos != 0 && p.Date.Time().After(from) {
+			from = p.Date.Time()
+		}
+	}
+	if to.IsZero() || from.After(to) {
+		// The shards were read one after the other with no log to bring
+		// them to a common time.
+		return "whole only (no time every part reaches; restore without --restore-as-of)"
+	}
+	if from.IsZero() {
+		return "up to " + utcDate(to)
+	}
+	return "as of " + utcDate(from) + " to " + utcDate(to)
+}
+
+// logRange prints the entries a part's log holds, "-" when none.
+func logRange(p *backup.Part) string {
+	if len(p.Log) == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%d-%d", p.Log[0].FromIndex, p.Log[len(p.Log)-1].ToIndex)
+	if len(p.Log) > 1 {
+		s += fmt.Sprintf(" (%d segments)", len(p.Log))
+	}
+	return s
+}
+
+// utcDate prints t, UTC, to the millisecond; "-" when zero.
+func utcDate(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
 // verify runs backup verify.
@@ -406,12 +790,13 @@ func (f *backupFlags) writeManifest(w io.Writer, m *backup.Manifest) error {
 	fmt.Fprintf(tw, "finished:\t%s (took %s)\n", m.Finished.UTC().Format(time.RFC3339), m.Finished.Sub(m.Started).Round(time.Millisecond))
 	fmt.Fprintf(tw, "dates:\t%s\n", dateRange(m))
 	fmt.Fprintf(tw, "size:\t%d shards, %d files, %s\n", len(m.Shards), files, output.Bytes(m.Bytes()))
+	fmt.Fprintf(tw, "restorable:\t%s\n", restorable(m))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = newTable(w)
-	fmt.Fprintln(tw, "SHARD\tRANGE\tNODE\tAPPLIED\tDATE\tFILES\tSIZE")
+	fmt.Fprintln(tw, "SHARD\tRANGE\tNODE\tAPPLIED\tDATE\tFILES\tSIZE\tLOG\tLAST DATE\tUNTIL")
 	for _, p := range m.Shards {
 		id, rng := strconv.FormatUint(p.ShardID, 10), "-"
 		if p.System {
@@ -419,8 +804,8 @@ func (f *backupFlags) writeManifest(w io.Writer, m *backup.Manifest) error {
 		} else {
 			rng = "[" + k.rangeBound(p.Start, false) + ", " + k.rangeBound(p.End, true) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", id, rng, p.NodeID, p.AppliedIndex,
-			hlcDate(p.Date), len(p.Files), output.Bytes(p.Bytes()))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", id, rng, p.NodeID, p.AppliedIndex,
+			hlcDate(p.Date), len(p.Files), output.Bytes(p.Bytes()), logRange(&p), hlcDate(p.LastDate()), utcDate(p.Until))
 	}
 	return tw.Flush()
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shale-db/shale/internal/testcluster"
 )
@@ -153,7 +157,7 @@ func TestBackup(t *testing.T) {
 func TestBackupUsage(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range [][]string{
-		{"backup", "create"}, {"backup", "list"}, {"backup", "describe", "x"}, {"backup", "verify", "x"}, {"backup", "delete", "x"},
+		{"backup", "create"}, {"backup", "stream"}, {"backup", "list"}, {"backup", "describe", "x"}, {"backup", "verify", "x"}, {"backup", "delete", "x"},
 	} {
 		stderr := fails(t, cmd...)
 		contains(t, strings.Join(cmd, " "), stderr, "needs --location PATH", "--help")
@@ -162,10 +166,158 @@ func TestBackupUsage(t *testing.T) {
 	contains(t, "describe arity", fails(t, "backup", "describe", "--location", loc), "takes 1 argument(s), ID")
 	contains(t, "bad ID", fails(t, "backup", "verify", "../x", "--location", loc), "backup ID")
 	contains(t, "bad --id", fails(t, "backup", "create", "--location", loc, "--id", "a/b"), "--id")
+	contains(t, "bad --base", fails(t, "backup", "create", "--location", loc, "--base", "a/b"), "--base")
+	contains(t, "bad --interval", fails(t, "backup", "stream", "--location", loc, "--interval", "0s"), "--interval")
+	contains(t, "bad --keep", fails(t, "backup", "stream", "--location", loc, "--keep", "-1"), "--keep")
+	contains(t, "bad --full-every", fails(t, "backup", "stream", "--location", loc, "--full-every", "-1"), "--full-every")
+	contains(t, "bad --id-prefix", fails(t, "backup", "stream", "--location", loc, "--id-prefix", "a/b"), "--id-prefix")
 	contains(t, "no location", fails(t, "backup", "list", "--location", filepath.Join(loc, "missing")), "no such file")
 	contains(t, "empty", ok(t, "backup", "list", "--location", loc), "no backups in")
 	if out := ok(t, "backup", "list", "--location", loc, "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("empty list -o json = %q", out)
 	}
 	contains(t, "describe unknown", fails(t, "backup", "describe", "nope", "--location", loc), "no backup nope")
+}
+
+// TestBackupIncremental: backup create --base (an ID or latest) extends
+// every shard's part with its log, describe shows the logs, and backup
+// stream takes incremental backups until interrupted, each on top of the
+// previous one, with a later recovery point, keeping the newest --keep.
+func TestBackupIncremental(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("b/m")}})
+	eps := strings.Join(c.Endpoints(), ",")
+	args := func(a ...string) []string { return append([]string{"--endpoints", eps, "--timeout", "20s"}, a...) }
+	loc := filepath.Join(t.TempDir(), "backups")
+	offline := func(a ...string) []string {
+		return append([]string{"--endpoints", "127.0.0.1:1", "--timeout", "1s"}, append(a, "--location", loc)...)
+	}
+	put := func(round int) {
+		for i := 0; i < 4; i++ {
+			ok(t, args("kv", "put", fmt.Sprintf("b/%c%02d-%d", "az"[i%2], i, round), "v")...)
+		}
+	}
+
+	contains(t, "--base latest with no backup",
+		fails(t, args("backup", "create", "--location", loc, "--base", "latest")...), "--base latest: no complete backup in")
+
+	put(0)
+	var full, inc backupCreateRecord
+	if err := json.Unmarshal([]byte(ok(t, args("backup", "create", "--location", loc, "--id", "full", "-o", "json")...)), &full); err != nil {
+		t.Fatal(err)
+	}
+	if full.Base != nil || full.Shards < 3 || full.Checkpoints != full.Shards || full.Logs != 0 || full.LogEntries != 0 {
+		t.Fatalf("full backup: %+v", full)
+	}
+	put(1)
+	if err := json.Unmarshal([]byte(ok(t, args("backup", "create", "--location", loc, "--id", "inc", "--base", "latest", "-o", "json")...)), &inc); err != nil {
+		t.Fatal(err)
+	}
+	// No shard changed its range: every part is the base's plus its log.
+	if inc.Base == nil || *inc.Base != "full" || inc.Shards != full.Shards || inc.Checkpoints != 0 || inc.Logs != inc.Shards || inc.LogEntries == 0 {
+		t.Fatalf("incremental backup: %+v", inc)
+	}
+	logged := 0
+	for _, p := range inc.Manifest.Shards {
+		if len(p.Log) > 0 {
+			logged++
+		}
+	}
+	if logged == 0 {
+		t.Fatalf("incremental backup: no part carries a log: %+v", inc.Manifest.Shards)
+	}
+	// Text: the base and the parts' kinds.
+	put(2)
+	out := ok(t, args("backup", "create", "--location", loc, "--id", "inc2", "--base", "inc")...)
+	contains(t, "incremental summary", out, "inc2", "base:", "inc (incremental)", "0 new checkpoints", "extended with their log", "restorable:")
+	contains(t, "unknown --base", fails(t, args("backup", "create", "--location", loc, "--base", "nope")...), "the base backup")
+
+	// describe: each part's log, last date and until.
+	out = ok(t, offline("backup", "describe", "inc2")...)
+	contains(t, "describe incremental", out, "LOG", "LAST DATE", "UNTIL", "restorable:", "as of ")
+	last := inc.Manifest.Shards[len(inc.Manifest.Shards)-1]
+	if len(last.Log) > 0 {
+		contains(t, "describe incremental", ok(t, offline("backup", "describe", "inc")...),
+			fmt.Sprintf("%d-%d", last.Log[0].FromIndex, last.LastIndex()))
+	}
+	contains(t, "describe full", ok(t, offline("backup", "describe", "full")...), "LOG", "UNTIL")
+
+	// stream: incremental backups every 300ms, on top of inc2, until the
+	// context ends; writes go on meanwhile.
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 3; ctx.Err() == nil; i++ {
+			shalectl(t, args("kv", "put", fmt.Sprintf("b/s%03d", i), "v")...)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	var sout, serr bytes.Buffer
+	code := run(ctx, args("backup", "stream", "--location", loc, "--interval", "300ms", "--keep", "2", "-o", "json"), &sout, &serr)
+	<-done
+	if code != 0 {
+		t.Fatalf("backup stream: exit %d\nstdout:\n%s\nstderr:\n%s", code, sout.String(), serr.String())
+	}
+	if serr.Len() != 0 {
+		t.Logf("backup stream stderr:\n%s", serr.String())
+	}
+	var recs []backupStreamRecord
+	for _, l := range lines(sout.String()) {
+		var r backupStreamRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("backup stream: line %q: %v", l, err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) < 3 {
+		t.Fatalf("backup stream printed %d backups, want at least 3:\n%s", len(recs), sout.String())
+	}
+	var ids, deleted []string
+	prev := "inc2"
+	for i, r := range recs {
+		if !strings.HasPrefix(r.ID, "stream-") || r.Base == nil || *r.Base != prev {
+			t.Fatalf("stream backup %d: id %s, base %v, want one on top of %s", i, r.ID, r.Base, prev)
+		}
+		if r.Checkpoints != 0 || r.Logs != inc.Shards || r.RecoveryPoint.IsZero() || r.Finished.Before(r.Started) {
+			t.Fatalf("stream backup %d: %+v", i, r)
+		}
+		if i > 0 && !r.RecoveryPoint.After(recs[i-1].RecoveryPoint) {
+			t.Fatalf("stream backup %d: recovery point %s, not after %s", i, r.RecoveryPoint, recs[i-1].RecoveryPoint)
+		}
+		prev = r.ID
+		ids = append(ids, r.ID)
+		deleted = append(deleted, r.Deleted...)
+	}
+	// --keep 2: of the stream, only the last two are left; the backups not
+	// of the stream are untouched, and nothing incomplete remains.
+	if want := ids[:len(ids)-2]; !slices.Equal(deleted, want) {
+		t.Errorf("stream deleted %v, want %v", deleted, want)
+	}
+	var list []backupListRecord
+	if err := json.Unmarshal([]byte(ok(t, offline("backup", "list", "-o", "json")...)), &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range list {
+		if e.State != "complete" {
+			t.Errorf("backup list after stream: %s is %s", e.ID, e.State)
+		}
+		got = append(got, e.ID)
+	}
+	if want := append([]string{"full", "inc", "inc2"}, ids[len(ids)-2:]...); !slices.Equal(got, want) {
+		t.Fatalf("backup list after stream: %v, want %v", got, want)
+	}
+	// What is left reads back whole.
+	contains(t, "verify after stream", ok(t, offline("backup", "verify", ids[len(ids)-1])...), "every checksum matches")
+
+	// A second stream, text output, starts on top of the newest backup.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel2()
+	sout.Reset()
+	serr.Reset()
+	if code := run(ctx2, args("backup", "stream", "--location", loc, "--id-prefix", "s2", "--interval", "1h"), &sout, &serr); code != 0 {
+		t.Fatalf("backup stream (text): exit %d\n%s", code, serr.String())
+	}
+	contains(t, "stream text", sout.String(), "s2-", "incremental on "+ids[len(ids)-1], "0 checkpoints", "recovery point")
 }

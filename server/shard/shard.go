@@ -370,6 +370,49 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	return s, nil
 }
 
+// replayLog writes the entries replay passes after ns's applied index into
+// the engine, and moves ns's revision and date to the last one's.
+func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error) error) error {
+	next := ns.index + 1
+	b := storage.NewBatch()
+	err := replay(func(e *LoggedEntry) error {
+		if e.Mark.Index != next {
+			return fmt.Errorf("replay: entry %d where %d was due", e.Mark.Index, next)
+		}
+		if e.Range != nil {
+			return fmt.Errorf("replay: entry %d changed the shard's range", e.Mark.Index)
+		}
+		b.Reset()
+		for _, op := range e.Ops {
+			if !isDataKey(op.Key) {
+				return fmt.Errorf("replay: entry %d writes %q, outside user data", e.Mark.Index, op.Key)
+			}
+			switch op.Kind {
+			case storage.KindSet:
+				b.Set(op.Key, op.Value)
+			case storage.KindDelete:
+				b.Delete(op.Key)
+			case storage.KindRangeDelete:
+				if !isDataKey(op.Value) || bytes.Compare(op.Key, op.Value) >= 0 {
+					return fmt.Errorf("replay: entry %d deletes the range [%q, %q)", e.Mark.Index, op.Key, op.Value)
+				}
+				b.DeleteRange(op.Key, op.Value)
+			default:
+				return fmt.Errorf("replay: entry %d holds a write of kind %d", e.Mark.Index, op.Kind)
+			}
+		}
+		if !b.Empty() {
+			if err := s.db.Apply(b, storage.NoSync); err != nil {
+				return err
+			}
+		}
+		ns.rev, ns.hlc = e.Mark.Revision, e.Mark.HLC
+		next++
+		return nil
+	})
+	return err
+}
+
 // checkAbsent fails unless the shard's directory does not exist yet.
 func (s *Shard) checkAbsent() error {
 	if _, err := s.fs.Stat(s.dir); err == nil {
@@ -386,7 +429,13 @@ func (s *Shard) checkAbsent() error {
 // deduplication table are kept; its applied state (index, term,
 // configuration, descriptor) becomes st, the new Raft group's initial
 // state. st's descriptor must cover the checkpoint's key range exactly.
-func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options) (*Shard, error) {
+//
+// replay, when set, carries the checkpoint forward before that: it calls
+// apply with the entries applied after the checkpoint, in order (a
+// backup's log), whose writes go into the engine; the revision and date
+// become the last entry's. An entry that changed the range, or one out of
+// order, fails the bootstrap.
+func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, replay func(apply func(*LoggedEntry) error) error) (*Shard, error) {
 	if st.Descriptor == nil {
 		return nil, fmt.Errorf("shard: bootstrap %s: a descriptor is required", dir)
 	}
@@ -412,6 +461,12 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options) (
 			old.desc.GetStartKey(), old.desc.GetEndKey(), st.Descriptor.GetStartKey(), st.Descriptor.GetEndKey())
 	}
 	ns := *old
+	if replay != nil {
+		if err := s.replayLog(&ns, replay); err != nil {
+			_ = s.db.Close()
+			return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
+		}
+	}
 	ns.index, ns.term = st.Index, st.Term
 	err := ns.setConf(cloneConfState(st.ConfState))
 	if err == nil {

@@ -3206,6 +3206,210 @@ func (x *BackupShardRequest) GetSkipFiles() []*SnapshotFile {
 	return nil
 }
 
+type BackupShardLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ShardId       uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	AfterIndex    uint64                 `protobuf:"varint,2,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardLogRequest) Reset() {
+	*x = BackupShardLogRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardLogRequest) ProtoMessage() {}
+
+func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardLogRequest.ProtoReflect.Descriptor instead.
+func (*BackupShardLogRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BackupShardLogRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *BackupShardLogRequest) GetAfterIndex() uint64 {
+	if x != nil {
+		return x.AfterIndex
+	}
+	return 0
+}
+
+// BackupLogEntry is one applied Raft entry: its position, date and
+// revision, and its writes to user data as the shard's storage engine
+// holds them (engine keys and stored values).
+type BackupLogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Hlc   *HlcTimestamp          `protobuf:"bytes,3,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	// revision is the shard's revision after the entry.
+	Revision uint64         `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Ops      []*BackupLogOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	// range, when set, is the shard's descriptor after the entry: it changed
+	// the shard's range or merge state (a split or a merge step).
+	Range         *ShardDescriptor `protobuf:"bytes,6,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupLogEntry) Reset() {
+	*x = BackupLogEntry{}
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupLogEntry) ProtoMessage() {}
+
+func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupLogEntry.ProtoReflect.Descriptor instead.
+func (*BackupLogEntry) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BackupLogEntry) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupLogEntry) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BackupLogEntry) GetHlc() *HlcTimestamp {
+	if x != nil {
+		return x.Hlc
+	}
+	return nil
+}
+
+func (x *BackupLogEntry) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BackupLogEntry) GetOps() []*BackupLogOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *BackupLogEntry) GetRange() *ShardDescriptor {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+// BackupLogOp is one write: kind 1 sets key to value, 0 deletes key, 15
+// deletes the keys in [key, value) (the storage engine's record kinds).
+type BackupLogOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupLogOp) Reset() {
+	*x = BackupLogOp{}
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupLogOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupLogOp) ProtoMessage() {}
+
+func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupLogOp.ProtoReflect.Descriptor instead.
+func (*BackupLogOp) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *BackupLogOp) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *BackupLogOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *BackupLogOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
@@ -3431,7 +3635,22 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x12BackupShardRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x125\n" +
 	"\n" +
-	"skip_files\x18\x02 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles2\x90\x0e\n" +
+	"skip_files\x18\x02 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles\"S\n" +
+	"\x15BackupShardLogRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1f\n" +
+	"\vafter_index\x18\x02 \x01(\x04R\n" +
+	"afterIndex\"\xda\x01\n" +
+	"\x0eBackupLogEntry\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12(\n" +
+	"\x03hlc\x18\x03 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\x12'\n" +
+	"\x03ops\x18\x05 \x03(\v2\x15.shale.v1.BackupLogOpR\x03ops\x12/\n" +
+	"\x05range\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05range\"I\n" +
+	"\vBackupLogOp\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value2\xdf\x0e\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3459,7 +3678,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponse\x12M\n" +
 	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponse\x12V\n" +
 	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponse\x12F\n" +
-	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01\x12M\n" +
+	"\x0eBackupShardLog\x12\x1f.shale.v1.BackupShardLogRequest\x1a\x18.shale.v1.BackupLogEntry0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -3474,7 +3694,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
@@ -3532,40 +3752,44 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*ReplicaChecksumRequest)(nil),   // 53: shale.v1.ReplicaChecksumRequest
 	(*ReplicaChecksumResponse)(nil),  // 54: shale.v1.ReplicaChecksumResponse
 	(*BackupShardRequest)(nil),       // 55: shale.v1.BackupShardRequest
-	(*NodeDescriptor)(nil),           // 56: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 57: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 58: shale.v1.ShardDescriptor
-	(*SnapshotFile)(nil),             // 59: shale.v1.SnapshotFile
-	(*SnapshotChunk)(nil),            // 60: shale.v1.SnapshotChunk
+	(*BackupShardLogRequest)(nil),    // 56: shale.v1.BackupShardLogRequest
+	(*BackupLogEntry)(nil),           // 57: shale.v1.BackupLogEntry
+	(*BackupLogOp)(nil),              // 58: shale.v1.BackupLogOp
+	(*NodeDescriptor)(nil),           // 59: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 60: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 61: shale.v1.ShardDescriptor
+	(*SnapshotFile)(nil),             // 62: shale.v1.SnapshotFile
+	(*HlcTimestamp)(nil),             // 63: shale.v1.HlcTimestamp
+	(*SnapshotChunk)(nil),            // 64: shale.v1.SnapshotChunk
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	56, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	57, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	58, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	59, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	60, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	61, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	58, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	56, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	61, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	59, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
 	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	56, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	56, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	59, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	59, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	56, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	59, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	58, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	58, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	58, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	58, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	56, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	61, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	61, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	61, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	61, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	59, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	58, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	56, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	61, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	59, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3573,59 +3797,64 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	58, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
-	59, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
-	4,  // 36: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	6,  // 37: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	9,  // 38: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	11, // 39: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	13, // 40: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	15, // 41: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	17, // 42: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	19, // 43: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	21, // 44: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	23, // 45: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	25, // 46: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	27, // 47: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	31, // 48: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	34, // 49: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	39, // 50: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	41, // 51: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	43, // 52: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	45, // 53: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	47, // 54: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	49, // 55: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	51, // 56: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	53, // 57: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
-	55, // 58: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
-	5,  // 59: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 60: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 61: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 62: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 63: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 64: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 65: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 66: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 67: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 68: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 69: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 70: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 71: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 72: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 73: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 74: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 75: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 76: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 77: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	50, // 78: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	52, // 79: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	54, // 80: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
-	60, // 81: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
-	59, // [59:82] is the sub-list for method output_type
-	36, // [36:59] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	61, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	62, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	63, // 36: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
+	58, // 37: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
+	61, // 38: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
+	4,  // 39: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	6,  // 40: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	9,  // 41: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	11, // 42: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	13, // 43: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	15, // 44: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	17, // 45: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	19, // 46: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	21, // 47: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	23, // 48: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	25, // 49: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	27, // 50: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	31, // 51: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	34, // 52: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	39, // 53: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	41, // 54: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	43, // 55: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	45, // 56: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	47, // 57: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	49, // 58: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	51, // 59: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	53, // 60: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	55, // 61: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
+	56, // 62: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
+	5,  // 63: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	8,  // 64: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	10, // 65: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	12, // 66: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	14, // 67: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	16, // 68: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	18, // 69: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	20, // 70: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	22, // 71: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	24, // 72: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	26, // 73: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	28, // 74: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	32, // 75: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	35, // 76: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	40, // 77: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	42, // 78: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	44, // 79: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	46, // 80: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	48, // 81: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	50, // 82: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	52, // 83: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	54, // 84: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	64, // 85: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
+	57, // 86: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
+	63, // [63:87] is the sub-list for method output_type
+	39, // [39:63] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -3641,7 +3870,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Admin_DrainLeaders_FullMethodName     = "/shale.v1.Admin/DrainLeaders"
 	Admin_ReplicaChecksum_FullMethodName  = "/shale.v1.Admin/ReplicaChecksum"
 	Admin_BackupShard_FullMethodName      = "/shale.v1.Admin/BackupShard"
+	Admin_BackupShardLog_FullMethodName   = "/shale.v1.Admin/BackupShardLog"
 )
 
 // AdminClient is the client API for Admin service.
@@ -128,6 +129,14 @@ type AdminClient interface {
 	// files stay pinned on the node only while the stream lasts; compaction
 	// goes on meanwhile.
 	BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// BackupShardLog streams, from the receiving node's own replica of a
+	// shard (not forwarded), every entry the replica applied after
+	// after_index, in order and consecutive, up to at least its last applied
+	// entry when the call started: each entry's writes to user data, read
+	// from the replica's write-ahead log. OutOfRange when the log no longer
+	// reaches back to after_index + 1 (its oldest files are gone, or a
+	// snapshot replaced the replica's engine).
+	BackupShardLog(ctx context.Context, in *BackupShardLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupLogEntry], error)
 }
 
 type adminClient struct {
@@ -377,6 +386,25 @@ func (c *adminClient) BackupShard(ctx context.Context, in *BackupShardRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *adminClient) BackupShardLog(ctx context.Context, in *BackupShardLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupLogEntry], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[1], Admin_BackupShardLog_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupShardLogRequest, BackupLogEntry]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardLogClient = grpc.ServerStreamingClient[BackupLogEntry]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -461,6 +489,14 @@ type AdminServer interface {
 	// files stay pinned on the node only while the stream lasts; compaction
 	// goes on meanwhile.
 	BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// BackupShardLog streams, from the receiving node's own replica of a
+	// shard (not forwarded), every entry the replica applied after
+	// after_index, in order and consecutive, up to at least its last applied
+	// entry when the call started: each entry's writes to user data, read
+	// from the replica's write-ahead log. OutOfRange when the log no longer
+	// reaches back to after_index + 1 (its oldest files are gone, or a
+	// snapshot replaced the replica's engine).
+	BackupShardLog(*BackupShardLogRequest, grpc.ServerStreamingServer[BackupLogEntry]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -539,6 +575,9 @@ func (UnimplementedAdminServer) ReplicaChecksum(context.Context, *ReplicaChecksu
 }
 func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method BackupShard not implemented")
+}
+func (UnimplementedAdminServer) BackupShardLog(*BackupShardLogRequest, grpc.ServerStreamingServer[BackupLogEntry]) error {
+	return status.Error(codes.Unimplemented, "method BackupShardLog not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -968,6 +1007,17 @@ func _Admin_BackupShard_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _Admin_BackupShardLog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupShardLogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).BackupShardLog(m, &grpc.GenericServerStream[BackupShardLogRequest, BackupLogEntry]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardLogServer = grpc.ServerStreamingServer[BackupLogEntry]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1068,6 +1118,11 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "BackupShard",
 			Handler:       _Admin_BackupShard_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "BackupShardLog",
+			Handler:       _Admin_BackupShardLog_Handler,
 			ServerStreams: true,
 		},
 	},

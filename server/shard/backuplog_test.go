@@ -1,0 +1,144 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// TestReadLogAfterReplays: the entries ReadLogAfter gives after a
+// checkpoint, replayed onto that checkpoint by BootstrapFrom, give the data
+// of a later checkpoint exactly (up to any entry: a point in time), and a
+// log that no longer reaches back is refused.
+func TestReadLogAfterReplays(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.keepWAL = true
+	s := e.bootstrap("/s", userDesc(7, "", ""), 0)
+	f := newFeeder(s)
+	apply := func(from, to int) {
+		t.Helper()
+		var ents []replication.Entry
+		for i := from; i < to; i++ {
+			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), fmt.Sprintf("v%d", i), 0, false)}
+			if i%9 == 0 {
+				ops = append(ops, &shalev1.RequestOp{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{StartKey: []byte(fmt.Sprintf("k%03d", i%40+1)), EndKey: []byte(fmt.Sprintf("k%03d", i%40+3))}}})
+			}
+			ents = append(ents, f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: ops}))))
+			if i%13 == 0 {
+				ents = append(ents, f.entry(nil))
+			}
+		}
+		if _, err := s.Apply(ents); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := func(dir string) uint64 {
+		t.Helper()
+		st, err := s.Checkpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Index
+	}
+	apply(0, 50)
+	base := checkpoint("/ck1")
+	apply(50, 120)
+	mid := checkpoint("/ck2")
+	checkpoint("/ck2b")
+	checkpoint("/ck2c")
+	apply(120, 200)
+
+	var log []*LoggedEntry
+	if err := s.ReadLogAfter(base, func(le *LoggedEntry) error { log = append(log, le); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := s.AppliedState().Index - base; uint64(len(log)) != want {
+		t.Fatalf("%d entries after %d, want %d", len(log), base, want)
+	}
+	for i, le := range log {
+		if le.Mark.Index != base+1+uint64(i) {
+			t.Fatalf("entry %d has index %d", i, le.Mark.Index)
+		}
+	}
+	// Restored from the first checkpoint and the log up to the second's
+	// index: the second checkpoint's data.
+	newState := replication.BootstrapState(userDesc(9, "", ""))
+	sum := func(dir, src string, from, upTo uint64) uint64 {
+		t.Helper()
+		r, err := BootstrapFrom(dir, src, newState, e.opts(0), func(apply func(*LoggedEntry) error) error {
+			for _, le := range log {
+				if le.Mark.Index <= from {
+					continue
+				}
+				if le.Mark.Index > upTo {
+					break
+				}
+				if err := apply(le); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		_, c, err := r.ChecksumAt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if upTo > 0 && upTo < ^uint64(0) {
+			var rev uint64
+			for _, le := range log {
+				if le.Mark.Index <= upTo {
+					rev = le.Mark.Revision
+				}
+			}
+			if got := r.st.Load().rev; got != rev {
+				t.Fatalf("replayed to %d: revision %d, want %d", upTo, got, rev)
+			}
+		}
+		return c
+	}
+	if got, want := sum("/r1", "/ck1", base, mid), sum("/r2", "/ck2", mid, 0); got != want {
+		t.Fatalf("checkpoint %d + log to %d: checksum %016x, checkpoint %d: %016x", base, mid, got, mid, want)
+	}
+	// ... and with the whole log, the live shard's.
+	_, live, err := s.ChecksumAt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum("/r3", "/ck2b", mid, ^uint64(0)); got != live {
+		t.Fatalf("checkpoint %d + the rest of the log: checksum %016x, live %016x", mid, got, live)
+	}
+	// An entry out of order stops the replay.
+	if _, err := BootstrapFrom("/r4", "/ck2c", newState, e.opts(0), func(apply func(*LoggedEntry) error) error {
+		return apply(log[0])
+	}); err == nil {
+		t.Fatal("a replay of an entry before the checkpoint's was taken")
+	}
+	// From the bootstrap on, the log is whole; from before it, it is not.
+	if err := s.ReadLogAfter(replication.InitialIndex, func(*LoggedEntry) error { return nil }); err != nil {
+		t.Fatalf("reading the whole log: %v", err)
+	}
+	if err := s.ReadLogAfter(1, func(*LoggedEntry) error { return nil }); !errors.Is(err, ErrLogUnavailable) {
+		t.Fatalf("reading from before the bootstrap: %v", err)
+	}
+
+	// Without a WAL archive, flushed entries are gone.
+	e.keepWAL = false
+	s2 := e.bootstrap("/s2", userDesc(8, "", ""), 0)
+	f2 := newFeeder(s2)
+	for i := 0; i < 400; i++ {
+		op := putOp(fmt.Sprintf("k%03d", i), string(make([]byte, 1024)), 0, false)
+		if _, err := s2.Apply([]replication.Entry{f2.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{op}})))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s2.ReadLogAfter(replication.InitialIndex, func(*LoggedEntry) error { return nil }); !errors.Is(err, ErrLogUnavailable) {
+		t.Fatalf("reading a log whose WAL files were deleted: %v", err)
+	}
+}
