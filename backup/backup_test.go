@@ -295,3 +295,33 @@ func TestIncrementalAfterSplit(t *testing.T) {
 		t.Fatalf("after a refused incremental: %+v, %v (want the two backups only)", list, err)
 	}
 }
+
+// TestCreateWhileANodeStops: a node stopped in the middle of a backup (after
+// its first part) does not fail it: the remaining parts come from replicas
+// that answer, and the backup verifies.
+func TestCreateWhileANodeStops(t *testing.T) {
+	c, cl := startCluster(t)
+	put(t, cl, 50, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	loc, err := backup.Open(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	m, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "b", Progress: func(p backup.Progress) {
+		if !stopped { // once the first part is in
+			stopped = true
+			c.Stop(1)
+		}
+	}})
+	if err != nil {
+		t.Fatalf("a backup with a node stopped half-way: %v", err)
+	}
+	if len(m.Shards) != 3 {
+		t.Fatalf("%d parts", len(m.Shards))
+	}
+	if _, err := backup.Verify(ctx, loc, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+}
