@@ -30,7 +30,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(storageCmd(), clusterCmd(), idleCmd(), placementCmd(), watchCmd(), etcdMemberCmd())
+	root.AddCommand(storageCmd(), clusterCmd(), idleCmd(), placementCmd(), watchCmd(), backupCmd(), etcdMemberCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shale-bench:", err)
 		os.Exit(1)

@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shale-db/shale/backup"
+)
+
+// BackupConfig configures RunBackup.
+type BackupConfig struct {
+	// Dir holds the cluster's, the restored cluster's and the backups'
+	// directories (removed at the end unless Keep).
+	Dir  string
+	Keep bool
+	// DataBytes of values are loaded, in ValueSize-byte values
+	// (incompressible), before the full backup; then IncrementalBytes
+	// more before the incremental one.
+	DataBytes, IncrementalBytes int64
+	ValueSize                   int
+	// Log receives progress (nil: none).
+	Log io.Writer
+}
+
+// BackupResult is what RunBackup measured.
+type BackupResult struct {
+	// Loaded is the user data written (keys and values).
+	Loaded int64
+	// Full: the full backup's stored bytes and seconds; Incremental: the
+	// incremental's copied bytes and seconds.
+	FullBytes, IncrementalBytes     int64
+	FullSeconds, IncrementalSeconds float64
+	// RestoreSeconds: from starting the founding processes with
+	// --restore-from until every shard has a leader and the last key
+	// loaded reads back. Each of the 3 nodes copies every shard (3
+	// replicas), so a restore writes 3 × FullBytes in all.
+	RestoreSeconds float64
+	// DiskWriteSeconds: writing FullBytes to one file in 1 MiB writes and
+	// syncing it, in Dir: the disk's sequential write speed.
+	DiskWriteSeconds float64
+}
+
+// MBps is bytes per second in MB/s (10^6).
+func MBps(bytes int64, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return float64(bytes) / seconds / 1e6
+}
+
+// RunBackup loads a 3-node Shale cluster, takes a full backup and an
+// incremental one of it into a local location, restores the incremental
+// one as a new 3-node cluster, and measures the disk's sequential write
+// speed in the same directory for comparison.
+func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err error) {
+	if cfg.ValueSize <= 0 {
+		cfg.ValueSize = 4096
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	if !cfg.Keep {
+		defer os.RemoveAll(dir)
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "backup: "+format+"\n", args...)
+		}
+	}
+	o := currentShaleOptions()
+	nodes, err := StartShaleNodes(ctx, filepath.Join(dir, "source"), 3, o.Splits, cfg.Log)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = nodes.Stop() }()
+	cli, err := nodes.NewClient(ctx, cfg.Log)
+	if err != nil {
+		return res, err
+	}
+	defer cli.Close()
+	shards := 2 + len(strings.Split(o.Splits, ","))
+	if _, err := nodes.WaitReady(ctx, cli, shards); err != nil {
+		return res, err
+	}
+	next := 0
+	// load writes bytes of keys and values with 16 concurrent writers and
+	// returns the last key written.
+	load := func(bytes int64) (string, error) {
+		per := int64(16 + cfg.ValueSize)
+		n := int((bytes + per - 1) / per)
+		keys := make(chan string)
+		errc := make(chan error, 16)
+		var wg sync.WaitGroup
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v := make([]byte, cfg.ValueSize)
+				for k := range keys {
+					_, _ = rand.Read(v)
+					if _, err := cli.Put(ctx, []byte(k), v); err != nil {
+						errc <- fmt.Errorf("load: %w", err)
+						return
+					}
+				}
+			}()
+		}
+		var last string
+	feed:
+		for i := 0; i < n; i++ {
+			last = fmt.Sprintf("%016x", uint64(next)*0x9e3779b97f4a7c15)
+			next++
+			select {
+			case keys <- last:
+			case err := <-errc:
+				close(keys)
+				wg.Wait()
+				return "", err
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		close(keys)
+		wg.Wait()
+		select {
+		case err := <-errc:
+			return "", err
+		default:
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		res.Loaded += int64(n) * per
+		return last, nil
+	}
+	logf("loading %d MB", cfg.DataBytes/1e6)
+	if _, err := load(cfg.DataBytes); err != nil {
+		return res, err
+	}
+	loc, err := backup.Open(filepath.Join(dir, "backups"), true)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	full, st, err := backup.Create(ctx, cli, loc, backup.CreateOptions{ID: "full"})
+	if err != nil {
+		return res, fmt.Errorf("full backup: %w", err)
+	}
+	res.FullSeconds = time.Since(start).Seconds()
+	res.FullBytes = int64(full.Bytes())
+	logf("full backup: %d MB in %.2fs (%d files copied)", res.FullBytes/1e6, res.FullSeconds, st.FilesCopied)
+
+	last, err := load(cfg.IncrementalBytes)
+	if err != nil {
+		return res, err
+	}
+	start = time.Now()
+	_, st, err = backup.Create(ctx, cli, loc, backup.CreateOptions{ID: "inc", Base: "full"})
+	if err != nil {
+		return res, fmt.Errorf("incremental backup: %w", err)
+	}
+	res.IncrementalSeconds = time.Since(start).Seconds()
+	res.IncrementalBytes = st.BytesCopied
+	logf("incremental backup: %d MB in %.2fs (%d log entries, %d new checkpoints)", res.IncrementalBytes/1e6, res.IncrementalSeconds, st.LogEntries, st.Checkpoints)
+	cli.Close()
+	if err := nodes.Stop(); err != nil {
+		return res, err
+	}
+
+	// Restore "inc" as a new cluster.
+	SetShaleOptions(ShaleOptions{ServerPath: o.ServerPath, Splits: o.Splits, ExtraArgs: append(append([]string(nil), o.ExtraArgs...),
+		"--restore-from", loc.Dir(), "--restore-backup", "inc")})
+	start = time.Now()
+	restored, err := StartShaleNodes(ctx, filepath.Join(dir, "restored"), 3, "", cfg.Log)
+	SetShaleOptions(o)
+	if err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	defer func() { _ = restored.Stop() }()
+	rcli, err := restored.NewClient(ctx, cfg.Log)
+	if err != nil {
+		return res, err
+	}
+	defer rcli.Close()
+	if _, err := restored.WaitReady(ctx, rcli, shards); err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	for {
+		kv, err := rcli.Get(ctx, []byte(last))
+		if err == nil && kv != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("restore: the last key loaded does not read back: %v", err)
+		}
+		if err == nil {
+			return res, errors.New("restore: the last key loaded is missing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res.RestoreSeconds = time.Since(start).Seconds()
+	logf("restore: %.2fs", res.RestoreSeconds)
+
+	res.DiskWriteSeconds, err = diskWrite(filepath.Join(dir, "disk-speed"), res.FullBytes)
+	return res, err
+}
+
+// diskWrite writes n bytes to path in 1 MiB writes, syncs, and returns the
+// seconds it took.
+func diskWrite(path string, n int64) (float64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(path)
+	buf := make([]byte, 1<<20)
+	_, _ = rand.Read(buf)
+	start := time.Now()
+	for w := int64(0); w < n; w += int64(len(buf)) {
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return 0, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, err
+	}
+	secs := time.Since(start).Seconds()
+	return secs, f.Close()
+}
