@@ -29,6 +29,12 @@ type LoggedOp struct {
 	Key, Value []byte
 }
 
+// logCursor is a place in the change log just after entry index.
+type logCursor struct {
+	index uint64
+	pos   ChangeLogPosition
+}
+
 // ReadLogAfter calls fn with every entry the shard applied after Raft index
 // after, in order, up to its last applied entry when the call started. The
 // entries are consecutive from after+1: when the WAL no longer reaches back
@@ -40,15 +46,24 @@ func (s *Shard) ReadLogAfter(after uint64, fn func(*LoggedEntry) error) error {
 	if until <= after {
 		return nil
 	}
-	r, err := s.ReadOldestChanges()
-	if err != nil {
-		return err
+	var r *ChangeReader
+	if c := s.logCursor.Load(); c != nil && c.index == after {
+		// Where the previous read stopped (a backup stream's last round);
+		// a position gone stale (a snapshot, the WAL deleted) falls back.
+		r, _ = s.ReadChanges(c.pos)
+	}
+	if r == nil {
+		var err error
+		if r, err = s.ReadOldestChanges(); err != nil {
+			return err
+		}
 	}
 	defer r.Close()
 	next := after + 1
 	var cur *LoggedEntry
 	var rng []byte
 	for next <= until && r.Next() {
+		s.logBatchesRead.Add(1)
 		rd := r.Batch().Reader()
 		cur, rng = &LoggedEntry{}, nil
 		for {
@@ -112,5 +127,8 @@ func (s *Shard) ReadLogAfter(after uint64, fn func(*LoggedEntry) error) error {
 	if next <= until {
 		return fmt.Errorf("%w: the log ends before entry %d (applied %d)", ErrLogUnavailable, next, until)
 	}
+	// Every batch read ended with an entry's mark (entry batches do; any
+	// other fails above), so the next entry starts right after them.
+	s.logCursor.Store(&logCursor{index: next - 1, pos: r.Position()})
 	return nil
 }

@@ -120,6 +120,24 @@ func TestReadLogAfterReplays(t *testing.T) {
 	}); err == nil {
 		t.Fatal("a replay of an entry before the checkpoint's was taken")
 	}
+	// The next read after where this one stopped starts there, not at the
+	// oldest batch (a backup stream reads every few seconds).
+	if err := s.ReadLogAfter(base, func(*LoggedEntry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	last := s.AppliedState().Index
+	apply(200, 203) // three batches of one entry (plus empty ones)
+	s.logBatchesRead.Store(0)
+	var got []uint64
+	if err := s.ReadLogAfter(last, func(le *LoggedEntry) error { got = append(got, le.Mark.Index); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := s.AppliedState().Index - last; uint64(len(got)) != want || got[0] != last+1 {
+		t.Fatalf("entries after %d: %v, want %d from %d", last, got, want, last+1)
+	}
+	if n := s.logBatchesRead.Load(); n > 3 {
+		t.Fatalf("reading 3 new entries read %d batches: not from where the last read stopped", n)
+	}
 	// From the bootstrap on, the log is whole; from before it, it is not.
 	if err := s.ReadLogAfter(replication.InitialIndex, func(*LoggedEntry) error { return nil }); err != nil {
 		t.Fatalf("reading the whole log: %v", err)

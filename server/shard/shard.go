@@ -287,6 +287,13 @@ type Shard struct {
 	// waiting), closed at the next change.
 	changed atomic.Pointer[chan struct{}]
 
+	// logCursor is where the last ReadLogAfter stopped: the next backup of
+	// the shard asks for the entries after that index, and reads from
+	// there instead of from the oldest WAL batch.
+	logCursor atomic.Pointer[logCursor]
+	// logBatchesRead counts the WAL batches ReadLogAfter read (tests).
+	logBatchesRead atomic.Int64
+
 	st atomic.Pointer[state]
 }
 
