@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -60,59 +61,36 @@ func (s *Shard) ReadLogAfter(after uint64, fn func(*LoggedEntry) error) error {
 	}
 	defer r.Close()
 	next := after + 1
-	var cur *LoggedEntry
-	var rng []byte
 	for next <= until && r.Next() {
 		s.logBatchesRead.Add(1)
-		rd := r.Batch().Reader()
-		cur, rng = &LoggedEntry{}, nil
-		for {
-			kind, key, value, ok := rd.Next()
-			if !ok {
-				break
+		trailing, err := walkEntries(r.Batch(), func(e *entryRecords) error {
+			if e.mark.Index < next {
+				return nil
 			}
-			switch kind {
-			case storage.KindSet, storage.KindDelete, storage.KindRangeDelete:
-				if isDataKey(key) {
-					cur.Ops = append(cur.Ops, LoggedOp{Kind: kind, Key: append([]byte(nil), key...), Value: append([]byte(nil), value...)})
-				}
-			case storage.KindLogData:
-				if len(key) == 0 {
-					continue
-				}
-				switch key[0] {
-				case logKindRange:
-					rng = key
-				case logKindMark:
-					m, err := DecodeEntryMark(key)
-					if err != nil {
-						return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
-					}
-					if m.Index >= next {
-						if m.Index != next {
-							return fmt.Errorf("%w: shard %d's log continues at entry %d, not %d", ErrLogUnavailable, m.ShardID, m.Index, next)
-						}
-						cur.Mark = m
-						if rng != nil {
-							e, err := decodeEntry(m, nil, nil, rng)
-							if err != nil {
-								return err
-							}
-							cur.Range = e.Range
-						}
-						if err := fn(cur); err != nil {
-							return err
-						}
-						next++
-					}
-					cur, rng = &LoggedEntry{}, nil
-				}
+			if e.mark.Index != next {
+				return fmt.Errorf("%w: shard %d's log continues at entry %d, not %d", ErrLogUnavailable, e.mark.ShardID, e.mark.Index, next)
 			}
+			le := &LoggedEntry{Mark: e.mark, Ops: make([]LoggedOp, len(e.ops))}
+			for i, op := range e.ops {
+				le.Ops[i] = LoggedOp{Kind: op.Kind, Key: bytes.Clone(op.Key), Value: bytes.Clone(op.Value)}
+			}
+			if e.rng != nil {
+				d, err := decodeRange(e.rng)
+				if err != nil {
+					return err
+				}
+				le.Range = d
+			}
+			if err := fn(le); err != nil {
+				return err
+			}
+			next++
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if err := rd.Err(); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
-		}
-		if len(cur.Ops) > 0 && next > after+1 && next <= until {
+		if trailing > 0 && next > after+1 && next <= until {
 			// Writes with no entry after what was read: the engine's
 			// state was replaced (a snapshot, a split's initial state).
 			return fmt.Errorf("%w: the log of entries after %d was reset", ErrLogUnavailable, next-1)

@@ -124,20 +124,43 @@ type AppliedEntry struct {
 // or does not match the writes of its entry; fn's errors are returned as
 // they are.
 func DecodeBatch(b *storage.Batch, fn func(*AppliedEntry) error) error {
+	_, err := walkEntries(b, func(r *entryRecords) error {
+		e, err := decodeEntry(r)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", r.mark.Index, err)
+		}
+		return fn(e)
+	})
+	return err
+}
+
+// entryRecords are one applied entry's records in a WAL batch, up to its
+// mark: its writes to user data and its change-log records (all aliasing
+// the batch).
+type entryRecords struct {
+	mark         EntryMark
+	ops          []LoggedOp
+	changes, rng []byte
+}
+
+// walkEntries calls fn with the records of every entry in b, in order; the
+// value passed is reused by the next call. It returns how many writes to
+// user data follow the last mark: a batch that is no applied entry's (a
+// snapshot's or a split's initial state) holds only those. A damaged mark
+// or batch is an error matching ErrCorruptChangeLog; fn's errors are
+// returned as they are.
+func walkEntries(b *storage.Batch, fn func(*entryRecords) error) (trailing int, err error) {
 	r := b.Reader()
-	// The current entry's data-key writes and change-log records.
-	var puts [][2][]byte // engine key, stored value
-	var changes, rng []byte
-	reset := func() { puts, changes, rng = puts[:0], nil, nil }
+	var e entryRecords
 	for {
 		kind, key, value, ok := r.Next()
 		if !ok {
 			break
 		}
 		switch kind {
-		case storage.KindSet:
+		case storage.KindSet, storage.KindDelete, storage.KindRangeDelete:
 			if isDataKey(key) {
-				puts = append(puts, [2][]byte{key, value})
+				e.ops = append(e.ops, LoggedOp{Kind: kind, Key: key, Value: value})
 			}
 		case storage.KindLogData:
 			if len(key) == 0 {
@@ -145,50 +168,67 @@ func DecodeBatch(b *storage.Batch, fn func(*AppliedEntry) error) error {
 			}
 			switch key[0] {
 			case logKindChanges:
-				changes = key
+				e.changes = key
 			case logKindRange:
-				rng = key
+				e.rng = key
 			case logKindMark:
 				m, err := DecodeEntryMark(key)
 				if err != nil {
-					return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+					return 0, fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
 				}
-				e, err := decodeEntry(m, puts, changes, rng)
-				if err != nil {
-					return fmt.Errorf("entry %d: %w", m.Index, err)
+				e.mark = m
+				if err := fn(&e); err != nil {
+					return 0, err
 				}
-				if err := fn(e); err != nil {
-					return err
-				}
-				reset()
+				e.ops, e.changes, e.rng = e.ops[:0], nil, nil
 			}
 		}
 	}
 	if err := r.Err(); err != nil {
-		return fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+		return 0, fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
 	}
-	return nil
+	return len(e.ops), nil
+}
+
+// decodeRange decodes a range record: the shard's descriptor after its
+// entry.
+func decodeRange(rng []byte) (*shalev1.ShardDescriptor, error) {
+	body, err := openRecord(rng, logKindRange)
+	if err != nil {
+		return nil, err
+	}
+	d := &shalev1.ShardDescriptor{}
+	if err := proto.Unmarshal(body, d); err != nil {
+		return nil, fmt.Errorf("%w: range record: %v", ErrCorruptChangeLog, err)
+	}
+	return d, nil
 }
 
 // decodeEntry builds an entry's events from its change-log record and its
-// data-key puts, which match the record's put items one for one, in order.
-func decodeEntry(m EntryMark, puts [][2][]byte, changes, rng []byte) (*AppliedEntry, error) {
+// sets of user keys, which match the record's put items one for one, in
+// order.
+func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
+	m := r.mark
 	e := &AppliedEntry{Mark: m}
-	if rng != nil {
-		body, err := openRecord(rng, logKindRange)
+	if r.rng != nil {
+		d, err := decodeRange(r.rng)
 		if err != nil {
 			return nil, err
 		}
-		d := &shalev1.ShardDescriptor{}
-		if err := proto.Unmarshal(body, d); err != nil {
-			return nil, fmt.Errorf("%w: range record: %v", ErrCorruptChangeLog, err)
-		}
 		e.Range = d
 	}
-	if changes == nil {
+	// nextSet moves next to the entry's next set (deletes have no value).
+	next := 0
+	nextSet := func() {
+		for next < len(r.ops) && r.ops[next].Kind != storage.KindSet {
+			next++
+		}
+	}
+	if r.changes == nil {
+		// No user-visible change (keys a split or merge moves are not).
 		return e, nil
 	}
-	p, err := openRecord(changes, logKindChanges)
+	p, err := openRecord(r.changes, logKindChanges)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +241,6 @@ func decodeEntry(m EntryMark, puts [][2][]byte, changes, rng []byte) (*AppliedEn
 		p = p[w+int(n):]
 		return s, true
 	}
-	next := 0
 	for len(p) > 0 {
 		kind := p[0]
 		p = p[1:]
@@ -226,10 +265,10 @@ func decodeEntry(m EntryMark, puts [][2][]byte, changes, rng []byte) (*AppliedEn
 		}
 		switch kind {
 		case changePut:
-			if next >= len(puts) || !bytes.Equal(puts[next][0][1:], key) {
+			if nextSet(); next >= len(r.ops) || !bytes.Equal(r.ops[next].Key[1:], key) {
 				return nil, fmt.Errorf("%w: put of %q has no matching write", ErrCorruptChangeLog, key)
 			}
-			sv, err := decodeValue(puts[next][1])
+			sv, err := decodeValue(r.ops[next].Value)
 			if err != nil {
 				return nil, fmt.Errorf("%w: value of %q: %v", ErrCorruptChangeLog, key, err)
 			}
@@ -242,8 +281,8 @@ func decodeEntry(m EntryMark, puts [][2][]byte, changes, rng []byte) (*AppliedEn
 		}
 		e.Events = append(e.Events, ev)
 	}
-	if next != len(puts) {
-		return nil, fmt.Errorf("%w: %d writes, %d puts recorded", ErrCorruptChangeLog, len(puts), next)
+	if nextSet(); next != len(r.ops) {
+		return nil, fmt.Errorf("%w: a write of %q with no put recorded", ErrCorruptChangeLog, r.ops[next].Key[1:])
 	}
 	return e, nil
 }
