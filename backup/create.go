@@ -412,45 +412,34 @@ func receiveFile(stream shalev1.Admin_BackupShardClient, loc *Location, index ui
 		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
-	var off uint64
-	crc := uint32(0)
-	for off < f.GetSize() {
+	defer tmp.Close() // a second Close after the one below is harmless
+	sum := &crcCounter{}
+	out := io.MultiWriter(tmp, sum)
+	for sum.n < f.GetSize() {
 		c, err := stream.Recv()
 		if err == io.EOF {
-			_ = tmp.Close()
-			return fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, off, f.GetSize())
+			return fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, sum.n, f.GetSize())
 		}
 		if err != nil {
-			_ = tmp.Close()
 			return err
 		}
 		data := c.GetData()
 		switch {
-		case c.GetHeader() != nil || c.GetFileIndex() != index || c.GetOffset() != off:
-			err = fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), index, off)
-		case len(data) == 0 || off+uint64(len(data)) > f.GetSize():
-			err = fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), off, f.GetSize())
+		case c.GetHeader() != nil || c.GetFileIndex() != index || c.GetOffset() != sum.n:
+			return fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), index, sum.n)
+		case len(data) == 0 || sum.n+uint64(len(data)) > f.GetSize():
+			return fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), sum.n, f.GetSize())
 		case crc32.Checksum(data, castagnoli) != c.GetCrc32C():
-			err = fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, off)
+			return fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, sum.n)
 		}
-		if err != nil {
-			_ = tmp.Close()
+		if _, err := out.Write(data); err != nil {
 			return err
 		}
-		if _, err := tmp.Write(data); err != nil {
-			_ = tmp.Close()
-			return err
-		}
-		crc = crc32.Update(crc, castagnoli, data)
-		off += uint64(len(data))
 	}
-	if crc != f.GetCrc32C() {
-		_ = tmp.Close()
-		return fmt.Errorf("%w: file checksum %08x, listed %08x", ErrCorrupt, crc, f.GetCrc32C())
+	if err := sum.check(f.GetSize(), f.GetCrc32C()); err != nil {
+		return err
 	}
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(serr, cerr); err != nil {
+	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), final)

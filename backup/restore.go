@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -64,29 +63,9 @@ func readChecked(path string, f File, w io.Writer, buf []byte) error {
 		return err
 	}
 	defer in.Close()
-	crc := uint32(0)
-	var n uint64
-	for {
-		k, rerr := in.Read(buf)
-		if k > 0 {
-			crc = crc32.Update(crc, castagnoli, buf[:k])
-			n += uint64(k)
-			if _, err := w.Write(buf[:k]); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
+	sum := &crcCounter{}
+	if _, err := io.CopyBuffer(io.MultiWriter(w, sum), in, buf); err != nil {
+		return err
 	}
-	if n != f.Size {
-		return fmt.Errorf("%w: %d bytes, want %d", ErrCorrupt, n, f.Size)
-	}
-	if crc != f.CRC32C {
-		return fmt.Errorf("%w: checksum %08x, want %08x", ErrCorrupt, crc, f.CRC32C)
-	}
-	return nil
+	return sum.check(f.Size, f.CRC32C)
 }

@@ -92,8 +92,8 @@ func fetchLog(ctx context.Context, cl Cluster, loc *Location, node, shardID, aft
 	defer func() { _ = os.Remove(tmp.Name()) }()
 	defer tmp.Close()
 	seg := &Segment{FromIndex: after + 1}
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	crc := uint32(0)
+	sum := &crcCounter{}
+	w := bufio.NewWriterSize(io.MultiWriter(tmp, sum), 1<<20)
 	var frame []byte
 	want := after + 1
 	for {
@@ -119,8 +119,6 @@ func fetchLog(ctx context.Context, cl Cluster, loc *Location, node, shardID, aft
 		if frame, err = appendFrame(frame[:0], e); err != nil {
 			return nil, err
 		}
-		crc = crc32.Update(crc, castagnoli, frame)
-		seg.Size += uint64(len(frame))
 		if _, err := w.Write(frame); err != nil {
 			return nil, err
 		}
@@ -135,7 +133,7 @@ func fetchLog(ctx context.Context, cl Cluster, loc *Location, node, shardID, aft
 		return nil, err
 	}
 	seg.Name = fmt.Sprintf("log-%d-%d", seg.FromIndex, seg.ToIndex)
-	seg.CRC32C = crc
+	seg.Size, seg.CRC32C = sum.n, sum.crc
 	seg.Path = storedPath(shardID, seg.Name, seg.Size, seg.CRC32C)
 	if err := os.Rename(tmp.Name(), filepath.Join(loc.dir, filepath.FromSlash(seg.Path))); err != nil {
 		return nil, err
@@ -155,36 +153,69 @@ func (l *Location) CheckLog(part *Part) error {
 	return nil
 }
 
-// ReadLog calls fn with every entry of part's log segments, in order,
-// after checking each segment's size and checksum and that its entries
-// are the ones it lists. A missing or damaged segment is an error wrapping
-// ErrCorrupt.
+// ReadLog calls fn with every entry of part's log segments, in order, in
+// one read of each segment. Each frame's checksum and the entries' order
+// are checked as they are read, and each segment's size and checksum at
+// its end: a missing or damaged segment is an error wrapping ErrCorrupt,
+// possibly after fn saw the entries before the damage (CheckLog first to
+// refuse a damaged log before acting on any of it).
 func (l *Location) ReadLog(part *Part, fn func(*shalev1.BackupLogEntry) error) error {
-	buf := make([]byte, 1<<20)
 	for _, seg := range part.Log {
-		path := filepath.Join(l.dir, filepath.FromSlash(seg.Path))
-		if err := readChecked(path, seg.File, io.Discard, buf); err != nil {
+		if err := l.readSegment(seg, fn); err != nil {
 			return fmt.Errorf("backup: shard %d: log %s (%s): %w", part.ShardID, seg.Name, seg.Path, err)
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
+	}
+	return nil
+}
+
+func (l *Location) readSegment(seg Segment, fn func(*shalev1.BackupLogEntry) error) error {
+	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(seg.Path)))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: missing", ErrCorrupt)
 		}
-		next := seg.FromIndex
-		err = readFrames(bufio.NewReaderSize(f, 1<<20), func(e *shalev1.BackupLogEntry) error {
-			if e.GetIndex() != next || next > seg.ToIndex {
-				return fmt.Errorf("%w: entry %d where %d was due", ErrCorrupt, e.GetIndex(), next)
-			}
-			next++
-			return fn(e)
-		})
-		_ = f.Close()
-		if err == nil && next != seg.ToIndex+1 {
-			err = fmt.Errorf("%w: the segment ends at entry %d, not %d", ErrCorrupt, next-1, seg.ToIndex)
+		return err
+	}
+	defer f.Close()
+	sum := &crcCounter{}
+	next := seg.FromIndex
+	err = readFrames(bufio.NewReaderSize(io.TeeReader(f, sum), 1<<20), func(e *shalev1.BackupLogEntry) error {
+		if e.GetIndex() != next || next > seg.ToIndex {
+			return fmt.Errorf("%w: entry %d where %d was due", ErrCorrupt, e.GetIndex(), next)
 		}
-		if err != nil {
-			return fmt.Errorf("backup: shard %d: log %s: %w", part.ShardID, seg.Name, err)
-		}
+		next++
+		return fn(e)
+	})
+	switch {
+	case err != nil:
+		return err
+	case next != seg.ToIndex+1:
+		return fmt.Errorf("%w: the segment ends at entry %d, not %d", ErrCorrupt, next-1, seg.ToIndex)
+	}
+	return sum.check(seg.Size, seg.CRC32C)
+}
+
+// crcCounter is an io.Writer that sums the CRC-32C and size of what it is
+// given.
+type crcCounter struct {
+	crc uint32
+	n   uint64
+}
+
+func (c *crcCounter) Write(p []byte) (int, error) {
+	c.crc = crc32.Update(c.crc, castagnoli, p)
+	c.n += uint64(len(p))
+	return len(p), nil
+}
+
+// check fails, wrapping ErrCorrupt, unless what was summed has size bytes
+// and checksum crc.
+func (c *crcCounter) check(size uint64, crc uint32) error {
+	if c.n != size {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrCorrupt, c.n, size)
+	}
+	if c.crc != crc {
+		return fmt.Errorf("%w: checksum %08x, want %08x", ErrCorrupt, c.crc, crc)
 	}
 	return nil
 }

@@ -434,17 +434,12 @@ func (c *Client) ReplicaChecksums(ctx context.Context, shardID uint64) ([]*shale
 	)
 	for _, r := range st.GetDescriptor_().GetReplicas() {
 		node := r.GetNodeId()
-		addr, err := c.nodeAddr(ctx, node)
+		admin, addr, err := c.adminAt(ctx, node)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		cc, err := c.conn(addr)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node %d: %w", node, err))
-			continue
-		}
-		resp, err := shalev1.NewAdminClient(cc).ReplicaChecksum(ctx, &shalev1.ReplicaChecksumRequest{ShardId: shardID})
+		resp, err := admin.ReplicaChecksum(ctx, &shalev1.ReplicaChecksumRequest{ShardId: shardID})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %d (%s): %w", node, addr, err))
 			continue
@@ -479,36 +474,37 @@ func ChecksumConflicts(sums []*shalev1.ReplicaChecksumResponse) []string {
 // ctx; the node pins the checkpoint's files until then. It is not retried:
 // a backup retries a shard's part as a whole, possibly on another replica.
 func (c *Client) BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error) {
-	addr, err := c.nodeAddr(ctx, nodeID)
+	admin, addr, err := c.adminAt(ctx, nodeID)
 	if err != nil {
 		return nil, wrapOp("backup-shard", err)
 	}
-	cc, err := c.conn(addr)
-	if err != nil {
-		return nil, wrapOp("backup-shard", fmt.Errorf("node %d: %w", nodeID, err))
-	}
-	stream, err := shalev1.NewAdminClient(cc).BackupShard(ctx, &shalev1.BackupShardRequest{ShardId: shardID, SkipFiles: skip})
+	stream, err := admin.BackupShard(ctx, &shalev1.BackupShardRequest{ShardId: shardID, SkipFiles: skip})
 	if err != nil {
 		return nil, wrapOp("backup-shard", fmt.Errorf("node %d (%s): %w", nodeID, addr, err))
 	}
 	return stream, nil
 }
 
-// nodeAddr is node nodeID's address, from the routing table (refreshed
-// once when the node is not in it).
-func (c *Client) nodeAddr(ctx context.Context, nodeID uint64) (string, error) {
+// adminAt is the Admin service of node nodeID (for the RPCs about its own
+// replicas), at its address in the routing table, refreshed once when the
+// node is not in it; it also returns the address.
+func (c *Client) adminAt(ctx context.Context, nodeID uint64) (shalev1.AdminClient, string, error) {
 	_, addrs := c.rt.snapshot()
-	if addr := addrs[nodeID]; addr != "" {
-		return addr, nil
+	addr := addrs[nodeID]
+	if addr == "" {
+		if err := c.refreshRouting(ctx, -1); err != nil {
+			return nil, "", fmt.Errorf("node %d: no known address: %w", nodeID, err)
+		}
+		_, addrs = c.rt.snapshot()
+		if addr = addrs[nodeID]; addr == "" {
+			return nil, "", fmt.Errorf("node %d: no known address", nodeID)
+		}
 	}
-	if err := c.refreshRouting(ctx, -1); err != nil {
-		return "", fmt.Errorf("node %d: no known address: %w", nodeID, err)
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("node %d (%s): %w", nodeID, addr, err)
 	}
-	_, addrs = c.rt.snapshot()
-	if addr := addrs[nodeID]; addr != "" {
-		return addr, nil
-	}
-	return "", fmt.Errorf("node %d: no known address", nodeID)
+	return shalev1.NewAdminClient(cc), addr, nil
 }
 
 // BackupShardLog opens a stream of the entries the replica of shard
@@ -517,15 +513,11 @@ func (c *Client) nodeAddr(ctx context.Context, nodeID uint64) (string, error) {
 // not retried; a status error with codes.OutOfRange means the replica's
 // log no longer reaches back that far.
 func (c *Client) BackupShardLog(ctx context.Context, nodeID, shardID, afterIndex uint64) (shalev1.Admin_BackupShardLogClient, error) {
-	addr, err := c.nodeAddr(ctx, nodeID)
+	admin, addr, err := c.adminAt(ctx, nodeID)
 	if err != nil {
 		return nil, wrapOp("backup-shard-log", err)
 	}
-	cc, err := c.conn(addr)
-	if err != nil {
-		return nil, wrapOp("backup-shard-log", fmt.Errorf("node %d: %w", nodeID, err))
-	}
-	stream, err := shalev1.NewAdminClient(cc).BackupShardLog(ctx, &shalev1.BackupShardLogRequest{ShardId: shardID, AfterIndex: afterIndex})
+	stream, err := admin.BackupShardLog(ctx, &shalev1.BackupShardLogRequest{ShardId: shardID, AfterIndex: afterIndex})
 	if err != nil {
 		return nil, wrapOp("backup-shard-log", fmt.Errorf("node %d (%s): %w", nodeID, addr, err))
 	}

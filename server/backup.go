@@ -23,12 +23,9 @@ import (
 // the node's snapshot directory, hard-linked, only while the stream lasts.
 func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shalev1.Admin_BackupShardServer) error {
 	n := s.n
-	if req.GetShardId() == 0 {
-		return invalidArg("a shard ID is required")
-	}
-	sm := n.Shard(req.GetShardId())
-	if sm == nil {
-		return status.Errorf(codes.NotFound, "node %d has no replica of shard %d", n.cfg.NodeID, req.GetShardId())
+	sm, err := n.localShard(req.GetShardId())
+	if err != nil {
+		return err
 	}
 	skip := make(map[string]*shalev1.SnapshotFile, len(req.GetSkipFiles()))
 	for _, f := range req.GetSkipFiles() {
@@ -88,15 +85,12 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 // replica (not forwarded).
 func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream shalev1.Admin_BackupShardLogServer) error {
 	n := s.n
-	if req.GetShardId() == 0 {
-		return invalidArg("a shard ID is required")
-	}
-	sm := n.Shard(req.GetShardId())
-	if sm == nil {
-		return status.Errorf(codes.NotFound, "node %d has no replica of shard %d", n.cfg.NodeID, req.GetShardId())
+	sm, err := n.localShard(req.GetShardId())
+	if err != nil {
+		return err
 	}
 	sent := 0
-	err := sm.ReadLogAfter(req.GetAfterIndex(), func(e *shard.LoggedEntry) error {
+	err = sm.ReadLogAfter(req.GetAfterIndex(), func(e *shard.LoggedEntry) error {
 		out := &shalev1.BackupLogEntry{
 			Index:    e.Mark.Index,
 			Term:     e.Mark.Term,

@@ -108,7 +108,7 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 	for _, d := range descs {
 		part := p.parts[string(d.GetStartKey())]
 		replay := func(apply func(*shard.LoggedEntry) error) error {
-			return p.loc.ReadLog(part, func(e *shalev1.BackupLogEntry) error {
+			err := p.loc.ReadLog(part, func(e *shalev1.BackupLogEntry) error {
 				if !asOf.IsZero() && e.GetHlc().GetWallNanos() > asOf.UnixNano() {
 					return errReplayDone
 				}
@@ -121,13 +121,12 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 				}
 				return apply(le)
 			})
-		}
-		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), staged[d.GetShardId()], replication.BootstrapState(d), n.shardOptions(), func(apply func(*shard.LoggedEntry) error) error {
-			if err := replay(apply); err != nil && !errors.Is(err, errReplayDone) {
-				return err
+			if errors.Is(err, errReplayDone) {
+				return nil
 			}
-			return nil
-		})
+			return err
+		}
+		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), staged[d.GetShardId()], replication.BootstrapState(d), n.shardOptions(), replay)
 		if err != nil {
 			// Leave no shard behind: founding again must find none.
 			for id, s := range out {
