@@ -96,14 +96,30 @@ else
 	@echo "build: no binaries under cmd/ yet; compiled the packages only"
 endif
 
+# The S3-compatible server the backup tests write to: versitygw, built from
+# the Go module proxy at a pinned release (internal/s3test.Version) into
+# $(BIN)/versitygw-$(VERSITYGW_VERSION), linked as $(BIN)/versitygw. About
+# two minutes the first time; nothing after.
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := $(BIN)/versitygw-$(VERSITYGW_VERSION)
+
+.PHONY: s3-server
+s3-server: $(VERSITYGW) ## Build versitygw, the S3-compatible server the S3 backup tests start (from the Go module proxy).
+
+$(VERSITYGW):
+	@mkdir -p $(BIN)/.versitygw
+	GOBIN=$(BIN)/.versitygw CGO_ENABLED=0 $(GO) install -trimpath github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	mv $(BIN)/.versitygw/versitygw $@
+	ln -sf $(notdir $@) $(BIN)/versitygw
+
 .PHONY: test
-test: deps proto-check ## Check generated code, go vet, the lint tests, then all tests with -race (and the other modules' tests).
+test: deps proto-check s3-server ## Check generated code, go vet, the lint tests, then all tests with -race (and the other modules' tests).
 ifeq ($(RACE),)
 	@echo "test: WARNING: running without the race detector (it needs cgo and a C compiler; CGO_ENABLED=$(CGO_ON))" >&2
 endif
 	$(GO) vet ./...
 	$(GO) test -count=1 ./internal/lint/
-	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
+	SHALE_TEST_VERSITYGW=$(VERSITYGW) $(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
 	@for m in $(SUBMODULES); do \
 		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; \

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,9 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/s3test"
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
 )
 
 func startCluster(t *testing.T) (*testcluster.Cluster, *client.Client) {
@@ -46,13 +54,20 @@ func put(t *testing.T, cl *client.Client, n int, prefix string) {
 // TestCreateVerifyDelete: a backup covers the key space with one part per
 // shard (the system shard too), every file verifies, a second backup
 // stores only what changed, a corrupt or missing file is found by Verify,
-// and deleting a backup removes only the files no other backup uses.
+// and deleting a backup removes only the files no other backup uses; in a
+// directory and in an S3 bucket.
 func TestCreateVerifyDelete(t *testing.T) {
+	s3test.EachLocation(t, testCreateVerifyDelete)
+}
+
+// testCreateVerifyDelete runs on the location where, whose objects are
+// files in raw.
+func testCreateVerifyDelete(t *testing.T, where, raw string) {
 	_, cl := startCluster(t)
 	put(t, cl, 200, "one")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	loc, err := backup.Open(filepath.Join(t.TempDir(), "loc"), true)
+	loc, err := backup.Open(ctx, where, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +116,7 @@ func TestCreateVerifyDelete(t *testing.T) {
 	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "second"}); err == nil || !strings.Contains(err.Error(), "already holds a backup second") {
 		t.Fatalf("a second backup with one ID: %v", err)
 	}
-	list, err := loc.List()
+	list, err := loc.List(ctx)
 	if err != nil || len(list) != 2 || list[0].ID != "first" || list[1].ID != "second" || list[1].State != backup.Complete {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
@@ -122,7 +137,7 @@ func TestCreateVerifyDelete(t *testing.T) {
 			}
 		}
 	}
-	path := filepath.Join(loc.Dir(), filepath.FromSlash(big.Path))
+	path := filepath.Join(raw, filepath.FromSlash(big.Path))
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -131,11 +146,11 @@ func TestCreateVerifyDelete(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	saved, err := os.ReadFile(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path)))
+	saved, err := os.ReadFile(filepath.Join(raw, filepath.FromSlash(other.Path)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path))); err != nil {
+	if err := os.Remove(filepath.Join(raw, filepath.FromSlash(other.Path))); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = backup.Verify(ctx, loc, "second", nil)
@@ -149,13 +164,13 @@ func TestCreateVerifyDelete(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(loc.Dir(), filepath.FromSlash(other.Path)), saved, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(raw, filepath.FromSlash(other.Path)), saved, 0o644); err != nil {
 		t.Fatal(err)
 	}
 
 	// Delete the first: the files only it used go, the second still
 	// verifies.
-	res, err := loc.Delete("first")
+	res, err := loc.Delete(ctx, "first")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,15 +180,15 @@ func TestCreateVerifyDelete(t *testing.T) {
 	if _, err := backup.Verify(ctx, loc, "second", nil); err != nil {
 		t.Fatalf("the second backup after deleting the first: %v", err)
 	}
-	if _, err := loc.Describe("first"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := loc.Describe(ctx, "first"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("describe a deleted backup: %v", err)
 	}
-	res, err = loc.Delete("second")
+	res, err = loc.Delete(ctx, "second")
 	if err != nil {
 		t.Fatal(err)
 	}
 	left := 0
-	_ = filepath.WalkDir(filepath.Join(loc.Dir(), "files"), func(_ string, d fs.DirEntry, _ error) error {
+	_ = filepath.WalkDir(filepath.Join(raw, "files"), func(_ string, d fs.DirEntry, _ error) error {
 		if d != nil && !d.IsDir() {
 			left++
 		}
@@ -189,14 +204,18 @@ func TestCreateVerifyDelete(t *testing.T) {
 // another process holds is refused with where its lock is.
 func TestIncompleteAndLocked(t *testing.T) {
 	dir := t.TempDir()
-	loc, err := backup.Open(dir, false)
+	ctx := context.Background()
+	loc, err := backup.Open(ctx, dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "backups", "half"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	list, err := loc.List()
+	if err := os.WriteFile(filepath.Join(dir, "backups", "half", "started.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := loc.List(ctx)
 	if err != nil || len(list) != 1 || list[0].State != backup.Incomplete {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
@@ -206,10 +225,10 @@ func TestIncompleteAndLocked(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "backups", "half", "manifest.json"), []byte(`{"body":{"format":1,"id":"half"},"crc32c":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loc.Describe("half"); !errors.Is(err, backup.ErrCorrupt) {
+	if _, err := loc.Describe(ctx, "half"); !errors.Is(err, backup.ErrCorrupt) {
 		t.Fatalf("describe of a corrupt manifest: %v", err)
 	}
-	if _, err := loc.Delete("half"); err != nil {
+	if _, err := loc.Delete(ctx, "half"); err != nil {
 		t.Fatalf("delete of a corrupt backup: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "lock"), []byte(`{"op":"create x","pid":1}`), 0o644); err != nil {
@@ -218,10 +237,13 @@ func TestIncompleteAndLocked(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "backups", "other"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loc.Delete("other"); err == nil || !strings.Contains(err.Error(), "locked by \"create x\"") || !strings.Contains(err.Error(), filepath.Join(dir, "lock")) {
+	if err := os.WriteFile(filepath.Join(dir, "backups", "other", "started.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loc.Delete(ctx, "other"); err == nil || !strings.Contains(err.Error(), "locked by \"create x\"") || !strings.Contains(err.Error(), filepath.Join(dir, "lock")) {
 		t.Fatalf("delete in a locked location: %v", err)
 	}
-	if _, err := backup.Open(filepath.Join(dir, "nope"), false); err == nil {
+	if _, err := backup.Open(ctx, filepath.Join(dir, "nope"), false); err == nil {
 		t.Fatal("opened a location that does not exist")
 	}
 }
@@ -234,7 +256,7 @@ func TestCreateWithANodeDown(t *testing.T) {
 	c.Stop(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	loc, err := backup.Open(t.TempDir(), false)
+	loc, err := backup.Open(ctx, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +282,7 @@ func TestIncrementalAfterSplit(t *testing.T) {
 	put(t, cl, 50, "one")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	loc, err := backup.Open(t.TempDir(), false)
+	loc, err := backup.Open(ctx, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +313,7 @@ func TestIncrementalAfterSplit(t *testing.T) {
 	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "bad", Base: "nope"}); err == nil || !strings.Contains(err.Error(), "no backup nope") {
 		t.Fatalf("an incremental on a missing base: %v", err)
 	}
-	if list, err := loc.List(); err != nil || len(list) != 2 {
+	if list, err := loc.List(ctx); err != nil || len(list) != 2 {
 		t.Fatalf("after a refused incremental: %+v, %v (want the two backups only)", list, err)
 	}
 }
@@ -304,7 +326,7 @@ func TestCreateWhileANodeStops(t *testing.T) {
 	put(t, cl, 50, "one")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	loc, err := backup.Open(t.TempDir(), false)
+	loc, err := backup.Open(ctx, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,5 +345,158 @@ func TestCreateWhileANodeStops(t *testing.T) {
 	}
 	if _, err := backup.Verify(ctx, loc, "b", nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCopyAndPrepare: Copy moves a backup between locations (a directory
+// to an S3 bucket) and it verifies there; a damaged file fails the copy
+// with ErrCorrupt and leaves no complete backup; Prepare stages a backup
+// in an empty data directory only, refuses a point in time the backup
+// does not hold, and ReadPrepared reads back what it staged.
+func TestCopyAndPrepare(t *testing.T) {
+	_, cl := startCluster(t)
+	put(t, cl, 50, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srcDir := t.TempDir()
+	src, err := backup.Open(ctx, srcDir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := backup.Create(ctx, cl, src, backup.CreateOptions{ID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s3test.Start(t)
+	dst, err := backup.Open(ctx, srv.Bucket(t, "copies", "x"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last backup.VerifyProgress
+	if _, err := backup.Copy(ctx, src, "b", dst, func(p backup.VerifyProgress) { last = p }); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := backup.Verify(ctx, dst, "b", nil)
+	if err != nil || rep.Files != last.Files || last.FilesDone != last.Files || rep.Bytes != last.BytesDone {
+		t.Fatalf("verify the copy: %+v, %v (progress %+v)", rep, err, last)
+	}
+
+	// Damage a file of the source: a copy to a new place fails and leaves
+	// the backup incomplete there.
+	victim := m.Shards[len(m.Shards)-1].Files[0]
+	path := filepath.Join(srcDir, filepath.FromSlash(victim.Path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst2, err := backup.Open(ctx, srv.Bucket(t, "copies", "y"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Copy(ctx, src, "b", dst2, nil); !errors.Is(err, backup.ErrCorrupt) || !strings.Contains(err.Error(), victim.Path) {
+		t.Fatalf("copy of a damaged backup: %v", err)
+	}
+	if list, err := dst2.List(ctx); err != nil || len(list) != 1 || list[0].State != backup.Incomplete {
+		t.Fatalf("after a failed copy: %+v, %v", list, err)
+	}
+	if _, err := srv.Client(t).StatObject(ctx, "copies", "y/"+victim.Path, minio.StatObjectOptions{}); err == nil {
+		t.Fatalf("the damaged file %s was stored", victim.Path)
+	}
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Prepare, from the S3 copy.
+	data := filepath.Join(t.TempDir(), "node1")
+	if _, err := backup.Prepare(ctx, dst, "b", m.Shards[1].Until.Add(time.Hour), data, nil); err == nil || !strings.Contains(err.Error(), "only until") {
+		t.Fatalf("prepare as of a time after the backup: %v", err)
+	}
+	if _, err := backup.Prepare(ctx, dst, "b", time.Time{}, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, ok, err := backup.ReadPrepared(data)
+	if err != nil || !ok || p.Backup != "b" || p.From != dst.String() || !p.AsOf.IsZero() {
+		t.Fatalf("read the prepared restore: %+v, %v, %v", p, ok, err)
+	}
+	staged, err := backup.Open(ctx, p.Location, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Verify(ctx, staged, "b", nil); err != nil {
+		t.Fatalf("the staged copy: %v", err)
+	}
+	if _, err := backup.Prepare(ctx, dst, "b", time.Time{}, data, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("prepare in a used data directory: %v", err)
+	}
+}
+
+// TestLaggingFollowerNotCopied: a follower cut off from its leader misses
+// the writes acknowledged since; asked for the shard's log, it must not
+// answer with what it has (a backup would then lack acknowledged writes),
+// but catch up first, or fail so that the backup asks another replica.
+func TestLaggingFollowerNotCopied(t *testing.T) {
+	// The follower gives up catching up after the request timeout.
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}, Configure: func(cfg *server.Config) { cfg.RequestTimeout = 2 * time.Second }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := client.New(ctx, c.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	put(t, cl, 10, "one")
+	shards, _ := cl.Routing()
+	var shardID uint64
+	for _, s := range shards {
+		if d := s.GetDescriptor_(); !d.GetSystem() && len(d.GetStartKey()) == 0 {
+			shardID = d.GetShardId()
+		}
+	}
+	leader := c.Leader(shardID)
+	var follower uint64
+	for _, id := range c.NodeIDs() {
+		if id != leader && c.Node(id).Store().Replica(shardID) != nil {
+			follower = id
+		}
+	}
+	if shardID == 0 || leader == 0 || follower == 0 {
+		t.Fatalf("shard %d, leader %d, follower %d", shardID, leader, follower)
+	}
+	after := c.Node(follower).Store().Replica(shardID).Status().Applied
+	c.Isolate(follower)
+	put(t, cl, 10, "two") // "a-two-*" is in the shard: acknowledged without the follower
+	want := c.Node(leader).Store().Replica(shardID).Status().Applied
+	if got := c.Node(follower).Store().Replica(shardID).Status().Applied; got >= want {
+		t.Fatalf("the isolated follower applied %d, the leader %d: it does not lag", got, want)
+	}
+	stream, err := cl.BackupShardLog(ctx, follower, shardID, after)
+	var last uint64
+	for err == nil {
+		var e *shalev1.BackupLogEntry
+		if e, err = stream.Recv(); err == nil {
+			last = e.GetIndex()
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		t.Fatalf("the lagging follower sent its log up to entry %d, the leader has applied %d", last, want)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("the lagging follower's log: %v, want Unavailable", err)
+	}
+	c.Heal()
+	stream, err = cl.BackupShardLog(ctx, follower, shardID, after)
+	for err == nil {
+		var e *shalev1.BackupLogEntry
+		if e, err = stream.Recv(); err == nil {
+			last = e.GetIndex()
+		}
+	}
+	if !errors.Is(err, io.EOF) || last < want {
+		t.Fatalf("after healing, the follower's log ends at %d (the leader applied %d before): %v", last, want, err)
 	}
 }

@@ -3,15 +3,16 @@ package backup
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -88,7 +89,7 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 	if err := ValidID(id); err != nil {
 		return nil, stats, fmt.Errorf("backup: %w", err)
 	}
-	unlock, err := loc.lock("create " + id)
+	unlock, err := loc.lock(ctx, "create "+id)
 	if err != nil {
 		return nil, stats, err
 	}
@@ -100,7 +101,7 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 	m := &Manifest{Format: FormatVersion, ID: id, ClusterID: st.GetClusterId(), Started: started}
 	base := map[uint64]*Part{}
 	if opts.Base != "" {
-		bm, err := loc.Describe(opts.Base)
+		bm, err := loc.Describe(ctx, opts.Base)
 		if err != nil {
 			return nil, stats, fmt.Errorf("backup: the base backup: %w", err)
 		}
@@ -114,16 +115,15 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 
 	// Only now, with the base and the cluster known, does the backup exist
 	// (incomplete until its manifest is written).
-	if err := os.MkdirAll(filepath.Join(loc.dir, "backups"), 0o755); err != nil {
-		return nil, stats, fmt.Errorf("backup: %w", err)
-	}
-	if err := os.Mkdir(loc.backupDir(id), 0o755); err != nil {
+	host, _ := os.Hostname()
+	begun, _ := json.Marshal(map[string]any{"id": id, "cluster": m.ClusterID, "base": opts.Base, "host": host, "started": started})
+	if err := loc.st.create(ctx, startedName(id), begun); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, stats, fmt.Errorf("backup: %s already holds a backup %s", loc.dir, id)
+			return nil, stats, fmt.Errorf("backup: %s already holds a backup %s", loc, id)
 		}
 		return nil, stats, fmt.Errorf("backup: %w", err)
 	}
-	stored, err := loc.storedFiles()
+	stored, err := loc.storedFiles(ctx)
 	if err != nil {
 		return nil, stats, err
 	}
@@ -182,7 +182,7 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 		if err != nil {
 			return nil, stats, fmt.Errorf("backup: encode the manifest: %w", err)
 		}
-		if err := writeFileAtomic(loc.manifestPath(id), b); err != nil {
+		if err := loc.st.put(ctx, manifestName(id), bytes.NewReader(b), int64(len(b))); err != nil {
 			return nil, stats, fmt.Errorf("backup: write the manifest: %w", err)
 		}
 		return m, stats, nil
@@ -369,9 +369,6 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 		Date:         HLC{WallNanos: hdr.GetHlc().GetWallNanos(), Logical: hdr.GetHlc().GetLogical()},
 		Until:        until,
 	}
-	if err := os.MkdirAll(filepath.Join(loc.dir, filepath.FromSlash(prefix)), 0o755); err != nil {
-		return nil, err
-	}
 	for i, f := range hdr.GetFiles() {
 		if err := validFileName(f.GetName()); err != nil {
 			return nil, fmt.Errorf("%w: node %d: shard %d: %v", ErrCorrupt, node, shardID, err)
@@ -383,7 +380,7 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 			stats.BytesSkipped += int64(f.GetSize())
 			continue
 		}
-		if err := receiveFile(stream, loc, uint32(i), f, path); err != nil {
+		if err := receiveFile(ctx, stream, loc, uint32(i), f, path); err != nil {
 			return nil, fmt.Errorf("node %d: shard %d: file %s: %w", node, shardID, f.GetName(), err)
 		}
 		stored[path] = true
@@ -396,90 +393,81 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 		}
 		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
 	}
-	if err := syncDir(filepath.Join(loc.dir, filepath.FromSlash(prefix))); err != nil {
-		return nil, err
-	}
 	return p, nil
 }
 
 // receiveFile stores file index of the stream at path (relative to the
-// location), through a synced temporary file, checking every chunk's and
-// the whole file's checksum.
-func receiveFile(stream shalev1.Admin_BackupShardClient, loc *Location, index uint32, f *shalev1.SnapshotFile, path string) error {
-	final := filepath.Join(loc.dir, filepath.FromSlash(path))
-	tmp, err := os.CreateTemp(filepath.Dir(final), ".tmp-*")
-	if err != nil {
-		return err
+// location), checking every chunk's and the whole file's checksum before
+// the store sees the chunk: a damaged file is never stored.
+func receiveFile(ctx context.Context, stream shalev1.Admin_BackupShardClient, loc *Location, index uint32, f *shalev1.SnapshotFile, path string) error {
+	r := &fileReader{stream: stream, index: index, size: f.GetSize(), crc: f.GetCrc32C()}
+	if r.size == 0 {
+		if err := r.sum.check(0, r.crc); err != nil {
+			return err
+		}
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	defer tmp.Close() // a second Close after the one below is harmless
-	sum := &crcCounter{}
-	out := io.MultiWriter(tmp, sum)
-	for sum.n < f.GetSize() {
-		c, err := stream.Recv()
+	return loc.st.put(ctx, path, r, int64(r.size))
+}
+
+// fileReader reads one file's chunks off a backup stream, checking each
+// chunk's place and checksum, and the whole file's size and checksum when
+// its last chunk arrives, before it yields that chunk.
+type fileReader struct {
+	stream  shalev1.Admin_BackupShardClient
+	index   uint32
+	size    uint64
+	crc     uint32
+	sum     crcCounter
+	pending []byte
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		if r.sum.n == r.size {
+			return 0, io.EOF
+		}
+		c, err := r.stream.Recv()
 		if err == io.EOF {
-			return fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, sum.n, f.GetSize())
+			return 0, fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, r.sum.n, r.size)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		data := c.GetData()
 		switch {
-		case c.GetHeader() != nil || c.GetFileIndex() != index || c.GetOffset() != sum.n:
-			return fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), index, sum.n)
-		case len(data) == 0 || sum.n+uint64(len(data)) > f.GetSize():
-			return fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), sum.n, f.GetSize())
+		case c.GetHeader() != nil || c.GetFileIndex() != r.index || c.GetOffset() != r.sum.n:
+			return 0, fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), r.index, r.sum.n)
+		case len(data) == 0 || r.sum.n+uint64(len(data)) > r.size:
+			return 0, fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), r.sum.n, r.size)
 		case crc32.Checksum(data, castagnoli) != c.GetCrc32C():
-			return fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, sum.n)
+			return 0, fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, r.sum.n)
 		}
-		if _, err := out.Write(data); err != nil {
-			return err
+		_, _ = r.sum.Write(data)
+		if r.sum.n == r.size {
+			if err := r.sum.check(r.size, r.crc); err != nil {
+				return 0, err
+			}
 		}
+		r.pending = data
 	}
-	if err := sum.check(f.GetSize(), f.GetCrc32C()); err != nil {
-		return err
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), final)
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
 }
 
 // storedFiles lists the files stored in the location whose size matches
-// their name (a file cut short by a crash is not taken for stored).
-func (l *Location) storedFiles() (map[string]bool, error) {
-	out := map[string]bool{}
-	root := filepath.Join(l.dir, "files")
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && path == root {
-				return filepath.SkipDir
-			}
-			return err
-		}
-		if d.IsDir() || isTemp(d.Name()) {
-			return nil
-		}
-		rel, err := filepath.Rel(l.dir, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		f, ok := parseStored(rel, filepath.ToSlash(filepath.Dir(rel))+"/")
-		if !ok {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if uint64(info.Size()) == f.GetSize() {
-			out[rel] = true
-		}
-		return nil
-	})
+// their name (a file cut short is not taken for stored).
+func (l *Location) storedFiles(ctx context.Context) (map[string]bool, error) {
+	objs, err := l.st.list(ctx, "files/")
 	if err != nil {
 		return nil, fmt.Errorf("backup: list stored files: %w", err)
+	}
+	out := map[string]bool{}
+	for _, o := range objs {
+		dir := o.name[:strings.LastIndexByte(o.name, '/')+1]
+		if f, ok := parseStored(o.name, dir); ok && uint64(o.size) == f.GetSize() {
+			out[o.name] = true
+		}
 	}
 	return out, nil
 }

@@ -1,51 +1,70 @@
 package backup
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 )
 
-// Location is a directory holding backups.
+// Location is where backups are kept: a directory (local or mounted) or a
+// prefix of an S3 bucket.
 type Location struct {
-	dir string
+	st store
 }
 
-// Open returns the location at dir. It must exist unless create is set, in
-// which case it is created.
-func Open(dir string, create bool) (*Location, error) {
-	if dir == "" {
+// Open returns the location where names: a directory path, or an S3 URL,
+// s3://BUCKET[/PREFIX][?endpoint=URL][&region=REGION] (credentials from
+// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the AWS credentials file or
+// the instance's role; the endpoint and region also from AWS_ENDPOINT_URL
+// and AWS_REGION). A directory must exist unless create is set, in which
+// case it is created; a bucket must exist.
+func Open(ctx context.Context, where string, create bool) (*Location, error) {
+	if where == "" {
 		return nil, errors.New("backup: no location given")
 	}
-	if create {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("backup: create location %s: %w", dir, err)
+	if strings.HasPrefix(where, "s3://") {
+		u, err := url.Parse(where)
+		if err != nil {
+			return nil, fmt.Errorf("backup: location %q: %w", where, err)
 		}
+		st, err := openS3(ctx, where, u)
+		if err != nil {
+			return nil, err
+		}
+		return &Location{st: st}, nil
 	}
-	st, err := os.Stat(dir)
+	if i := strings.Index(where, "://"); i > 0 && !strings.ContainsAny(where[:i], "/.") {
+		return nil, fmt.Errorf("backup: location %s: unknown scheme %q (a directory path or s3://BUCKET/PREFIX)", where, where[:i])
+	}
+	st, err := openDir(where, create)
 	if err != nil {
-		return nil, fmt.Errorf("backup: location %s: %w", dir, err)
+		return nil, err
 	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("backup: location %s is not a directory", dir)
-	}
-	return &Location{dir: dir}, nil
+	return &Location{st: st}, nil
 }
 
-// Dir is the location's directory.
-func (l *Location) Dir() string { return l.dir }
+// String names the location as Open accepts it: the directory, or the
+// s3:// URL with the endpoint and region it was given.
+func (l *Location) String() string { return l.st.String() }
 
-func (l *Location) backupDir(id string) string { return filepath.Join(l.dir, "backups", id) }
+func backupPrefix(id string) string { return "backups/" + id + "/" }
 
-func (l *Location) manifestPath(id string) string {
-	return filepath.Join(l.backupDir(id), "manifest.json")
-}
+func manifestName(id string) string { return backupPrefix(id) + "manifest.json" }
+
+// startedName marks a backup begun: it is written, exclusively, before
+// any of the backup's files, and makes a backup without a manifest
+// incomplete rather than absent.
+func startedName(id string) string { return backupPrefix(id) + "started.json" }
+
+const lockName = "lock"
 
 // lockInfo is the lock file's contents.
 type lockInfo struct {
@@ -58,28 +77,28 @@ type lockInfo struct {
 // lock takes the location's lock for op: one backup is written or deleted
 // at a time. A lock left by a process that died must be removed by hand;
 // the error says where it is.
-func (l *Location) lock(op string) (unlock func(), err error) {
-	path := filepath.Join(l.dir, "lock")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			var held lockInfo
-			b, _ := os.ReadFile(path)
-			_ = json.Unmarshal(b, &held)
-			return nil, fmt.Errorf("backup: location %s is locked by %q (pid %d on %s since %s); if no backup runs there, remove %s",
-				l.dir, held.Op, held.PID, held.Host, held.Since.Format(time.RFC3339), path)
-		}
-		return nil, fmt.Errorf("backup: lock %s: %w", l.dir, err)
-	}
+func (l *Location) lock(ctx context.Context, op string) (unlock func(), err error) {
 	host, _ := os.Hostname()
 	b, _ := json.Marshal(lockInfo{Op: op, PID: os.Getpid(), Host: host, Since: time.Now().UTC()})
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("backup: lock %s: %w", l.dir, errors.Join(werr, cerr))
+	if err := l.st.create(ctx, lockName, b); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			var held lockInfo
+			if r, oerr := l.st.open(ctx, lockName); oerr == nil {
+				hb, _ := io.ReadAll(io.LimitReader(r, 1<<16))
+				_ = r.Close()
+				_ = json.Unmarshal(hb, &held)
+			}
+			return nil, fmt.Errorf("backup: location %s is locked by %q (pid %d on %s since %s); if no backup runs there, remove %s",
+				l, held.Op, held.PID, held.Host, held.Since.Format(time.RFC3339), l.st.where(lockName))
+		}
+		return nil, fmt.Errorf("backup: lock %s: %w", l, err)
 	}
-	return func() { _ = os.Remove(path) }, nil
+	return func() {
+		// The lock goes even when the caller's context is done.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = l.st.remove(ctx, lockName)
+	}, nil
 }
 
 // State says whether a backup is usable.
@@ -107,27 +126,30 @@ type Entry struct {
 
 // List returns the location's backups, oldest first (by start time, then
 // ID; incomplete and corrupt ones by ID after the complete ones).
-func (l *Location) List() ([]Entry, error) {
-	ents, err := os.ReadDir(filepath.Join(l.dir, "backups"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+func (l *Location) List(ctx context.Context) ([]Entry, error) {
+	objs, err := l.st.list(ctx, "backups/")
 	if err != nil {
-		return nil, fmt.Errorf("backup: list %s: %w", l.dir, err)
+		return nil, fmt.Errorf("backup: list %s: %w", l, err)
 	}
 	var out []Entry
-	for _, e := range ents {
-		if !e.IsDir() || ValidID(e.Name()) != nil {
+	seen := map[string]bool{}
+	for _, o := range objs {
+		id, _, ok := strings.Cut(strings.TrimPrefix(o.name, "backups/"), "/")
+		if !ok || seen[id] || ValidID(id) != nil {
 			continue
 		}
-		m, err := l.Describe(e.Name())
+		seen[id] = true
+		m, err := l.Describe(ctx, id)
 		switch {
 		case err == nil:
-			out = append(out, Entry{ID: e.Name(), State: Complete, Manifest: m})
+			out = append(out, Entry{ID: id, State: Complete, Manifest: m})
 		case errors.Is(err, fs.ErrNotExist):
-			out = append(out, Entry{ID: e.Name(), State: Incomplete})
+			out = append(out, Entry{ID: id, State: Incomplete})
 		default:
-			out = append(out, Entry{ID: e.Name(), State: Corrupt, Err: err})
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			out = append(out, Entry{ID: id, State: Corrupt, Err: err})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -143,20 +165,26 @@ func (l *Location) List() ([]Entry, error) {
 	return out, nil
 }
 
+// Exists reports whether backup id is in the location, complete or not.
+func (l *Location) Exists(ctx context.Context, id string) (bool, error) {
+	objs, err := l.st.list(ctx, backupPrefix(id))
+	return len(objs) > 0, err
+}
+
 // Describe reads backup id's manifest. A backup without one gives an error
 // wrapping fs.ErrNotExist; a manifest that does not read back intact, one
 // wrapping ErrCorrupt.
-func (l *Location) Describe(id string) (*Manifest, error) {
+func (l *Location) Describe(ctx context.Context, id string) (*Manifest, error) {
 	if err := ValidID(id); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
-	b, err := os.ReadFile(l.manifestPath(id))
+	b, err := l.readAll(ctx, manifestName(id), maxManifestBytes)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if _, serr := os.Stat(l.backupDir(id)); serr == nil {
+			if ok, lerr := l.Exists(ctx, id); lerr == nil && ok {
 				return nil, fmt.Errorf("backup: %s is incomplete (no manifest): it is being written, or failed: %w", id, err)
 			}
-			return nil, fmt.Errorf("backup: no backup %s in %s: %w", id, l.dir, err)
+			return nil, fmt.Errorf("backup: no backup %s in %s: %w", id, l, err)
 		}
 		return nil, fmt.Errorf("backup: read the manifest of %s: %w", id, err)
 	}
@@ -168,6 +196,26 @@ func (l *Location) Describe(id string) (*Manifest, error) {
 		return nil, fmt.Errorf("backup %s: %w: its manifest names backup %s", id, ErrCorrupt, m.ID)
 	}
 	return m, nil
+}
+
+// maxManifestBytes bounds the manifest read back.
+const maxManifestBytes = 1 << 30
+
+// readAll reads object name whole, refusing one over limit bytes.
+func (l *Location) readAll(ctx context.Context, name string, limit int64) ([]byte, error) {
+	r, err := l.st.open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrCorrupt, name, limit)
+	}
+	return b, nil
 }
 
 // DeleteResult says what Delete removed.
@@ -182,37 +230,40 @@ type DeleteResult struct {
 // no complete backup left in the location uses. While any backup's
 // manifest is corrupt, no stored file is removed (its files are not
 // known).
-func (l *Location) Delete(id string) (DeleteResult, error) {
+func (l *Location) Delete(ctx context.Context, id string) (DeleteResult, error) {
 	if err := ValidID(id); err != nil {
 		return DeleteResult{}, fmt.Errorf("backup: %w", err)
 	}
-	if _, err := os.Stat(l.backupDir(id)); err != nil {
-		return DeleteResult{}, fmt.Errorf("backup: no backup %s in %s: %w", id, l.dir, err)
+	objs, err := l.st.list(ctx, backupPrefix(id))
+	if err != nil {
+		return DeleteResult{}, fmt.Errorf("backup: delete %s: %w", id, err)
 	}
-	unlock, err := l.lock("delete " + id)
+	if len(objs) == 0 {
+		return DeleteResult{}, fmt.Errorf("backup: no backup %s in %s: %w", id, l, fs.ErrNotExist)
+	}
+	unlock, err := l.lock(ctx, "delete "+id)
 	if err != nil {
 		return DeleteResult{}, err
 	}
 	defer unlock()
 	// The manifest goes first: a backup half-deleted is incomplete, never
 	// taken for complete.
-	if err := os.Remove(l.manifestPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := l.st.remove(ctx, manifestName(id)); err != nil {
 		return DeleteResult{}, fmt.Errorf("backup: delete %s: %w", id, err)
 	}
-	if err := syncDir(l.backupDir(id)); err != nil {
-		return DeleteResult{}, fmt.Errorf("backup: delete %s: %w", id, err)
+	for _, o := range objs {
+		if err := l.st.remove(ctx, o.name); err != nil {
+			return DeleteResult{}, fmt.Errorf("backup: delete %s: %w", id, err)
+		}
 	}
-	if err := os.RemoveAll(l.backupDir(id)); err != nil {
-		return DeleteResult{}, fmt.Errorf("backup: delete %s: %w", id, err)
-	}
-	return l.collect()
+	return l.collect(ctx)
 }
 
 // collect removes the stored files no complete backup uses. The caller
 // holds the lock.
-func (l *Location) collect() (DeleteResult, error) {
+func (l *Location) collect(ctx context.Context) (DeleteResult, error) {
 	var res DeleteResult
-	entries, err := l.List()
+	entries, err := l.List(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -230,73 +281,19 @@ func (l *Location) collect() (DeleteResult, error) {
 			}
 		}
 	}
-	root := filepath.Join(l.dir, "files")
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && path == root {
-				return filepath.SkipDir
-			}
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		rel, err := filepath.Rel(l.dir, path)
-		if err != nil {
-			return err
-		}
-		if used[filepath.ToSlash(rel)] {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if err := os.Remove(path); err != nil {
-			return err
-		}
-		res.FilesRemoved++
-		res.BytesRemoved += info.Size()
-		return nil
-	})
+	objs, err := l.st.list(ctx, "files/")
 	if err != nil {
 		return res, fmt.Errorf("backup: remove unused files: %w", err)
 	}
+	for _, o := range objs {
+		if used[o.name] {
+			continue
+		}
+		if err := l.st.remove(ctx, o.name); err != nil {
+			return res, fmt.Errorf("backup: remove unused file %s: %w", o.name, err)
+		}
+		res.FilesRemoved++
+		res.BytesRemoved += o.size
+	}
 	return res, nil
 }
-
-// syncDir makes dir's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	cerr := d.Close()
-	return errors.Join(serr, cerr)
-}
-
-// writeFileAtomic writes b to path through a synced temporary file renamed
-// into place, then syncs the directory.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// isTemp reports whether a stored file's name is a temporary one.
-func isTemp(name string) bool { return strings.HasPrefix(name, ".tmp-") }

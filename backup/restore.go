@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -31,19 +32,19 @@ func (l *Location) CopyPart(ctx context.Context, part *Part, dir string) (err er
 		if err := validFileName(f.Name); err != nil {
 			return fmt.Errorf("%w: shard %d: %v", ErrCorrupt, part.ShardID, err)
 		}
-		if err := l.copyFile(f, filepath.Join(dir, f.Name), buf); err != nil {
+		if err := l.copyFile(ctx, f, filepath.Join(dir, f.Name), buf); err != nil {
 			return fmt.Errorf("backup: shard %d: %s (%s): %w", part.ShardID, f.Name, f.Path, err)
 		}
 	}
 	return syncDir(dir)
 }
 
-func (l *Location) copyFile(f File, dst string, buf []byte) error {
+func (l *Location) copyFile(ctx context.Context, f File, dst string, buf []byte) error {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	if err := readChecked(filepath.Join(l.dir, filepath.FromSlash(f.Path)), f, out, buf); err != nil {
+	if err := l.readChecked(ctx, f, out, buf); err != nil {
 		_ = out.Close()
 		return err
 	}
@@ -52,20 +53,61 @@ func (l *Location) copyFile(f File, dst string, buf []byte) error {
 	return errors.Join(serr, cerr)
 }
 
-// readChecked copies the stored file at path to w, and fails with an error
+// readChecked copies the stored file f to w, and fails with an error
 // wrapping ErrCorrupt when it is missing or its size or CRC-32C is not f's.
-func readChecked(path string, f File, w io.Writer, buf []byte) error {
-	in, err := os.Open(path)
+func (l *Location) readChecked(ctx context.Context, f File, w io.Writer, buf []byte) error {
+	in, err := l.openChecked(ctx, f)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: missing", ErrCorrupt)
-		}
 		return err
 	}
 	defer in.Close()
-	sum := &crcCounter{}
-	if _, err := io.CopyBuffer(io.MultiWriter(w, sum), in, buf); err != nil {
-		return err
-	}
-	return sum.check(f.Size, f.CRC32C)
+	_, err = io.CopyBuffer(w, in, buf)
+	return err
 }
+
+// openChecked opens the stored file f for a read that fails, wrapping
+// ErrCorrupt, when f is missing or its size or CRC-32C is not f's; the
+// last bytes are given only once the whole file checked out, so a reader
+// that stops at f.Size bytes never takes a damaged file for a sound one.
+func (l *Location) openChecked(ctx context.Context, f File) (io.ReadCloser, error) {
+	in, err := l.st.open(ctx, f.Path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: missing", ErrCorrupt)
+		}
+		return nil, err
+	}
+	return &checkedReader{in: in, r: ctxReader{ctx, in}, size: f.Size, crc: f.CRC32C}, nil
+}
+
+// checkedReader reads a stored file, checking its size and checksum.
+type checkedReader struct {
+	in   io.Closer
+	r    io.Reader
+	size uint64
+	crc  uint32
+	sum  crcCounter
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		_, _ = c.sum.Write(p[:n])
+		if c.sum.n > c.size {
+			return 0, fmt.Errorf("%w: over %d bytes", ErrCorrupt, c.size)
+		}
+		if c.sum.n == c.size {
+			if cerr := c.sum.check(c.size, c.crc); cerr != nil {
+				return 0, cerr
+			}
+		}
+	}
+	if err == io.EOF {
+		if cerr := c.sum.check(c.size, c.crc); cerr != nil {
+			return 0, cerr
+		}
+	}
+	return n, err
+}
+
+func (c *checkedReader) Close() error { return c.in.Close() }

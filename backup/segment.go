@@ -9,7 +9,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 
 	"google.golang.org/protobuf/proto"
 
@@ -81,11 +80,9 @@ func fetchLog(ctx context.Context, cl Cluster, loc *Location, node, shardID, aft
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(loc.dir, "files", fmt.Sprintf("shard-%d", shardID))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	// The segment's name carries its size and checksum, known only at its
+	// end: it is written to a temporary file first.
+	tmp, err := loc.st.tempFile()
 	if err != nil {
 		return nil, err
 	}
@@ -129,24 +126,21 @@ func fetchLog(ctx context.Context, cl Cluster, loc *Location, node, shardID, aft
 	if err := w.Flush(); err != nil {
 		return nil, err
 	}
-	if err := tmp.Sync(); err != nil {
-		return nil, err
-	}
 	seg.Name = fmt.Sprintf("log-%d-%d", seg.FromIndex, seg.ToIndex)
 	seg.Size, seg.CRC32C = sum.n, sum.crc
 	seg.Path = storedPath(shardID, seg.Name, seg.Size, seg.CRC32C)
-	if err := os.Rename(tmp.Name(), filepath.Join(loc.dir, filepath.FromSlash(seg.Path))); err != nil {
+	if err := loc.st.putFile(ctx, seg.Path, tmp, int64(seg.Size)); err != nil {
 		return nil, err
 	}
-	return seg, syncDir(dir)
+	return seg, nil
 }
 
 // CheckLog checks the size and checksum of every log segment of part. A
 // missing or damaged one is an error wrapping ErrCorrupt.
-func (l *Location) CheckLog(part *Part) error {
+func (l *Location) CheckLog(ctx context.Context, part *Part) error {
 	buf := make([]byte, 1<<20)
 	for _, seg := range part.Log {
-		if err := readChecked(filepath.Join(l.dir, filepath.FromSlash(seg.Path)), seg.File, io.Discard, buf); err != nil {
+		if err := l.readChecked(ctx, seg.File, io.Discard, buf); err != nil {
 			return fmt.Errorf("backup: shard %d: log %s (%s): %w", part.ShardID, seg.Name, seg.Path, err)
 		}
 	}
@@ -159,40 +153,33 @@ func (l *Location) CheckLog(part *Part) error {
 // its end: a missing or damaged segment is an error wrapping ErrCorrupt,
 // possibly after fn saw the entries before the damage (CheckLog first to
 // refuse a damaged log before acting on any of it).
-func (l *Location) ReadLog(part *Part, fn func(*shalev1.BackupLogEntry) error) error {
+func (l *Location) ReadLog(ctx context.Context, part *Part, fn func(*shalev1.BackupLogEntry) error) error {
 	for _, seg := range part.Log {
-		if err := l.readSegment(seg, fn); err != nil {
+		if err := l.readSegment(ctx, seg, fn); err != nil {
 			return fmt.Errorf("backup: shard %d: log %s (%s): %w", part.ShardID, seg.Name, seg.Path, err)
 		}
 	}
 	return nil
 }
 
-func (l *Location) readSegment(seg Segment, fn func(*shalev1.BackupLogEntry) error) error {
-	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(seg.Path)))
+func (l *Location) readSegment(ctx context.Context, seg Segment, fn func(*shalev1.BackupLogEntry) error) error {
+	f, err := l.openChecked(ctx, seg.File)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: missing", ErrCorrupt)
-		}
 		return err
 	}
 	defer f.Close()
-	sum := &crcCounter{}
 	next := seg.FromIndex
-	err = readFrames(bufio.NewReaderSize(io.TeeReader(f, sum), 1<<20), func(e *shalev1.BackupLogEntry) error {
+	err = readFrames(bufio.NewReaderSize(f, 1<<20), func(e *shalev1.BackupLogEntry) error {
 		if e.GetIndex() != next || next > seg.ToIndex {
 			return fmt.Errorf("%w: entry %d where %d was due", ErrCorrupt, e.GetIndex(), next)
 		}
 		next++
 		return fn(e)
 	})
-	switch {
-	case err != nil:
-		return err
-	case next != seg.ToIndex+1:
+	if err == nil && next != seg.ToIndex+1 {
 		return fmt.Errorf("%w: the segment ends at entry %d, not %d", ErrCorrupt, next-1, seg.ToIndex)
 	}
-	return sum.check(seg.Size, seg.CRC32C)
+	return err
 }
 
 // crcCounter is an io.Writer that sums the CRC-32C and size of what it is

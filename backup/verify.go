@@ -2,9 +2,9 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 )
 
@@ -28,7 +28,7 @@ type VerifyReport struct {
 // when anything is wrong, with every problem in the report.
 func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyProgress)) (VerifyReport, error) {
 	var rep VerifyReport
-	m, err := loc.Describe(id)
+	m, err := loc.Describe(ctx, id)
 	if err != nil {
 		return rep, err
 	}
@@ -43,8 +43,13 @@ func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyP
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
-			if problem := checkFile(filepath.Join(loc.dir, filepath.FromSlash(f.Path)), f, buf); problem != "" {
+			// A missing or damaged file is a problem to report; any other
+			// error (the store unreachable) stops the verification.
+			if err := loc.readChecked(ctx, f, io.Discard, buf); errors.Is(err, ErrCorrupt) {
+				problem := strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
 				rep.Problems = append(rep.Problems, fmt.Sprintf("shard %d: %s (%s): %s", p.ShardID, f.Name, f.Path, problem))
+			} else if err != nil {
+				return rep, fmt.Errorf("backup %s: read %s: %w", id, f.Path, err)
 			}
 			rep.Files++
 			rep.Bytes += int64(f.Size)
@@ -58,13 +63,4 @@ func Verify(ctx context.Context, loc *Location, id string, progress func(VerifyP
 		return rep, fmt.Errorf("backup %s: %w: %d of %d files bad: %s", id, ErrCorrupt, len(rep.Problems), rep.Files, rep.Problems[0])
 	}
 	return rep, nil
-}
-
-// checkFile returns what is wrong with the stored file at path, or "".
-func checkFile(path string, f File, buf []byte) string {
-	err := readChecked(path, f, io.Discard, buf)
-	if err == nil {
-		return ""
-	}
-	return strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
 }

@@ -92,10 +92,15 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first client, which also makes the final reads, keeps a trace of
+	// its last failed attempts (which node answered what): on a failure it
+	// is printed, and saved with the logs.
+	trace := newAttemptTrace(200)
 	failed := true
 	defer func() {
 		if failed {
 			saveLogs(t, c, out)
+			trace.report(t, out)
 		}
 		if err := c.Close(context.Background()); err != nil {
 			t.Errorf("clean up: %v", err)
@@ -103,7 +108,11 @@ func TestChaos(t *testing.T) {
 	}()
 	var clients []*client.Client
 	for i := 0; i < 3; i++ {
-		cl, err := c.Client(ctx, client.WithDefaultTimeout(5*time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+		opts := []client.Option{client.WithDefaultTimeout(5 * time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+		if i == 0 {
+			opts = append(opts, client.WithLogger(slog.New(trace)))
+		}
+		cl, err := c.Client(ctx, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,4 +331,64 @@ func TestSameIndex(t *testing.T) {
 	if !sameIndex([]*shalev1.ReplicaChecksumResponse{r(1, 10), r(2, 10)}) {
 		t.Fatal("one index reported as different")
 	}
+}
+
+// attemptTrace is a slog handler keeping the last records a client logs at
+// debug level: its failed attempts, each with the node and the error.
+type attemptTrace struct {
+	ring  *traceRing
+	attrs []slog.Attr
+}
+
+type traceRing struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+	full  bool
+}
+
+func newAttemptTrace(n int) *attemptTrace {
+	return &attemptTrace{ring: &traceRing{lines: make([]string, n)}}
+}
+
+func (a *attemptTrace) Enabled(context.Context, slog.Level) bool { return true }
+
+func (a *attemptTrace) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
+	for _, at := range a.attrs {
+		fmt.Fprintf(&b, " %s=%v", at.Key, at.Value)
+	}
+	r.Attrs(func(at slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", at.Key, at.Value)
+		return true
+	})
+	g := a.ring
+	g.mu.Lock()
+	g.lines[g.next] = b.String()
+	g.next = (g.next + 1) % len(g.lines)
+	g.full = g.full || g.next == 0
+	g.mu.Unlock()
+	return nil
+}
+
+func (a *attemptTrace) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &attemptTrace{ring: a.ring, attrs: append(slices.Clip(a.attrs), attrs...)}
+}
+
+func (a *attemptTrace) WithGroup(string) slog.Handler { return a }
+
+// report prints the last 30 records to the test's output and saves all of
+// them as client-attempts.log in dir.
+func (a *attemptTrace) report(t *testing.T, dir string) {
+	g := a.ring
+	g.mu.Lock()
+	var out []string
+	if g.full {
+		out = append(out, g.lines[g.next:]...)
+	}
+	out = append(out, g.lines[:g.next]...)
+	g.mu.Unlock()
+	_ = os.WriteFile(filepath.Join(dir, "client-attempts.log"), []byte(strings.Join(out, "\n")+"\n"), 0o644)
+	t.Logf("the first client's last failed attempts (all %d in client-attempts.log):\n  %s", len(out), strings.Join(out[max(0, len(out)-30):], "\n  "))
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,12 +19,34 @@ import (
 	"github.com/shale-db/shale/server/shard"
 )
 
+// caughtUpShard returns the local replica of shard id once it has applied
+// every entry committed before the call (a read barrier through the
+// leader, as a linearizable read on a follower): what a backup copies from
+// it then holds every write acknowledged before the backup asked, even from
+// a follower that lagged.
+func (n *Node) caughtUpShard(ctx context.Context, id uint64) (*shard.Shard, error) {
+	sm, err := n.localShard(id)
+	if err != nil {
+		return nil, err
+	}
+	r := n.store.Replica(id)
+	if r == nil {
+		return nil, n.shardNotFoundErr(id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	if err := r.ReadIndex(ctx); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "node %d: shard %d: could not catch up with the shard's leader: %v", n.cfg.NodeID, id, err)
+	}
+	return sm, nil
+}
+
 // BackupShard implements the Admin RPC for the receiving node's own replica
 // (it is not forwarded: the caller picks the node). The checkpoint lives in
 // the node's snapshot directory, hard-linked, only while the stream lasts.
 func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shalev1.Admin_BackupShardServer) error {
 	n := s.n
-	sm, err := n.localShard(req.GetShardId())
+	sm, err := n.caughtUpShard(stream.Context(), req.GetShardId())
 	if err != nil {
 		return err
 	}
@@ -85,7 +108,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 // replica (not forwarded).
 func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream shalev1.Admin_BackupShardLogServer) error {
 	n := s.n
-	sm, err := n.localShard(req.GetShardId())
+	sm, err := n.caughtUpShard(stream.Context(), req.GetShardId())
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	// checkpoint must be dated before it, and the backup must have read
 	// every shard after it. Zero: everything the backup holds.
 	RestoreAsOf time.Time
+	// preparedRestore is set when the restore comes from a data directory
+	// `shalectl restore` prepared (RestoreFrom is its staged copy).
+	preparedRestore bool
 	// ReplicationFactor is how many replicas each shard gets (default 3).
 	ReplicationFactor int
 	// Limits on requests.

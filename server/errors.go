@@ -94,3 +94,18 @@ func (n *Node) replicationErr(ctx context.Context, shardID uint64, err error) er
 	}
 	return status.Errorf(codes.Internal, "shard %d: %v", shardID, err)
 }
+
+// isNotLeader reports whether err is a status made by notLeaderErr: the
+// request was refused before it was proposed.
+func isNotLeader(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*shalev1.NotLeader); ok {
+			return true
+		}
+	}
+	return false
+}

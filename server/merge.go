@@ -106,21 +106,10 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
 	// Lead the right shard here too, so its freeze applies here first.
-	if !rr.IsLeader() {
-		tr := &shalev1.TransferLeaderRequest{ShardId: rightID, TargetNodeId: n.cfg.NodeID, Scheduled: true}
-		if _, err := (&adminService{n: n}).transferLeader(inner, tr, true); err != nil {
-			return nil, fmt.Errorf("merge: move shard %d's leadership here: %w", rightID, err)
-		}
-		for !rr.IsLeader() {
-			select {
-			case <-inner.Done():
-				return nil, status.Errorf(codes.Unavailable, "shard %d: could not take its leadership for the merge", rightID)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
+	// A balancer may move a leadership away meanwhile: every step takes it
+	// back and retries while the proposal was refused unproposed.
 	if right.GetMergingInto() == 0 {
-		if _, err := n.proposeMerge(ctx, inner, rr, right.GetEpoch(), &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}}); err != nil {
+		if _, err := n.proposeLed(ctx, inner, rr, right.GetEpoch(), &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}}); err != nil {
 			return nil, fmt.Errorf("freeze shard %d: %w", rightID, err)
 		}
 		right = rsm.Descriptor()
@@ -129,7 +118,7 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 	if !bytes.Equal(merged.GetEndKey(), right.GetEndKey()) {
 		// Copy right's records through left's log, then take its range.
 		absorb := func(m *shalev1.MergeAbsorb) error {
-			_, err := n.proposeMerge(ctx, inner, lr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}})
+			_, err := n.proposeLed(ctx, inner, lr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}})
 			return err
 		}
 		if err := absorb(&shalev1.MergeAbsorb{Begin: true, Right: right}); err != nil {
@@ -159,7 +148,7 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 		}
 		merged = lsm.Descriptor()
 	}
-	if _, err := n.proposeMerge(ctx, inner, rr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}}); err != nil && !errors.Is(err, replication.ErrReplicaRemoved) {
+	if _, err := n.proposeLed(ctx, inner, rr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeRetire{MergeRetire: true}}); err != nil && !errors.Is(err, replication.ErrReplicaRemoved) {
 		return nil, fmt.Errorf("retire shard %d: %w", rightID, err)
 	}
 	n.log.Info("merged shards", "shard", leftID, "absorbed", rightID, "range", fmt.Sprintf("[%q, %q)", merged.GetStartKey(), merged.GetEndKey()))
@@ -182,6 +171,53 @@ func settled(shards ...*shalev1.ShardDescriptor) error {
 		for _, rd := range d.GetReplicas() {
 			if rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
 				return fmt.Errorf("shard %d is changing its membership; merge it afterwards", d.GetShardId())
+			}
+		}
+	}
+	return nil
+}
+
+// proposeLed proposes cmd like proposeMerge, first moving r's leadership to
+// this node if it is elsewhere. A proposal refused because this node does
+// not lead r was never proposed, so it is retried, with the leadership taken
+// back, until inner ends.
+func (n *Node) proposeLed(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	for logged := false; ; logged = true {
+		if err := n.leadHere(inner, r); err != nil {
+			return nil, err
+		}
+		res, err := n.proposeMerge(ctx, inner, r, epoch, cmd)
+		if err == nil || !isNotLeader(err) || inner.Err() != nil {
+			return res, err
+		}
+		if !logged {
+			n.log.Info("merge: the leadership moved during a step; taking it back", "shard", r.ShardID(), "error", err)
+		}
+		// A leader transferring its leadership drops proposals until the
+		// transfer ends: wait a moment rather than spin.
+		select {
+		case <-inner.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// leadHere returns once this node leads r, asking its leader to transfer
+// the leadership here as often as needed, or fails when inner ends first.
+func (n *Node) leadHere(inner context.Context, r *replication.Replica) error {
+	tr := &shalev1.TransferLeaderRequest{ShardId: r.ShardID(), TargetNodeId: n.cfg.NodeID, Scheduled: true}
+	for !r.IsLeader() {
+		// While the leadership moves, the answer is "not the leader" or
+		// "no known leader": ask again.
+		_, err := (&adminService{n: n}).transferLeader(inner, tr, true)
+		if err != nil && !isNotLeader(err) && status.Code(err) != codes.Unavailable && !r.IsLeader() {
+			return fmt.Errorf("merge: move shard %d's leadership here: %w", r.ShardID(), err)
+		}
+		for i := 0; i < 10 && !r.IsLeader(); i++ {
+			select {
+			case <-inner.Done():
+				return status.Errorf(codes.Unavailable, "shard %d: could not take its leadership for the merge", r.ShardID())
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}

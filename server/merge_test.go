@@ -178,3 +178,66 @@ func TestAutomaticMerge(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeWhileLeadershipMoves merges two shards while the right shard's
+// leadership is moved from node to node: every merge step takes the
+// leadership back and retries a proposal refused for want of it.
+func TestMergeWhileLeadershipMoves(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	a := adminOf(t, c)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "m", "x"} {
+		if _, err := cl.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rightID uint64
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		dir, err := directory(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range dir {
+			if !d.GetSystem() && string(d.GetStartKey()) == "m" {
+				rightID = d.GetShardId()
+			}
+		}
+		return rightID != 0, fmt.Sprintf("directory %v", dir)
+	})
+	done := make(chan struct{})
+	moved := make(chan int)
+	go func() {
+		n := 0
+		defer func() { moved <- n }()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := a.TransferLeader(tctx, &shalev1.TransferLeaderRequest{ShardId: rightID, TargetNodeId: uint64(i%3 + 1)})
+			cancel()
+			if err == nil {
+				n++
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	resp, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("a")})
+	close(done)
+	n := <-moved
+	if err != nil {
+		t.Fatalf("merge while the right shard's leadership moved %d times: %v", n, err)
+	}
+	t.Logf("moved %d times", n)
+	if n == 0 || resp.GetRemovedShardId() != rightID || len(resp.GetMerged().GetEndKey()) != 0 {
+		t.Fatalf("merged %v, removed %d (want %d); the leadership moved %d times", resp.GetMerged(), resp.GetRemovedShardId(), rightID, n)
+	}
+	for _, k := range []string{"a", "b", "m", "x"} {
+		if kv, err := cl.Get(ctx, []byte(k)); err != nil || kv == nil || string(kv.Value) != "v"+k {
+			t.Fatalf("%s after the merge: %v, %v", k, kv, err)
+		}
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/backup"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/grpctransport"
@@ -115,6 +116,9 @@ type nodeMeta struct {
 // cluster, and serves until Stop.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.applyDefaults()
+	if err := cfg.usePreparedRestore(); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -239,7 +243,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if bootstrap {
 		var restore *restorePlan
 		if cfg.RestoreFrom != "" {
-			if restore, err = n.planRestore(); err != nil {
+			if restore, err = n.planRestore(ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -249,6 +253,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := writeMeta(cfg.DataDir, n.metaSnapshot()); err != nil {
 		return nil, err
+	}
+	if bootstrap && n.cfg.preparedRestore {
+		// The shards hold the data now; the staged copy is no longer
+		// needed.
+		if err := os.RemoveAll(filepath.Join(cfg.DataDir, backup.PreparedDir)); err != nil {
+			n.log.Warn("could not remove the prepared restore", "err", err)
+		}
 	}
 
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/shale-db/shale/backup"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -19,6 +18,35 @@ import (
 // point in time.
 var errReplayDone = errors.New("replay reached the restore's point in time")
 
+// usePreparedRestore makes a founding node whose data directory holds a
+// restore staged by `shalectl restore` (backup.Prepare) found the cluster
+// from it, as --restore-from would. A data directory that already holds a
+// node ignores it (a node that founded the cluster removes it).
+func (c *Config) usePreparedRestore() error {
+	if c.DataDir == "" {
+		return nil
+	}
+	if _, found, err := readMeta(c.DataDir); found || err != nil {
+		return nil // Start reports a damaged identity file
+	}
+	p, ok, err := backup.ReadPrepared(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	if c.RestoreFrom != "" {
+		return fmt.Errorf("server: %s holds a prepared restore of backup %s, and --restore-from names another: give one or the other", c.DataDir, p.Backup)
+	}
+	if !c.RestoreAsOf.IsZero() {
+		return fmt.Errorf("server: %s holds a prepared restore of backup %s: its time (--as-of) is given to shalectl restore, not --restore-as-of", c.DataDir, p.Backup)
+	}
+	c.RestoreFrom, c.RestoreBackup, c.RestoreAsOf = p.Location, p.Backup, p.AsOf
+	c.preparedRestore = true
+	return nil
+}
+
 // restorePlan is what a founding node restores: the backup's user parts,
 // by start key.
 type restorePlan struct {
@@ -30,12 +58,12 @@ type restorePlan struct {
 // planRestore reads the backup Config.RestoreFrom/RestoreBackup names and
 // sets the initial splits to its user shards' boundaries, so that every
 // founding node makes the same shards.
-func (n *Node) planRestore() (*restorePlan, error) {
-	loc, err := backup.Open(n.cfg.RestoreFrom, false)
+func (n *Node) planRestore(ctx context.Context) (*restorePlan, error) {
+	loc, err := backup.Open(ctx, n.cfg.RestoreFrom, false)
 	if err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
-	m, err := loc.Describe(n.cfg.RestoreBackup)
+	m, err := loc.Describe(ctx, n.cfg.RestoreBackup)
 	if err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
@@ -80,13 +108,8 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 			return nil, fmt.Errorf("server: restore: no part of backup %s covers shard %d [%q, %q)", p.manifest.ID, d.GetShardId(), d.GetStartKey(), d.GetEndKey())
 		}
 		if !asOf.IsZero() {
-			if part.Date.After(asOf) {
-				return nil, fmt.Errorf("server: restore as of %s: backup %s copied shard %d [%q, %q) at %s, later; restore from an earlier backup",
-					asOf.Format(time.RFC3339Nano), p.manifest.ID, part.ShardID, part.Start, part.End, part.Date.Time().Format(time.RFC3339Nano))
-			}
-			if asOf.After(part.Until) {
-				return nil, fmt.Errorf("server: restore as of %s: backup %s holds shard %d [%q, %q) only until %s; take an incremental backup after that time",
-					asOf.Format(time.RFC3339Nano), p.manifest.ID, part.ShardID, part.Start, part.End, part.Until.Format(time.RFC3339Nano))
+			if err := part.CheckAsOf(p.manifest.ID, asOf); err != nil {
+				return nil, fmt.Errorf("server: %w", err)
 			}
 		}
 		dir := filepath.Join(n.cfg.DataDir, "snapshots", "in", fmt.Sprintf("restore-%d", d.GetShardId()))
@@ -99,7 +122,7 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		if err := p.loc.CopyPart(ctx, part, dir); err != nil {
 			return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 		}
-		if err := p.loc.CheckLog(part); err != nil {
+		if err := p.loc.CheckLog(ctx, part); err != nil {
 			return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 		}
 		staged[d.GetShardId()] = dir
@@ -108,7 +131,7 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 	for _, d := range descs {
 		part := p.parts[string(d.GetStartKey())]
 		replay := func(apply func(*shard.LoggedEntry) error) error {
-			err := p.loc.ReadLog(part, func(e *shalev1.BackupLogEntry) error {
+			err := p.loc.ReadLog(ctx, part, func(e *shalev1.BackupLogEntry) error {
 				if !asOf.IsZero() && e.GetHlc().GetWallNanos() > asOf.UnixNano() {
 					return errReplayDone
 				}

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/freeport"
+	"github.com/shale-db/shale/internal/s3test"
 	"github.com/shale-db/shale/internal/testcluster"
 	"github.com/shale-db/shale/server"
 )
@@ -72,8 +75,13 @@ func userChecksums(t *testing.T, cl *client.Client) map[string]uint64 {
 // TestRestoreFromBackup: a cluster founded from a backup holds exactly the
 // backed-up data (every key, value and revision; every shard's checksum on
 // every replica), nothing written after the backup, under a new cluster
-// ID, and takes writes.
+// ID, and takes writes; from a directory and from an S3 bucket (on a
+// versitygw server the test starts).
 func TestRestoreFromBackup(t *testing.T) {
+	s3test.EachLocation(t, func(t *testing.T, where, _ string) { testRestoreFromBackup(t, where) })
+}
+
+func testRestoreFromBackup(t *testing.T, where string) {
 	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
 	acl := newClient(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,7 +100,7 @@ func TestRestoreFromBackup(t *testing.T) {
 	}
 	want := scanAll(t, acl)
 	sums := userChecksums(t, acl)
-	loc, err := backup.Open(filepath.Join(t.TempDir(), "backups"), true)
+	loc, err := backup.Open(ctx, where, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +116,7 @@ func TestRestoreFromBackup(t *testing.T) {
 	}
 
 	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
-		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "b1"
+		cfg.RestoreFrom, cfg.RestoreBackup = where, "b1"
 	}})
 	bcl := newClient(t, b)
 	got := scanAll(t, bcl)
@@ -173,7 +181,7 @@ func TestRestoreFromBackup(t *testing.T) {
 
 	// The same backup on a single node (the node count need not match).
 	one := testcluster.Start(t, testcluster.Options{Nodes: 1, Configure: func(cfg *server.Config) {
-		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "b1"
+		cfg.RestoreFrom, cfg.RestoreBackup = where, "b1"
 	}})
 	if got := scanAll(t, newClient(t, one)); len(got) != len(want) {
 		t.Fatalf("restored %d keys on one node, backed up %d", len(got), len(want))
@@ -192,7 +200,7 @@ func TestRestoreRefusesCorruptBackup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loc, err := backup.Open(t.TempDir(), false)
+	loc, err := backup.Open(ctx, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +216,7 @@ func TestRestoreRefusesCorruptBackup(t *testing.T) {
 			}
 		}
 	}
-	path := filepath.Join(loc.Dir(), filepath.FromSlash(victim.Path))
+	path := filepath.Join(loc.String(), filepath.FromSlash(victim.Path))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +250,7 @@ func startRestoring(t *testing.T, loc *backup.Location, id string, asOf time.Tim
 		NodeID:         1,
 		ListenAddr:     addr,
 		InitialCluster: map[uint64]string{1: addr},
-		RestoreFrom:    loc.Dir(),
+		RestoreFrom:    loc.String(),
 		RestoreBackup:  id,
 		RestoreAsOf:    asOf,
 		Logger:         testcluster.Logger(),
@@ -256,8 +264,13 @@ func startRestoring(t *testing.T, loc *backup.Location, id string, asOf time.Tim
 // TestPointInTimeRestore: an incremental backup carries every shard's
 // log since the full one; restoring it as of a time between two writes
 // holds the first and not the second, on every shard; restoring it whole
-// holds both; a time before a checkpoint or after the backup is refused.
+// holds both; a time before a checkpoint or after the backup is refused;
+// from a directory and from an S3 bucket.
 func TestPointInTimeRestore(t *testing.T) {
+	s3test.EachLocation(t, func(t *testing.T, where, _ string) { testPointInTimeRestore(t, where) })
+}
+
+func testPointInTimeRestore(t *testing.T, where string) {
 	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
 	acl := newClient(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -270,7 +283,7 @@ func TestPointInTimeRestore(t *testing.T) {
 	}
 	put("a-old", "1")
 	put("z-old", "1")
-	loc, err := backup.Open(filepath.Join(t.TempDir(), "backups"), true)
+	loc, err := backup.Open(ctx, where, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +314,7 @@ func TestPointInTimeRestore(t *testing.T) {
 	}
 
 	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
-		cfg.RestoreFrom, cfg.RestoreBackup, cfg.RestoreAsOf = loc.Dir(), "inc", asOf
+		cfg.RestoreFrom, cfg.RestoreBackup, cfg.RestoreAsOf = where, "inc", asOf
 	}})
 	got := scanAll(t, newClient(t, b))
 	want := map[string]string{"a-old": "1", "a-before": "1", "z-before": "1"}
@@ -315,7 +328,7 @@ func TestPointInTimeRestore(t *testing.T) {
 	}
 
 	whole := testcluster.Start(t, testcluster.Options{Nodes: 1, Configure: func(cfg *server.Config) {
-		cfg.RestoreFrom, cfg.RestoreBackup = loc.Dir(), "inc"
+		cfg.RestoreFrom, cfg.RestoreBackup = where, "inc"
 	}})
 	got = scanAll(t, newClient(t, whole))
 	if len(got) != 5 || string(got["a-old"].Value) != "2" || got["z-after"].Value == nil {
@@ -337,4 +350,98 @@ func keysOf(m map[string]client.KeyValue) []string {
 		out = append(out, k+"="+string(v.Value))
 	}
 	return out
+}
+
+// TestRestorePrepared: data directories prepared from an S3 backup by
+// backup.Prepare (what `shalectl restore` does), as of a time between two
+// writes, found a cluster holding the first write and not the second, with
+// no restore flag given to the server; the staged copy is gone once the
+// cluster is founded, and a node restarts from its data as usual. A data
+// directory whose preparation did not finish is refused.
+func TestRestorePrepared(t *testing.T) {
+	srv := s3test.Start(t)
+	where := srv.Bucket(t, "prepared", "b")
+	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	acl := newClient(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	put := func(k string) {
+		t.Helper()
+		if _, err := acl.Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a-full")
+	put("z-full")
+	loc, err := backup.Open(ctx, where, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	put("a-before")
+	put("z-before")
+	time.Sleep(100 * time.Millisecond)
+	asOf := time.Now()
+	time.Sleep(100 * time.Millisecond)
+	put("a-after")
+	put("z-after")
+	if _, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "inc", Base: "full"}); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex // the nodes start at once
+	var prepared []string
+	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		if _, err := os.Stat(cfg.DataDir); err == nil {
+			return // a restart: the node has its data
+		}
+		if _, err := backup.Prepare(ctx, loc, "inc", asOf, cfg.DataDir, nil); err != nil {
+			t.Errorf("prepare %s: %v", cfg.DataDir, err)
+		}
+		mu.Lock()
+		prepared = append(prepared, cfg.DataDir)
+		mu.Unlock()
+	}})
+	if t.Failed() {
+		t.FailNow()
+	}
+	got := scanAll(t, newClient(t, b))
+	if keys := keysOf(got); len(keys) != 4 || strings.Join(slices.Sorted(slices.Values(keys)), " ") != "a-before=v a-full=v z-before=v z-full=v" {
+		t.Fatalf("restored as of a time between writes: %v", keysOf(got))
+	}
+	if len(prepared) != 3 {
+		t.Fatalf("%d data directories prepared, want 3", len(prepared))
+	}
+	for _, dir := range prepared {
+		if _, err := os.Stat(filepath.Join(dir, backup.PreparedDir)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the staged copy in %s is still there after founding: %v", dir, err)
+		}
+	}
+	b.Stop(2)
+	b.Restart(2)
+	if got := scanAll(t, newClient(t, b)); len(got) != 4 {
+		t.Fatalf("after a restart: %v", keysOf(got))
+	}
+
+	// A preparation that did not finish: the server refuses to found a
+	// cluster on it rather than found an empty one.
+	half := filepath.Join(t.TempDir(), "half")
+	if err := os.MkdirAll(filepath.Join(half, backup.PreparedDir, "files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	n, err := server.Start(ctx, server.Config{DataDir: half, NodeID: 1, ListenAddr: addr, InitialCluster: map[uint64]string{1: addr}, Logger: testcluster.Logger()})
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node founded a cluster on a half-prepared restore")
+	}
+	if !strings.Contains(err.Error(), "not fully prepared") {
+		t.Fatalf("half-prepared restore: %v", err)
+	}
 }

@@ -21,6 +21,10 @@ type BackupConfig struct {
 	// directories (removed at the end unless Keep).
 	Dir  string
 	Keep bool
+	// Location is where the backups go: a directory or an S3 URL, as
+	// shalectl backup takes it (empty: Dir/backups). Backups RunBackup made
+	// at an S3 location are deleted at the end unless Keep.
+	Location string
 	// DataBytes of values are loaded, in ValueSize-byte values
 	// (incompressible), before the full backup; then IncrementalBytes
 	// more before the incremental one.
@@ -57,8 +61,8 @@ func MBps(bytes int64, seconds float64) float64 {
 }
 
 // RunBackup loads a 3-node Shale cluster, takes a full backup and an
-// incremental one of it into a local location, restores the incremental
-// one as a new 3-node cluster, and measures the disk's sequential write
+// incremental one of it into cfg.Location, restores the incremental one
+// as a new 3-node cluster, and measures the disk's sequential write
 // speed in the same directory for comparison.
 func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err error) {
 	if cfg.ValueSize <= 0 {
@@ -149,15 +153,30 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 	if _, err := load(cfg.DataBytes); err != nil {
 		return res, err
 	}
-	loc, err := backup.Open(filepath.Join(dir, "backups"), true)
+	where := cfg.Location
+	if where == "" {
+		where = filepath.Join(dir, "backups")
+	}
+	loc, err := backup.Open(ctx, where, true)
 	if err != nil {
 		return res, err
+	}
+	var made []string // backups created, oldest first
+	if !cfg.Keep && strings.HasPrefix(where, "s3://") {
+		defer func() {
+			for i := len(made) - 1; i >= 0; i-- {
+				if _, derr := loc.Delete(context.WithoutCancel(ctx), made[i]); derr != nil && err == nil {
+					err = fmt.Errorf("delete backup %s: %w", made[i], derr)
+				}
+			}
+		}()
 	}
 	start := time.Now()
 	full, st, err := backup.Create(ctx, cli, loc, backup.CreateOptions{ID: "full"})
 	if err != nil {
 		return res, fmt.Errorf("full backup: %w", err)
 	}
+	made = append(made, "full")
 	res.FullSeconds = time.Since(start).Seconds()
 	res.FullBytes = int64(full.Bytes())
 	logf("full backup: %d MB in %.2fs (%d files copied)", res.FullBytes/1e6, res.FullSeconds, st.FilesCopied)
@@ -171,6 +190,7 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 	if err != nil {
 		return res, fmt.Errorf("incremental backup: %w", err)
 	}
+	made = append(made, "inc")
 	res.IncrementalSeconds = time.Since(start).Seconds()
 	res.IncrementalBytes = st.BytesCopied
 	logf("incremental backup: %d MB in %.2fs (%d log entries, %d new checkpoints)", res.IncrementalBytes/1e6, res.IncrementalSeconds, st.LogEntries, st.Checkpoints)
@@ -181,7 +201,7 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 
 	// Restore "inc" as a new cluster.
 	SetShaleOptions(ShaleOptions{ServerPath: o.ServerPath, Splits: o.Splits, ExtraArgs: append(append([]string(nil), o.ExtraArgs...),
-		"--restore-from", loc.Dir(), "--restore-backup", "inc")})
+		"--restore-from", loc.String(), "--restore-backup", "inc")})
 	start = time.Now()
 	restored, err := StartShaleNodes(ctx, filepath.Join(dir, "restored"), 3, "", cfg.Log)
 	SetShaleOptions(o)

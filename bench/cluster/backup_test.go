@@ -3,30 +3,60 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/shale-db/shale/internal/s3test"
 )
 
 // TestRunBackup: a small run of the backup benchmark loads, backs up (full
-// and incremental), restores and reads back, and reports every figure.
+// and incremental), restores and reads back, and reports every figure: into
+// the default location under Dir, and into an S3 location (a versitygw
+// server). Neither keeps a file afterwards.
 func TestRunBackup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six shale-server processes")
 	}
 	SetShaleOptions(ShaleOptions{ServerPath: os.Getenv("SHALE_BENCH_SERVER")})
 	t.Cleanup(CleanupShaleServer)
-	var log bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	r, err := RunBackup(ctx, BackupConfig{Dir: t.TempDir(), DataBytes: 4 << 20, IncrementalBytes: 256 << 10, ValueSize: 1024, Log: &log})
-	if err != nil {
-		t.Fatalf("%v; log:\n%s", err, log.String())
-	}
-	if r.Loaded < 4<<20 || r.FullBytes < 2<<20 || r.IncrementalBytes <= 0 || r.IncrementalBytes >= r.FullBytes {
-		t.Fatalf("loaded %d, full %d, incremental %d bytes", r.Loaded, r.FullBytes, r.IncrementalBytes)
-	}
-	if r.FullSeconds <= 0 || r.IncrementalSeconds <= 0 || r.RestoreSeconds <= 0 || r.DiskWriteSeconds <= 0 {
-		t.Fatalf("timings %+v", r)
-	}
+	s3test.EachLocation(t, func(t *testing.T, where, objects string) {
+		cfg := BackupConfig{Dir: t.TempDir(), DataBytes: 4 << 20, IncrementalBytes: 256 << 10, ValueSize: 1024}
+		if strings.HasPrefix(where, "s3://") {
+			cfg.Location = where
+		} else {
+			cfg.Dir = filepath.Dir(where) // the default location, Dir/backups
+		}
+		var log bytes.Buffer
+		cfg.Log = &log
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r, err := RunBackup(ctx, cfg)
+		if err != nil {
+			t.Fatalf("%v; log:\n%s", err, log.String())
+		}
+		if r.Loaded < 4<<20 || r.FullBytes < 2<<20 || r.IncrementalBytes <= 0 || r.IncrementalBytes >= r.FullBytes {
+			t.Fatalf("loaded %d, full %d, incremental %d bytes", r.Loaded, r.FullBytes, r.IncrementalBytes)
+		}
+		if r.FullSeconds <= 0 || r.IncrementalSeconds <= 0 || r.RestoreSeconds <= 0 || r.DiskWriteSeconds <= 0 {
+			t.Fatalf("timings %+v", r)
+		}
+		var left []string
+		err = filepath.WalkDir(objects, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				left = append(left, p)
+			}
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		})
+		if err != nil || len(left) > 0 {
+			t.Fatalf("the backups' files are left behind: %v, %v", left, err)
+		}
+	})
 }

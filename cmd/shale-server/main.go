@@ -92,7 +92,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.StringVar(&f.join, "join", "", "address of any node of a running cluster to join")
 	fl.StringVar(&f.zone, "zone", "", "failure-domain label of this node (rack, zone)")
 	fl.StringVar(&f.initialSplits, "initial-splits", "", "split keys for a new cluster's initial shards, comma-separated (hex:ABCD for binary keys); n keys make n+1 shards")
-	fl.StringVar(&f.restoreFrom, "restore-from", "", "found the new cluster (--initial-cluster) from a backup in this location (a directory every founding node reads; see shalectl backup)")
+	fl.StringVar(&f.restoreFrom, "restore-from", "", "found the new cluster (--initial-cluster) from a backup in this location, which every founding node reads: a directory, or s3://BUCKET/PREFIX[?endpoint=URL] with credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or use shalectl restore to prepare the data directory instead; see shalectl backup)")
 	fl.StringVar(&f.restoreBackup, "restore-backup", "", "ID of the backup in --restore-from to found the new cluster from")
 	fl.StringVar(&f.restoreAsOf, "restore-as-of", "", "with --restore-from: restore the data as of this time (RFC 3339, e.g. 2026-11-22T14:05:00Z), replaying the backup's log up to it (default: everything the backup holds)")
 	fl.IntVar(&f.replicationFactor, "replication-factor", 3, "replicas per shard")

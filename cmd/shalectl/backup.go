@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,11 @@ import (
 // The backup commands (create, list, describe, verify, delete) on top of
 // package backup. Only create talks to a cluster; the others read the
 // location alone.
+
+// locationHelp is the help of the backup commands' and restore's
+// --location.
+const locationHelp = "the backup location `LOC` (required): a directory PATH, or s3://BUCKET/PREFIX " +
+	"(?endpoint=URL for an S3-compatible server; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
 
 // backupFlags are the backup commands' flags.
 type backupFlags struct {
@@ -102,12 +106,12 @@ func newBackupCmd(cf *clusterFlags) *cobra.Command {
 	f := &backupFlags{clusterFlags: cf}
 	var id, base string
 	create := &cobra.Command{
-		Use:   "create --location PATH [--id ID] [--base ID|latest]",
+		Use:   "create --location LOC [--id ID] [--base ID|latest]",
 		Short: "Take a full or incremental backup of the cluster into a location",
-		Long: `create takes a backup of the cluster into the location PATH (a local or
-mounted directory, created if missing): for every shard, a checkpoint of one of
-its replicas (a follower's first). Files the location already holds (from an
-earlier backup) are not copied again. The manifest is written last: a backup
+		Long: `create takes a backup of the cluster into the location LOC (a directory,
+created if missing, or a prefix of an existing S3 bucket): for every shard, a
+checkpoint of one of its replicas (a follower's first). Files the location
+already holds (from an earlier backup) are not copied again. The manifest is written last: a backup
 that fails or is interrupted stays incomplete and is never listed as complete.
 
 --base ID makes the backup incremental on top of backup ID, an earlier complete
@@ -154,10 +158,10 @@ log_entries, manifest} (base null for a full backup) and no progress.`,
 
 	sf := streamFlags{interval: 10 * time.Second, prefix: "stream"}
 	stream := &cobra.Command{
-		Use:   "stream --location PATH [--interval DURATION] [--id-prefix PREFIX] [--keep N] [--full-every N]",
+		Use:   "stream --location LOC [--interval DURATION] [--id-prefix PREFIX] [--keep N] [--full-every N]",
 		Short: "Take incremental backups continuously, until interrupted",
 		Long: `stream runs until interrupted (SIGINT or SIGTERM), backing the cluster up into
-the location PATH: first a full backup if the location holds no complete backup
+the location LOC: first a full backup if the location holds no complete backup
 of this cluster (else an incremental one on top of the newest), then every
 --interval (default 10s) an incremental backup on top of the previous one.
 --full-every N takes a full backup again after N incremental ones (default 0:
@@ -203,9 +207,9 @@ the same base; it does not end the command. --timeout bounds connecting only.`,
 	stream.Flags().IntVar(&sf.fullEvery, "full-every", 0, "take a full backup after `N` incremental ones (0: never)")
 
 	list := &cobra.Command{
-		Use:   "list --location PATH",
+		Use:   "list --location LOC",
 		Short: "List the backups in a location",
-		Long: `list prints a table of the backups in the location PATH, oldest first: ID,
+		Long: `list prints a table of the backups in the location LOC, oldest first: ID,
 STATE (complete; incomplete: no manifest, being written or failed; corrupt: the
 manifest does not read back), STARTED (UTC), SHARDS and SIZE. It does not
 contact the cluster. With -o json: an array of {id, state, started, finished,
@@ -217,19 +221,19 @@ shards, bytes, error} (null where not known).`,
 			if err != nil {
 				return err
 			}
-			entries, err := loc.List()
+			entries, err := loc.List(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("backup list: %w", err)
 			}
 			if asJSON {
 				return output.WriteJSON(cmd.OutOrStdout(), listRecords(entries))
 			}
-			return writeBackupList(cmd.OutOrStdout(), loc.Dir(), entries)
+			return writeBackupList(cmd.OutOrStdout(), loc.String(), entries)
 		},
 	}
 
 	describe := &cobra.Command{
-		Use:   "describe ID --location PATH",
+		Use:   "describe ID --location LOC",
 		Short: "Show a backup's manifest",
 		Long: `describe prints backup ID's manifest: the cluster ID, when the backup started
 and finished, and a table of its parts, one per shard: SHARD, RANGE (the user
@@ -244,7 +248,7 @@ does not contact the cluster. With -o json: the manifest itself.`,
 			if err != nil {
 				return err
 			}
-			m, err := loc.Describe(args[0])
+			m, err := loc.Describe(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("backup describe %s: %w", args[0], err)
 			}
@@ -257,7 +261,7 @@ does not contact the cluster. With -o json: the manifest itself.`,
 	describe.Flags().BoolVar(&f.hex, "hex", false, "print the parts' boundary keys as hexadecimal")
 
 	verify := &cobra.Command{
-		Use:   "verify ID --location PATH",
+		Use:   "verify ID --location LOC",
 		Short: "Check every file of a backup against its size and checksum",
 		Long: `verify reads backup ID's manifest and every file it lists, and checks each
 file's size and CRC-32C, with a progress line on stderr. It prints "backup ID
@@ -277,9 +281,9 @@ the command still fails when ok is false.`,
 	}
 
 	del := &cobra.Command{
-		Use:   "delete ID --location PATH",
+		Use:   "delete ID --location LOC",
 		Short: "Delete a backup and the stored files no other backup uses",
-		Long: `delete removes backup ID (complete or not) from the location PATH, then every
+		Long: `delete removes backup ID (complete or not) from the location LOC, then every
 stored file that no complete backup left there uses, and prints how many files
 and bytes were removed. While a backup of the location is corrupt, no stored
 file is removed. It does not contact the cluster. With -o json: {id,
@@ -291,7 +295,7 @@ files_removed, bytes_removed}.`,
 			if err != nil {
 				return err
 			}
-			res, err := loc.Delete(args[0])
+			res, err := loc.Delete(cmd.Context(), args[0])
 			if err != nil {
 				return fmt.Errorf("backup delete %s: %w", args[0], err)
 			}
@@ -306,15 +310,21 @@ files_removed, bytes_removed}.`,
 	}
 
 	for _, c := range []*cobra.Command{create, stream, list, describe, verify, del} {
-		c.Flags().StringVar(&f.location, "location", "", "the backup location: a local or mounted directory `PATH` (required)")
+		c.Flags().StringVar(&f.location, "location", "", locationHelp)
 	}
 	cmd := &cobra.Command{
 		Use:   "backup",
 		Short: "Take, stream, list, describe, verify and delete backups",
-		Long: `The backup commands write backups of the cluster to a location (a local or
-mounted directory, given with --location) and list, describe, verify and delete
-them. Only create and stream contact the cluster; the others read the location
-alone.`,
+		Long: `The backup commands write backups of the cluster to a location, given with
+--location LOC, and list, describe, verify and delete them. Only create and
+stream contact the cluster; the others read the location alone. "shalectl
+restore" prepares a new cluster's founding nodes from a backup.
+
+A location is a directory PATH (local or mounted), or an S3 bucket and prefix,
+s3://BUCKET[/PREFIX][?endpoint=URL][&region=REGION]: endpoint for an
+S3-compatible server (else AWS_ENDPOINT_URL, else AWS), region else AWS_REGION.
+S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the
+AWS credentials file or the instance role; never from the URL.`,
 		Args: noArgs,
 		RunE: groupHelp,
 	}
@@ -325,7 +335,7 @@ alone.`,
 // needLocation fails unless --location was given.
 func (f *backupFlags) needLocation(cmd *cobra.Command) error {
 	if strings.TrimSpace(f.location) == "" {
-		return &usageError{cmd: cmd, msg: fmt.Sprintf("%s needs --location PATH (the backup directory)", cmd.CommandPath())}
+		return &usageError{cmd: cmd, msg: fmt.Sprintf("%s needs --location LOC (a directory or s3://BUCKET/PREFIX)", cmd.CommandPath())}
 	}
 	return nil
 }
@@ -339,7 +349,7 @@ func (f *backupFlags) open(cmd *cobra.Command) (asJSON bool, loc *backup.Locatio
 	if err := f.needLocation(cmd); err != nil {
 		return false, nil, err
 	}
-	loc, err = backup.Open(f.location, false)
+	loc, err = backup.Open(cmd.Context(), f.location, false)
 	if err != nil {
 		return false, nil, fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
 	}
@@ -365,12 +375,12 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 		return err
 	}
 	defer cleanup()
-	loc, err := backup.Open(f.location, true)
+	loc, err := backup.Open(ctx, f.location, true)
 	if err != nil {
 		return fmt.Errorf("backup create: %w", err)
 	}
 	if base == "latest" {
-		if base, err = latestComplete(loc, ""); err != nil {
+		if base, err = latestComplete(ctx, loc, ""); err != nil {
 			return fmt.Errorf("backup create: --base latest: %w", err)
 		}
 	}
@@ -396,7 +406,7 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 		})
 	}
 	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintf(tw, "backup:\t%s (in %s)\n", m.ID, loc.Dir())
+	fmt.Fprintf(tw, "backup:\t%s (in %s)\n", m.ID, loc.String())
 	if base != "" {
 		fmt.Fprintf(tw, "base:\t%s (incremental)\n", base)
 	} else {
@@ -462,8 +472,8 @@ var errNoComplete = errors.New("no complete backup")
 // latestComplete returns the ID of the newest complete backup in loc (by
 // start time) of cluster clusterID, or of any cluster when clusterID is
 // empty; with none, an error wrapping errNoComplete.
-func latestComplete(loc *backup.Location, clusterID string) (string, error) {
-	entries, err := loc.List()
+func latestComplete(ctx context.Context, loc *backup.Location, clusterID string) (string, error) {
+	entries, err := loc.List(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -475,9 +485,9 @@ func latestComplete(loc *backup.Location, clusterID string) (string, error) {
 	}
 	if latest == "" {
 		if clusterID != "" {
-			return "", fmt.Errorf("%w of cluster %s in %s", errNoComplete, clusterID, loc.Dir())
+			return "", fmt.Errorf("%w of cluster %s in %s", errNoComplete, clusterID, loc.String())
 		}
-		return "", fmt.Errorf("%w in %s", errNoComplete, loc.Dir())
+		return "", fmt.Errorf("%w in %s", errNoComplete, loc.String())
 	}
 	return latest, nil
 }
@@ -491,7 +501,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		return err
 	}
 	defer cleanup()
-	loc, err := backup.Open(f.location, true)
+	loc, err := backup.Open(ctx, f.location, true)
 	if err != nil {
 		return fmt.Errorf("backup stream: %w", err)
 	}
@@ -521,7 +531,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 				fmt.Fprintf(errw, "shalectl: backup stream: cluster status (retrying in %s): %v\n", sf.interval, err)
 				continue
 			}
-			base, err = latestComplete(loc, st.GetClusterId())
+			base, err = latestComplete(ctx, loc, st.GetClusterId())
 			if err != nil && !errors.Is(err, errNoComplete) {
 				return fmt.Errorf("backup stream: %w", err)
 			}
@@ -532,16 +542,20 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			roundBase = ""
 		}
 		id := streamID(sf.prefix, started)
-		if _, err := os.Stat(filepath.Join(loc.Dir(), "backups", id)); err == nil {
-			fmt.Fprintf(errw, "shalectl: backup stream: %s already holds a backup %s (retrying in %s)\n", loc.Dir(), id, sf.interval)
+		if exists, err := loc.Exists(ctx, id); err != nil || exists {
+			if err != nil {
+				fmt.Fprintf(errw, "shalectl: backup stream: %v (retrying in %s)\n", err, sf.interval)
+				continue
+			}
+			fmt.Fprintf(errw, "shalectl: backup stream: %s already holds a backup %s (retrying in %s)\n", loc.String(), id, sf.interval)
 			continue
 		}
 		m, stats, err := backup.Create(ctx, c, loc, backup.CreateOptions{ID: id, Base: roundBase})
 		if err != nil {
 			// The round's backup is incomplete: remove it (and only it:
 			// the ID is new, checked above).
-			if _, serr := os.Stat(filepath.Join(loc.Dir(), "backups", id)); serr == nil {
-				if _, derr := loc.Delete(id); derr != nil {
+			if exists, _ := loc.Exists(ctx, id); exists {
+				if _, derr := loc.Delete(ctx, id); derr != nil {
 					fmt.Fprintf(errw, "shalectl: backup stream: remove the incomplete backup %s: %v\n", id, derr)
 				}
 			}
@@ -550,7 +564,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			}
 			fmt.Fprintf(errw, "shalectl: backup stream: backup %s failed (retrying in %s): %v\n", id, sf.interval, err)
 			if roundBase != "" {
-				if _, derr := loc.Describe(roundBase); derr != nil {
+				if _, derr := loc.Describe(ctx, roundBase); derr != nil {
 					// The base is gone (deleted by hand): start again
 					// from the newest complete backup, or a full one.
 					resolved = false
@@ -566,7 +580,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		base = m.ID
 		var deleted []string
 		if sf.keep > 0 {
-			deleted, err = pruneStream(loc, sf.prefix, sf.keep, m)
+			deleted, err = pruneStream(ctx, loc, sf.prefix, sf.keep, m)
 			if err != nil {
 				fmt.Fprintf(errw, "shalectl: backup stream: --keep %d: %v\n", sf.keep, err)
 			}
@@ -590,8 +604,8 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 // pruneStream deletes the oldest complete backups of the stream with
 // prefix (of latest's cluster) beyond the newest keep, never latest (the
 // next round's base), and returns the IDs deleted.
-func pruneStream(loc *backup.Location, prefix string, keep int, latest *backup.Manifest) ([]string, error) {
-	entries, err := loc.List()
+func pruneStream(ctx context.Context, loc *backup.Location, prefix string, keep int, latest *backup.Manifest) ([]string, error) {
+	entries, err := loc.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -604,7 +618,7 @@ func pruneStream(loc *backup.Location, prefix string, keep int, latest *backup.M
 	// latest counts as one of the kept.
 	var deleted []string
 	for n := len(ids) + 1; n > keep && len(ids) > 0; n-- {
-		if _, err := loc.Delete(ids[0]); err != nil {
+		if _, err := loc.Delete(ctx, ids[0]); err != nil {
 			return deleted, fmt.Errorf("delete %s: %w", ids[0], err)
 		}
 		deleted = append(deleted, ids[0])
@@ -690,18 +704,24 @@ func utcDate(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
+// fileProgress is the progress line of a command that reads a backup's
+// files (verify, restore): none with -o json; per file, on a terminal
+// only (a log would get a line per file). done says what is done with
+// the bytes ("checked").
+func fileProgress(cmd *cobra.Command, asJSON bool, done string) (*progressLine, func(backup.VerifyProgress)) {
+	if asJSON {
+		return nil, nil
+	}
+	prog := newProgressLine(cmd.ErrOrStderr(), false)
+	return prog, func(p backup.VerifyProgress) {
+		prog.update(fmt.Sprintf("files %d/%d, %s of %s %s",
+			p.FilesDone, p.Files, output.Bytes(uint64(p.BytesDone)), output.Bytes(uint64(p.Bytes)), done), p.FilesDone == p.Files)
+	}
+}
+
 // verify runs backup verify.
 func (f *backupFlags) verify(cmd *cobra.Command, loc *backup.Location, id string, asJSON bool) error {
-	var prog *progressLine
-	var progress func(backup.VerifyProgress)
-	if !asJSON {
-		// Per file: on a terminal only (a log would get a line per file).
-		prog = newProgressLine(cmd.ErrOrStderr(), false)
-		progress = func(p backup.VerifyProgress) {
-			prog.update(fmt.Sprintf("files %d/%d, %s of %s checked",
-				p.FilesDone, p.Files, output.Bytes(uint64(p.BytesDone)), output.Bytes(uint64(p.Bytes))), p.FilesDone == p.Files)
-		}
-	}
+	prog, progress := fileProgress(cmd, asJSON, "checked")
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()

@@ -160,7 +160,7 @@ func TestBackupUsage(t *testing.T) {
 		{"backup", "create"}, {"backup", "stream"}, {"backup", "list"}, {"backup", "describe", "x"}, {"backup", "verify", "x"}, {"backup", "delete", "x"},
 	} {
 		stderr := fails(t, cmd...)
-		contains(t, strings.Join(cmd, " "), stderr, "needs --location PATH", "--help")
+		contains(t, strings.Join(cmd, " "), stderr, "needs --location LOC", "--help")
 	}
 	loc := t.TempDir()
 	contains(t, "describe arity", fails(t, "backup", "describe", "--location", loc), "takes 1 argument(s), ID")

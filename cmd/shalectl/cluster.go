@@ -42,7 +42,8 @@ type clusterFlags struct {
 }
 
 // addClusterCommands registers the cluster commands (kv, watch, cluster,
-// shard, node, leader, placement, backup) and their persistent flags on the root.
+// shard, node, leader, placement, backup, restore) and their persistent flags
+// on the root.
 func addClusterCommands(root *cobra.Command, g *globalFlags) {
 	f := &clusterFlags{globalFlags: g}
 	def := defaultEndpoints
@@ -54,7 +55,7 @@ func addClusterCommands(root *cobra.Command, g *globalFlags) {
 		"cluster commands: comma-separated host:port addresses of cluster nodes ($"+endpointsEnv+" sets the default)")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"cluster commands: time limit for the whole command, including retries (0: none)")
-	root.AddCommand(newKVCmd(f), newWatchCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f), newBackupCmd(f))
+	root.AddCommand(newKVCmd(f), newWatchCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f), newBackupCmd(f), newRestoreCmd(f))
 }
 
 // endpointList splits --endpoints.

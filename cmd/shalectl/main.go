@@ -10,7 +10,8 @@
 //	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID|drain-leaders [ID]
 //	shalectl leader transfer SHARD NODE
 //	shalectl placement status|history
-//	shalectl backup create|list|describe ID|verify ID|delete ID --location PATH
+//	shalectl backup create|stream|list|describe ID|verify ID|delete ID --location LOC
+//	shalectl restore ID --location LOC --data-dir DIR [--as-of TIME]
 //	shalectl debug sst-dump FILE
 //	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
 //	                            compact|checkpoint|updates-since|metrics|live-files
@@ -93,8 +94,10 @@ The cluster commands (kv, cluster, shard, node, leader, placement) talk to a run
 cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
 else 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003).
 
-The backup commands write backups of the cluster to a directory (backup
-create) and list, describe, verify and delete them offline.
+The backup commands write backups of the cluster to a location, a directory
+or s3://BUCKET/PREFIX (backup create and stream), and list, describe, verify
+and delete them offline; restore prepares a new node's data directory to found
+a cluster from a backup, offline too.
 
 The debug commands inspect and edit a storage engine directory or an SST file
 offline, in the manner of RocksDB's sst_dump and ldb.`,
@@ -104,7 +107,7 @@ offline, in the manner of RocksDB's sst_dump and ldb.`,
 		RunE:          groupHelp,
 	}
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", string(output.Text),
-		"output format: text or json (json is supported by the cluster and backup commands and by ldb get, scan, live-files, updates-since and sst-dump)")
+		"output format: text or json (json is supported by the cluster, backup and restore commands and by ldb get, scan, live-files, updates-since and sst-dump)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{cmd: cmd, msg: err.Error()}
 	})

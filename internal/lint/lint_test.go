@@ -86,8 +86,13 @@ var importRules = []importRule{
 		from:  []string{"backup/..."},
 		allow: []string{"backup/...", "proto/..."},
 		testAllow: []string{
-			"client/...", "internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...",
+			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...",
 		},
+	},
+	{
+		name:  "internal/s3test imports only internal/freeport",
+		from:  []string{"internal/s3test"},
+		allow: []string{"internal/s3test", "internal/freeport"},
 	},
 	{
 		name:  "replication depends only on storage and proto (its tests may use the network faults)",

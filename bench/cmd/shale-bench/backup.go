@@ -14,17 +14,19 @@ import (
 
 func backupCmd() *cobra.Command {
 	var (
-		dir, shaleServer, shaleSplits string
-		dataMB, incMB, valueSize      int
-		keep, asJSON                  bool
-		shaleArgs                     []string
+		dir, location, shaleServer string
+		shaleSplits                string
+		dataMB, incMB, valueSize   int
+		keep, asJSON               bool
+		shaleArgs                  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "backup",
 		Short: "Backup and restore speed of a local 3-node Shale cluster vs the disk's sequential write speed",
 		Long: `Starts a local 3-node Shale cluster, loads --data-mb MB of incompressible
-values (--value-size bytes each), takes a full backup into a local location
-(shalectl backup create), loads --incremental-mb MB more and takes an
+values (--value-size bytes each), takes a full backup into --location (a
+directory or an S3 URL, as shalectl backup takes it; by default a directory
+under --dir) with what shalectl backup create runs, loads --incremental-mb MB more and takes an
 incremental backup on top of it, then restores the incremental backup as a
 new 3-node cluster (shale-server --restore-from) and waits until the last
 key loaded reads back. Finally it writes as many bytes as the full backup
@@ -40,7 +42,7 @@ default, shared with Raft snapshots); --shale-arg changes it.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			r, err := cluster.RunBackup(ctx, cluster.BackupConfig{
-				Dir: dir, Keep: keep, DataBytes: int64(dataMB) << 20, IncrementalBytes: int64(incMB) << 20,
+				Dir: dir, Location: location, Keep: keep, DataBytes: int64(dataMB) << 20, IncrementalBytes: int64(incMB) << 20,
 				ValueSize: valueSize, Log: os.Stderr,
 			})
 			if err != nil {
@@ -73,7 +75,8 @@ default, shared with Raft snapshots); --shale-arg changes it.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "data/bench-backup", "directory of the clusters, the backups and the disk test (removed at the end unless --keep)")
-	f.BoolVar(&keep, "keep", false, "keep --dir")
+	f.StringVar(&location, "location", "", "where the backups go: a directory or s3://BUCKET[/PREFIX][?endpoint=URL] (credentials from the AWS environment; default: --dir/backups; backups made at an S3 location are deleted at the end unless --keep)")
+	f.BoolVar(&keep, "keep", false, "keep --dir and the backups")
 	f.IntVar(&dataMB, "data-mb", 256, "MB of values loaded before the full backup")
 	f.IntVar(&incMB, "incremental-mb", 16, "MB of values loaded before the incremental backup")
 	f.IntVar(&valueSize, "value-size", 4096, "bytes per value")

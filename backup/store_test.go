@@ -1,0 +1,214 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/internal/s3test"
+)
+
+// TestStores holds both stores to the contract Location relies on: create
+// admits one writer, put writes whole or not at all, open tells a missing
+// object, list finds what is stored by prefix, remove is idempotent.
+func TestStores(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		st, err := openDir(filepath.Join(t.TempDir(), "loc"), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testStore(t, st)
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		loc, err := Open(context.Background(), srv.Bucket(t, "stores", "a/b"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testStore(t, loc.st)
+	})
+}
+
+// failingReader yields n bytes, then fails.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errors.New("the source failed")
+	}
+	k := min(len(p), r.n)
+	for i := range p[:k] {
+		p[i] = 'x'
+	}
+	r.n -= k
+	return k, nil
+}
+
+func testStore(t *testing.T, st store) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := func(name string) (string, error) {
+		r, err := st.open(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		return string(b), err
+	}
+
+	// create: of several at once, exactly one wins; the others see
+	// fs.ErrExist, and the object holds the winner's bytes.
+	var wg sync.WaitGroup
+	results := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = st.create(ctx, "lock", []byte{'0' + byte(i)})
+		}()
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range results {
+		switch {
+		case err == nil && won >= 0:
+			t.Fatalf("create: writers %d and %d both won", won, i)
+		case err == nil:
+			won = i
+		case !errors.Is(err, fs.ErrExist):
+			t.Fatalf("create %d: %v, want fs.ErrExist", i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatal("create: no writer won")
+	}
+	if got, err := read("lock"); err != nil || got != string([]byte{'0' + byte(won)}) {
+		t.Fatalf("lock holds %q, %v", got, err)
+	}
+
+	// put: whole objects, replaced whole; a failing source or a short one
+	// leaves nothing.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: a multipart upload on S3
+	for name, body := range map[string][]byte{"files/shard-1/a.sst": []byte("hello"), "files/shard-1/b.sst": big, "files/shard-2/c.sst": nil, "backups/x/manifest.json": []byte("{}")} {
+		if err := st.put(ctx, name, bytes.NewReader(body), int64(len(body))); err != nil {
+			t.Fatalf("put %s: %v", name, err)
+		}
+		if got, err := read(name); err != nil || got != string(body) {
+			t.Fatalf("read back %s: %d bytes, %v; want %d", name, len(got), err, len(body))
+		}
+	}
+	if err := st.put(ctx, "files/shard-1/a.sst", strings.NewReader("bye"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := read("files/shard-1/a.sst"); got != "bye" {
+		t.Fatalf("replaced object reads %q", got)
+	}
+	if err := st.put(ctx, "files/shard-3/fail.sst", &failingReader{n: 20 << 20}, 40<<20); err == nil {
+		t.Fatal("put from a failing source succeeded")
+	}
+	if err := st.put(ctx, "files/shard-3/short.sst", strings.NewReader("abc"), 10); err == nil {
+		t.Fatal("put of 3 bytes as 10 succeeded")
+	}
+	if _, err := st.open(ctx, "files/shard-3/fail.sst"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("open after a failed put: %v, want fs.ErrNotExist", err)
+	}
+
+	// putFile: a temporary file written, then stored under its name.
+	tmp, err := st.tempFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	defer tmp.Close()
+	if _, err := tmp.WriteString("spooled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.putFile(ctx, "files/shard-3/log-1-2", tmp, 8); err == nil {
+		t.Fatal("putFile of 7 bytes as 8 succeeded")
+	}
+	if err := st.putFile(ctx, "files/shard-3/log-1-2", tmp, 7); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read("files/shard-3/log-1-2"); err != nil || got != "spooled" {
+		t.Fatalf("read back a put file: %q, %v", got, err)
+	}
+	if err := st.remove(ctx, "files/shard-3/log-1-2"); err != nil {
+		t.Fatal(err)
+	}
+
+	// list, by prefix, sorted, with sizes; nothing left of failed puts or
+	// temporary files.
+	objs, err := st.list(ctx, "files/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range objs {
+		got = append(got, o.name)
+		if o.name == "files/shard-1/b.sst" && o.size != int64(len(big)) {
+			t.Fatalf("list: %s has size %d, want %d", o.name, o.size, len(big))
+		}
+	}
+	if strings.Join(got, " ") != "files/shard-1/a.sst files/shard-1/b.sst files/shard-2/c.sst" {
+		t.Fatalf("list files/: %v", got)
+	}
+	if objs, err := st.list(ctx, "files/shard-1/"); err != nil || len(objs) != 2 {
+		t.Fatalf("list files/shard-1/: %v, %v", objs, err)
+	}
+	if objs, err := st.list(ctx, "nothing/"); err != nil || len(objs) != 0 {
+		t.Fatalf("list nothing/: %v, %v", objs, err)
+	}
+
+	// remove, twice; a removed object is missing.
+	for i := 0; i < 2; i++ {
+		if err := st.remove(ctx, "files/shard-2/c.sst"); err != nil {
+			t.Fatalf("remove %d: %v", i, err)
+		}
+	}
+	if _, err := st.open(ctx, "files/shard-2/c.sst"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("open a removed object: %v", err)
+	}
+	if objs, _ := st.list(ctx, "files/shard-2/"); len(objs) != 0 {
+		t.Fatalf("list after remove: %v", objs)
+	}
+	for _, bad := range []string{"", "/abs", "../up", "a/../../b", "a//b"} {
+		if err := st.put(ctx, bad, strings.NewReader(""), 0); err == nil {
+			t.Fatalf("put %q succeeded", bad)
+		}
+	}
+}
+
+// TestDirStoreRelativePath: a location given as a relative path, even one
+// with "./" or "..", leaves no empty directories behind when its objects go.
+func TestDirStoreRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []string{"./loc", "sub/../loc2", "loc3/"} {
+		s, err := openDir(loc, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := s.put(ctx, "backups/b1/files/1.sst", strings.NewReader("abc"), 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.remove(ctx, "backups/b1/files/1.sst"); err != nil {
+			t.Fatal(err)
+		}
+		left, err := os.ReadDir(loc)
+		if err != nil || len(left) != 0 {
+			t.Fatalf("%s after removing its only object: %v, %v", loc, left, err)
+		}
+	}
+}
