@@ -70,6 +70,8 @@ type Node struct {
 	http        *http.Server
 	httpLis     net.Listener
 	reg         *prometheus.Registry
+	// watchTooSlow counts the watchers cancelled as too slow.
+	watchTooSlow prometheus.Counter
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -140,6 +142,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		reg:           prometheus.NewRegistry(),
 	}
 	n.place = newPlacementState(cfg, n.reg)
+	n.watchTooSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_watch_too_slow_total",
+		Help: "Watchers this node cancelled as too slow: their queue passed --watch-queue-bytes. Each client's stream ends with ResourceExhausted after it reads what was queued, and the client resumes."})
+	n.reg.MustRegister(n.watchTooSlow)
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -326,6 +331,9 @@ func (n *Node) watchStorage() {
 
 // Addr is the address the gRPC server listens on.
 func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// Metrics gathers the node's metrics: what its /metrics endpoint serves.
+func (n *Node) Metrics() prometheus.Gatherer { return n.reg }
 
 // HTTPAddr is the address of the metrics and pprof server, or "".
 func (n *Node) HTTPAddr() string {

@@ -46,7 +46,7 @@ func (n *Node) acquireHub(id uint64, sm *shard.Shard) (_ *watch.Hub, release fun
 		}
 	}
 	if ref == nil {
-		h, err := watch.NewHub(sm, id, watch.Options{MaxQueueBytes: n.cfg.WatchQueueBytes, Logger: n.log})
+		h, err := watch.NewHub(sm, id, watch.Options{MaxQueueBytes: n.cfg.WatchQueueBytes, Logger: n.log, TooSlow: n.watchTooSlow.Inc})
 		if err != nil {
 			if errors.Is(err, shard.ErrClosed) {
 				return nil, nil, status.Errorf(codes.Unavailable, "shard %d: the replica on node %d closed; retry", id, n.cfg.NodeID)

@@ -60,6 +60,7 @@ func TestWatchProof(t *testing.T) {
 		mu      sync.Mutex
 		got     = map[string][]seen{}
 		pause   = make(chan struct{})
+		resume  = make(chan struct{})
 		werr    error
 		wdone   = make(chan struct{})
 		nEvents int
@@ -85,8 +86,11 @@ func TestWatchProof(t *testing.T) {
 			}
 			mu.Unlock()
 			select {
-			case <-pause: // stop reading for a while: the server drops the stream
-				time.Sleep(4 * time.Second)
+			case <-pause: // stop reading until the server drops a stream
+				select {
+				case <-resume:
+				case <-wctx.Done():
+				}
 				pause = nil
 			default:
 			}
@@ -150,8 +154,15 @@ func TestWatchProof(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	// A consumer that stops reading: its stream is dropped, and resumed.
+	// It reads again once a node has cancelled its watcher as too slow,
+	// which takes as long as the writers need to fill the stream's queue.
 	close(pause)
-	time.Sleep(5 * time.Second)
+	dropped := waitFor(t, 60*time.Second, func() (bool, string) {
+		return watchTooSlow(t, c) > 0, "no watcher cancelled as too slow"
+	})
+	close(resume)
+	t.Logf("a watcher was cancelled as too slow %v after the consumer paused", dropped)
+	time.Sleep(time.Second)
 	close(stopWrt)
 	wg.Wait()
 
@@ -236,6 +247,32 @@ func TestWatchProof(t *testing.T) {
 		t.Fatalf("watch streams ended with %v; want Unavailable (the killed leader) and ResourceExhausted (the paused consumer)", ends.codes)
 	}
 	t.Logf("%d acknowledged writes, %d events, all delivered once in order; streams ended and resumed: %v", len(acked), nEvents, ends.codes)
+}
+
+// watchTooSlow sums the running nodes' counts of watchers cancelled as too
+// slow (their shale_watch_too_slow_total metric).
+func watchTooSlow(t *testing.T, c *testcluster.Cluster) float64 {
+	t.Helper()
+	var sum float64
+	for _, id := range c.NodeIDs() {
+		n := c.Node(id)
+		if n == nil {
+			continue
+		}
+		mfs, err := n.Metrics().Gather()
+		if err != nil {
+			t.Fatalf("node %d metrics: %v", id, err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "shale_watch_too_slow_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // streamEnds is a log handler counting, by status code, the watch streams

@@ -27,6 +27,10 @@ type Options struct {
 	MaxQueueBytes int
 	// Logger receives the hub's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TooSlow, if set, is called each time a watcher is cancelled as too
+	// slow, when it happens (its reader learns of it after taking what was
+	// queued before). It must not block.
+	TooSlow func()
 }
 
 // Errors that end a watcher, wrapped in an *InterruptedError.

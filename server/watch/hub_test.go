@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,11 +290,13 @@ func TestHubDeliversEveryChange(t *testing.T) {
 // TestHubSlowWatcherResumes: a watcher whose queue overflows is cancelled
 // with ErrTooSlow after the changes already queued; a new watcher from its
 // resume revision continues with nothing lost or repeated, and other
-// watchers are not held up.
+// watchers are not held up. Options.TooSlow hears of the cancellation
+// when it happens, before the slow watcher reads.
 func TestHubSlowWatcherResumes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	s := newTestShard(t, 1<<30, nil)
-	h, err := NewHub(s.sh, 1, Options{Logger: quiet, MaxQueueBytes: 8 << 10})
+	var tooSlow atomic.Int32
+	h, err := NewHub(s.sh, 1, Options{Logger: quiet, MaxQueueBytes: 8 << 10, TooSlow: func() { tooSlow.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +320,9 @@ func TestHubSlowWatcherResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		fastGot = append(fastGot, got...)
+	}
+	if n := tooSlow.Load(); n != 1 {
+		t.Fatalf("TooSlow called %d times before the slow watcher read, want 1", n)
 	}
 	got, err := collect(t, slow, s.rev)
 	var ie *InterruptedError

@@ -92,6 +92,9 @@ func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEve
 			if !catchUp && len(add) > 0 && len(w.queue) > 0 && w.queued+size > w.maxQueue {
 				w.finish(&InterruptedError{Err: ErrTooSlow, Resume: rev,
 					Detail: fmt.Sprintf("shard %d: %d bytes of events queued, limit %d", w.hub.id, w.queued, w.maxQueue)}, nil)
+				if f := w.hub.opts.TooSlow; f != nil {
+					f()
+				}
 				return false
 			}
 			for _, ev := range add {
