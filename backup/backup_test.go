@@ -488,13 +488,22 @@ func TestLaggingFollowerNotCopied(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("the lagging follower's log: %v, want Unavailable", err)
 	}
+	// Healed, it catches up (a request may still find it behind, under
+	// load: Unavailable again) and then sends everything.
 	c.Heal()
-	stream, err = cl.BackupShardLog(ctx, follower, shardID, after)
-	for err == nil {
-		var e *shalev1.BackupLogEntry
-		if e, err = stream.Recv(); err == nil {
-			last = e.GetIndex()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		stream, err = cl.BackupShardLog(ctx, follower, shardID, after)
+		for err == nil {
+			var e *shalev1.BackupLogEntry
+			if e, err = stream.Recv(); err == nil {
+				last = e.GetIndex()
+			}
 		}
+		if status.Code(err) == codes.Unavailable && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		break
 	}
 	if !errors.Is(err, io.EOF) || last < want {
 		t.Fatalf("after healing, the follower's log ends at %d (the leader applied %d before): %v", last, want, err)
