@@ -487,7 +487,8 @@ func (c *Client) BackupShard(ctx context.Context, nodeID, shardID uint64, skip [
 
 // adminAt is the Admin service of node nodeID (for the RPCs about its own
 // replicas), at its address in the routing table, refreshed once when the
-// node is not in it; it also returns the address.
+// node is not in it; it also returns the address. Another node answering
+// at the address refuses its calls.
 func (c *Client) adminAt(ctx context.Context, nodeID uint64) (shalev1.AdminClient, string, error) {
 	_, addrs := c.rt.snapshot()
 	addr := addrs[nodeID]
@@ -504,7 +505,7 @@ func (c *Client) adminAt(ctx context.Context, nodeID uint64) (shalev1.AdminClien
 	if err != nil {
 		return nil, "", fmt.Errorf("node %d (%s): %w", nodeID, addr, err)
 	}
-	return shalev1.NewAdminClient(cc), addr, nil
+	return shalev1.NewAdminClient(nodeConn{cc, nodeID}), addr, nil
 }
 
 // BackupShardLog opens a stream of the entries the replica of shard

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -34,6 +35,10 @@ const (
 	// WithDialOptions(grpc.WithInitialWindowSize(...), ...).
 	DefaultWindowBytes     = 2 << 20
 	DefaultConnWindowBytes = 16 << 20
+	// DefaultReconnectBackoffMax caps the wait between attempts to
+	// reconnect to a node that refuses or drops connections (see
+	// WithReconnectBackoff); gRPC's own cap is 120 s.
+	DefaultReconnectBackoffMax = 5 * time.Second
 )
 
 // Option configures a Client in New.
@@ -48,6 +53,7 @@ type options struct {
 	attemptTimeout time.Duration
 	maxAttempts    int
 	addrMap        func(string) string
+	reconnectMax   time.Duration
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -79,6 +85,19 @@ func WithBackoff(initial, max time.Duration) Option {
 		}
 		if max > 0 {
 			o.backoffMax = max
+		}
+	}
+}
+
+// WithReconnectBackoff caps the wait between attempts to reconnect to a
+// node whose connection failed: a node back from an outage is reached again
+// at most about max (plus 20% jitter) after it serves again. Default
+// DefaultReconnectBackoffMax; non-positive keeps the default. A
+// grpc.WithConnectParams given in WithDialOptions takes precedence.
+func WithReconnectBackoff(max time.Duration) Option {
+	return func(o *options) {
+		if max > 0 {
+			o.reconnectMax = max
 		}
 	}
 }
@@ -126,9 +145,12 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	// retired are connections that reached the wrong node, closed a
+	// while after (see retire).
+	retired map[*grpc.ClientConn]struct{}
+	closed  bool
 
 	rt routing
 }
@@ -146,6 +168,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		logger:         slog.Default(),
 		defaultTimeout: DefaultTimeout,
 		attemptTimeout: DefaultAttemptTimeout,
+		reconnectMax:   DefaultReconnectBackoffMax,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -167,6 +190,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		log:       o.logger,
 		endpoints: eps,
 		conns:     map[string]*grpc.ClientConn{},
+		retired:   map[*grpc.ClientConn]struct{}{},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rt.init()
@@ -205,8 +229,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	conns := c.conns
-	c.conns = nil
+	conns, retired := c.conns, c.retired
+	c.conns, c.retired = nil, nil
 	c.mu.Unlock()
 	c.cancel()
 	var errs []error
@@ -214,6 +238,9 @@ func (c *Client) Close() error {
 		if err := cc.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close connection to %s: %w", addr, err))
 		}
+	}
+	for cc := range retired {
+		_ = cc.Close() // it reached the wrong node; nothing to report
 	}
 	return errors.Join(errs...)
 }
@@ -234,12 +261,21 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	// caller come later and win.
 	// Keepalive pings find a connection to an address gone silent (a
 	// node restarted elsewhere) within 15 s, so that it is redialed.
+	// Reconnects start after 100 ms and grow by 1.6 up to reconnectMax
+	// (gRPC's default grows to 120 s, which kept a node back from a long
+	// outage without traffic for up to two minutes).
+	reconnect := backoff.DefaultConfig
+	reconnect.BaseDelay = min(100*time.Millisecond, c.opts.reconnectMax)
+	reconnect.MaxDelay = c.opts.reconnectMax
 	opts := append([]grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 		grpc.WithInitialWindowSize(DefaultWindowBytes),
 		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),
 	}, c.opts.dialOpts...)
+	var cc *grpc.ClientConn
+	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
 	target := addr
 	if c.opts.addrMap != nil {
 		target = c.opts.addrMap(addr)

@@ -181,7 +181,7 @@ func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attem
 			FirstAttempt: attempt == 1 && len(spec.requestID) > 0,
 		}
 		actx, acancel := c.attemptContext(ctx)
-		err = fn(actx, cc, sh, hdr)
+		err = fn(toNode(actx, node), cc, sh, hdr)
 		acancel()
 		if err == nil {
 			if spec.leaderOnly && sh.leader.Load() != node {
@@ -211,6 +211,11 @@ func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attem
 		switch {
 		case d.crossShard != nil:
 			return last
+		case isWrongNode(err) && immediate < maxImmediate:
+			// The address reached another node; its connection is
+			// retired, so the same node is dialed again.
+			immediate++
+			override = node
 		case d.notLeader != nil:
 			nroute = 0
 			hint := d.notLeader.GetLeaderNodeId()

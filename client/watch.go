@@ -281,7 +281,7 @@ func (ws *watchStream) run(ctx context.Context, p *watchPart) error {
 		if p.next != 0 {
 			req.RangeEpoch = p.epoch
 		}
-		moved, started, err := ws.stream(ctx, shalev1.NewKVClient(cc), req, p)
+		moved, started, err := ws.stream(ctx, shalev1.NewKVClient(cc), node, req, p)
 		if started {
 			// The replica served the stream: start afresh on trouble.
 			nback, immediate = 0, 0
@@ -330,8 +330,8 @@ func (ws *watchStream) run(ctx context.Context, p *watchPart) error {
 // stream runs one Watch stream of p; moved is the shard's descriptor when
 // the stream ended with a range change (p.next then follows it), started
 // reports that the replica accepted the stream.
-func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, req *shalev1.WatchRequest, p *watchPart) (moved *shalev1.ShardDescriptor, started bool, _ error) {
-	st, err := kv.Watch(ctx, req)
+func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uint64, req *shalev1.WatchRequest, p *watchPart) (moved *shalev1.ShardDescriptor, started bool, _ error) {
+	st, err := kv.Watch(toNode(ctx, node), req)
 	if err != nil {
 		return nil, false, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -270,8 +271,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
 	n.grpc = grpc.NewServer(append(grpctransport.ServerOptions(),
-		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor),
+		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
@@ -813,8 +814,13 @@ func (n *Node) peerAddrs() []string {
 // Keepalive pings find a connection gone silent (the peer moved to another
 // address) and replace it, as the Raft transport's are: without them,
 // every call on it would time out until TCP gave up, many minutes later.
+// Reconnects wait at most 5 s (gRPC's default grows to 120 s): a peer back
+// from a long outage is reached again within seconds.
 func dialPeer(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpctransport.KeepaliveDialOption())
+	reconnect := backoff.DefaultConfig
+	reconnect.BaseDelay, reconnect.MaxDelay = 100*time.Millisecond, 5*time.Second
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpctransport.KeepaliveDialOption(),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))
 }
 
 // conn returns a (lazily dialed) client connection to a peer.

@@ -1,0 +1,21 @@
+package shalev1
+
+// Names of the wire contract that live outside the messages.
+const (
+	// TargetNodeMetadataKey is the gRPC metadata key a caller sets, on a
+	// call meant for one node, to that node's ID (decimal). A node with
+	// another ID refuses the call with codes.Unavailable and an ErrorInfo
+	// detail of reason ReasonWrongNode: the caller's connection reached an
+	// address that now belongs to another node (an IP address reused after
+	// a restart), and should be dialed again. Calls without it are served
+	// by whichever node receives them.
+	TargetNodeMetadataKey = "shale-target-node-id"
+	// ErrorDomain is the domain of the google.rpc.ErrorInfo details Shale
+	// attaches to errors.
+	ErrorDomain = "shale-db.dev"
+	// ReasonWrongNode is the ErrorInfo reason of a call refused because it
+	// named another node in TargetNodeMetadataKey. Its metadata holds
+	// "target_node_id" (the node the call named) and "node_id" (the node
+	// that received it).
+	ReasonWrongNode = "WRONG_NODE"
+)
