@@ -327,7 +327,8 @@ func (ws *watchStream) run(ctx context.Context, p *watchPart) error {
 	return nil
 }
 
-// stream runs one Watch stream of p; moved is the shard's descriptor when
+// stream runs one Watch stream of p on node's replica (another node at
+// its address refuses it); moved is the shard's descriptor when
 // the stream ended with a range change (p.next then follows it), started
 // reports that the replica accepted the stream.
 func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uint64, req *shalev1.WatchRequest, p *watchPart) (moved *shalev1.ShardDescriptor, started bool, _ error) {
