@@ -3,12 +3,10 @@ package backup
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
 	"os"
 	"slices"
 	"sort"
@@ -116,12 +114,8 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 	// Only now, with the base and the cluster known, does the backup exist
 	// (incomplete until its manifest is written).
 	host, _ := os.Hostname()
-	begun, _ := json.Marshal(map[string]any{"id": id, "cluster": m.ClusterID, "base": opts.Base, "host": host, "started": started})
-	if err := loc.st.create(ctx, startedName(id), begun); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, stats, fmt.Errorf("backup: %s already holds a backup %s", loc, id)
-		}
-		return nil, stats, fmt.Errorf("backup: %w", err)
+	if err := loc.begin(ctx, id, map[string]any{"id": id, "cluster": m.ClusterID, "base": opts.Base, "host": host, "started": started}); err != nil {
+		return nil, stats, err
 	}
 	stored, err := loc.storedFiles(ctx)
 	if err != nil {

@@ -64,6 +64,22 @@ func manifestName(id string) string { return backupPrefix(id) + "manifest.json" 
 // incomplete rather than absent.
 func startedName(id string) string { return backupPrefix(id) + "started.json" }
 
+// begin marks backup id begun in the location (startedName, with info),
+// unless it holds a backup id already.
+func (l *Location) begin(ctx context.Context, id string, info map[string]any) error {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := l.st.create(ctx, startedName(id), b); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("backup: %s already holds a backup %s", l, id)
+		}
+		return fmt.Errorf("backup: %w", err)
+	}
+	return nil
+}
+
 const lockName = "lock"
 
 // lockInfo is the lock file's contents.

@@ -35,12 +35,8 @@ func copyBackup(ctx context.Context, src *Location, id string, m *Manifest, dst 
 		return err
 	}
 	defer unlock()
-	begun, _ := json.Marshal(map[string]any{"id": id, "cluster": m.ClusterID, "copied_from": src.String(), "started": time.Now().UTC()})
-	if err := dst.st.create(ctx, startedName(id), begun); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("backup: %s already holds a backup %s", dst, id)
-		}
-		return fmt.Errorf("backup: %w", err)
+	if err := dst.begin(ctx, id, map[string]any{"id": id, "cluster": m.ClusterID, "copied_from": src.String(), "started": time.Now().UTC()}); err != nil {
+		return err
 	}
 	stored, err := dst.storedFiles(ctx)
 	if err != nil {

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -146,7 +147,7 @@ func (s *s3Store) create(ctx context.Context, name string, b []byte) error {
 	}
 	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
 	opts.SetMatchETagExcept("*")
-	_, err = s.cl.PutObject(ctx, s.bucket, key, strings.NewReader(string(b)), int64(len(b)), opts)
+	_, err = s.cl.PutObject(ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), opts)
 	if err != nil {
 		if r := minio.ToErrorResponse(err); r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed" {
 			return fmt.Errorf("%s: %w", key, fs.ErrExist)

@@ -131,21 +131,11 @@ func (d *dirStore) put(ctx context.Context, name string, r io.Reader, size int64
 		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
-	defer tmp.Close() // a second Close after the one below is harmless
-	n, err := io.Copy(tmp, ctxReader{ctx, r})
-	if err != nil {
+	defer tmp.Close()
+	if _, err := io.Copy(tmp, ctxReader{ctx, r}); err != nil {
 		return err
 	}
-	if n != size {
-		return fmt.Errorf("backup: %s: %d bytes where %d were due", name, n, size)
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(p))
+	return d.putFile(ctx, name, tmp, size)
 }
 
 // tempFile is in the location's directory, so putFile renames it into
