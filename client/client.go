@@ -11,10 +11,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/security/tlsconfig"
 )
 
 // Default values of the client options.
@@ -54,11 +56,16 @@ type options struct {
 	maxAttempts    int
 	addrMap        func(string) string
 	reconnectMax   time.Duration
+	// tlsCreds (WithTLS) or tlsFiles (WithTLSFiles) replace the insecure
+	// credentials.
+	tlsCreds  credentials.TransportCredentials
+	tlsFiles  *tlsconfig.Files
+	tlsReload time.Duration
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
-// connection, replacing the default (insecure transport credentials). Pass
-// grpc.WithTransportCredentials for TLS.
+// connection, replacing the default (insecure transport credentials, or
+// those of WithTLS or WithTLSFiles, which come before them).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append([]grpc.DialOption(nil), opts...) }
 }
@@ -162,13 +169,13 @@ type Client struct {
 // timeout). Connections to nodes are made lazily, one per node address.
 func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
 	o := options{
-		dialOpts:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		backoffInitial: DefaultBackoffInitial,
 		backoffMax:     DefaultBackoffMax,
 		logger:         slog.Default(),
 		defaultTimeout: DefaultTimeout,
 		attemptTimeout: DefaultAttemptTimeout,
 		reconnectMax:   DefaultReconnectBackoffMax,
+		tlsReload:      DefaultTLSReloadInterval,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -176,6 +183,15 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if o.backoffMax < o.backoffInitial {
 		o.backoffMax = o.backoffInitial
 	}
+	tlsOpt, tlsSrc, err := o.transportCredentials()
+	if err != nil {
+		return nil, err
+	}
+	if tlsOpt == nil {
+		tlsOpt = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	// Dial options the caller gave come after the credentials and win.
+	o.dialOpts = append([]grpc.DialOption{tlsOpt}, o.dialOpts...)
 	var eps []string
 	for _, e := range endpoints {
 		if e = strings.TrimSpace(e); e != "" {
@@ -193,6 +209,9 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		retired:   map[*grpc.ClientConn]struct{}{},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if tlsSrc != nil {
+		go tlsSrc.Watch(c.ctx, o.tlsReload)
+	}
 	c.rt.init()
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
@@ -204,6 +223,11 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		}
 		if ctx.Err() == nil {
 			last = err
+		}
+		if securityRefusal(err) {
+			// A refused handshake or credentials: waiting cures nothing.
+			c.Close()
+			return nil, fmt.Errorf("shale: connect: refused by every endpoint's security (TLS or credentials): %w", err)
 		}
 		reason := ctx.Err()
 		if reason == nil && o.maxAttempts > 0 && attempt >= o.maxAttempts {

@@ -21,6 +21,19 @@
 #   SHALE_READY_TIMEOUT   seconds to wait for the cluster to answer [60]
 #   SHALE_STOP_TIMEOUT    seconds to wait for the nodes to stop before
 #                         SIGKILL                                   [20]
+#   SHALE_TLS             1: mutual TLS between the nodes and for the
+#                         clients (and HTTPS on the HTTP ports)     [0: off]
+#
+# With SHALE_TLS=1 the certificates are in DATA_DIR/certs: ca.crt and ca.key,
+# the CA (made with `shalectl cert create-ca` when ca.crt is missing, which
+# also makes every other certificate again); nodeI.crt and nodeI.key, node
+# I's certificate for localhost, 127.0.0.1 and SHALE_HOST, used for clients
+# and peers alike; client.crt and client.key, the client certificate of the
+# user root. Missing ones are made on each run; existing ones are kept.
+# Clients then need `shalectl --cacert DATA_DIR/certs/ca.crt --cert
+# DATA_DIR/certs/client.crt --key DATA_DIR/certs/client.key ...` (the script
+# prints the command). Without SHALE_TLS the cluster is plaintext, whatever
+# certificates DATA_DIR holds.
 # The servers also read their other flags from SHALE_<FLAG> variables (for
 # example SHALE_LOG_LEVEL=debug); see `shale-server --help`.
 #
@@ -38,6 +51,7 @@ http_csv="${SHALE_HTTP_PORTS:-8001,8002,8003}"
 splits="${SHALE_INITIAL_SPLITS-g,n,t}"
 ready_timeout="${SHALE_READY_TIMEOUT:-60}"
 stop_timeout="${SHALE_STOP_TIMEOUT:-20}"
+tls="${SHALE_TLS:-0}"
 
 prog="run-cluster"
 say() { printf '%s: %s\n' "$prog" "$*"; }
@@ -74,6 +88,14 @@ for v in "$ready_timeout" "$stop_timeout"; do
 		;;
 	esac
 done
+
+case "$tls" in
+0 | 1) ;;
+*)
+	err "SHALE_TLS is 1 (TLS on) or 0 (off), got '$tls'"
+	exit 1
+	;;
+esac
 
 server="$bin_dir/shale-server"
 ctl="$bin_dir/shalectl"
@@ -122,6 +144,46 @@ if [ "$have" -eq "$n" ]; then
 	say "reusing the data in $(pretty "$data_dir"): restarting the existing cluster"
 else
 	say "starting a new $n-node cluster in $(pretty "$data_dir") (initial splits: ${splits:-none})"
+fi
+
+# cert runs `shalectl cert ...`, showing its output only when it fails.
+cert() {
+	local out
+	if ! out="$("$ctl" cert "$@" 2>&1)"; then
+		err "shalectl cert $* failed:"
+		printf '%s\n' "$out" >&2
+		exit 1
+	fi
+}
+
+# With TLS, make the certificates that are missing: all of them with a new
+# CA (those of an old one would not verify).
+certs="$data_dir/certs"
+ctl_tls=() # shalectl's TLS flags
+if [ "$tls" -eq 1 ]; then
+	made=()
+	new_ca=0
+	if [ ! -e "$certs/ca.crt" ]; then
+		cert create-ca --certs-dir "$certs" --overwrite
+		made+=(ca)
+		new_ca=1
+	fi
+	for ((i = 1; i <= n; i++)); do
+		if [ "$new_ca" -eq 1 ] || [ ! -e "$certs/node$i.crt" ] || [ ! -e "$certs/node$i.key" ]; then
+			cert create-node "node$i" localhost 127.0.0.1 "$host" --certs-dir "$certs" --overwrite
+			made+=("node$i")
+		fi
+	done
+	if [ "$new_ca" -eq 1 ] || [ ! -e "$certs/client.crt" ] || [ ! -e "$certs/client.key" ]; then
+		cert create-client root --certs-dir "$certs" --overwrite
+		made+=(client)
+	fi
+	if [ "${#made[@]}" -gt 0 ]; then
+		say "TLS: made the certificates ${made[*]} in $(pretty "$certs")"
+	else
+		say "TLS: using the certificates in $(pretty "$certs")"
+	fi
+	ctl_tls=(--cacert "$certs/ca.crt" --cert "$certs/client.crt" --key "$certs/client.key")
 fi
 
 pids=()
@@ -253,6 +315,13 @@ for ((i = 1; i <= n; i++)); do
 	mkdir -p "$data_dir/node$i"
 	log="$data_dir/node$i.log"
 	printf '=== run-cluster: node %d starting at %s ===\n' "$i" "$(date '+%Y-%m-%dT%H:%M:%S%z')" >>"$log"
+	tls_args=()
+	if [ "$tls" -eq 1 ]; then
+		tls_args=(
+			--cert-file "$certs/node$i.crt" --key-file "$certs/node$i.key" --trusted-ca-file "$certs/ca.crt" --client-cert-auth
+			--peer-cert-file "$certs/node$i.crt" --peer-key-file "$certs/node$i.key" --peer-trusted-ca-file "$certs/ca.crt"
+		)
+	fi
 	"$server" \
 		--node-id "$i" \
 		--data-dir "$data_dir/node$i" \
@@ -260,6 +329,7 @@ for ((i = 1; i <= n; i++)); do
 		--http "$host:${http_ports[i - 1]}" \
 		--initial-cluster "$initial_cluster" \
 		--initial-splits "$splits" \
+		${tls_args[@]+"${tls_args[@]}"} \
 		</dev/null >>"$log" 2>&1 &
 	pids+=("$!")
 	reaped+=(0)
@@ -281,7 +351,7 @@ while :; do
 			fail "node $i exited during start-up (status $st); see $(pretty "$data_dir/node$i.log")"
 		fi
 	done
-	if status="$("$ctl" --endpoints "$endpoints" --timeout 2s cluster status -o json 2>/dev/null)"; then
+	if status="$("$ctl" ${ctl_tls[@]+"${ctl_tls[@]}"} --endpoints "$endpoints" --timeout 2s cluster status -o json 2>/dev/null)"; then
 		shards=$(grep -c '"shard_id":' <<<"$status" || true)
 		led=$(grep -c '"leader_node_id": "[1-9]' <<<"$status" || true)
 		live=$(grep -c '"live": true' <<<"$status" || true)
@@ -296,14 +366,21 @@ while :; do
 done
 
 ctl_shown="$(pretty "$ctl")"
+scheme=http
+security=""
+if [ "$tls" -eq 1 ]; then
+	scheme=https
+	security=", mutual TLS (certificates in $(pretty "$certs"))"
+	ctl_shown+=" --cacert $(pretty "$certs/ca.crt") --cert $(pretty "$certs/client.crt") --key $(pretty "$certs/client.key")"
+fi
 cat <<EOF
 
-Shale cluster is ready: $n nodes on $host, data in $(pretty "$data_dir")
+Shale cluster is ready: $n nodes on $host, data in $(pretty "$data_dir")$security
 
   node  gRPC endpoint          metrics (/metrics, /debug/pprof)   pid     log
 EOF
 for ((i = 1; i <= n; i++)); do
-	printf '  %-4s  %-21s  %-33s  %-6s  %s\n' "$i" "$host:${ports[i - 1]}" "http://$host:${http_ports[i - 1]}/metrics" "${pids[i - 1]}" "$(pretty "$data_dir/node$i.log")"
+	printf '  %-4s  %-21s  %-33s  %-6s  %s\n' "$i" "$host:${ports[i - 1]}" "$scheme://$host:${http_ports[i - 1]}/metrics" "${pids[i - 1]}" "$(pretty "$data_dir/node$i.log")"
 done
 cat <<EOF
 
@@ -313,6 +390,15 @@ Try (from another terminal):
   $ctl_shown --endpoints $endpoints cluster status
   $ctl_shown --endpoints $endpoints shard list
 (or export SHALE_ENDPOINTS=$endpoints and leave out --endpoints)
+EOF
+if [ "$tls" -eq 1 ]; then
+	cat <<EOF
+(and SHALE_CACERT=$(pretty "$certs/ca.crt") SHALE_CERT=$(pretty "$certs/client.crt") SHALE_KEY=$(pretty "$certs/client.key") to leave out the TLS flags)
+The HTTP ports serve HTTPS:
+  curl --cacert $(pretty "$certs/ca.crt") --cert $(pretty "$certs/client.crt") --key $(pretty "$certs/client.key") https://$host:${http_ports[0]}/metrics
+EOF
+fi
+cat <<EOF
 
 Press Ctrl-C to stop the cluster${int_note}; run again to restart it from its data.
 EOF

@@ -15,7 +15,11 @@ func newClient(t *testing.T, c *testcluster.Cluster) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, c.Endpoints(), client.WithDefaultTimeout(10*time.Second))
+	opts := []client.Option{client.WithDefaultTimeout(10 * time.Second)}
+	if cs := c.Certs(); cs != nil {
+		opts = append(opts, client.WithTLSFiles(cs.CAFile(), cs.ClientCertFile(), cs.ClientKeyFile()))
+	}
+	cl, err := client.New(ctx, c.Endpoints(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

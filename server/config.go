@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/replication/grpctransport"
+	"github.com/shale-db/shale/security/tlsconfig"
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -130,6 +131,10 @@ type Config struct {
 	// PlacementPinDuration is how long an operator's replica move or
 	// leadership transfer keeps balancing away from the shard (default 1h).
 	PlacementPinDuration time.Duration
+	// TLS is the node's transport security: TLS for clients and mutual TLS
+	// for peers on the gRPC port, HTTPS on the HTTP port. Zero:
+	// plaintext. See docs/shale-server.md, "TLS".
+	TLS tlsconfig.ServerConfig
 	// Logger receives the node's logs (default slog.Default()).
 	Logger *slog.Logger
 	// LinkFilter, when set, is asked before any Raft traffic leaves for a
@@ -257,6 +262,9 @@ func (c *Config) applyDefaults() {
 func (c *Config) validate() error {
 	if c.DataDir == "" {
 		return errors.New("server: a data directory is required")
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	if len(c.InitialCluster) > 0 {
 		byAddr := map[string]uint64{}

@@ -41,6 +41,7 @@ import (
 	"github.com/shale-db/shale/replication/grpctransport"
 	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/replication/snapshot"
+	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage"
 	"github.com/shale-db/shale/storage/vfs"
@@ -68,9 +69,13 @@ type Node struct {
 	grpc        *grpc.Server
 	health      *health.Server
 	lis         net.Listener
-	http        *http.Server
-	httpLis     net.Listener
-	reg         *prometheus.Registry
+	// tls is the node's transport security (nil: plaintext); refuser
+	// answers plaintext clients of a TLS port that TLS is required.
+	tls     *tlsconfig.Server
+	refuser *grpc.Server
+	http    *http.Server
+	httpLis net.Listener
+	reg     *prometheus.Registry
 	// watchTooSlow counts the watchers cancelled as too slow.
 	watchTooSlow prometheus.Counter
 
@@ -151,6 +156,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.Stop()
 		}
 	}()
+	if cfg.TLS.Enabled() {
+		if n.tls, err = tlsconfig.NewServer(cfg.TLS, cfg.Logger.With("component", "tls")); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	meta, found, err := readMeta(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -219,6 +229,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:                n.log.With("component", "transport"),
 		InitialWindowSize:     cfg.GRPCWindowBytes,
 		InitialConnWindowSize: cfg.GRPCConnWindowBytes,
+		DialOptions:           n.peerDialOptions(),
 	})
 	var tr replication.Transport = n.transport
 	if cfg.LinkFilter != nil {
@@ -270,13 +281,30 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
-	n.grpc = grpc.NewServer(append(grpctransport.ServerOptions(),
-		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor),
-		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor),
+	srvOpts := append(grpctransport.ServerOptions(),
+		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.peerOnlyUnaryInterceptor, n.targetUnaryInterceptor),
+		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.peerOnlyStreamInterceptor, n.targetStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
-	)...)
+	)
+	serveLis := n.lis
+	if n.tls != nil {
+		srvOpts = append(srvOpts, grpc.Creds(n.tls.ServerCredentials()))
+		var plainLis net.Listener
+		serveLis, plainLis = tlsconfig.SplitListener(n.lis, n.log.With("component", "tls"))
+		n.refuser = newPlaintextRefuser()
+		n.wg.Add(2)
+		go func() {
+			defer n.wg.Done()
+			_ = n.refuser.Serve(plainLis)
+		}()
+		go func() {
+			defer n.wg.Done()
+			n.tls.Watch(n.stopContext())
+		}()
+	}
+	n.grpc = grpc.NewServer(srvOpts...)
 	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
 	n.transport.Register(n.grpc, n.store)
@@ -289,7 +317,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.grpc.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := n.grpc.Serve(serveLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -383,6 +411,9 @@ func (n *Node) Stop() {
 		if n.transport != nil {
 			_ = n.transport.Close()
 		}
+		if n.refuser != nil {
+			n.refuser.Stop()
+		}
 		if n.grpc != nil {
 			done := make(chan struct{})
 			go func() { n.grpc.GracefulStop(); close(done) }()
@@ -438,14 +469,35 @@ func (n *Node) startHTTP() error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serve := func() error { return n.http.Serve(lis) }
+	if n.tls != nil {
+		n.http.Handler = n.httpClientCertGate(mux)
+		n.http.TLSConfig = n.tls.HTTPConfig()
+		n.http.ErrorLog = slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelWarn)
+		serve = func() error { return n.http.ServeTLS(lis, "", "") }
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http server stopped", "err", err)
 		}
 	}()
 	return nil
+}
+
+// httpClientCertGate serves /healthz to anyone (probes present no
+// certificate) and the rest of the HTTP port (metrics, profiles) only to
+// requests the TLS configuration allows: with --client-cert-auth, those
+// with a verified client certificate.
+func (n *Node) httpClientCertGate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && !n.tls.HTTPAllowed(r.TLS) {
+			http.Error(w, "a client certificate signed by the trusted CA (--trusted-ca-file) is required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // --- shards ---
@@ -816,11 +868,20 @@ func (n *Node) peerAddrs() []string {
 // every call on it would time out until TCP gave up, many minutes later.
 // Reconnects wait at most 5 s (gRPC's default grows to 120 s): a peer back
 // from a long outage is reached again within seconds.
-func dialPeer(addr string) (*grpc.ClientConn, error) {
+func (n *Node) dialPeer(addr string) (*grpc.ClientConn, error) {
 	reconnect := backoff.DefaultConfig
 	reconnect.BaseDelay, reconnect.MaxDelay = 100*time.Millisecond, 5*time.Second
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpctransport.KeepaliveDialOption(),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))
+	return grpc.NewClient(addr, append(n.peerDialOptions(), grpctransport.KeepaliveDialOption(),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))...)
+}
+
+// peerDialOptions are the transport credentials of every connection to
+// another node: the node's peer certificate under TLS.
+func (n *Node) peerDialOptions() []grpc.DialOption {
+	if n.tls == nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(n.tls.PeerDialCredentials())}
 }
 
 // conn returns a (lazily dialed) client connection to a peer.
@@ -830,7 +891,7 @@ func (n *Node) conn(addr string) *grpc.ClientConn {
 	if c, ok := n.conns[addr]; ok {
 		return c
 	}
-	c, err := dialPeer(addr)
+	c, err := n.dialPeer(addr)
 	if err != nil {
 		// NewClient only fails on a malformed target; calls on the nil-safe
 		// fallback fail with a clear error.
@@ -842,7 +903,7 @@ func (n *Node) conn(addr string) *grpc.ClientConn {
 
 // join asks a running cluster to admit this node.
 func (n *Node) join(ctx context.Context) (nodeMeta, error) {
-	c, err := dialPeer(n.cfg.Join)
+	c, err := n.dialPeer(n.cfg.Join)
 	if err != nil {
 		return nodeMeta{}, fmt.Errorf("server: join %s: %w", n.cfg.Join, err)
 	}
@@ -934,7 +995,7 @@ func (n *Node) priorIncarnation(ctx context.Context, id uint64, cid string) int 
 		if ctx.Err() != nil {
 			break
 		}
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(addr, n.peerDialOptions()...)
 		if err != nil {
 			continue
 		}

@@ -31,7 +31,7 @@ func TestPeerConnectionReplacedWhenSilent(t *testing.T) {
 	defer srv.Stop()
 	relay := netfault.NewRelay(t, lis.Addr().String())
 
-	cc, err := dialPeer(relay.Addr())
+	cc, err := (&Node{}).dialPeer(relay.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server"
 )
 
@@ -53,6 +54,17 @@ type flags struct {
 	splitSize                               int64
 	shardMemTable, splitQPS                 int
 	logLevel, logFormat, clockOffsetFile    string
+	tls                                     tlsFlags
+}
+
+// tlsFlags are the transport security flags (docs/shale-server.md, "TLS").
+type tlsFlags struct {
+	certFile, keyFile, trustedCAFile             string
+	peerCertFile, peerKeyFile, peerTrustedCAFile string
+	peerAllowedCN                                []string
+	clientCertAuth                               bool
+	minVersion                                   string
+	reloadInterval                               time.Duration
 }
 
 func newRootCmd() *cobra.Command {
@@ -124,6 +136,16 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.watchProgressInterval, "watch-progress-interval", time.Second, "how long a watch stream that asked for progress notifications stays idle before it gets one")
 	fl.IntVar(&f.watchQueueBytes, "watch-queue-bytes", 8<<20, "bytes of changes queued for one watch stream before it is ended as too slow (the client resumes from the revision in the error)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "how far ahead of this node's clock a peer's hybrid-logical-clock reading may be and still advance it; farther readings are refused and logged")
+	fl.StringVar(&f.tls.certFile, "cert-file", "", "TLS: certificate (PEM) the node presents to clients and on the HTTP port; TLS is on when any TLS flag is given, and then --cert-file, --key-file and the three --peer-* files are required")
+	fl.StringVar(&f.tls.keyFile, "key-file", "", "TLS: private key (PEM) of --cert-file")
+	fl.StringVar(&f.tls.trustedCAFile, "trusted-ca-file", "", "TLS: CA bundle (PEM) client certificates are verified against (without it clients cannot authenticate with certificates)")
+	fl.BoolVar(&f.tls.clientCertAuth, "client-cert-auth", false, "TLS: require every client to present a certificate signed by --trusted-ca-file (also for /metrics and /debug/pprof; /healthz stays open)")
+	fl.StringVar(&f.tls.peerCertFile, "peer-cert-file", "", "TLS: certificate (PEM) the node presents to other nodes, as server and as client (it may be the same file as --cert-file)")
+	fl.StringVar(&f.tls.peerKeyFile, "peer-key-file", "", "TLS: private key (PEM) of --peer-cert-file")
+	fl.StringVar(&f.tls.peerTrustedCAFile, "peer-trusted-ca-file", "", "TLS: CA bundle (PEM) other nodes' certificates must be signed by")
+	fl.StringSliceVar(&f.tls.peerAllowedCN, "peer-allowed-cn", nil, "TLS: accept only peers whose certificate's common name or a DNS name matches one of these patterns (comma-separated; * and ? wildcards, e.g. 'node-*.shale.svc'); default: any certificate of --peer-trusted-ca-file")
+	fl.StringVar(&f.tls.minVersion, "tls-min-version", "1.3", "TLS: oldest TLS version accepted, 1.2 or 1.3")
+	fl.DurationVar(&f.tls.reloadInterval, "tls-reload-interval", 5*time.Second, "TLS: how often to look for changed certificate and CA files (SIGHUP reloads them at once); new connections use new files, open ones continue")
 	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
@@ -198,6 +220,10 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("--restore-as-of: want an RFC 3339 time such as 2026-11-22T14:05:00Z: %w", err)
 		}
 	}
+	minTLS, err := tlsconfig.ParseMinVersion(f.tls.minVersion)
+	if err != nil {
+		return fmt.Errorf("--tls-min-version: %w", err)
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -256,6 +282,18 @@ func run(ctx context.Context, f flags) error {
 		MaxClockOffset:           f.maxClockOffset,
 		WatchProgressInterval:    f.watchProgressInterval,
 		WatchQueueBytes:          f.watchQueueBytes,
+		TLS: tlsconfig.ServerConfig{
+			CertFile:          f.tls.certFile,
+			KeyFile:           f.tls.keyFile,
+			TrustedCAFile:     f.tls.trustedCAFile,
+			ClientCertAuth:    f.tls.clientCertAuth,
+			PeerCertFile:      f.tls.peerCertFile,
+			PeerKeyFile:       f.tls.peerKeyFile,
+			PeerTrustedCAFile: f.tls.peerTrustedCAFile,
+			PeerAllowedNames:  f.tls.peerAllowedCN,
+			MinVersion:        minTLS,
+			ReloadInterval:    f.tls.reloadInterval,
+		},
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -263,6 +301,18 @@ func run(ctx context.Context, f flags) error {
 		}
 		return err
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := node.ReloadTLS(); err != nil {
+				log.Warn("SIGHUP: TLS files not reloaded", "err", err)
+			} else if node.TLSEnabled() {
+				log.Info("SIGHUP: TLS files re-read")
+			}
+		}
+	}()
 	select {
 	case <-ctx.Done():
 	case <-node.Failed():

@@ -39,6 +39,8 @@ type clusterFlags struct {
 	*globalFlags
 	endpoints string
 	timeout   time.Duration
+	// caFile, certFile and keyFile turn on TLS (--cacert, --cert, --key).
+	caFile, certFile, keyFile string
 }
 
 // addClusterCommands registers the cluster commands (kv, watch, cluster,
@@ -55,6 +57,12 @@ func addClusterCommands(root *cobra.Command, g *globalFlags) {
 		"cluster commands: comma-separated host:port addresses of cluster nodes ($"+endpointsEnv+" sets the default)")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"cluster commands: time limit for the whole command, including retries (0: none)")
+	pf.StringVar(&f.caFile, "cacert", os.Getenv("SHALE_CACERT"),
+		"cluster commands: connect with TLS, trusting the CA certificates in this PEM file ($SHALE_CACERT sets the default)")
+	pf.StringVar(&f.certFile, "cert", os.Getenv("SHALE_CERT"),
+		"cluster commands: client certificate (PEM) to present to the nodes, with --key ($SHALE_CERT sets the default)")
+	pf.StringVar(&f.keyFile, "key", os.Getenv("SHALE_KEY"),
+		"cluster commands: private key (PEM) of --cert ($SHALE_KEY sets the default)")
 	root.AddCommand(newKVCmd(f), newWatchCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f), newBackupCmd(f), newRestoreCmd(f))
 }
 
@@ -97,7 +105,14 @@ func (f *clusterFlags) withClient(cmd *cobra.Command, fn func(ctx context.Contex
 // the command's stderr.
 func (f *clusterFlags) connect(ctx context.Context, cmd *cobra.Command, eps []string) (*client.Client, error) {
 	h := slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})
-	c, err := client.New(ctx, eps, client.WithLogger(slog.New(h)))
+	opts := []client.Option{client.WithLogger(slog.New(h))}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return nil, &usageError{cmd: cmd, msg: "--cert and --key go together"}
+	}
+	if f.caFile != "" || f.certFile != "" {
+		opts = append(opts, client.WithTLSFiles(f.caFile, f.certFile, f.keyFile))
+	}
+	c, err := client.New(ctx, eps, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)
 	}

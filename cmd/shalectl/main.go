@@ -12,6 +12,7 @@
 //	shalectl placement status|history
 //	shalectl backup create|stream|list|describe ID|verify ID|delete ID --location LOC
 //	shalectl restore ID --location LOC --data-dir DIR [--as-of TIME]
+//	shalectl cert create-ca|create-node NAME HOST...|create-client USER|list --certs-dir DIR
 //	shalectl debug sst-dump FILE
 //	shalectl debug ldb --db DIR get|put|delete|delete-range|scan|manifest|
 //	                            compact|checkpoint|updates-since|metrics|live-files
@@ -113,6 +114,7 @@ offline, in the manner of RocksDB's sst_dump and ldb.`,
 	})
 	addClusterCommands(root, g)
 	root.AddCommand(newDebugCmd(g))
+	root.AddCommand(newCertCmd(g))
 	return root
 }
 

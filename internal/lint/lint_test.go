@@ -74,11 +74,11 @@ var importRules = []importRule{
 		allow: []string{"proto/..."},
 	},
 	{
-		name:  "client depends only on proto (its tests may start a real cluster)",
+		name:  "client depends only on proto and the TLS files package (its tests may start a real cluster)",
 		from:  []string{"client/..."},
-		allow: []string{"client/...", "proto/..."},
+		allow: []string{"client/...", "proto/...", "security/tlsconfig"},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...", "backup/...",
+			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
 		},
 	},
 	{
@@ -86,7 +86,7 @@ var importRules = []importRule{
 		from:  []string{"backup/..."},
 		allow: []string{"backup/...", "proto/..."},
 		testAllow: []string{
-			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...",
+			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...", "security/...",
 		},
 	},
 	{
@@ -105,6 +105,11 @@ var importRules = []importRule{
 		name:  "internal/netfault imports nothing of ours",
 		from:  []string{"internal/netfault"},
 		allow: []string{"internal/netfault"},
+	},
+	{
+		name:  "security imports nothing of ours (the SDK, the server and the tools share it)",
+		from:  []string{"security/..."},
+		allow: []string{"security/..."},
 	},
 	{
 		name:  "internal/freeport imports nothing of ours",

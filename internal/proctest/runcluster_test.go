@@ -3,10 +3,15 @@
 package proctest
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +25,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/security/certgen"
 )
 
 // scriptOutput collects a script's output and tells when a line appears.
@@ -103,7 +109,7 @@ func (r *runScript) waitReady(t *testing.T, timeout time.Duration) {
 	}
 }
 
-var pidRE = regexp.MustCompile(`(?m)^\s+\d+\s+127\.0\.0\.1:\d+\s+http://\S+\s+(\d+)\s`)
+var pidRE = regexp.MustCompile(`(?m)^\s+\d+\s+127\.0\.0\.1:\d+\s+https?://\S+\s+(\d+)\s`)
 
 // serverPIDs are the pids the script printed for its servers.
 func (r *runScript) serverPIDs(t *testing.T) []int {
@@ -251,4 +257,167 @@ func startScriptOnBusyPort(t *testing.T, script string, env []string, port strin
 		t.Errorf("processes left after the failed run (kill -0: %v)", err)
 	}
 	return r.out.String()
+}
+
+// TestRunClusterScriptTLS runs scripts/run-cluster.sh with SHALE_TLS=1: it
+// must make a CA and the nodes' and a client's certificates in
+// DATA_DIR/certs with shalectl cert, start a cluster with mutual TLS that
+// serves shalectl given the client certificate and refuses it without TLS,
+// serve HTTPS on the HTTP ports, print the TLS flags clients need, and on a
+// second run restart from the same certificates.
+func TestRunClusterScriptTLS(t *testing.T) {
+	bins := requireBinaries(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not on PATH:", err)
+	}
+	script := filepath.Join(bins.root, "scripts", "run-cluster.sh")
+	dataDir := t.TempDir()
+	certs := filepath.Join(dataDir, "certs")
+	ports := freePorts(t, 6)
+	var grpcPorts, httpPorts []string
+	for i := range 3 {
+		grpcPorts = append(grpcPorts, strconv.Itoa(ports[i]))
+		httpPorts = append(httpPorts, strconv.Itoa(ports[3+i]))
+	}
+	endpoints := "127.0.0.1:" + strings.Join(grpcPorts, ",127.0.0.1:")
+	env := []string{
+		"SHALE_TLS=1",
+		"SHALE_BIN_DIR=" + filepath.Dir(bins.server),
+		"SHALE_DATA_DIR=" + dataDir,
+		"SHALE_PORTS=" + strings.Join(grpcPorts, ","),
+		"SHALE_HTTP_PORTS=" + strings.Join(httpPorts, ","),
+	}
+	dumpLogsOnFailure(t, filepath.Join(dataDir, "node1.log"), filepath.Join(dataDir, "node2.log"), filepath.Join(dataDir, "node3.log"))
+	tlsFlags := []string{
+		"--cacert", filepath.Join(certs, "ca.crt"),
+		"--cert", filepath.Join(certs, "client.crt"),
+		"--key", filepath.Join(certs, "client.key"),
+	}
+	// shalectl runs the shalectl binary against the cluster (with none of
+	// the TLS flags' environment defaults).
+	shalectl := func(args ...string) (string, string, error) {
+		cmd := exec.Command(bins.ctl, append([]string{"--endpoints", endpoints, "--timeout", "10s"}, args...)...)
+		cmd.Env = append(os.Environ(), "SHALE_CACERT=", "SHALE_CERT=", "SHALE_KEY=")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	withTLS := func(args ...string) []string { return append(append([]string{}, tlsFlags...), args...) }
+
+	start := time.Now()
+	r := startScript(t, script, env)
+	r.waitReady(t, 60*time.Second)
+	t.Logf("TLS cluster ready after %v", time.Since(start).Round(time.Millisecond))
+	out := r.out.String()
+	for _, want := range []string{
+		"TLS: made the certificates ca node1 node2 node3 client",
+		"mutual TLS",
+		"--cacert " + filepath.Join(certs, "ca.crt") + " --cert " + filepath.Join(certs, "client.crt") + " --key " + filepath.Join(certs, "client.key"),
+		"https://127.0.0.1:" + httpPorts[0] + "/metrics",
+		"https://127.0.0.1:" + httpPorts[2] + "/metrics",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the script's output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The certificates: a CA, the nodes' (server and client, for
+	// 127.0.0.1), root's (client only).
+	ca, err := certgen.Load(filepath.Join(certs, "ca.crt"), filepath.Join(certs, "ca.key"))
+	if err != nil {
+		t.Fatalf("load the CA: %v", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	for _, c := range []struct {
+		name  string
+		cn    string
+		usage []x509.ExtKeyUsage
+		host  string
+	}{
+		{"node1", "node1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, "127.0.0.1"},
+		{"node3", "node3", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, "localhost"},
+		{"client", "root", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, ""},
+	} {
+		p, err := certgen.Load(filepath.Join(certs, c.name+".crt"), filepath.Join(certs, c.name+".key"))
+		if err != nil {
+			t.Errorf("load %s: %v", c.name, err)
+			continue
+		}
+		if p.Cert.Subject.CommonName != c.cn {
+			t.Errorf("%s.crt: CN %q, want %q", c.name, p.Cert.Subject.CommonName, c.cn)
+		}
+		for _, u := range c.usage {
+			if _, err := p.Cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: c.host, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+				t.Errorf("%s.crt for usage %v, host %q: %v", c.name, u, c.host, err)
+			}
+		}
+	}
+
+	// shalectl with the client certificate works; without TLS, or
+	// trusting another CA, it fails.
+	if o, e, err := shalectl(withTLS("kv", "put", "tls-key", "tls-value")...); err != nil {
+		t.Fatalf("kv put with TLS: %v\n%s%s", err, o, e)
+	}
+	if o, e, err := shalectl(withTLS("kv", "get", "tls-key")...); err != nil || strings.TrimSpace(o) != "tls-value" {
+		t.Fatalf("kv get with TLS = %q, %v; want tls-value\n%s", o, err, e)
+	}
+	var ee *exec.ExitError
+	if o, e, err := shalectl("--timeout", "5s", "kv", "get", "tls-key"); !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(o, "tls-value") {
+		t.Errorf("plaintext kv get: exit %v, stdout %q; want a failure (exit 1)\nstderr: %s", err, o, e)
+	}
+	other, err := certgen.NewCA("Other CA", certgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := filepath.Join(t.TempDir(), "other-ca.crt")
+	if err := certgen.WriteFile(otherCA, other.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, e, err := shalectl("--timeout", "5s", "--cacert", otherCA, "kv", "get", "tls-key"); !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(o, "tls-value") {
+		t.Errorf("kv get trusting another CA: exit %v, stdout %q; want a failure (exit 1)\nstderr: %s", err, o, e)
+	}
+	// The nodes require a client certificate (--client-cert-auth).
+	if o, e, err := shalectl("--timeout", "5s", "--cacert", filepath.Join(certs, "ca.crt"), "kv", "get", "tls-key"); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(e, "certificate required") {
+		t.Errorf("kv get without a client certificate: exit %v, stdout %q; want a failure naming the missing certificate\nstderr: %s", err, o, e)
+	}
+
+	// The HTTP port serves HTTPS, with a certificate of the CA.
+	clientPair, err := tls.LoadX509KeyPair(filepath.Join(certs, "client.crt"), filepath.Join(certs, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, Certificates: []tls.Certificate{clientPair}, MinVersion: tls.VersionTLS12,
+	}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://127.0.0.1:" + httpPorts[1] + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics over HTTPS: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("# TYPE")) {
+		t.Errorf("GET /metrics over HTTPS: %s\n%.300s", resp.Status, body)
+	}
+	r.interrupt(t, 30*time.Second)
+
+	// A second run reuses the certificates and the data.
+	caPEM, err := os.ReadFile(filepath.Join(certs, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = startScript(t, script, env)
+	r.waitReady(t, 60*time.Second)
+	if out := r.out.String(); !strings.Contains(out, "TLS: using the certificates in") || !strings.Contains(out, "reusing the data") {
+		t.Errorf("second run: want it to reuse the certificates and the data:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(certs, "ca.crt")); err != nil || !bytes.Equal(b, caPEM) {
+		t.Errorf("the second run changed ca.crt (%v)", err)
+	}
+	if o, e, err := shalectl(withTLS("kv", "get", "tls-key")...); err != nil || strings.TrimSpace(o) != "tls-value" {
+		t.Errorf("after the restart, kv get with TLS = %q, %v; want tls-value\n%s", o, err, e)
+	}
+	r.interrupt(t, 30*time.Second)
 }

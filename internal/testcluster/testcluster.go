@@ -28,6 +28,10 @@ type Options struct {
 	Splits [][]byte
 	// TickInterval is the Raft tick (default 20ms, for fast elections).
 	TickInterval time.Duration
+	// TLS runs the nodes with TLS for clients and mutual TLS for peers,
+	// with the certificates of Cluster.Certs (client certificates
+	// verified when given; Configure may tighten it).
+	TLS bool
 	// Configure adjusts every node's configuration.
 	Configure func(*server.Config)
 }
@@ -37,6 +41,9 @@ type Cluster struct {
 	t    testing.TB
 	dir  string
 	opts Options
+
+	// certs are the TLS files (Options.TLS), nil without TLS.
+	certs *Certs
 
 	mu      sync.Mutex
 	addrs   map[uint64]string
@@ -80,6 +87,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// directory they write to is removed, so the directory comes first.
 	root := t.TempDir()
 	t.Cleanup(c.StopAll)
+	if opts.TLS {
+		c.certs = newCerts(t, filepath.Join(root, "certs"))
+		for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+			c.certs.IssueNode(t, c.certs.CA, id)
+		}
+	}
 	// A port reserved by freeAddr can be taken by another process before
 	// the node binds it: then start over on new ports, in a new directory.
 	for attempt := 1; ; attempt++ {
@@ -127,6 +140,9 @@ func (c *Cluster) config(id uint64, founding bool) server.Config {
 		Logger:        Logger().With("node", id),
 		LinkFilter:    c.linkUp,
 	}
+	if c.certs != nil {
+		cfg.TLS = c.certs.ServerConfig(id)
+	}
 	if founding {
 		cfg.InitialCluster = map[uint64]string{}
 		for nid := uint64(1); nid <= uint64(c.opts.Nodes); nid++ {
@@ -149,6 +165,9 @@ func (c *Cluster) start(id uint64, founding bool) error {
 	c.mu.Unlock()
 	return nil
 }
+
+// Certs are the cluster's TLS files, nil without Options.TLS.
+func (c *Cluster) Certs() *Certs { return c.certs }
 
 // Dir is the directory holding the nodes' data directories (node1, node2,
 // ...), removed when the test ends.
@@ -221,6 +240,15 @@ func (c *Cluster) AddNode() uint64 {
 	}
 	c.mu.Unlock()
 	cfg := c.config(0, false)
+	if c.certs != nil {
+		// A joining node has no ID yet: its certificate files are
+		// numbered from 1000.
+		c.mu.Lock()
+		key := uint64(1000 + len(c.addrs))
+		c.mu.Unlock()
+		c.certs.IssueNode(c.t, c.certs.CA, key)
+		cfg.TLS = c.certs.ServerConfig(key)
+	}
 	cfg.NodeID = 0
 	cfg.ListenAddr = addr
 	cfg.Join = join

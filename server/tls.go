@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shale-db/shale/security/tlsconfig"
+)
+
+// plaintextRefusal is what a plaintext client of a TLS port is told, on
+// every call.
+const plaintextRefusal = "this node requires TLS: connect with TLS and trust its CA (shalectl --cacert FILE; client.WithTLSFiles in the Go SDK)"
+
+// newPlaintextRefuser is a gRPC server that answers every call with
+// Unauthenticated and plaintextRefusal: the plaintext half of a TLS port.
+// (Not Unavailable: no retry of the same call can succeed.)
+func newPlaintextRefuser() *grpc.Server {
+	return grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		return status.Error(codes.Unauthenticated, plaintextRefusal)
+	}))
+}
+
+// peerOnlyMethods are the RPCs only other nodes make: the Raft transport
+// (messages and snapshots) and the reports nodes send the placement
+// leader. Under TLS they need a node certificate (tlsconfig.PeerName).
+var peerOnlyMethods = []string{
+	"/shale.v1.Raft/",
+	"/shale.v1.Admin/Heartbeat",
+	"/shale.v1.Admin/ReportShards",
+}
+
+// checkPeerOnly refuses a node-to-node RPC from a caller that did not
+// connect with a node certificate, when the node runs TLS.
+func (n *Node) checkPeerOnly(ctx context.Context, method string) error {
+	if n.tls == nil {
+		return nil
+	}
+	for _, m := range peerOnlyMethods {
+		if strings.HasPrefix(method, m) {
+			if _, ok := tlsconfig.PeerName(ctx); !ok {
+				n.log.Warn("node-to-node call refused: the caller has no node certificate", "method", method)
+				return status.Errorf(codes.PermissionDenied, "%s is for nodes only: connect with a node certificate signed by the peer CA (--peer-cert-file)", method)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// peerOnlyUnaryInterceptor applies checkPeerOnly to unary calls.
+func (n *Node) peerOnlyUnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := n.checkPeerOnly(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// peerOnlyStreamInterceptor applies checkPeerOnly to streams.
+func (n *Node) peerOnlyStreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := n.checkPeerOnly(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// stopContext is a context that ends when the node stops.
+func (n *Node) stopContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-n.stop
+		cancel()
+	}()
+	return ctx
+}
+
+// ReloadTLS re-reads the node's certificate and CA files now (shale-server
+// calls it on SIGHUP; the node also looks for changes every few seconds).
+// With files that cannot be used, it reports why and keeps the previous
+// ones. A plaintext node has nothing to reload.
+func (n *Node) ReloadTLS() error {
+	if n.tls == nil {
+		return nil
+	}
+	return n.tls.Reload()
+}
+
+// TLSEnabled reports whether the node serves TLS.
+func (n *Node) TLSEnabled() bool { return n.tls != nil }
