@@ -9,18 +9,28 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
-// invokeAdmin runs an Admin request on any node: the node that answered
-// last, then the endpoints, then every known node. NotLeader with a hint
-// sends it to the hinted node at once; Unavailable moves to the next node
-// after a backoff, and so does an attempt timeout for read-only requests
-// (a mutation that timed out may have applied, so its error is returned).
+// invokeAdmin runs an Admin request on any node (see invokeAnyNode).
 func (c *Client) invokeAdmin(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, a shalev1.AdminClient) error) error {
+	return c.invokeAnyNode(ctx, op, mutation, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		return fn(ctx, shalev1.NewAdminClient(cc))
+	})
+}
+
+// invokeAnyNode runs a request any node answers (Admin and Auth calls) on
+// the node that answered last, then the endpoints, then every known node.
+// NotLeader with a hint sends it to the hinted node at once; Unavailable
+// moves to the next node after a backoff, and so does an attempt timeout
+// for read-only requests (a mutation that timed out may have applied, so
+// its error is returned); ResourceExhausted retries after a backoff;
+// anything else (PermissionDenied, NotFound, ...) is returned.
+func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	addrs := c.adminAddrs()
@@ -61,7 +71,7 @@ func (c *Client) invokeAdmin(ctx context.Context, op string, mutation bool, fn f
 			continue
 		}
 		actx, acancel := c.attemptContext(ctx)
-		err = fn(actx, shalev1.NewAdminClient(cc))
+		err = fn(actx, cc)
 		acancel()
 		if err == nil {
 			c.rt.mu.Lock()

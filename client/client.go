@@ -61,6 +61,9 @@ type options struct {
 	tlsCreds  credentials.TransportCredentials
 	tlsFiles  *tlsconfig.Files
 	tlsReload time.Duration
+	// authUser and authPassword are WithCredentials' (authSet).
+	authUser, authPassword string
+	authSet                bool
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -160,13 +163,18 @@ type Client struct {
 	closed  bool
 
 	rt routing
+	// auth holds the credentials and token of WithCredentials (nil
+	// without).
+	auth *tokenAuth
 }
 
 // New connects to the cluster reachable through endpoints (host:port
 // addresses of any of its nodes) and loads the routing table from the first
 // that answers Admin.GetRouting. It fails, with an error matching
 // ErrUnavailable, when none answers before ctx's deadline (or the default
-// timeout). Connections to nodes are made lazily, one per node address.
+// timeout). With WithCredentials it authenticates first, and fails at once,
+// with an error matching ErrUnauthenticated, when the credentials are
+// refused. Connections to nodes are made lazily, one per node address.
 func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
 	o := options{
 		backoffInitial: DefaultBackoffInitial,
@@ -215,6 +223,12 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	c.rt.init()
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
+	if o.authSet {
+		if err := c.startAuth(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	var last error
 	for attempt := 1; ; attempt++ {
 		err := c.refreshRouting(ctx, -1)
@@ -300,6 +314,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}, c.opts.dialOpts...)
 	var cc *grpc.ClientConn
 	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
+	opts = append(opts, c.authInterceptors()...)
 	target := addr
 	if c.opts.addrMap != nil {
 		target = c.opts.addrMap(addr)

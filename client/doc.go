@@ -23,6 +23,13 @@
 // or after WithMaxAttempts attempts; the error is then one that
 // errors.Is(err, ErrUnavailable), wrapping the last error seen.
 //
+// Security: WithTLSFiles (or WithTLS) connects with TLS, re-reading the
+// files so that rotated certificates need no restart; a refused handshake
+// fails New at once with the cause. WithCredentials logs in
+// (Auth.Authenticate), sends the token with every call, and renews it
+// before it expires; Unauthenticated and PermissionDenied are returned as
+// ErrUnauthenticated and ErrPermissionDenied and never retried.
+//
 // Every write carries a 16-byte random request ID, generated once per
 // logical call and reused on every retry, so the server applies a retried
 // write at most once.

@@ -34,7 +34,67 @@ var (
 	// ErrClosed is returned by calls made on (or interrupted by) a closed
 	// Client.
 	ErrClosed = errors.New("shale: client closed")
+
+	// ErrUnauthenticated is matched (with errors.Is) by the error of a call
+	// the cluster refused for want of a valid identity (the server's
+	// Unauthenticated, which stays the wrapped cause): a wrong user name or
+	// password (New made WithCredentials fails with it at once), a token
+	// that could not be renewed, a call without token or client
+	// certificate to a cluster with authentication enabled, a plaintext
+	// call to a TLS node. It is not retried (a refused token is renewed and
+	// the call resent once, see WithCredentials).
+	ErrUnauthenticated = errors.New("shale: unauthenticated")
+
+	// ErrPermissionDenied is matched (with errors.Is) by the error of a
+	// call the caller's user may not make: its roles do not allow the keys
+	// (or the call needs the root role). Nothing was changed, and the call
+	// is not retried. The server's PermissionDenied status stays the
+	// wrapped cause.
+	ErrPermissionDenied = errors.New("shale: permission denied")
 )
+
+// authError is a status error typed as ErrUnauthenticated or
+// ErrPermissionDenied. It keeps the status (status.FromError and
+// status.Code see it as it came).
+type authError struct {
+	kind  error // ErrUnauthenticated or ErrPermissionDenied
+	cause error // the status error
+}
+
+func (e *authError) Error() string {
+	return e.kind.Error() + ": " + status.Convert(e.cause).Message()
+}
+
+// Is matches the error's kind.
+func (e *authError) Is(target error) bool { return target == e.kind }
+
+// Unwrap returns the status error.
+func (e *authError) Unwrap() error { return e.cause }
+
+// GRPCStatus returns the status the server sent.
+func (e *authError) GRPCStatus() *status.Status { return status.Convert(e.cause) }
+
+// authTyped types an Unauthenticated or PermissionDenied status error as
+// an *authError; other errors are returned as they are.
+func authTyped(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*authError); ok {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unauthenticated:
+		return &authError{kind: ErrUnauthenticated, cause: err}
+	case codes.PermissionDenied:
+		return &authError{kind: ErrPermissionDenied, cause: err}
+	}
+	return err
+}
 
 // CrossShardError reports a Batch, Txn or request whose keys span more than
 // one shard. It matches ErrInvalidArgument with errors.Is. The client returns
@@ -219,6 +279,8 @@ func typed(err error) error {
 			LeaderAddress: d.notLeader.GetLeaderAddress(), cause: err}
 	case st.Code() == codes.InvalidArgument:
 		return &invalidArgError{cause: err}
+	case st.Code() == codes.Unauthenticated, st.Code() == codes.PermissionDenied:
+		return authTyped(err)
 	}
 	return err
 }

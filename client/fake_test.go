@@ -177,6 +177,20 @@ type fakeAdminService struct {
 // each shard replicated on every node, leaders spread round robin.
 func newFakeCluster(t *testing.T, nodes int, splits ...string) *fakeCluster {
 	t.Helper()
+	return newFakeClusterWith(t, nodes, fakeServerSetup{}, splits...)
+}
+
+// fakeServerSetup adds to every node of a fake cluster: server options
+// (interceptors), a KV service in place of fakeKVService, more services.
+type fakeServerSetup struct {
+	opts     func(n *fakeNode) []grpc.ServerOption
+	kv       func(n *fakeNode) shalev1.KVServer
+	register func(srv *grpc.Server, n *fakeNode)
+}
+
+// newFakeClusterWith is newFakeCluster with setup's additions.
+func newFakeClusterWith(t *testing.T, nodes int, setup fakeServerSetup, splits ...string) *fakeCluster {
+	t.Helper()
 	fc := &fakeCluster{t: t, pageSize: 3, dedup: map[string]proto.Message{}, applies: map[string]int{},
 		removed: map[uint64]bool{}, decommissioning: map[uint64]bool{}}
 	var all []uint64
@@ -199,9 +213,20 @@ func newFakeCluster(t *testing.T, nodes int, splits ...string) *fakeCluster {
 			t.Fatal(err)
 		}
 		n := &fakeNode{id: id, addr: lis.Addr().String(), zone: "z" + string(rune('a'+id-1)), c: fc}
-		n.srv = grpc.NewServer()
-		shalev1.RegisterKVServer(n.srv, &fakeKVService{n: n})
+		var sopts []grpc.ServerOption
+		if setup.opts != nil {
+			sopts = setup.opts(n)
+		}
+		n.srv = grpc.NewServer(sopts...)
+		var kv shalev1.KVServer = &fakeKVService{n: n}
+		if setup.kv != nil {
+			kv = setup.kv(n)
+		}
+		shalev1.RegisterKVServer(n.srv, kv)
 		shalev1.RegisterAdminServer(n.srv, &fakeAdminService{n: n})
+		if setup.register != nil {
+			setup.register(n.srv, n)
+		}
 		go n.srv.Serve(lis)
 		fc.nodes = append(fc.nodes, n)
 	}

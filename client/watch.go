@@ -398,6 +398,11 @@ func (ws *watchStream) classify(ctx context.Context, err error, p *watchPart, no
 		return 0, fmt.Errorf("shale: watch [%q, %q) on shard %d from revision %d: %w (%v)", p.lo, p.hi, p.shard, p.next, ErrCompacted, err)
 	case st.Code() == codes.InvalidArgument:
 		return 0, wrapOp("watch", typed(err))
+	case st.Code() == codes.PermissionDenied, st.Code() == codes.Unauthenticated, errors.Is(err, ErrUnauthenticated), errors.Is(err, ErrPermissionDenied):
+		// Not allowed (or no longer: a revoked permission ends the
+		// stream), or the credentials were refused even after a new
+		// login: waiting cures neither.
+		return 0, wrapOp("watch", authTyped(err))
 	case st.Code() == codes.ResourceExhausted && wi != nil:
 		return 0, nil // too slow: resume (at once, see run)
 	case d.notLeader != nil:

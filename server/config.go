@@ -11,6 +11,7 @@ import (
 
 	"github.com/shale-db/shale/replication/grpctransport"
 	"github.com/shale-db/shale/security/tlsconfig"
+	"github.com/shale-db/shale/server/auth"
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -135,6 +136,14 @@ type Config struct {
 	// for peers on the gRPC port, HTTPS on the HTTP port. Zero:
 	// plaintext. See docs/shale-server.md, "TLS".
 	TLS tlsconfig.ServerConfig
+	// AuthTokenTTL is how long a token from Auth.Authenticate is accepted
+	// (default 10m).
+	AuthTokenTTL time.Duration
+	// PasswordCost is the bcrypt cost of the password hashes this node
+	// makes when it leads the system shard (default
+	// auth.DefaultPasswordCost, 10; 4 to 31, each step doubling the work of
+	// a hash and of a login).
+	PasswordCost int
 	// Logger receives the node's logs (default slog.Default()).
 	Logger *slog.Logger
 	// LinkFilter, when set, is asked before any Raft traffic leaves for a
@@ -257,6 +266,12 @@ func (c *Config) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.AuthTokenTTL == 0 {
+		c.AuthTokenTTL = 10 * time.Minute
+	}
+	if c.PasswordCost == 0 {
+		c.PasswordCost = auth.DefaultPasswordCost
+	}
 }
 
 func (c *Config) validate() error {
@@ -305,6 +320,12 @@ func (c *Config) validate() error {
 		if len(s) == 0 {
 			return errors.New("server: an initial split key is empty")
 		}
+	}
+	if c.PasswordCost < 4 || c.PasswordCost > 31 {
+		return fmt.Errorf("server: the password hash cost must be 4 to 31 (got %d)", c.PasswordCost)
+	}
+	if c.AuthTokenTTL < time.Second {
+		return fmt.Errorf("server: the auth token lifetime must be at least 1s (got %v)", c.AuthTokenTTL)
 	}
 	if c.ReplicationFactor < 1 {
 		return errors.New("server: the replication factor must be at least 1")

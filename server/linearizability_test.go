@@ -18,6 +18,7 @@ import (
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/lincheck"
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
 )
 
@@ -204,11 +205,22 @@ func runLinearizability(t *testing.T, seed uint64, dur time.Duration) {
 	t0 := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 0x5a1e))
 	leaseReads := rng.IntN(2) == 0
+	// Odd seeds run the secured configuration: mutual TLS, and auth on with
+	// the clients logged in as a user allowed only the workload's keys.
+	secure := seed%2 == 1
 	c := testcluster.Start(t, testcluster.Options{
 		Splits:       linSplits,
 		TickInterval: 10 * time.Millisecond,
+		TLS:          secure,
 		Configure:    func(cfg *server.Config) { cfg.LeaseReads = leaseReads },
 	})
+	var secured []client.Option
+	if secure {
+		setUpAuth(t, c, map[string][]*shalev1.Permission{
+			"lin": {{Type: shalev1.PermissionType_PERMISSION_TYPE_READWRITE, Key: []byte("k"), Prefix: true}},
+		})
+		secured = []client.Option{client.WithTLSFiles(c.Certs().CAFile(), "", ""), client.WithCredentials("lin", "linpw")}
+	}
 	t.Logf("cluster up in %v", time.Since(t0).Round(time.Millisecond))
 	t.Cleanup(func() { stopAllAtOnce(c) }) // before the cluster's own, slower, StopAll
 	var userShards []uint64
@@ -222,7 +234,7 @@ func runLinearizability(t *testing.T, seed uint64, dur time.Duration) {
 	}
 	steps := linSchedule(rng, dur, userShards)
 	var plan strings.Builder
-	fmt.Fprintf(&plan, "seed %d: lease reads %v, workload for at least %v and a quiet second after the faults:", seed, leaseReads, dur)
+	fmt.Fprintf(&plan, "seed %d: lease reads %v, TLS and auth %v, workload for at least %v and a quiet second after the faults:", seed, leaseReads, secure, dur)
 	for _, s := range steps {
 		fmt.Fprintf(&plan, "\n  %v", s)
 	}
@@ -231,10 +243,10 @@ func runLinearizability(t *testing.T, seed uint64, dur time.Duration) {
 	clients := make([]*client.Client, linClients)
 	for i := range clients {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		cl, err := client.New(ctx, c.Endpoints(),
-			client.WithAttemptTimeout(300*time.Millisecond),
+		cl, err := client.New(ctx, c.Endpoints(), append([]client.Option{
+			client.WithAttemptTimeout(300 * time.Millisecond),
 			client.WithBackoff(5*time.Millisecond, 100*time.Millisecond),
-			client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, secured...)...)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -42,6 +42,7 @@ import (
 	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/replication/snapshot"
 	"github.com/shale-db/shale/security/tlsconfig"
+	"github.com/shale-db/shale/server/auth"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage"
 	"github.com/shale-db/shale/storage/vfs"
@@ -73,9 +74,16 @@ type Node struct {
 	// answers plaintext clients of a TLS port that TLS is required.
 	tls     *tlsconfig.Server
 	refuser *grpc.Server
-	http    *http.Server
-	httpLis net.Listener
-	reg     *prometheus.Registry
+	// authStore is the node's view of the cluster's auth state (nil until
+	// first loaded; see authstate.go), tokens the tokens verified under
+	// it, watchAuth the open watches re-checked when it changes.
+	authStore atomic.Pointer[auth.Store]
+	tokens    tokenCache
+	watchAuth authWatches
+	authm     *authMetrics
+	http      *http.Server
+	httpLis   net.Listener
+	reg       *prometheus.Registry
 	// watchTooSlow counts the watchers cancelled as too slow.
 	watchTooSlow prometheus.Counter
 
@@ -151,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.watchTooSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_watch_too_slow_total",
 		Help: "Watchers this node cancelled as too slow: their queue passed --watch-queue-bytes. Each client's stream ends with ResourceExhausted after it reads what was queued, and the client resumes."})
 	n.reg.MustRegister(n.watchTooSlow)
+	n.authm = newAuthMetrics(n.reg)
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -282,8 +291,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
 	srvOpts := append(grpctransport.ServerOptions(),
-		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.peerOnlyUnaryInterceptor, n.targetUnaryInterceptor),
-		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.peerOnlyStreamInterceptor, n.targetStreamInterceptor),
+		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.peerOnlyUnaryInterceptor, n.targetUnaryInterceptor, n.authUnaryInterceptor),
+		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.peerOnlyStreamInterceptor, n.targetStreamInterceptor, n.authStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
@@ -293,7 +302,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		srvOpts = append(srvOpts, grpc.Creds(n.tls.ServerCredentials()))
 		var plainLis net.Listener
 		serveLis, plainLis = tlsconfig.SplitListener(n.lis, n.log.With("component", "tls"))
-		n.refuser = newPlaintextRefuser()
+		n.health = health.NewServer()
+		n.refuser = newPlaintextRefuser(n.health)
 		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
@@ -307,8 +317,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.grpc = grpc.NewServer(srvOpts...)
 	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
+	shalev1.RegisterAuthServer(n.grpc, &authService{n: n})
 	n.transport.Register(n.grpc, n.store)
-	n.health = health.NewServer()
+	if n.health == nil {
+		n.health = health.NewServer()
+	}
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 	srvMetrics.InitializeMetrics(n.grpc)
@@ -328,7 +341,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.refreshAuthLoop()
 	go n.maintain()
 	go n.placementLoop()
 	go n.watchStorage()

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/shale-db/shale/security/tlsconfig"
@@ -15,13 +16,17 @@ import (
 // every call.
 const plaintextRefusal = "this node requires TLS: connect with TLS and trust its CA (shalectl --cacert FILE; client.WithTLSFiles in the Go SDK)"
 
-// newPlaintextRefuser is a gRPC server that answers every call with
-// Unauthenticated and plaintextRefusal: the plaintext half of a TLS port.
-// (Not Unavailable: no retry of the same call can succeed.)
-func newPlaintextRefuser() *grpc.Server {
-	return grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+// newPlaintextRefuser is the plaintext half of a TLS port: it answers
+// health checks with the node's health (they carry no data, and
+// Kubernetes' gRPC probes cannot speak TLS) and every other call with
+// Unauthenticated and plaintextRefusal (not Unavailable: no retry of the
+// same call can succeed).
+func newPlaintextRefuser(h healthpb.HealthServer) *grpc.Server {
+	s := grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return status.Error(codes.Unauthenticated, plaintextRefusal)
 	}))
+	healthpb.RegisterHealthServer(s, h)
+	return s
 }
 
 // peerOnlyMethods are the RPCs only other nodes make: the Raft transport
@@ -31,22 +36,28 @@ var peerOnlyMethods = []string{
 	"/shale.v1.Raft/",
 	"/shale.v1.Admin/Heartbeat",
 	"/shale.v1.Admin/ReportShards",
+	"/shale.v1.Admin/GetAuthState",
+}
+
+// isPeerOnly reports whether method is one of peerOnlyMethods.
+func isPeerOnly(method string) bool {
+	for _, m := range peerOnlyMethods {
+		if strings.HasPrefix(method, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkPeerOnly refuses a node-to-node RPC from a caller that did not
 // connect with a node certificate, when the node runs TLS.
 func (n *Node) checkPeerOnly(ctx context.Context, method string) error {
-	if n.tls == nil {
+	if n.tls == nil || !isPeerOnly(method) {
 		return nil
 	}
-	for _, m := range peerOnlyMethods {
-		if strings.HasPrefix(method, m) {
-			if _, ok := tlsconfig.PeerName(ctx); !ok {
-				n.log.Warn("node-to-node call refused: the caller has no node certificate", "method", method)
-				return status.Errorf(codes.PermissionDenied, "%s is for nodes only: connect with a node certificate signed by the peer CA (--peer-cert-file)", method)
-			}
-			return nil
-		}
+	if _, ok := tlsconfig.PeerName(ctx); !ok {
+		n.log.Warn("node-to-node call refused: the caller has no node certificate", "method", method)
+		return status.Errorf(codes.PermissionDenied, "%s is for nodes only: connect with a node certificate signed by the peer CA (--peer-cert-file)", method)
 	}
 	return nil
 }

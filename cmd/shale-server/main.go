@@ -55,6 +55,8 @@ type flags struct {
 	shardMemTable, splitQPS                 int
 	logLevel, logFormat, clockOffsetFile    string
 	tls                                     tlsFlags
+	authTokenTTL                            time.Duration
+	passwordCost                            int
 }
 
 // tlsFlags are the transport security flags (docs/shale-server.md, "TLS").
@@ -146,6 +148,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.StringSliceVar(&f.tls.peerAllowedCN, "peer-allowed-cn", nil, "TLS: accept only peers whose certificate's common name or a DNS name matches one of these patterns (comma-separated; * and ? wildcards, e.g. 'node-*.shale.svc'); default: any certificate of --peer-trusted-ca-file")
 	fl.StringVar(&f.tls.minVersion, "tls-min-version", "1.3", "TLS: oldest TLS version accepted, 1.2 or 1.3")
 	fl.DurationVar(&f.tls.reloadInterval, "tls-reload-interval", 5*time.Second, "TLS: how often to look for changed certificate and CA files (SIGHUP reloads them at once); new connections use new files, open ones continue")
+	fl.IntVar(&f.passwordCost, "auth-password-cost", 10, "bcrypt cost of the password hashes this node makes (4 to 31; each step doubles the work of a hash and of a login)")
+	fl.DurationVar(&f.authTokenTTL, "auth-token-ttl", 10*time.Minute, "how long a token from a login (Auth.Authenticate) is accepted; clients log in again before it ends")
 	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
@@ -282,6 +286,8 @@ func run(ctx context.Context, f flags) error {
 		MaxClockOffset:           f.maxClockOffset,
 		WatchProgressInterval:    f.watchProgressInterval,
 		WatchQueueBytes:          f.watchQueueBytes,
+		AuthTokenTTL:             f.authTokenTTL,
+		PasswordCost:             f.passwordCost,
 		TLS: tlsconfig.ServerConfig{
 			CertFile:          f.tls.certFile,
 			KeyFile:           f.tls.keyFile,

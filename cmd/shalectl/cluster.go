@@ -41,11 +41,14 @@ type clusterFlags struct {
 	timeout   time.Duration
 	// caFile, certFile and keyFile turn on TLS (--cacert, --cert, --key).
 	caFile, certFile, keyFile string
+	// user (NAME or NAME:PASSWORD) and passwordFile authenticate (--user,
+	// --password-file; see credentials).
+	user, passwordFile string
 }
 
 // addClusterCommands registers the cluster commands (kv, watch, cluster,
-// shard, node, leader, placement, backup, restore) and their persistent flags
-// on the root.
+// shard, node, leader, placement, backup, restore, auth, user, role) and
+// their persistent flags on the root.
 func addClusterCommands(root *cobra.Command, g *globalFlags) {
 	f := &clusterFlags{globalFlags: g}
 	def := defaultEndpoints
@@ -63,7 +66,12 @@ func addClusterCommands(root *cobra.Command, g *globalFlags) {
 		"cluster commands: client certificate (PEM) to present to the nodes, with --key ($SHALE_CERT sets the default)")
 	pf.StringVar(&f.keyFile, "key", os.Getenv("SHALE_KEY"),
 		"cluster commands: private key (PEM) of --cert ($SHALE_KEY sets the default)")
+	pf.StringVar(&f.user, "user", os.Getenv(userEnv),
+		"cluster commands: authenticate as this user, NAME or NAME:PASSWORD ($"+userEnv+" sets the default); without PASSWORD the password comes from --password-file, $"+passwordEnv+" or a prompt")
+	pf.StringVar(&f.passwordFile, "password-file", "",
+		"cluster commands: read --user's password from the first line of this file")
 	root.AddCommand(newKVCmd(f), newWatchCmd(f), newClusterCmd(f), newShardCmd(f), newNodeCmd(f), newLeaderCmd(f), newPlacementCmd(f), newBackupCmd(f), newRestoreCmd(f))
+	root.AddCommand(newAuthCmd(f), newUserCmd(f), newRoleCmd(f))
 }
 
 // endpointList splits --endpoints.
@@ -112,6 +120,11 @@ func (f *clusterFlags) connect(ctx context.Context, cmd *cobra.Command, eps []st
 	if f.caFile != "" || f.certFile != "" {
 		opts = append(opts, client.WithTLSFiles(f.caFile, f.certFile, f.keyFile))
 	}
+	creds, err := f.credentials(cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, creds...)
 	c, err := client.New(ctx, eps, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(eps, ","), err)

@@ -4,12 +4,15 @@
 // that inspect and edit a storage engine directory or a single SST file
 // offline:
 //
-//	shalectl [--endpoints A,B,C] [--timeout D] kv get|put|del|scan|cas ...
+//	shalectl [--endpoints A,B,C] [--timeout D] [--user NAME[:PASSWORD]] kv get|put|del|scan|cas ...
 //	shalectl cluster status
 //	shalectl shard list|info ID|split KEY|directory|move SHARD FROM TO
 //	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID|drain-leaders [ID]
 //	shalectl leader transfer SHARD NODE
 //	shalectl placement status|history
+//	shalectl auth enable|disable|status|rotate-key
+//	shalectl user add NAME[:PASSWORD]|delete NAME|passwd NAME|grant-role USER ROLE|revoke-role USER ROLE|list|get NAME
+//	shalectl role add ROLE|delete ROLE|grant|revoke ROLE read|write|readwrite KEY [END] [--prefix]|list|get ROLE
 //	shalectl backup create|stream|list|describe ID|verify ID|delete ID --location LOC
 //	shalectl restore ID --location LOC --data-dir DIR [--as-of TIME]
 //	shalectl cert create-ca|create-node NAME HOST...|create-client USER|list --certs-dir DIR

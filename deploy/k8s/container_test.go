@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,11 +41,11 @@ import (
 // TestContainerStatefulSet creates; its value is the run's ID.
 const runLabel = "io.shale.deploy-test.run"
 
-// Time limits. The whole test normally takes well under a minute once the
-// image is built; the limits are generous for a busy 2-core machine.
+// Time limits. Each overlay's run normally takes well under a minute once
+// the image is built; the limits are generous for a busy 2-core machine.
 const (
-	testDeadline = 4 * time.Minute
-	buildTimeout = 3 * time.Minute
+	runDeadline  = 3 * time.Minute // each overlay's cluster, once the image is built
+	buildTimeout = 4 * time.Minute
 	formTimeout  = 90 * time.Second // the cluster forms, a node joins, a node comes back
 	stepTimeout  = 60 * time.Second // smaller waits
 	ctlTimeout   = 15 * time.Second // shalectl --timeout of the test's own commands
@@ -79,14 +80,18 @@ type podTemplate struct {
 	fromCM    map[string]string // envFrom ConfigMaps, merged in order, prefixes applied
 	ports     []string          // container ports, "7001/tcp"
 	grpcPort  int32             // the container port named grpc (= the client Service's port)
+	httpPort  int32             // the container port named http
 	claims    []claimMount      // per-pod volumes from the volumeClaimTemplates
 	tmpfs     map[string]string // emptyDir volumes: mount path -> tmpfs options
+	secrets   []secretMount     // Secret volumes, the same in every pod
 	preStop   []string
 	grace     time.Duration
 	startup   *corev1.Probe // nil: none
 	startPort int32         // the startup probe's container port
+	readiness *corev1.Probe // nil: none; a grpc probe
 	user      string        // uid[:gid] from runAsUser and runAsGroup
 	groups    []string      // fsGroup and supplementalGroups
+	fsGroup   *int64
 	hostCfg   func(*container.HostConfig)
 	initialID map[string]uint64 // SHALE_INITIAL_CLUSTER: address -> node ID
 }
@@ -96,14 +101,21 @@ type claimMount struct {
 	readOnly         bool
 }
 
-// devPods renders overlays/dev and extracts the pod template of its
-// StatefulSet. Anything in the template that changes how the container runs
-// and that the test cannot reproduce with Docker is an error rather than
-// silently ignored. Readiness and liveness probes are not run: the test
-// checks the cluster with shalectl instead.
-func devPods(t *testing.T) *podTemplate {
+// secretMount is a Secret volume mounted whole (Secret volumes are always
+// read-only).
+type secretMount struct {
+	secret, mountPath string
+	mode              os.FileMode // the files' mode (defaultMode)
+}
+
+// renderPods renders the kustomization dir and extracts the pod template of
+// its StatefulSet. Anything in the template that changes how the container
+// runs and that the test cannot reproduce with Docker is an error rather
+// than silently ignored. The liveness probe is not run, and the readiness
+// probe only where the test says: the test checks the cluster with
+// shalectl instead.
+func renderPods(t *testing.T, dir string) *podTemplate {
 	t.Helper()
-	const dir = "overlays/dev"
 	o := decodeAll(t, render(t, filesys.MakeFsOnDisk(), dir))
 	if t.Failed() {
 		t.FailNow()
@@ -187,6 +199,7 @@ func devPods(t *testing.T) *podTemplate {
 	if tp.grpcPort = port(c, "grpc"); tp.grpcPort == 0 {
 		bad("no container port named grpc in %+v", c.Ports)
 	}
+	tp.httpPort = port(c, "http")
 	podLabels := labels.Set(spec.Template.Labels)
 	for _, svc := range o.services {
 		if svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Selector) == 0 ||
@@ -222,7 +235,8 @@ func devPods(t *testing.T) *podTemplate {
 	}
 
 	// Volumes: each claim template becomes a named volume per pod, each
-	// emptyDir a tmpfs.
+	// emptyDir a tmpfs, each Secret a directory the test fills, bound
+	// read-only.
 	for _, vm := range c.VolumeMounts {
 		if vm.SubPath != "" || vm.SubPathExpr != "" || vm.MountPropagation != nil {
 			bad("volumeMount %+v: subPath and propagation are not handled", vm)
@@ -233,8 +247,20 @@ func devPods(t *testing.T) *podTemplate {
 			continue
 		}
 		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
+		if i >= 0 && pod.Volumes[i].Secret != nil {
+			sec := pod.Volumes[i].Secret
+			mode := os.FileMode(0o644) // the API's default
+			if sec.DefaultMode != nil {
+				mode = os.FileMode(*sec.DefaultMode)
+			}
+			if len(sec.Items) != 0 || deref(sec.Optional) {
+				bad("Secret volume %s: items and optional are not handled", vm.Name)
+			}
+			tp.secrets = append(tp.secrets, secretMount{secret: sec.SecretName, mountPath: vm.MountPath, mode: mode})
+			continue
+		}
 		if i < 0 || pod.Volumes[i].EmptyDir == nil {
-			bad("volumeMount %s: only claim templates and emptyDir volumes are handled", vm.Name)
+			bad("volumeMount %s: only claim templates, emptyDir and Secret volumes are handled", vm.Name)
 			continue
 		}
 		opts := []string{"rw", "mode=1777"}
@@ -260,11 +286,18 @@ func devPods(t *testing.T) *podTemplate {
 		bad("a postStart hook is not handled")
 	}
 	if p := c.StartupProbe; p != nil {
-		if g := p.HTTPGet; g == nil || g.Host != "" || (g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP) ||
-			resolvePort(c, g.Port) == 0 {
-			bad("startupProbe %+v: only httpGet over HTTP to a container port is handled", p.ProbeHandler)
+		if g := p.HTTPGet; g == nil || g.Host != "" || resolvePort(c, g.Port) == 0 ||
+			(g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP && g.Scheme != corev1.URISchemeHTTPS) {
+			bad("startupProbe %+v: only httpGet over HTTP or HTTPS to a container port is handled", p.ProbeHandler)
 		} else {
 			tp.startup, tp.startPort = p, resolvePort(c, g.Port)
+		}
+	}
+	if p := c.ReadinessProbe; p != nil {
+		if p.GRPC == nil {
+			bad("readinessProbe %+v: only grpc is handled", p.ProbeHandler)
+		} else {
+			tp.readiness = p
 		}
 	}
 
@@ -300,6 +333,7 @@ func devPods(t *testing.T) *podTemplate {
 	}
 	if psc.FSGroup != nil {
 		tp.groups = append(tp.groups, strconv.FormatInt(*psc.FSGroup, 10))
+		tp.fsGroup = psc.FSGroup
 	}
 	for _, g := range psc.SupplementalGroups {
 		tp.groups = append(tp.groups, strconv.FormatInt(g, 10))
@@ -371,7 +405,7 @@ func (tp *podTemplate) podEnv(pod string) map[string]string {
 		env[k] = v
 	}
 	for _, e := range tp.env {
-		if e.ValueFrom != nil { // fieldRef metadata.name: devPods checked it
+		if e.ValueFrom != nil { // fieldRef metadata.name: renderPods checked it
 			env[e.Name] = pod
 			continue
 		}
@@ -403,7 +437,8 @@ func (tp *podTemplate) localEndpoint() string { return fmt.Sprintf("127.0.0.1:%d
 
 // httpProbe is an httpGet probe run as the kubelet runs it: against the
 // pod's IP (here the container's address on the test network), successful
-// on a status from 200 to 399, every period up to failureThreshold times.
+// on a status from 200 to 399, every period up to failureThreshold times;
+// over HTTPS without verifying the certificate, as the kubelet does.
 // As a testcontainers wait strategy it makes a container started once its
 // startup probe passes. It polls more often than periodSeconds to keep the
 // test fast, but gives up after as long as the kubelet would.
@@ -425,7 +460,10 @@ func (p httpProbe) WaitUntilReady(ctx context.Context, target wait.StrategyTarge
 	period, failures := max(p.probe.PeriodSeconds, 1), max(p.probe.FailureThreshold, 1)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(p.probe.InitialDelaySeconds+period*failures)*time.Second)
 	defer cancel()
-	hc := &http.Client{Timeout: time.Duration(max(p.probe.TimeoutSeconds, 1)) * time.Second}
+	hc := &http.Client{
+		Timeout:   time.Duration(max(p.probe.TimeoutSeconds, 1)) * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // as the kubelet
+	}
 	var last error
 	for {
 		if err := p.try(ctx, target, hc, g); err == nil {
@@ -457,7 +495,11 @@ func (p httpProbe) try(ctx context.Context, target wait.StrategyTarget, hc *http
 	if ep == nil || !ep.IPAddress.IsValid() {
 		return fmt.Errorf("no address on network %s yet", p.network)
 	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(ep.IPAddress.String(), strconv.Itoa(int(p.port))), Path: g.Path}
+	scheme := "http"
+	if g.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(ep.IPAddress.String(), strconv.Itoa(int(p.port))), Path: g.Path}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return err
@@ -478,27 +520,47 @@ func (p httpProbe) try(ctx context.Context, target wait.StrategyTarget, hc *http
 	return nil
 }
 
+// overlayRuns are the overlays TestContainerStatefulSet runs, and whether
+// their pods serve TLS (from a Secret the test makes).
+var overlayRuns = []struct {
+	dir string
+	tls bool
+}{
+	{"overlays/dev", false},
+	{"overlays/prod", true},
+}
+
 // TestContainerStatefulSet runs the image on a Docker network as the
-// rendered dev overlay's StatefulSet runs its pods on Kubernetes, the
-// closest to a real cluster these machines allow: one container per pod
-// with the pod's name, environment, arguments, user, security context,
-// resources and per-pod volume, reachable by the DNS names the headless and
-// the client Service give it. It checks that the founding pods form a
-// serving cluster, that a pod beyond the founding ones joins (scaling up),
-// and that the preStop hook, a stop within the grace period and a restart
-// on the same volume work as a rolling update needs them to.
+// rendered overlays' StatefulSets run their pods on Kubernetes, the closest
+// to a real cluster these machines allow: one container per pod with the
+// pod's name, environment, arguments, user, security context, resources,
+// per-pod volume and Secret volumes, reachable by the DNS names the
+// headless and the client Service give it. For each overlay it checks that
+// the founding pods form a serving cluster and pass their readiness probe,
+// that a pod beyond the founding ones joins (scaling up), and that the
+// preStop hook, a stop within the grace period and a restart on the same
+// volume work as a rolling update needs them to. The prod overlay runs with
+// TLS: the test makes the Secret shale-tls (a CA and the node certificate
+// that cert-manager/certificates.yaml describes, laid out as the kubelet
+// lays out a Secret volume), and checks that plaintext and certificate-less
+// clients are refused, that a client with a certificate of the CA is
+// served, that the HTTP port serves HTTPS, and that a renewed certificate
+// reaches the running pods.
 func TestContainerStatefulSet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the image and runs a cluster in Docker; skipped with -short")
+		t.Skip("builds the image and runs clusters in Docker; skipped with -short")
 	}
 	begin := time.Now()
-	tp := devPods(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
-	defer cancel()
-
+	tps := map[string]*podTemplate{}
+	for _, r := range overlayRuns {
+		tps[r.dir] = renderPods(t, r.dir)
+	}
+	ctx := context.Background()
 	docker, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err == nil {
-		_, err = docker.Ping(ctx, client.PingOptions{})
+		pctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		_, err = docker.Ping(pctx, client.PingOptions{})
+		cancel()
 	}
 	if err != nil {
 		// CI machines have a Docker engine: there, its absence is a failure.
@@ -507,13 +569,52 @@ func TestContainerStatefulSet(t *testing.T) {
 		}
 		t.Skipf("no Docker engine (the test needs one; under CI=true this fails): %v", err)
 	}
-	h := &harness{t: t, tp: tp, docker: docker, runID: randomID(t)}
-	// Registered first, so it runs after every other cleanup.
-	t.Cleanup(func() {
-		h.checkNothingLeft()
-		_ = docker.Close()
-	})
-	h.image = h.buildImage(ctx)
+	t.Cleanup(func() { _ = docker.Close() })
+	images := map[string]string{} // the rendered image -> the one to run
+	for _, r := range overlayRuns {
+		if img := tps[r.dir].image; images[img] == "" {
+			images[img] = buildImage(ctx, t, docker, img)
+		}
+	}
+	for _, r := range overlayRuns {
+		t.Run(r.dir, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), runDeadline)
+			defer cancel()
+			tp := tps[r.dir]
+			h := &harness{t: t, tp: tp, docker: docker, runID: randomID(t), image: images[tp.image]}
+			// Registered first, so it runs after every other cleanup.
+			t.Cleanup(h.checkNothingLeft)
+			h.run(ctx, r.tls)
+		})
+	}
+	t.Logf("done in %v", time.Since(begin).Round(time.Millisecond))
+}
+
+// run runs one overlay's pods through the scenario of
+// TestContainerStatefulSet.
+func (h *harness) run(ctx context.Context, wantTLS bool) {
+	t, tp := h.t, h.tp
+	begin := time.Now()
+	_, tlsOn := tp.podEnv(tp.podName(0))["SHALE_CERT_FILE"]
+	if tlsOn != wantTLS {
+		t.Fatalf("SHALE_CERT_FILE set: %v; want TLS %v", tlsOn, wantTLS)
+	}
+	h.secrets = map[string]*secretVolume{}
+	for _, m := range tp.secrets {
+		if m.secret != tlsSecret {
+			t.Fatalf("Secret volume of %s: the test does not know what to put in it", m.secret)
+		}
+		if h.secrets[m.secret] == nil {
+			h.secrets[m.secret] = newSecretVolume(t, m.mode, tp.fsGroup)
+		}
+	}
+	if sv := h.secrets[tlsSecret]; sv != nil {
+		h.pki = newTestPKI(t)
+		sv.write(t, h.pki.secretFiles(h.pki.node))
+	}
+	if wantTLS && h.pki == nil {
+		t.Fatalf("no volume of the Secret %s", tlsSecret)
+	}
 
 	nw, err := network.New(ctx, network.WithLabels(map[string]string{runLabel: h.runID}))
 	testcontainers.CleanupNetwork(t, nw)
@@ -521,8 +622,8 @@ func TestContainerStatefulSet(t *testing.T) {
 		t.Fatalf("create network: %v", err)
 	}
 	h.netName = nw.Name
-	t.Logf("run %s: network %s; pods of StatefulSet %s (serviceName %s, client Service %s), image %s",
-		h.runID, nw.Name, tp.stsName, tp.serviceName, tp.clientService, h.image)
+	t.Logf("run %s: network %s; pods of StatefulSet %s (serviceName %s, client Service %s), image %s, TLS %v",
+		h.runID, nw.Name, tp.stsName, tp.serviceName, tp.clientService, h.image, wantTLS)
 
 	// 1. The founding pods, all at once (podManagementPolicy: Parallel).
 	step := time.Now()
@@ -534,7 +635,8 @@ func TestContainerStatefulSet(t *testing.T) {
 	t.Logf("started %d pods in %v", len(founders), time.Since(step).Round(time.Millisecond))
 
 	// 2. They form a cluster: every pod a live node at its DNS name with
-	// the ID SHALE_INITIAL_CLUSTER lists for it, every shard led.
+	// the ID SHALE_INITIAL_CLUSTER lists for it, every shard led, every pod
+	// Ready.
 	step = time.Now()
 	var addrs []string
 	for _, p := range founders {
@@ -556,6 +658,9 @@ func TestContainerStatefulSet(t *testing.T) {
 		}
 		ids[p.name] = id
 	}
+	h.poll(ctx, stepTimeout, "the founding pods pass their readiness probe", func(ctx context.Context) error {
+		return h.ready(ctx, founders)
+	})
 	t.Logf("cluster %s formed in %v: %d nodes %v, %d shards", st.ClusterID,
 		time.Since(step).Round(time.Millisecond), len(ids), ids, len(st.Shards))
 
@@ -568,6 +673,14 @@ func TestContainerStatefulSet(t *testing.T) {
 	reader := founders[1%len(founders)]
 	if err := h.getValue(ctx, reader, tp.localEndpoint(), key, value); err != nil {
 		h.fatalf("kv get in %s: %v", reader.name, err)
+	}
+
+	// TLS: who is served and who is refused, then a certificate renewal.
+	if wantTLS {
+		step = time.Now()
+		h.checkTLSServing(ctx, founders, key, value)
+		h.rotateNodeCert(ctx, founders, key, value)
+		t.Logf("TLS checked and the node certificate renewed in %v", time.Since(step).Round(time.Millisecond))
 	}
 
 	// 4. Scale up: the pod with the next ordinal is not in
@@ -702,7 +815,10 @@ func TestContainerStatefulSet(t *testing.T) {
 		if id := uint64(s.members()[tp.address(victim.name)].Node.NodeID); id != victimID {
 			return fmt.Errorf("%s is node %d after the restart; want %d", victim.name, id, victimID)
 		}
-		return s.check(all)
+		if err := s.check(all); err != nil {
+			return err
+		}
+		return h.ready(ctx, []*pod{victim})
 	})
 	t.Logf("%s back as node %d in %v", victim.name, victimID, time.Since(step).Round(time.Millisecond))
 
@@ -729,7 +845,9 @@ type harness struct {
 	runID   string
 	image   string
 	netName string
-	pods    []*pod // started, in order
+	pods    []*pod                   // started, in order
+	secrets map[string]*secretVolume // by Secret name, bound into every pod
+	pki     *testPKI                 // the certificates of the Secret tlsSecret, if any
 }
 
 func randomID(t *testing.T) string {
@@ -742,11 +860,11 @@ func randomID(t *testing.T) string {
 
 // buildImage builds the rendered image with scripts/build-image.sh, or
 // returns $SHALE_IMAGE; either must be in the engine (nothing is pulled).
-func (h *harness) buildImage(ctx context.Context) string {
-	t := h.t
+func buildImage(ctx context.Context, t *testing.T, docker *testcontainers.DockerClient, rendered string) string {
+	t.Helper()
 	img := os.Getenv("SHALE_IMAGE")
 	if img == "" {
-		img = h.tp.image
+		img = rendered
 		script, err := findUp(filepath.Join("scripts", "build-image.sh"))
 		if err != nil {
 			t.Fatal(err)
@@ -763,7 +881,7 @@ func (h *harness) buildImage(ctx context.Context) string {
 		}
 		t.Logf("%s (%v)", strings.TrimSpace(stdout.String()), time.Since(start).Round(time.Millisecond))
 	}
-	if _, err := h.docker.ImageInspect(ctx, img); err != nil {
+	if _, err := docker.ImageInspect(ctx, img); err != nil {
 		t.Fatalf("image %s: %v (it must be in the Docker engine: nothing can be pulled)", img, err)
 	}
 	return img
@@ -883,6 +1001,11 @@ func (h *harness) request(p *pod) testcontainers.GenericContainerRequest {
 			HostConfigModifier: func(hc *container.HostConfig) {
 				hc.NetworkMode = container.NetworkMode(h.netName)
 				tp.hostCfg(hc)
+				// Secret volumes: the test's directory, as the kubelet's
+				// (read-only, updated in place).
+				for _, m := range tp.secrets {
+					hc.Binds = append(hc.Binds, h.secrets[m.secret].dir+":"+m.mountPath+":ro")
+				}
 			},
 		},
 		Started: true,

@@ -54,12 +54,13 @@ type variant struct {
 	memRequest string
 	memLimit   string
 	zoneSpread bool // a hard spread over topology.kubernetes.io/zone
+	tls        bool // TLS for clients and peers from the Secret tlsSecret
 }
 
 var variants = []variant{
 	{dir: "base", replicas: 3, storage: "10Gi", cpuRequest: "500m", memRequest: "1Gi", memLimit: "2Gi"},
 	{dir: "overlays/dev", replicas: 3, storage: "1Gi", cpuRequest: "100m", memRequest: "256Mi", memLimit: "1Gi"},
-	{dir: "overlays/prod", replicas: 5, storage: "100Gi", cpuRequest: "2", memRequest: "8Gi", memLimit: "8Gi", zoneSpread: true},
+	{dir: "overlays/prod", replicas: 5, storage: "100Gi", cpuRequest: "2", memRequest: "8Gi", memLimit: "8Gi", zoneSpread: true, tls: true},
 }
 
 // render runs kustomize on dir (relative to this package) as
@@ -657,6 +658,8 @@ func checkManifests(t *testing.T, v variant, o *objects) {
 			t.Errorf("%s %s = %v; want %v", containerName, name, &got, &want)
 		}
 	}
+
+	checkTLS(t, v, sts, c, cfg)
 
 	// Spreading: soft over machines everywhere (dev must schedule on one
 	// node), hard over zones in prod.

@@ -139,6 +139,9 @@ func (c *Cluster) config(id uint64, founding bool) server.Config {
 		InitialSplits: c.opts.Splits,
 		Logger:        Logger().With("node", id),
 		LinkFilter:    c.linkUp,
+		// The cheapest password hashes: logins under -race on a busy
+		// machine would take seconds at the production cost.
+		PasswordCost: 4,
 	}
 	if c.certs != nil {
 		cfg.TLS = c.certs.ServerConfig(id)
@@ -351,7 +354,9 @@ func (c *Cluster) ShardIDs() []uint64 {
 	return out
 }
 
-// WaitLeaders waits until every shard has a leader.
+// WaitLeaders waits until every shard has a leader and every running node
+// has loaded the auth state (until then a node refuses client calls with
+// Unavailable).
 func (c *Cluster) WaitLeaders(timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -359,6 +364,11 @@ func (c *Cluster) WaitLeaders(timeout time.Duration) {
 		ok := true
 		for _, s := range c.ShardIDs() {
 			if c.Leader(s) == 0 {
+				ok = false
+			}
+		}
+		for _, id := range c.NodeIDs() {
+			if n := c.Node(id); n != nil && !n.AuthLoaded() {
 				ok = false
 			}
 		}

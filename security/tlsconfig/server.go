@@ -256,13 +256,17 @@ func (s *Server) configForHello(hello *tls.ClientHelloInfo) (*tls.Config, error)
 }
 
 // peerName returns the peer identity the connection's certificate proves:
-// a certificate chaining to the current peer CA, for client use, allowed
-// by PeerAllowedNames.
+// a node certificate (usable both as server and as client certificate, as
+// node certificates are and user certificates are not) chaining to the
+// current peer CA, allowed by PeerAllowedNames.
 func (s *Server) peerName(cs tls.ConnectionState) (string, bool) {
 	if len(cs.PeerCertificates) == 0 {
 		return "", false
 	}
 	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return "", false
+	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)

@@ -639,6 +639,31 @@ func (a *applier) applySystem(sc *shalev1.SystemCommand) (*shalev1.CommandResult
 			return errResult(codes.InvalidArgument, desc, "remove_shard_id must be non-zero"), false, nil
 		}
 		a.ov.del(a.b, u64Key(shardPrefix, op.RemoveShardId))
+	case *shalev1.SystemCommand_PutAuth:
+		pa := op.PutAuth
+		if pa.GetState() == nil || pa.GetState().GetRevision() != pa.GetExpectedRevision()+1 {
+			return errResult(codes.InvalidArgument, desc, "put_auth: the new revision must be expected_revision + 1"), false, nil
+		}
+		raw, ok, err := a.ov.get(keyAuthState)
+		if err != nil {
+			return nil, false, err
+		}
+		var stored uint64
+		if ok {
+			cur := &shalev1.AuthState{}
+			if err := proto.Unmarshal(raw, cur); err != nil {
+				return nil, false, fmt.Errorf("%w: auth state: %v", ErrCorrupt, err)
+			}
+			stored = cur.GetRevision()
+		}
+		if stored != pa.GetExpectedRevision() {
+			return errResult(codes.Aborted, desc, "put_auth: the auth state is at revision %d, not %d", stored, pa.GetExpectedRevision()), false, nil
+		}
+		enc, err := marshalOpts.Marshal(pa.GetState())
+		if err != nil {
+			return nil, false, fmt.Errorf("encode auth state: %w", err)
+		}
+		a.ov.set(a.b, keyAuthState, enc)
 	case *shalev1.SystemCommand_AllocateShardId:
 		raw, ok, err := a.ov.get(keyNextShardID)
 		if err != nil {

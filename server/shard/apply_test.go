@@ -514,8 +514,33 @@ func TestSystemShard(t *testing.T) {
 	if err != nil || len(pins) != 1 || pins[0].GetShardId() != 7 || pins[0].GetUntilUnixNanos() != 300 || pins[0].GetMoveToNodeId() != 4 {
 		t.Fatalf("pins %v %v", pins, err)
 	}
+	// Auth state: replaced whole when the stored revision is the expected
+	// one; refused (Aborted) otherwise.
+	if st, err := s.AuthState(); err != nil || st != nil {
+		t.Fatalf("auth state before any: %v %v", st, err)
+	}
+	putAuth := func(expected, rev uint64, user string) *shalev1.CommandResult {
+		return sysCmd(&shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutAuth{PutAuth: &shalev1.PutAuth{
+			ExpectedRevision: expected, State: &shalev1.AuthState{Revision: rev, Users: []*shalev1.User{{Name: user}}}}}})
+	}
+	if r := putAuth(0, 1, "a"); r.ErrorCode != 0 {
+		t.Fatal(r)
+	}
+	if r := putAuth(0, 1, "b"); r.ErrorCode != uint32(codes.Aborted) {
+		t.Fatalf("stale put_auth: %v", r)
+	}
+	if r := putAuth(1, 3, "b"); r.ErrorCode != uint32(codes.InvalidArgument) {
+		t.Fatalf("put_auth skipping a revision: %v", r)
+	}
+	if r := putAuth(1, 2, "c"); r.ErrorCode != 0 {
+		t.Fatal(r)
+	}
+	if st, err := s.AuthState(); err != nil || st.GetRevision() != 2 || st.GetUsers()[0].GetName() != "c" {
+		t.Fatalf("auth state %v %v", st, err)
+	}
 	for _, bad := range []*shalev1.SystemCommand{
 		{},
+		{Op: &shalev1.SystemCommand_PutAuth{PutAuth: &shalev1.PutAuth{}}},
 		{Op: &shalev1.SystemCommand_PutPin{PutPin: &shalev1.ShardPin{UntilUnixNanos: 5}}},
 		{Op: &shalev1.SystemCommand_PutNode{PutNode: &shalev1.NodeDescriptor{}}},
 		{Op: &shalev1.SystemCommand_PutShard{PutShard: &shalev1.ShardDescriptor{}}},

@@ -52,6 +52,10 @@ var (
 	pinPrefix = []byte("spin/")
 	// keyNextShardID holds the lowest shard ID not yet allocated (8 bytes BE).
 	keyNextShardID = []byte("snext-shard-id")
+	// authPrefix holds keyAuthState alone.
+	authPrefix = []byte("sauth/")
+	// keyAuthState -> shalev1.AuthState: users, roles, signing keys.
+	keyAuthState = []byte("sauth/state")
 )
 
 // formatVersion is the version of the engine key layout written in keyFormat.

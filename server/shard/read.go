@@ -280,6 +280,22 @@ func (s *Shard) Nodes() ([]*shalev1.NodeDescriptor, error) {
 	return out, err
 }
 
+// AuthState returns the cluster's auth state held by the system shard, or
+// nil when none was ever stored. It fails with ErrNotSystemShard on other
+// shards.
+func (s *Shard) AuthState() (*shalev1.AuthState, error) {
+	var out *shalev1.AuthState
+	err := s.scanSystem(authPrefix, func(b []byte) error {
+		st := &shalev1.AuthState{}
+		if err := proto.Unmarshal(b, st); err != nil {
+			return err
+		}
+		out = st
+		return nil
+	})
+	return out, err
+}
+
 // Shards returns the shard descriptors held by the system shard, by shard
 // ID, read at one point. It fails with ErrNotSystemShard on other shards.
 func (s *Shard) Shards() ([]*shalev1.ShardDescriptor, error) {

@@ -73,7 +73,105 @@ func (x ReplicaChange_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReplicaChange_Type.Descriptor instead.
 func (ReplicaChange_Type) EnumDescriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32, 0}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34, 0}
+}
+
+type GetAuthStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KnownRevision uint64                 `protobuf:"varint,1,opt,name=known_revision,json=knownRevision,proto3" json:"known_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuthStateRequest) Reset() {
+	*x = GetAuthStateRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuthStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuthStateRequest) ProtoMessage() {}
+
+func (x *GetAuthStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuthStateRequest.ProtoReflect.Descriptor instead.
+func (*GetAuthStateRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetAuthStateRequest) GetKnownRevision() uint64 {
+	if x != nil {
+		return x.KnownRevision
+	}
+	return 0
+}
+
+type GetAuthStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is unset when the revision is known_revision (unchanged) or no
+	// auth state was ever stored (revision 0).
+	State         *AuthState `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Revision      uint64     `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuthStateResponse) Reset() {
+	*x = GetAuthStateResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuthStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuthStateResponse) ProtoMessage() {}
+
+func (x *GetAuthStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuthStateResponse.ProtoReflect.Descriptor instead.
+func (*GetAuthStateResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetAuthStateResponse) GetState() *AuthState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *GetAuthStateResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // NodeStatus is a node with what the cluster knows of its health.
@@ -93,7 +191,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_shale_v1_admin_proto_msgTypes[0]
+	mi := &file_shale_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +203,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[0]
+	mi := &file_shale_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +216,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *NodeStatus) GetNode() *NodeDescriptor {
@@ -185,7 +283,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_shale_v1_admin_proto_msgTypes[1]
+	mi := &file_shale_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +295,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[1]
+	mi := &file_shale_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +308,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReplicaStatus) GetNodeId() uint64 {
@@ -274,7 +372,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_shale_v1_admin_proto_msgTypes[2]
+	mi := &file_shale_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +384,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[2]
+	mi := &file_shale_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +397,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShardStatus) GetDescriptor_() *ShardDescriptor {
@@ -387,7 +485,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[3]
+	mi := &file_shale_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +497,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[3]
+	mi := &file_shale_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +510,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type ClusterStatusResponse struct {
@@ -426,7 +524,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[4]
+	mi := &file_shale_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +536,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[4]
+	mi := &file_shale_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +549,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -483,7 +581,7 @@ type GetRoutingRequest struct {
 
 func (x *GetRoutingRequest) Reset() {
 	*x = GetRoutingRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[5]
+	mi := &file_shale_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +593,7 @@ func (x *GetRoutingRequest) String() string {
 func (*GetRoutingRequest) ProtoMessage() {}
 
 func (x *GetRoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[5]
+	mi := &file_shale_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +606,7 @@ func (x *GetRoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingRequest.ProtoReflect.Descriptor instead.
 func (*GetRoutingRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 // RoutedShard is a shard descriptor with its last known leader.
@@ -522,7 +620,7 @@ type RoutedShard struct {
 
 func (x *RoutedShard) Reset() {
 	*x = RoutedShard{}
-	mi := &file_shale_v1_admin_proto_msgTypes[6]
+	mi := &file_shale_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +632,7 @@ func (x *RoutedShard) String() string {
 func (*RoutedShard) ProtoMessage() {}
 
 func (x *RoutedShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[6]
+	mi := &file_shale_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +645,7 @@ func (x *RoutedShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutedShard.ProtoReflect.Descriptor instead.
 func (*RoutedShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RoutedShard) GetDescriptor_() *ShardDescriptor {
@@ -576,7 +674,7 @@ type GetRoutingResponse struct {
 
 func (x *GetRoutingResponse) Reset() {
 	*x = GetRoutingResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[7]
+	mi := &file_shale_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +686,7 @@ func (x *GetRoutingResponse) String() string {
 func (*GetRoutingResponse) ProtoMessage() {}
 
 func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[7]
+	mi := &file_shale_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +699,7 @@ func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingResponse.ProtoReflect.Descriptor instead.
 func (*GetRoutingResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRoutingResponse) GetClusterId() string {
@@ -633,7 +731,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[8]
+	mi := &file_shale_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +743,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[8]
+	mi := &file_shale_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +756,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type ListNodesResponse struct {
@@ -670,7 +768,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[9]
+	mi := &file_shale_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +780,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[9]
+	mi := &file_shale_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +793,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeStatus {
@@ -716,7 +814,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[10]
+	mi := &file_shale_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +826,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[10]
+	mi := &file_shale_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +839,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AddNodeRequest) GetAddress() string {
@@ -770,7 +868,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[11]
+	mi := &file_shale_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +880,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[11]
+	mi := &file_shale_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +893,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeDescriptor {
@@ -828,7 +926,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[12]
+	mi := &file_shale_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +938,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[12]
+	mi := &file_shale_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +951,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() uint64 {
@@ -871,7 +969,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[13]
+	mi := &file_shale_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +981,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[13]
+	mi := &file_shale_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +994,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type ListShardsRequest struct {
@@ -907,7 +1005,7 @@ type ListShardsRequest struct {
 
 func (x *ListShardsRequest) Reset() {
 	*x = ListShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[14]
+	mi := &file_shale_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1017,7 @@ func (x *ListShardsRequest) String() string {
 func (*ListShardsRequest) ProtoMessage() {}
 
 func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[14]
+	mi := &file_shale_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1030,7 @@ func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsRequest.ProtoReflect.Descriptor instead.
 func (*ListShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type ListShardsResponse struct {
@@ -944,7 +1042,7 @@ type ListShardsResponse struct {
 
 func (x *ListShardsResponse) Reset() {
 	*x = ListShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[15]
+	mi := &file_shale_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1054,7 @@ func (x *ListShardsResponse) String() string {
 func (*ListShardsResponse) ProtoMessage() {}
 
 func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[15]
+	mi := &file_shale_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1067,7 @@ func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsResponse.ProtoReflect.Descriptor instead.
 func (*ListShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListShardsResponse) GetShards() []*ShardStatus {
@@ -988,7 +1086,7 @@ type ShardInfoRequest struct {
 
 func (x *ShardInfoRequest) Reset() {
 	*x = ShardInfoRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[16]
+	mi := &file_shale_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1098,7 @@ func (x *ShardInfoRequest) String() string {
 func (*ShardInfoRequest) ProtoMessage() {}
 
 func (x *ShardInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[16]
+	mi := &file_shale_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1111,7 @@ func (x *ShardInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfoRequest.ProtoReflect.Descriptor instead.
 func (*ShardInfoRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShardInfoRequest) GetShardId() uint64 {
@@ -1032,7 +1130,7 @@ type ShardInfoResponse struct {
 
 func (x *ShardInfoResponse) Reset() {
 	*x = ShardInfoResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[17]
+	mi := &file_shale_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1142,7 @@ func (x *ShardInfoResponse) String() string {
 func (*ShardInfoResponse) ProtoMessage() {}
 
 func (x *ShardInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[17]
+	mi := &file_shale_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1155,7 @@ func (x *ShardInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfoResponse.ProtoReflect.Descriptor instead.
 func (*ShardInfoResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShardInfoResponse) GetShard() *ShardStatus {
@@ -1084,7 +1182,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[18]
+	mi := &file_shale_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1194,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[18]
+	mi := &file_shale_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1207,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TransferLeaderRequest) GetShardId() uint64 {
@@ -1149,7 +1247,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[19]
+	mi := &file_shale_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1259,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[19]
+	mi := &file_shale_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1272,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferLeaderResponse) GetLeaderNodeId() uint64 {
@@ -1192,7 +1290,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[20]
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1302,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[20]
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1315,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 type NodeInfoResponse struct {
@@ -1231,7 +1329,7 @@ type NodeInfoResponse struct {
 
 func (x *NodeInfoResponse) Reset() {
 	*x = NodeInfoResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[21]
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1341,7 @@ func (x *NodeInfoResponse) String() string {
 func (*NodeInfoResponse) ProtoMessage() {}
 
 func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[21]
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1354,7 @@ func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoResponse.ProtoReflect.Descriptor instead.
 func (*NodeInfoResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeInfoResponse) GetNode() *NodeDescriptor {
@@ -1300,7 +1398,7 @@ type SplitShardRequest struct {
 
 func (x *SplitShardRequest) Reset() {
 	*x = SplitShardRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1410,7 @@ func (x *SplitShardRequest) String() string {
 func (*SplitShardRequest) ProtoMessage() {}
 
 func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1423,7 @@ func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitShardRequest.ProtoReflect.Descriptor instead.
 func (*SplitShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SplitShardRequest) GetSplitKey() []byte {
@@ -1367,7 +1465,7 @@ type SplitShardResponse struct {
 
 func (x *SplitShardResponse) Reset() {
 	*x = SplitShardResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1477,7 @@ func (x *SplitShardResponse) String() string {
 func (*SplitShardResponse) ProtoMessage() {}
 
 func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1490,7 @@ func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitShardResponse.ProtoReflect.Descriptor instead.
 func (*SplitShardResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SplitShardResponse) GetLeft() *ShardDescriptor {
@@ -1417,7 +1515,7 @@ type ShardDirectoryRequest struct {
 
 func (x *ShardDirectoryRequest) Reset() {
 	*x = ShardDirectoryRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1527,7 @@ func (x *ShardDirectoryRequest) String() string {
 func (*ShardDirectoryRequest) ProtoMessage() {}
 
 func (x *ShardDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1540,7 @@ func (x *ShardDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*ShardDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 type ShardDirectoryResponse struct {
@@ -1455,7 +1553,7 @@ type ShardDirectoryResponse struct {
 
 func (x *ShardDirectoryResponse) Reset() {
 	*x = ShardDirectoryResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1565,7 @@ func (x *ShardDirectoryResponse) String() string {
 func (*ShardDirectoryResponse) ProtoMessage() {}
 
 func (x *ShardDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1578,7 @@ func (x *ShardDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*ShardDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardDirectoryResponse) GetShards() []*ShardDescriptor {
@@ -1501,7 +1599,7 @@ type ReportShardsRequest struct {
 
 func (x *ReportShardsRequest) Reset() {
 	*x = ReportShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1611,7 @@ func (x *ReportShardsRequest) String() string {
 func (*ReportShardsRequest) ProtoMessage() {}
 
 func (x *ReportShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1624,7 @@ func (x *ReportShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportShardsRequest.ProtoReflect.Descriptor instead.
 func (*ReportShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportShardsRequest) GetDescriptors() []*ShardDescriptor {
@@ -1551,7 +1649,7 @@ type ReportShardsResponse struct {
 
 func (x *ReportShardsResponse) Reset() {
 	*x = ReportShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1661,7 @@ func (x *ReportShardsResponse) String() string {
 func (*ReportShardsResponse) ProtoMessage() {}
 
 func (x *ReportShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1674,7 @@ func (x *ReportShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportShardsResponse.ProtoReflect.Descriptor instead.
 func (*ReportShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // NodeStats is what a node reports about itself in its heartbeat.
@@ -1604,7 +1702,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1714,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1727,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeStats) GetNode() *NodeDescriptor {
@@ -1712,7 +1810,7 @@ type LedShard struct {
 
 func (x *LedShard) Reset() {
 	*x = LedShard{}
-	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1822,7 @@ func (x *LedShard) String() string {
 func (*LedShard) ProtoMessage() {}
 
 func (x *LedShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1835,7 @@ func (x *LedShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedShard.ProtoReflect.Descriptor instead.
 func (*LedShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LedShard) GetShardId() uint64 {
@@ -1778,7 +1876,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1888,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1901,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatRequest) GetStats() *NodeStats {
@@ -1831,7 +1929,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1941,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1954,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatResponse) GetDrainingLeaderNodes() []uint64 {
@@ -1878,7 +1976,7 @@ type ReplicaChange struct {
 
 func (x *ReplicaChange) Reset() {
 	*x = ReplicaChange{}
-	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1988,7 @@ func (x *ReplicaChange) String() string {
 func (*ReplicaChange) ProtoMessage() {}
 
 func (x *ReplicaChange) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2001,7 @@ func (x *ReplicaChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChange.ProtoReflect.Descriptor instead.
 func (*ReplicaChange) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReplicaChange) GetType() ReplicaChange_Type {
@@ -1941,7 +2039,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2051,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2064,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ChangeReplicasRequest) GetShardId() uint64 {
@@ -1999,7 +2097,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2109,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2122,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ChangeReplicasResponse) GetDescriptor_() *ShardDescriptor {
@@ -2057,7 +2155,7 @@ type PlacementOperation struct {
 
 func (x *PlacementOperation) Reset() {
 	*x = PlacementOperation{}
-	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2167,7 @@ func (x *PlacementOperation) String() string {
 func (*PlacementOperation) ProtoMessage() {}
 
 func (x *PlacementOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2180,7 @@ func (x *PlacementOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementOperation.ProtoReflect.Descriptor instead.
 func (*PlacementOperation) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PlacementOperation) GetShardId() uint64 {
@@ -2162,7 +2260,7 @@ type StuckReplica struct {
 
 func (x *StuckReplica) Reset() {
 	*x = StuckReplica{}
-	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2272,7 @@ func (x *StuckReplica) String() string {
 func (*StuckReplica) ProtoMessage() {}
 
 func (x *StuckReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2285,7 @@ func (x *StuckReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StuckReplica.ProtoReflect.Descriptor instead.
 func (*StuckReplica) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StuckReplica) GetShardId() uint64 {
@@ -2233,7 +2331,7 @@ type NodePlacement struct {
 
 func (x *NodePlacement) Reset() {
 	*x = NodePlacement{}
-	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2343,7 @@ func (x *NodePlacement) String() string {
 func (*NodePlacement) ProtoMessage() {}
 
 func (x *NodePlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2356,7 @@ func (x *NodePlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePlacement.ProtoReflect.Descriptor instead.
 func (*NodePlacement) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodePlacement) GetNode() *NodeDescriptor {
@@ -2325,7 +2423,7 @@ type PlacementStatusRequest struct {
 
 func (x *PlacementStatusRequest) Reset() {
 	*x = PlacementStatusRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2435,7 @@ func (x *PlacementStatusRequest) String() string {
 func (*PlacementStatusRequest) ProtoMessage() {}
 
 func (x *PlacementStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2448,7 @@ func (x *PlacementStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementStatusRequest.ProtoReflect.Descriptor instead.
 func (*PlacementStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 type PlacementStatusResponse struct {
@@ -2373,7 +2471,7 @@ type PlacementStatusResponse struct {
 
 func (x *PlacementStatusResponse) Reset() {
 	*x = PlacementStatusResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2483,7 @@ func (x *PlacementStatusResponse) String() string {
 func (*PlacementStatusResponse) ProtoMessage() {}
 
 func (x *PlacementStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2496,7 @@ func (x *PlacementStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementStatusResponse.ProtoReflect.Descriptor instead.
 func (*PlacementStatusResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PlacementStatusResponse) GetPlacementLeaderNodeId() uint64 {
@@ -2467,7 +2565,7 @@ type PlacementHistoryRequest struct {
 
 func (x *PlacementHistoryRequest) Reset() {
 	*x = PlacementHistoryRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2577,7 @@ func (x *PlacementHistoryRequest) String() string {
 func (*PlacementHistoryRequest) ProtoMessage() {}
 
 func (x *PlacementHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2590,7 @@ func (x *PlacementHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementHistoryRequest.ProtoReflect.Descriptor instead.
 func (*PlacementHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PlacementHistoryRequest) GetLimit() uint32 {
@@ -2511,7 +2609,7 @@ type PlacementHistoryResponse struct {
 
 func (x *PlacementHistoryResponse) Reset() {
 	*x = PlacementHistoryResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2621,7 @@ func (x *PlacementHistoryResponse) String() string {
 func (*PlacementHistoryResponse) ProtoMessage() {}
 
 func (x *PlacementHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2634,7 @@ func (x *PlacementHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementHistoryResponse.ProtoReflect.Descriptor instead.
 func (*PlacementHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PlacementHistoryResponse) GetOperations() []*PlacementOperation {
@@ -2555,7 +2653,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2665,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2678,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -2598,7 +2696,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2708,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2721,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 type RecommissionNodeRequest struct {
@@ -2635,7 +2733,7 @@ type RecommissionNodeRequest struct {
 
 func (x *RecommissionNodeRequest) Reset() {
 	*x = RecommissionNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2745,7 @@ func (x *RecommissionNodeRequest) String() string {
 func (*RecommissionNodeRequest) ProtoMessage() {}
 
 func (x *RecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2758,7 @@ func (x *RecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RecommissionNodeRequest) GetNodeId() uint64 {
@@ -2678,7 +2776,7 @@ type RecommissionNodeResponse struct {
 
 func (x *RecommissionNodeResponse) Reset() {
 	*x = RecommissionNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2788,7 @@ func (x *RecommissionNodeResponse) String() string {
 func (*RecommissionNodeResponse) ProtoMessage() {}
 
 func (x *RecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2801,7 @@ func (x *RecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 type MoveReplicaRequest struct {
@@ -2719,7 +2817,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2829,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2842,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MoveReplicaRequest) GetShardId() uint64 {
@@ -2785,7 +2883,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +2895,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +2908,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MoveReplicaResponse) GetOperation() *PlacementOperation {
@@ -2832,7 +2930,7 @@ type MergeShardsRequest struct {
 
 func (x *MergeShardsRequest) Reset() {
 	*x = MergeShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2942,7 @@ func (x *MergeShardsRequest) String() string {
 func (*MergeShardsRequest) ProtoMessage() {}
 
 func (x *MergeShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +2955,7 @@ func (x *MergeShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeShardsRequest.ProtoReflect.Descriptor instead.
 func (*MergeShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MergeShardsRequest) GetKey() []byte {
@@ -2886,7 +2984,7 @@ type MergeShardsResponse struct {
 
 func (x *MergeShardsResponse) Reset() {
 	*x = MergeShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +2996,7 @@ func (x *MergeShardsResponse) String() string {
 func (*MergeShardsResponse) ProtoMessage() {}
 
 func (x *MergeShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3009,7 @@ func (x *MergeShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeShardsResponse.ProtoReflect.Descriptor instead.
 func (*MergeShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MergeShardsResponse) GetMerged() *ShardDescriptor {
@@ -2938,7 +3036,7 @@ type DrainLeadersRequest struct {
 
 func (x *DrainLeadersRequest) Reset() {
 	*x = DrainLeadersRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3048,7 @@ func (x *DrainLeadersRequest) String() string {
 func (*DrainLeadersRequest) ProtoMessage() {}
 
 func (x *DrainLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3061,7 @@ func (x *DrainLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainLeadersRequest.ProtoReflect.Descriptor instead.
 func (*DrainLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DrainLeadersRequest) GetNodeId() uint64 {
@@ -2988,7 +3086,7 @@ type DrainLeadersResponse struct {
 
 func (x *DrainLeadersResponse) Reset() {
 	*x = DrainLeadersResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3098,7 @@ func (x *DrainLeadersResponse) String() string {
 func (*DrainLeadersResponse) ProtoMessage() {}
 
 func (x *DrainLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3111,7 @@ func (x *DrainLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainLeadersResponse.ProtoReflect.Descriptor instead.
 func (*DrainLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DrainLeadersResponse) GetNodeId() uint64 {
@@ -3046,7 +3144,7 @@ type ReplicaChecksumRequest struct {
 
 func (x *ReplicaChecksumRequest) Reset() {
 	*x = ReplicaChecksumRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3156,7 @@ func (x *ReplicaChecksumRequest) String() string {
 func (*ReplicaChecksumRequest) ProtoMessage() {}
 
 func (x *ReplicaChecksumRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3169,7 @@ func (x *ReplicaChecksumRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChecksumRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaChecksumRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReplicaChecksumRequest) GetShardId() uint64 {
@@ -3096,7 +3194,7 @@ type ReplicaChecksumResponse struct {
 
 func (x *ReplicaChecksumResponse) Reset() {
 	*x = ReplicaChecksumResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3206,7 @@ func (x *ReplicaChecksumResponse) String() string {
 func (*ReplicaChecksumResponse) ProtoMessage() {}
 
 func (x *ReplicaChecksumResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3219,7 @@ func (x *ReplicaChecksumResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChecksumResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaChecksumResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplicaChecksumResponse) GetNodeId() uint64 {
@@ -3164,7 +3262,7 @@ type BackupShardRequest struct {
 
 func (x *BackupShardRequest) Reset() {
 	*x = BackupShardRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3274,7 @@ func (x *BackupShardRequest) String() string {
 func (*BackupShardRequest) ProtoMessage() {}
 
 func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3287,7 @@ func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BackupShardRequest) GetShardId() uint64 {
@@ -3216,7 +3314,7 @@ type BackupShardLogRequest struct {
 
 func (x *BackupShardLogRequest) Reset() {
 	*x = BackupShardLogRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3326,7 @@ func (x *BackupShardLogRequest) String() string {
 func (*BackupShardLogRequest) ProtoMessage() {}
 
 func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3339,7 @@ func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardLogRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardLogRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BackupShardLogRequest) GetShardId() uint64 {
@@ -3278,7 +3376,7 @@ type BackupLogEntry struct {
 
 func (x *BackupLogEntry) Reset() {
 	*x = BackupLogEntry{}
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3388,7 @@ func (x *BackupLogEntry) String() string {
 func (*BackupLogEntry) ProtoMessage() {}
 
 func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3401,7 @@ func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogEntry.ProtoReflect.Descriptor instead.
 func (*BackupLogEntry) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BackupLogEntry) GetIndex() uint64 {
@@ -3361,7 +3459,7 @@ type BackupLogOp struct {
 
 func (x *BackupLogOp) Reset() {
 	*x = BackupLogOp{}
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3471,7 @@ func (x *BackupLogOp) String() string {
 func (*BackupLogOp) ProtoMessage() {}
 
 func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3484,7 @@ func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogOp.ProtoReflect.Descriptor instead.
 func (*BackupLogOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BackupLogOp) GetKind() uint32 {
@@ -3414,7 +3512,12 @@ var File_shale_v1_admin_proto protoreflect.FileDescriptor
 
 const file_shale_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14shale/v1/admin.proto\x12\bshale.v1\x1a\x13shale/v1/meta.proto\x1a\x13shale/v1/raft.proto\"\x80\x02\n" +
+	"\x14shale/v1/admin.proto\x12\bshale.v1\x1a\x13shale/v1/auth.proto\x1a\x13shale/v1/meta.proto\x1a\x13shale/v1/raft.proto\"<\n" +
+	"\x13GetAuthStateRequest\x12%\n" +
+	"\x0eknown_revision\x18\x01 \x01(\x04R\rknownRevision\"]\n" +
+	"\x14GetAuthStateResponse\x12)\n" +
+	"\x05state\x18\x01 \x01(\v2\x13.shale.v1.AuthStateR\x05state\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x80\x02\n" +
 	"\n" +
 	"NodeStatus\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12\x12\n" +
@@ -3650,7 +3753,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vBackupLogOp\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value2\xdf\x0e\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value2\xae\x0f\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3679,7 +3782,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponse\x12V\n" +
 	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponse\x12F\n" +
 	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01\x12M\n" +
-	"\x0eBackupShardLog\x12\x1f.shale.v1.BackupShardLogRequest\x1a\x18.shale.v1.BackupLogEntry0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\x0eBackupShardLog\x12\x1f.shale.v1.BackupShardLogRequest\x1a\x18.shale.v1.BackupLogEntry0\x01\x12M\n" +
+	"\fGetAuthState\x12\x1d.shale.v1.GetAuthStateRequest\x1a\x1e.shale.v1.GetAuthStateResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_admin_proto_rawDescOnce sync.Once
@@ -3694,167 +3798,173 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
-	(*NodeStatus)(nil),               // 1: shale.v1.NodeStatus
-	(*ReplicaStatus)(nil),            // 2: shale.v1.ReplicaStatus
-	(*ShardStatus)(nil),              // 3: shale.v1.ShardStatus
-	(*ClusterStatusRequest)(nil),     // 4: shale.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),    // 5: shale.v1.ClusterStatusResponse
-	(*GetRoutingRequest)(nil),        // 6: shale.v1.GetRoutingRequest
-	(*RoutedShard)(nil),              // 7: shale.v1.RoutedShard
-	(*GetRoutingResponse)(nil),       // 8: shale.v1.GetRoutingResponse
-	(*ListNodesRequest)(nil),         // 9: shale.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 10: shale.v1.ListNodesResponse
-	(*AddNodeRequest)(nil),           // 11: shale.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),          // 12: shale.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),        // 13: shale.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),       // 14: shale.v1.RemoveNodeResponse
-	(*ListShardsRequest)(nil),        // 15: shale.v1.ListShardsRequest
-	(*ListShardsResponse)(nil),       // 16: shale.v1.ListShardsResponse
-	(*ShardInfoRequest)(nil),         // 17: shale.v1.ShardInfoRequest
-	(*ShardInfoResponse)(nil),        // 18: shale.v1.ShardInfoResponse
-	(*TransferLeaderRequest)(nil),    // 19: shale.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),   // 20: shale.v1.TransferLeaderResponse
-	(*NodeInfoRequest)(nil),          // 21: shale.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),         // 22: shale.v1.NodeInfoResponse
-	(*SplitShardRequest)(nil),        // 23: shale.v1.SplitShardRequest
-	(*SplitShardResponse)(nil),       // 24: shale.v1.SplitShardResponse
-	(*ShardDirectoryRequest)(nil),    // 25: shale.v1.ShardDirectoryRequest
-	(*ShardDirectoryResponse)(nil),   // 26: shale.v1.ShardDirectoryResponse
-	(*ReportShardsRequest)(nil),      // 27: shale.v1.ReportShardsRequest
-	(*ReportShardsResponse)(nil),     // 28: shale.v1.ReportShardsResponse
-	(*NodeStats)(nil),                // 29: shale.v1.NodeStats
-	(*LedShard)(nil),                 // 30: shale.v1.LedShard
-	(*HeartbeatRequest)(nil),         // 31: shale.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 32: shale.v1.HeartbeatResponse
-	(*ReplicaChange)(nil),            // 33: shale.v1.ReplicaChange
-	(*ChangeReplicasRequest)(nil),    // 34: shale.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil),   // 35: shale.v1.ChangeReplicasResponse
-	(*PlacementOperation)(nil),       // 36: shale.v1.PlacementOperation
-	(*StuckReplica)(nil),             // 37: shale.v1.StuckReplica
-	(*NodePlacement)(nil),            // 38: shale.v1.NodePlacement
-	(*PlacementStatusRequest)(nil),   // 39: shale.v1.PlacementStatusRequest
-	(*PlacementStatusResponse)(nil),  // 40: shale.v1.PlacementStatusResponse
-	(*PlacementHistoryRequest)(nil),  // 41: shale.v1.PlacementHistoryRequest
-	(*PlacementHistoryResponse)(nil), // 42: shale.v1.PlacementHistoryResponse
-	(*DecommissionNodeRequest)(nil),  // 43: shale.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 44: shale.v1.DecommissionNodeResponse
-	(*RecommissionNodeRequest)(nil),  // 45: shale.v1.RecommissionNodeRequest
-	(*RecommissionNodeResponse)(nil), // 46: shale.v1.RecommissionNodeResponse
-	(*MoveReplicaRequest)(nil),       // 47: shale.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),      // 48: shale.v1.MoveReplicaResponse
-	(*MergeShardsRequest)(nil),       // 49: shale.v1.MergeShardsRequest
-	(*MergeShardsResponse)(nil),      // 50: shale.v1.MergeShardsResponse
-	(*DrainLeadersRequest)(nil),      // 51: shale.v1.DrainLeadersRequest
-	(*DrainLeadersResponse)(nil),     // 52: shale.v1.DrainLeadersResponse
-	(*ReplicaChecksumRequest)(nil),   // 53: shale.v1.ReplicaChecksumRequest
-	(*ReplicaChecksumResponse)(nil),  // 54: shale.v1.ReplicaChecksumResponse
-	(*BackupShardRequest)(nil),       // 55: shale.v1.BackupShardRequest
-	(*BackupShardLogRequest)(nil),    // 56: shale.v1.BackupShardLogRequest
-	(*BackupLogEntry)(nil),           // 57: shale.v1.BackupLogEntry
-	(*BackupLogOp)(nil),              // 58: shale.v1.BackupLogOp
-	(*NodeDescriptor)(nil),           // 59: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 60: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 61: shale.v1.ShardDescriptor
-	(*SnapshotFile)(nil),             // 62: shale.v1.SnapshotFile
-	(*HlcTimestamp)(nil),             // 63: shale.v1.HlcTimestamp
-	(*SnapshotChunk)(nil),            // 64: shale.v1.SnapshotChunk
+	(*GetAuthStateRequest)(nil),      // 1: shale.v1.GetAuthStateRequest
+	(*GetAuthStateResponse)(nil),     // 2: shale.v1.GetAuthStateResponse
+	(*NodeStatus)(nil),               // 3: shale.v1.NodeStatus
+	(*ReplicaStatus)(nil),            // 4: shale.v1.ReplicaStatus
+	(*ShardStatus)(nil),              // 5: shale.v1.ShardStatus
+	(*ClusterStatusRequest)(nil),     // 6: shale.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),    // 7: shale.v1.ClusterStatusResponse
+	(*GetRoutingRequest)(nil),        // 8: shale.v1.GetRoutingRequest
+	(*RoutedShard)(nil),              // 9: shale.v1.RoutedShard
+	(*GetRoutingResponse)(nil),       // 10: shale.v1.GetRoutingResponse
+	(*ListNodesRequest)(nil),         // 11: shale.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 12: shale.v1.ListNodesResponse
+	(*AddNodeRequest)(nil),           // 13: shale.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),          // 14: shale.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),        // 15: shale.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),       // 16: shale.v1.RemoveNodeResponse
+	(*ListShardsRequest)(nil),        // 17: shale.v1.ListShardsRequest
+	(*ListShardsResponse)(nil),       // 18: shale.v1.ListShardsResponse
+	(*ShardInfoRequest)(nil),         // 19: shale.v1.ShardInfoRequest
+	(*ShardInfoResponse)(nil),        // 20: shale.v1.ShardInfoResponse
+	(*TransferLeaderRequest)(nil),    // 21: shale.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),   // 22: shale.v1.TransferLeaderResponse
+	(*NodeInfoRequest)(nil),          // 23: shale.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),         // 24: shale.v1.NodeInfoResponse
+	(*SplitShardRequest)(nil),        // 25: shale.v1.SplitShardRequest
+	(*SplitShardResponse)(nil),       // 26: shale.v1.SplitShardResponse
+	(*ShardDirectoryRequest)(nil),    // 27: shale.v1.ShardDirectoryRequest
+	(*ShardDirectoryResponse)(nil),   // 28: shale.v1.ShardDirectoryResponse
+	(*ReportShardsRequest)(nil),      // 29: shale.v1.ReportShardsRequest
+	(*ReportShardsResponse)(nil),     // 30: shale.v1.ReportShardsResponse
+	(*NodeStats)(nil),                // 31: shale.v1.NodeStats
+	(*LedShard)(nil),                 // 32: shale.v1.LedShard
+	(*HeartbeatRequest)(nil),         // 33: shale.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 34: shale.v1.HeartbeatResponse
+	(*ReplicaChange)(nil),            // 35: shale.v1.ReplicaChange
+	(*ChangeReplicasRequest)(nil),    // 36: shale.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil),   // 37: shale.v1.ChangeReplicasResponse
+	(*PlacementOperation)(nil),       // 38: shale.v1.PlacementOperation
+	(*StuckReplica)(nil),             // 39: shale.v1.StuckReplica
+	(*NodePlacement)(nil),            // 40: shale.v1.NodePlacement
+	(*PlacementStatusRequest)(nil),   // 41: shale.v1.PlacementStatusRequest
+	(*PlacementStatusResponse)(nil),  // 42: shale.v1.PlacementStatusResponse
+	(*PlacementHistoryRequest)(nil),  // 43: shale.v1.PlacementHistoryRequest
+	(*PlacementHistoryResponse)(nil), // 44: shale.v1.PlacementHistoryResponse
+	(*DecommissionNodeRequest)(nil),  // 45: shale.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 46: shale.v1.DecommissionNodeResponse
+	(*RecommissionNodeRequest)(nil),  // 47: shale.v1.RecommissionNodeRequest
+	(*RecommissionNodeResponse)(nil), // 48: shale.v1.RecommissionNodeResponse
+	(*MoveReplicaRequest)(nil),       // 49: shale.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),      // 50: shale.v1.MoveReplicaResponse
+	(*MergeShardsRequest)(nil),       // 51: shale.v1.MergeShardsRequest
+	(*MergeShardsResponse)(nil),      // 52: shale.v1.MergeShardsResponse
+	(*DrainLeadersRequest)(nil),      // 53: shale.v1.DrainLeadersRequest
+	(*DrainLeadersResponse)(nil),     // 54: shale.v1.DrainLeadersResponse
+	(*ReplicaChecksumRequest)(nil),   // 55: shale.v1.ReplicaChecksumRequest
+	(*ReplicaChecksumResponse)(nil),  // 56: shale.v1.ReplicaChecksumResponse
+	(*BackupShardRequest)(nil),       // 57: shale.v1.BackupShardRequest
+	(*BackupShardLogRequest)(nil),    // 58: shale.v1.BackupShardLogRequest
+	(*BackupLogEntry)(nil),           // 59: shale.v1.BackupLogEntry
+	(*BackupLogOp)(nil),              // 60: shale.v1.BackupLogOp
+	(*AuthState)(nil),                // 61: shale.v1.AuthState
+	(*NodeDescriptor)(nil),           // 62: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 63: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 64: shale.v1.ShardDescriptor
+	(*SnapshotFile)(nil),             // 65: shale.v1.SnapshotFile
+	(*HlcTimestamp)(nil),             // 66: shale.v1.HlcTimestamp
+	(*SnapshotChunk)(nil),            // 67: shale.v1.SnapshotChunk
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	59, // 0: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	60, // 1: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	61, // 2: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
-	2,  // 3: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
-	1,  // 4: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
-	3,  // 5: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	61, // 6: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	59, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
-	7,  // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
-	1,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	59, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	59, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
-	3,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
-	3,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	59, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
-	3,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	61, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	61, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	61, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	61, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	59, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
-	29, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
-	30, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
-	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
-	33, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	61, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	59, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
-	29, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
-	37, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
-	38, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
-	36, // 30: shale.v1.PlacementStatusResponse.running:type_name -> shale.v1.PlacementOperation
-	37, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
-	36, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
-	36, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	61, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
-	62, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
-	63, // 36: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
-	58, // 37: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
-	61, // 38: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
-	4,  // 39: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	6,  // 40: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	9,  // 41: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	11, // 42: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	13, // 43: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	15, // 44: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	17, // 45: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	19, // 46: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	21, // 47: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	23, // 48: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	25, // 49: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	27, // 50: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	31, // 51: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	34, // 52: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	39, // 53: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	41, // 54: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	43, // 55: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	45, // 56: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	47, // 57: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	49, // 58: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	51, // 59: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	53, // 60: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
-	55, // 61: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
-	56, // 62: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
-	5,  // 63: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	8,  // 64: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	10, // 65: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	12, // 66: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	14, // 67: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	16, // 68: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	18, // 69: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	20, // 70: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	22, // 71: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	24, // 72: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	26, // 73: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	28, // 74: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	32, // 75: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	35, // 76: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	40, // 77: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	42, // 78: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	44, // 79: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	46, // 80: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	48, // 81: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	50, // 82: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	52, // 83: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	54, // 84: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
-	64, // 85: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
-	57, // 86: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
-	63, // [63:87] is the sub-list for method output_type
-	39, // [39:63] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	61, // 0: shale.v1.GetAuthStateResponse.state:type_name -> shale.v1.AuthState
+	62, // 1: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	63, // 2: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	64, // 3: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	4,  // 4: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
+	3,  // 5: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
+	5,  // 6: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
+	64, // 7: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	62, // 8: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	9,  // 9: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
+	3,  // 10: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
+	62, // 11: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	62, // 12: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	5,  // 13: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
+	5,  // 14: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
+	62, // 15: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	5,  // 16: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
+	64, // 17: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	64, // 18: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	64, // 19: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	64, // 20: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	62, // 21: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	31, // 22: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
+	32, // 23: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
+	0,  // 24: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
+	35, // 25: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
+	64, // 26: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	62, // 27: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	31, // 28: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
+	39, // 29: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
+	40, // 30: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
+	38, // 31: shale.v1.PlacementStatusResponse.running:type_name -> shale.v1.PlacementOperation
+	39, // 32: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
+	38, // 33: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
+	38, // 34: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
+	64, // 35: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	65, // 36: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	66, // 37: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
+	60, // 38: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
+	64, // 39: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
+	6,  // 40: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	8,  // 41: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	11, // 42: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	13, // 43: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	15, // 44: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	17, // 45: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	19, // 46: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	21, // 47: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	23, // 48: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	25, // 49: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	27, // 50: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	29, // 51: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	33, // 52: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	36, // 53: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	41, // 54: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	43, // 55: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	45, // 56: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	47, // 57: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	49, // 58: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	51, // 59: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	53, // 60: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	55, // 61: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	57, // 62: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
+	58, // 63: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
+	1,  // 64: shale.v1.Admin.GetAuthState:input_type -> shale.v1.GetAuthStateRequest
+	7,  // 65: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	10, // 66: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	12, // 67: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	14, // 68: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	16, // 69: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	18, // 70: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	20, // 71: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	22, // 72: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	24, // 73: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	26, // 74: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	28, // 75: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	30, // 76: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	34, // 77: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	37, // 78: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	42, // 79: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	44, // 80: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	46, // 81: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	48, // 82: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	50, // 83: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	52, // 84: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	54, // 85: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	56, // 86: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	67, // 87: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
+	59, // 88: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
+	2,  // 89: shale.v1.Admin.GetAuthState:output_type -> shale.v1.GetAuthStateResponse
+	65, // [65:90] is the sub-list for method output_type
+	40, // [40:65] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -3862,6 +3972,7 @@ func file_shale_v1_admin_proto_init() {
 	if File_shale_v1_admin_proto != nil {
 		return
 	}
+	file_shale_v1_auth_proto_init()
 	file_shale_v1_meta_proto_init()
 	file_shale_v1_raft_proto_init()
 	type x struct{}
@@ -3870,7 +3981,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

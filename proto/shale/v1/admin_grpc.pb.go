@@ -43,6 +43,7 @@ const (
 	Admin_ReplicaChecksum_FullMethodName  = "/shale.v1.Admin/ReplicaChecksum"
 	Admin_BackupShard_FullMethodName      = "/shale.v1.Admin/BackupShard"
 	Admin_BackupShardLog_FullMethodName   = "/shale.v1.Admin/BackupShardLog"
+	Admin_GetAuthState_FullMethodName     = "/shale.v1.Admin/GetAuthState"
 )
 
 // AdminClient is the client API for Admin service.
@@ -137,6 +138,11 @@ type AdminClient interface {
 	// reaches back to after_index + 1 (its oldest files are gone, or a
 	// snapshot replaced the replica's engine).
 	BackupShardLog(ctx context.Context, in *BackupShardLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupLogEntry], error)
+	// GetAuthState returns the cluster's auth state as the system shard's
+	// leader holds it (forwarded there), unless it is still at
+	// known_revision. Node-to-node only: it holds password hashes and token
+	// signing keys.
+	GetAuthState(ctx context.Context, in *GetAuthStateRequest, opts ...grpc.CallOption) (*GetAuthStateResponse, error)
 }
 
 type adminClient struct {
@@ -405,6 +411,16 @@ func (c *adminClient) BackupShardLog(ctx context.Context, in *BackupShardLogRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardLogClient = grpc.ServerStreamingClient[BackupLogEntry]
 
+func (c *adminClient) GetAuthState(ctx context.Context, in *GetAuthStateRequest, opts ...grpc.CallOption) (*GetAuthStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAuthStateResponse)
+	err := c.cc.Invoke(ctx, Admin_GetAuthState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -497,6 +513,11 @@ type AdminServer interface {
 	// reaches back to after_index + 1 (its oldest files are gone, or a
 	// snapshot replaced the replica's engine).
 	BackupShardLog(*BackupShardLogRequest, grpc.ServerStreamingServer[BackupLogEntry]) error
+	// GetAuthState returns the cluster's auth state as the system shard's
+	// leader holds it (forwarded there), unless it is still at
+	// known_revision. Node-to-node only: it holds password hashes and token
+	// signing keys.
+	GetAuthState(context.Context, *GetAuthStateRequest) (*GetAuthStateResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -578,6 +599,9 @@ func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStre
 }
 func (UnimplementedAdminServer) BackupShardLog(*BackupShardLogRequest, grpc.ServerStreamingServer[BackupLogEntry]) error {
 	return status.Error(codes.Unimplemented, "method BackupShardLog not implemented")
+}
+func (UnimplementedAdminServer) GetAuthState(context.Context, *GetAuthStateRequest) (*GetAuthStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAuthState not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1018,6 +1042,24 @@ func _Admin_BackupShardLog_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardLogServer = grpc.ServerStreamingServer[BackupLogEntry]
 
+func _Admin_GetAuthState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAuthStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetAuthState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetAuthState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetAuthState(ctx, req.(*GetAuthStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1112,6 +1154,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplicaChecksum",
 			Handler:    _Admin_ReplicaChecksum_Handler,
+		},
+		{
+			MethodName: "GetAuthState",
+			Handler:    _Admin_GetAuthState_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -973,6 +973,7 @@ type SystemCommand struct {
 	//	*SystemCommand_AllocateShardId
 	//	*SystemCommand_PutPin
 	//	*SystemCommand_RemoveShardId
+	//	*SystemCommand_PutAuth
 	Op            isSystemCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1069,6 +1070,15 @@ func (x *SystemCommand) GetRemoveShardId() uint64 {
 	return 0
 }
 
+func (x *SystemCommand) GetPutAuth() *PutAuth {
+	if x != nil {
+		if x, ok := x.Op.(*SystemCommand_PutAuth); ok {
+			return x.PutAuth
+		}
+	}
+	return nil
+}
+
 type isSystemCommand_Op interface {
 	isSystemCommand_Op()
 }
@@ -1102,6 +1112,11 @@ type SystemCommand_RemoveShardId struct {
 	RemoveShardId uint64 `protobuf:"varint,6,opt,name=remove_shard_id,json=removeShardId,proto3,oneof"`
 }
 
+type SystemCommand_PutAuth struct {
+	// put_auth replaces the cluster's auth state.
+	PutAuth *PutAuth `protobuf:"bytes,7,opt,name=put_auth,json=putAuth,proto3,oneof"`
+}
+
 func (*SystemCommand_PutNode) isSystemCommand_Op() {}
 
 func (*SystemCommand_RemoveNodeId) isSystemCommand_Op() {}
@@ -1114,6 +1129,64 @@ func (*SystemCommand_PutPin) isSystemCommand_Op() {}
 
 func (*SystemCommand_RemoveShardId) isSystemCommand_Op() {}
 
+func (*SystemCommand_PutAuth) isSystemCommand_Op() {}
+
+// PutAuth replaces the auth state when the stored one's revision is
+// expected_revision (0: none stored yet); otherwise it is refused with
+// FailedPrecondition and the caller reads the state again. state.revision
+// must be expected_revision + 1.
+type PutAuth struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	State            *AuthState             `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PutAuth) Reset() {
+	*x = PutAuth{}
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAuth) ProtoMessage() {}
+
+func (x *PutAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAuth.ProtoReflect.Descriptor instead.
+func (*PutAuth) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PutAuth) GetState() *AuthState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *PutAuth) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
 // ConfChangeContext rides in a Raft ConfChangeV2's context: the node each
 // added replica lives on.
 type ConfChangeContext struct {
@@ -1125,7 +1198,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1210,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1223,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConfChangeContext) GetReplicas() []*ReplicaDescriptor {
@@ -1181,7 +1254,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_shale_v1_raft_proto_msgTypes[14]
+	mi := &file_shale_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1266,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[14]
+	mi := &file_shale_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1279,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandResult) GetTxn() *TxnResponse {
@@ -1255,7 +1328,7 @@ var File_shale_v1_raft_proto protoreflect.FileDescriptor
 
 const file_shale_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x13shale/v1/raft.proto\x12\bshale.v1\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"C\n" +
+	"\x13shale/v1/raft.proto\x12\bshale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"C\n" +
 	"\fRaftEnvelope\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\"\xf8\x01\n" +
@@ -1329,15 +1402,19 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
 	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\x12\x1c\n" +
-	"\tautomatic\x18\x03 \x01(\bR\tautomatic\"\xb5\x02\n" +
+	"\tautomatic\x18\x03 \x01(\bR\tautomatic\"\xe5\x02\n" +
 	"\rSystemCommand\x125\n" +
 	"\bput_node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorH\x00R\aputNode\x12&\n" +
 	"\x0eremove_node_id\x18\x02 \x01(\x04H\x00R\fremoveNodeId\x128\n" +
 	"\tput_shard\x18\x03 \x01(\v2\x19.shale.v1.ShardDescriptorH\x00R\bputShard\x12,\n" +
 	"\x11allocate_shard_id\x18\x04 \x01(\x04H\x00R\x0fallocateShardId\x12-\n" +
 	"\aput_pin\x18\x05 \x01(\v2\x12.shale.v1.ShardPinH\x00R\x06putPin\x12(\n" +
-	"\x0fremove_shard_id\x18\x06 \x01(\x04H\x00R\rremoveShardIdB\x04\n" +
-	"\x02op\"L\n" +
+	"\x0fremove_shard_id\x18\x06 \x01(\x04H\x00R\rremoveShardId\x12.\n" +
+	"\bput_auth\x18\a \x01(\v2\x11.shale.v1.PutAuthH\x00R\aputAuthB\x04\n" +
+	"\x02op\"a\n" +
+	"\aPutAuth\x12)\n" +
+	"\x05state\x18\x01 \x01(\v2\x13.shale.v1.AuthStateR\x05state\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"L\n" +
 	"\x11ConfChangeContext\x127\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1b.shale.v1.ReplicaDescriptorR\breplicas\"\xa0\x02\n" +
 	"\rCommandResult\x12'\n" +
@@ -1366,7 +1443,7 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
-var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_shale_v1_raft_proto_goTypes = []any{
 	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
 	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
@@ -1381,45 +1458,49 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*MergeAbsorb)(nil),        // 10: shale.v1.MergeAbsorb
 	(*SplitCommand)(nil),       // 11: shale.v1.SplitCommand
 	(*SystemCommand)(nil),      // 12: shale.v1.SystemCommand
-	(*ConfChangeContext)(nil),  // 13: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 14: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 15: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 16: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 17: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 18: shale.v1.ShardPin
-	(*ReplicaDescriptor)(nil),  // 19: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 20: shale.v1.TxnResponse
+	(*PutAuth)(nil),            // 13: shale.v1.PutAuth
+	(*ConfChangeContext)(nil),  // 14: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 15: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 16: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 17: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 18: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 19: shale.v1.ShardPin
+	(*AuthState)(nil),          // 20: shale.v1.AuthState
+	(*ReplicaDescriptor)(nil),  // 21: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 22: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
 	2,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
 	4,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	15, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	16, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 4: shale.v1.SnapshotHeader.hlc:type_name -> shale.v1.HlcTimestamp
 	5,  // 5: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
 	2,  // 6: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
-	16, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	17, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
 	12, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
 	11, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
 	9,  // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
 	10, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
-	15, // 12: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	17, // 13: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	15, // 14: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	18, // 15: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	19, // 16: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	20, // 17: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	15, // 18: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	15, // 19: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 20: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	6,  // 21: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	3,  // 22: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	7,  // 23: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 12: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	18, // 13: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	16, // 14: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	19, // 15: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	13, // 16: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
+	20, // 17: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
+	21, // 18: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	22, // 19: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	16, // 20: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	16, // 21: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 22: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	6,  // 23: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	3,  // 24: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	7,  // 25: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1427,6 +1508,7 @@ func file_shale_v1_raft_proto_init() {
 	if File_shale_v1_raft_proto != nil {
 		return
 	}
+	file_shale_v1_auth_proto_init()
 	file_shale_v1_kv_proto_init()
 	file_shale_v1_meta_proto_init()
 	file_shale_v1_raft_proto_msgTypes[8].OneofWrappers = []any{
@@ -1445,6 +1527,7 @@ func file_shale_v1_raft_proto_init() {
 		(*SystemCommand_AllocateShardId)(nil),
 		(*SystemCommand_PutPin)(nil),
 		(*SystemCommand_RemoveShardId)(nil),
+		(*SystemCommand_PutAuth)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1452,7 +1535,7 @@ func file_shale_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/security/tlsconfig"
+	"github.com/shale-db/shale/server/auth"
+)
+
+// authRefreshInterval is how often a node reads the auth state from the
+// system shard's leader: an auth change takes effect on every node within
+// about this (plus a round trip).
+const authRefreshInterval = 200 * time.Millisecond
+
+// authEditAttempts bounds the retries of an auth change that met a
+// concurrent one.
+const authEditAttempts = 10
+
+// AuthLoaded reports whether the node has loaded the cluster's auth state;
+// until it has, it refuses client calls with Unavailable.
+func (n *Node) AuthLoaded() bool { return n.auth() != nil }
+
+// AuthEnabled reports whether the node's view of the auth state has
+// authentication and access control on.
+func (n *Node) AuthEnabled() bool {
+	st := n.auth()
+	return st != nil && st.Enabled()
+}
+
+// auth returns the node's view of the auth state, nil until the node first
+// loaded it.
+func (n *Node) auth() *auth.Store { return n.authStore.Load() }
+
+// setAuth installs st when it is newer than the node's view (or the first
+// one), and re-checks open watches against it.
+func (n *Node) setAuth(st *auth.Store) {
+	for {
+		cur := n.authStore.Load()
+		if cur != nil && st.Revision() <= cur.Revision() {
+			return
+		}
+		if n.authStore.CompareAndSwap(cur, st) {
+			break
+		}
+	}
+	n.tokens.reset(st.Revision())
+	if cur := n.authStore.Load(); cur == st {
+		n.log.Info("auth state loaded", "revision", st.Revision(), "enabled", st.Enabled())
+	}
+	n.recheckWatches(st)
+}
+
+// refreshAuthLoop keeps the node's view of the auth state current until
+// the node stops.
+func (n *Node) refreshAuthLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(authRefreshInterval)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := n.refreshAuth(ctx); err != nil && n.auth() == nil {
+			n.log.Debug("auth state not loaded yet", "err", err)
+		}
+		cancel()
+		wait := t.C
+		if n.auth() == nil {
+			// Not loaded yet: every client call is refused until it is.
+			wait = time.After(20 * time.Millisecond)
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-wait:
+		}
+	}
+}
+
+// refreshAuth reads the auth state from the system shard's leader (this
+// node's replica when it leads) and installs it when it changed.
+func (n *Node) refreshAuth(ctx context.Context) error {
+	known := uint64(0)
+	cur := n.auth()
+	if cur != nil {
+		known = cur.Revision()
+	}
+	resp, err := n.authStateFromLeader(ctx, known, true)
+	if err != nil {
+		return err
+	}
+	if resp.GetState() != nil || cur == nil || resp.GetRevision() != known {
+		n.setAuth(auth.NewStore(resp.GetState()))
+	}
+	return nil
+}
+
+// authStateFromLeader answers GetAuthState: the leader's state, read
+// locally when this node leads the system shard, else asked of the
+// leader (once: forward is false for a request already forwarded).
+func (n *Node) authStateFromLeader(ctx context.Context, known uint64, forward bool) (*shalev1.GetAuthStateResponse, error) {
+	if r := n.store.Replica(SystemShardID); r != nil && r.IsLeader() {
+		sh := n.Shard(SystemShardID)
+		if sh == nil {
+			return nil, status.Error(codes.Unavailable, "the system shard is not open")
+		}
+		st, err := sh.AuthState()
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "read the auth state: %v", err)
+		}
+		resp := &shalev1.GetAuthStateResponse{Revision: st.GetRevision()}
+		if st.GetRevision() != known {
+			resp.State = st
+		}
+		return resp, nil
+	}
+	if !forward {
+		return nil, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+	}
+	addr, err := n.systemLeaderAddr(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return shalev1.NewAdminClient(n.conn(addr)).GetAuthState(forwarded(ctx), &shalev1.GetAuthStateRequest{KnownRevision: known})
+}
+
+// GetAuthState serves another node's read of the auth state. Over a
+// plaintext port, where the caller cannot be proven a node, it gives only
+// whether auth is enabled: never password hashes or signing keys.
+func (s *adminService) GetAuthState(ctx context.Context, req *shalev1.GetAuthStateRequest) (*shalev1.GetAuthStateResponse, error) {
+	resp, err := s.n.authStateFromLeader(ctx, req.GetKnownRevision(), !isForwarded(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if _, peer := tlsconfig.PeerName(ctx); !peer && resp.GetState() != nil {
+		resp.State = &shalev1.AuthState{Enabled: resp.GetState().GetEnabled(), Revision: resp.GetState().GetRevision()}
+	}
+	return resp, nil
+}
+
+// editAuth applies an auth change on the system shard's leader (this node
+// must lead it): it reads the stored state, applies ch, and proposes the
+// result for the revision it read, again when another change came first.
+// It returns the new revision.
+func (n *Node) editAuth(ctx context.Context, ch auth.Change) (uint64, error) {
+	for attempt := 1; ; attempt++ {
+		sh := n.Shard(SystemShardID)
+		if sh == nil {
+			return 0, status.Error(codes.Unavailable, "the system shard is not open")
+		}
+		cur, err := sh.AuthState()
+		if err != nil {
+			return 0, status.Errorf(codes.Internal, "read the auth state: %v", err)
+		}
+		next, err := auth.Edit(cur, ch)
+		if err != nil {
+			return 0, err
+		}
+		reqID := make([]byte, 16)
+		if _, err := rand.Read(reqID); err != nil {
+			return 0, fmt.Errorf("server: request ID: %w", err)
+		}
+		cr, err := n.proposeSystem(ctx, reqID, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutAuth{PutAuth: &shalev1.PutAuth{
+			State: next, ExpectedRevision: cur.GetRevision(),
+		}}})
+		if err != nil {
+			if cr != nil && codes.Code(cr.GetErrorCode()) == codes.Aborted {
+				if attempt < authEditAttempts {
+					// Another change, or one this new leader has not
+					// applied yet, came first: read again.
+					time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
+					continue
+				}
+				return 0, status.Error(codes.Aborted, "the auth state kept changing concurrently; retry")
+			}
+			if cr != nil {
+				return 0, status.Error(codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
+			}
+			if _, ok := status.FromError(err); ok {
+				return 0, err
+			}
+			return 0, status.Error(codes.Unavailable, err.Error())
+		}
+		n.setAuth(auth.NewStore(proto.Clone(next).(*shalev1.AuthState)))
+		return next.GetRevision(), nil
+	}
+}
+
+// errAuthNotLoaded refuses requests a node cannot check yet.
+var errAuthNotLoaded = status.Error(codes.Unavailable, "this node has not loaded the cluster's auth state yet (the system shard has no reachable leader); retry")
+
+// errAuthNeedsTLS refuses requests to a plaintext node of a cluster whose
+// auth is enabled.
+var errAuthNeedsTLS = status.Error(codes.FailedPrecondition, "auth is enabled in this cluster but this node runs without TLS: restart it with its --cert-file and --peer-* flags")
