@@ -49,7 +49,7 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_auth_logins_total",
 			Help: "Auth.Authenticate calls this node answered, by result (ok, failed)."}, []string{"result"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_auth_denied_total",
-			Help: "Requests this node refused for auth, by reason (unauthenticated, permission_denied)."}, []string{"reason"}),
+			Help: "Requests this node refused for auth, by reason (unauthenticated, permission_denied, login_failed)."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.logins, m.denied)
 	return m
@@ -60,7 +60,7 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 // starts over whenever the auth state changes, and refuses entries
 // verified under another revision.
 type tokenCache struct {
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	rev uint64
 	m   map[string]cachedToken
 }
@@ -82,8 +82,8 @@ func (c *tokenCache) reset(rev uint64) {
 }
 
 func (c *tokenCache) get(tok string, rev uint64, now time.Time) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	e, ok := c.m[tok]
 	if !ok || rev != c.rev || !now.Before(e.expires) {
 		return "", false

@@ -611,6 +611,13 @@ func TestAuthEndToEnd(t *testing.T) {
 	contains(t, "root role get", ok(t, root("role", "get", "app")...), `readwrite prefix "app/"`)
 	contains(t, "root user list", ok(t, root("user", "list")...), "alice  app", "root   root")
 	contains(t, "root get other", fails(t, root("kv", "get", "other")...), "key not found")
+
+	// Backups of the secured cluster: root may take one, alice may not.
+	loc := t.TempDir()
+	contains(t, "alice backup create", fails(t, alice("backup", "create", "--location", loc, "--id", "a")...), "permission denied")
+	ok(t, root("backup", "create", "--location", loc, "--id", "secured")...)
+	contains(t, "backup verify", ok(t, "backup", "verify", "secured", "--location", loc), "secured")
+
 	ok(t, root("role", "revoke", "app", "readwrite", "app/", "--prefix")...)
 	settle()
 	contains(t, "alice after revoke", fails(t, alice("kv", "get", "app/a")...), "permission denied")
