@@ -31,6 +31,7 @@ var (
 	chaosNemeses  = flag.String("chaos.nemeses", "smoke", "TestChaos: comma-separated fault kinds; all; or smoke, all but those with an open bug (make chaos runs all)")
 	chaosArgs     = flag.String("chaos.server-args", "", "TestChaos: extra space-separated shale-server flags for every node (e.g. --log-level=debug to trace elections)")
 	chaosDisk     = flag.Int64("chaos.disk-bytes", 1<<30, "TestChaos: size of every node's disk when the disk-full nemesis runs")
+	chaosInsecure = flag.Bool("chaos.insecure", false, "TestChaos: run the cluster in plaintext, without auth (for debugging; by default nodes and clients use mutual TLS and auth is on)")
 	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the history, porcupine's visualisation and the node logs of a failed run (default: a new temporary directory)")
 )
 
@@ -59,6 +60,9 @@ func TestChaos(t *testing.T) {
 	}
 	replay := fmt.Sprintf("cd chaos && go test -run TestChaos -timeout 0 -chaos.seed=%d -chaos.duration=%v -chaos.nodes=%d -chaos.nemeses=%s",
 		seed, *chaosDuration, *chaosNodes, *chaosNemeses)
+	if *chaosInsecure {
+		replay += " -chaos.insecure"
+	}
 	t.Logf("seed %d (replay: %s)", seed, replay)
 	// go test shows a test's log only when it ends: the seed goes to
 	// stderr at once, and a run stuck long after its schedule ended dumps
@@ -82,7 +86,7 @@ func TestChaos(t *testing.T) {
 	ctx := context.Background()
 	splits := "--initial-splits=" + strings.Join(userSplits, ",")
 	args := append([]string{splits}, strings.Fields(*chaosArgs)...)
-	opts := harness.Options{Nodes: *chaosNodes, Args: args, Logger: log}
+	opts := harness.Options{Nodes: *chaosNodes, Args: args, Logger: log, Insecure: *chaosInsecure}
 	if slices.Contains(SelectNemeses(*chaosNemeses, *chaosNodes), "disk-full") {
 		// Disks small enough to fill with one copy (tmpfs, so at
 		// most this much memory per node, and only while full).
@@ -119,9 +123,17 @@ func TestChaos(t *testing.T) {
 		defer cl.Close()
 		clients = append(clients, cl)
 	}
+	// The workload's clients are the workload user's (read and write
+	// keys); the nemesis and the convergence check need root's.
+	admin, err := c.AdminClient(ctx, client.WithDefaultTimeout(5*time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	t.Logf("TLS and auth: %v", c.Secure())
 	rec := lincheck.NewRecorder()
 	w := NewWorkload(rec, clients, WorkloadOptions{Seed: seed})
-	nem, err := NewNemesis(c, clients[0], rec, seed, *chaosNemeses, log)
+	nem, err := NewNemesis(c, clients[0], admin, rec, seed, *chaosNemeses, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +164,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	// Every shard's replicas reach one applied index with one checksum.
-	problems, err := CheckConvergence(finalCtx, clients[0], time.Minute)
+	problems, err := CheckConvergence(finalCtx, admin, time.Minute)
 	if err != nil {
 		t.Errorf("replica checksums: %v", err)
 	}

@@ -67,6 +67,7 @@ func NemesisNames(n int) []string {
 type Nemesis struct {
 	c     *harness.Cluster
 	cl    *client.Client
+	admin *client.Client
 	rec   *lincheck.Recorder
 	rng   *rand.Rand
 	log   *slog.Logger
@@ -93,10 +94,12 @@ func SelectNemeses(names string, size int) []string {
 }
 
 // NewNemesis returns a nemesis over c running the named kinds ("all": every
-// kind the cluster's size allows; "smoke": those but notInSmoke); cl finds
-// shard leaders; faults are annotated in rec's history.
-func NewNemesis(c *harness.Cluster, cl *client.Client, rec *lincheck.Recorder, seed uint64, names string, log *slog.Logger) (*Nemesis, error) {
-	n := &Nemesis{c: c, cl: cl, rec: rec, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), log: log, Counts: map[string]int{}}
+// kind the cluster's size allows; "smoke": those but notInSmoke); cl (a
+// workload client, whose routing table is current) finds shard leaders;
+// admin (root's client on a secured cluster) drains and removes nodes;
+// faults are annotated in rec's history.
+func NewNemesis(c *harness.Cluster, cl, admin *client.Client, rec *lincheck.Recorder, seed uint64, names string, log *slog.Logger) (*Nemesis, error) {
+	n := &Nemesis{c: c, cl: cl, admin: admin, rec: rec, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), log: log, Counts: map[string]int{}}
 	size := len(c.NodeIDs())
 	for _, name := range SelectNemeses(names, size) {
 		i := slices.IndexFunc(nemeses, func(k nemesisKind) bool { return k.name == name })
@@ -299,7 +302,7 @@ func (n *Nemesis) addRemoveNode() fault {
 			ids := n.c.NodeIDs()
 			id := ids[victim%len(ids)]
 			n.log.Info("nemesis: removing node", "node", id, "added", added)
-			return n.c.RemoveNode(ctx, n.cl, id)
+			return n.c.RemoveNode(ctx, n.admin, id)
 		}}
 }
 

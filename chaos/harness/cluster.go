@@ -16,6 +16,7 @@ package harness
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,7 +36,6 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shale-db/shale/client"
@@ -67,6 +67,12 @@ type Options struct {
 	// tmpfs volume kept across restarts) that FillDisk can fill; else each
 	// node's volume is on the Docker host's disk.
 	DiskBytes int64
+	// Insecure runs the cluster in plaintext, without auth (for
+	// debugging). By default every node serves mutual TLS to clients and
+	// peers with certificates of a CA made for the cluster (client
+	// certificates required), and auth is on: Client connects as the
+	// workload user, AdminClient as root.
+	Insecure bool
 }
 
 // Node is one node of a Cluster.
@@ -102,6 +108,9 @@ type Cluster struct {
 	hosts int
 	// baseArgs are every node's arguments but --advertise.
 	baseArgs []string
+	// sec is the CA, client certificates and passwords of a secured
+	// cluster; nil with Options.Insecure.
+	sec *security
 }
 
 func randomSuffix() string {
@@ -151,6 +160,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, errors.New("harness: the peer network has no gateway address")
 	}
 	gw := ins.Network.IPAM.Config[0].Gateway
+	if !opts.Insecure {
+		if c.sec, err = newSecurity(opts.Name); err != nil {
+			return nil, err
+		}
+	}
 	if c.proxy, err = newLinkProxy(netip.AddrPortFrom(gw, 0).String(), c.log); err != nil {
 		return nil, err
 	}
@@ -166,6 +180,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--join=n1:" + fmt.Sprint(Port),
 		"--cluster-name=" + opts.Name,
 	}, opts.Args...)
+	if c.sec != nil {
+		c.baseArgs = append(tlsArgs(), c.baseArgs...)
+	}
 	c.hosts = opts.Nodes
 	var (
 		wg   sync.WaitGroup
@@ -187,6 +204,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.sec != nil {
+		if err := c.enableAuth(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -239,6 +261,14 @@ func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, e
 		return 0, fmt.Errorf("harness: create node %s: %w", host, err)
 	}
 	n.container = ctr
+	if c.sec != nil {
+		if err := c.installCertificates(ctx, n); err != nil {
+			_ = testcontainers.TerminateContainer(ctr, testcontainers.StopTimeout(0))
+			_ = c.removeHolder(context.WithoutCancel(ctx), n)
+			_, _ = c.docker.VolumeRemove(context.WithoutCancel(ctx), n.volume, mobyclient.VolumeRemoveOptions{Force: true})
+			return 0, err
+		}
+	}
 	if id != 0 {
 		c.mu.Lock()
 		c.nodes[id] = n
@@ -280,7 +310,7 @@ func (c *Cluster) nodeInfo(ctx context.Context, n *Node) (*shalev1.NodeInfoRespo
 	if !ip.IsValid() {
 		return nil, fmt.Errorf("harness: node %s has no client network address", n.Host)
 	}
-	cc, err := grpc.NewClient(netip.AddrPortFrom(ip, Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(netip.AddrPortFrom(ip, Port).String(), c.nodeDialOption(n))
 	if err != nil {
 		return nil, fmt.Errorf("harness: node %s: %w", n.Host, err)
 	}
@@ -340,12 +370,34 @@ func (c *Cluster) translate(addr string) string {
 }
 
 // Client returns a Go SDK client of the cluster, reaching every node on the
-// client network. The caller closes it.
+// client network. The caller closes it. On a secured cluster it connects
+// with TLS, presenting the workload user's client certificate, and logs in
+// as the workload user (client.WithCredentials): it may read and write
+// every key, and make no admin call (see AdminClient).
 //
 // The client dials the nodes by their advertised names ("n2:7001"), and
 // every connection attempt looks up the node's current address on the
 // client network: a restarted container may have a new one.
 func (c *Cluster) Client(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	if c.sec == nil {
+		return c.newClient(ctx, nil, opts...)
+	}
+	return c.newClient(ctx, c.sec.userTLS, append([]client.Option{client.WithCredentials(WorkloadUser, c.sec.userPassword)}, opts...)...)
+}
+
+// AdminClient is Client logged in as root, for admin calls (adding,
+// draining and removing nodes, placement, replica checksums). On an
+// insecure cluster it is the same as Client.
+func (c *Cluster) AdminClient(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	if c.sec == nil {
+		return c.newClient(ctx, nil, opts...)
+	}
+	return c.newClient(ctx, c.sec.rootTLS, append([]client.Option{client.WithCredentials(RootUser, c.sec.rootPassword)}, opts...)...)
+}
+
+// newClient makes an SDK client with TLS configuration tlsCfg (nil:
+// plaintext).
+func (c *Cluster) newClient(ctx context.Context, tlsCfg *tls.Config, opts ...client.Option) (*client.Client, error) {
 	var eps []string
 	for _, id := range c.NodeIDs() {
 		if n := c.Node(id); n != nil {
@@ -353,14 +405,19 @@ func (c *Cluster) Client(ctx context.Context, opts ...client.Option) (*client.Cl
 		}
 	}
 	var d net.Dialer
-	opts = append([]client.Option{
+	// The node's certificate is checked for the name dialed ("n2"), not
+	// the address the dialer reaches it at.
+	dialer := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", c.translate(addr))
+	})
+	base := []client.Option{
 		client.WithAddressMap(func(addr string) string { return "passthrough:///" + addr }),
-		client.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return d.DialContext(ctx, "tcp", c.translate(addr))
-			})),
-	}, opts...)
+		client.WithDialOptions(dialer),
+	}
+	if tlsCfg != nil {
+		base = append(base, client.WithTLS(tlsCfg))
+	}
+	opts = append(base, opts...)
 	return client.New(ctx, eps, opts...)
 }
 
@@ -397,7 +454,8 @@ func (c *Cluster) AddNode(ctx context.Context) (uint64, error) {
 // RemoveNode takes node id out of the cluster the way an operator does:
 // decommission (its replicas and leaderships move away), wait until it is
 // drained, remove it from the registry, then delete its container and
-// volume. cl is a client of the cluster.
+// volume. cl is a client of the cluster allowed admin calls
+// (AdminClient).
 func (c *Cluster) RemoveNode(ctx context.Context, cl *client.Client, id uint64) error {
 	n := c.Node(id)
 	if n == nil {
@@ -506,7 +564,7 @@ func (c *Cluster) waitServing(ctx context.Context, n *Node, timeout time.Duratio
 		return fmt.Errorf("harness: node %s has no client network address", n.Host)
 	}
 	addr := netip.AddrPortFrom(ip, Port).String()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, c.nodeDialOption(n))
 	if err != nil {
 		return fmt.Errorf("harness: node %s: %w", n.Host, err)
 	}

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -10,11 +12,15 @@ import (
 
 	mobyclient "github.com/moby/moby/client"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/shale-db/shale/client"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
+
+var insecureFlag = flag.Bool("chaos.insecure", false, "run the clusters in plaintext, without auth (default: mutual TLS and auth)")
 
 func TestMain(m *testing.M) {
 	// No registry: testcontainers must not try to pull its reaper.
@@ -60,6 +66,14 @@ func TestClusterUnderFaults(t *testing.T) {
 	const keys = 20
 	putAll(t, ctx, cl, keys, "a-")
 	getAll(t, ctx, cl, keys, "a-")
+	admin, err := c.AdminClient(ctx, client.WithDefaultTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if c.Secure() {
+		checkSecured(t, ctx, c, cl)
+	}
 	// Every peer link runs through the link proxy (else cutting it there
 	// would prove nothing).
 	for from := uint64(1); from <= 3; from++ {
@@ -108,7 +122,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		t.Fatalf("the added node got ID %d, want 4", added)
 	}
 	putAll(t, ctx, cl, keys, "h-")
-	if err := c.RemoveNode(ctx, cl, 3); err != nil {
+	if err := c.RemoveNode(ctx, admin, 3); err != nil {
 		t.Fatal(err)
 	}
 	if ids := c.NodeIDs(); len(ids) != 3 || ids[2] != 4 {
@@ -151,6 +165,7 @@ func startForTest(t *testing.T, ctx context.Context, opts Options) (c *Cluster, 
 	t.Helper()
 	opts.Args = append(opts.Args, "--initial-splits=k10")
 	opts.LogDir = os.Getenv("SHALE_CHAOS_LOGS")
+	opts.Insecure = *insecureFlag
 	c, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -303,14 +318,32 @@ func TestSmallDiskAndClockOffset(t *testing.T) {
 
 // ownClusterStatus asks node id itself for the cluster's status.
 func (c *Cluster) ownClusterStatus(ctx context.Context, id uint64) (*shalev1.ClusterStatusResponse, error) {
-	addr := c.ClientAddr(id)
-	if addr == "" {
+	addr, n := c.ClientAddr(id), c.Node(id)
+	if addr == "" || n == nil {
 		return nil, fmt.Errorf("harness: no address for node %d", id)
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, c.nodeDialOption(n))
 	if err != nil {
 		return nil, err
 	}
 	defer cc.Close()
 	return shalev1.NewAdminClient(cc).ClusterStatus(ctx, &shalev1.ClusterStatusRequest{})
+}
+
+// checkSecured checks that the cluster's security is on: a plaintext call
+// is refused, and the workload user (cl) may not make admin calls.
+func checkSecured(t *testing.T, ctx context.Context, c *Cluster, cl *client.Client) {
+	t.Helper()
+	cc, err := grpc.NewClient(c.ClientAddr(1), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	_, err = shalev1.NewKVClient(cc).Get(ctx, &shalev1.GetRequest{Key: []byte("a-0")})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a plaintext Get on a secured node: %v, want Unauthenticated", err)
+	}
+	if _, err := cl.PlacementStatus(ctx); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("PlacementStatus as the workload user: %v, want permission denied", err)
+	}
 }

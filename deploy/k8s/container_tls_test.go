@@ -260,6 +260,56 @@ func (h *harness) checkTLSServing(ctx context.Context, pods []*pod, key, value s
 		h.fatalf("kv get of the SDK's write: %v", err)
 	}
 
+	// Auth on: user root (who authenticates with the client certificate,
+	// no password) holds the root role. From then on the rest of the run
+	// (joins, preStop hooks, restarts, in-pod shalectl with the node
+	// certificate) goes through the access checks.
+	if err := c.UserAdd(sctx, "root", "", true); err != nil {
+		h.fatalf("user add root: %v", err)
+	}
+	if err := c.UserGrantRole(sctx, "root", "root"); err != nil {
+		h.fatalf("user grant-role root root: %v", err)
+	}
+	if err := c.AuthEnable(sctx); err != nil {
+		h.fatalf("auth enable: %v", err)
+	}
+	h.poll(ctx, stepTimeout, "auth is enforced", func(ctx context.Context) error {
+		st, err := c.AuthStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if !st.GetEnabled() || st.GetUser() != "root" {
+			return fmt.Errorf("auth status %v", st)
+		}
+		return nil
+	})
+	key4, value4 := key+"/auth", value+"/auth"
+	if _, err := c.Put(sctx, []byte(key4), []byte(value4)); err != nil {
+		h.fatalf("Go SDK Put as root (by certificate) with auth on: %v", err)
+	}
+	if err := h.getValue(ctx, pods[len(pods)-1], tp.localEndpoint(), key4, value4); err != nil {
+		h.fatalf("in-pod kv get with the node certificate, auth on: %v", err)
+	}
+	// A certificate of the CA naming no user is refused.
+	nobody, err := h.pki.ca.Issue(certgen.Options{CommonName: "nobody", Client: true})
+	if err != nil {
+		h.fatalf("issue: %v", err)
+	}
+	ncfg := h.pki.tlsConfig(tp.clientService, false)
+	ncfg.Certificates = []tls.Certificate{{Certificate: [][]byte{nobody.Cert.Raw}, PrivateKey: nobody.Key, Leaf: nobody.Cert}}
+	if nc, err := shaleclient.New(sctx, []string{tp.clientEndpoint()}, shaleclient.WithTLS(ncfg),
+		shaleclient.WithAddressMap(func(a string) string {
+			if m, ok := eps[a]; ok {
+				return m
+			}
+			return a
+		})); err == nil {
+		nc.Close()
+		h.fatalf("a certificate naming no user connected with auth on")
+	} else if !errors.Is(err, shaleclient.ErrUnauthenticated) && !strings.Contains(err.Error(), "unauthenticated") {
+		h.fatalf("a certificate naming no user: %v; want unauthenticated", err)
+	}
+
 	// The HTTP port.
 	ip, _, _ := net.SplitHostPort(eps[tp.address(p.name)])
 	hostPort := net.JoinHostPort(ip, strconv.Itoa(int(tp.httpPort)))
