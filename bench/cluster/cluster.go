@@ -13,6 +13,19 @@
 // Register("name", start) in init. The Shale peer (shale.go) runs
 // shale-server processes; the etcd peer (etcd.go) runs etcd members.
 //
+// A variant is an engine run in another configuration, registered with
+// RegisterVariant under "engine+what" (the Shale peer's "shale+tls" and
+// "shale+tls+auth": the same cluster with TLS, and with TLS and
+// authentication). A variant runs and is reported like any engine, but is
+// not among EngineNames (the default engines of a run); WriteTable adds a
+// section of its ratios to its base engine (variant ÷ engine).
+//
+// # CPU
+//
+// When a Cluster also has a Pids method (its server processes), every
+// cell measures the CPU time (user + system, from /proc) those processes
+// used during its timed phase and reports it per operation.
+//
 // # Clients
 //
 // A Cluster hands out client connections (Cluster.Client). Each connection
@@ -61,6 +74,13 @@ type KV interface {
 	Close() error
 }
 
+// processes is implemented by clusters whose members are local processes,
+// whose CPU time a cell then measures.
+type processes interface {
+	// Pids are the members' process IDs.
+	Pids() []int
+}
+
 // Cluster is a running cluster of one engine.
 type Cluster interface {
 	// Name is the engine's name ("etcd", "shale").
@@ -103,6 +123,7 @@ type Factory func(ctx context.Context, cfg ClusterConfig) (Cluster, error)
 var (
 	registryMu sync.Mutex
 	registry   = map[string]Factory{}
+	variants   = map[string]Factory{}
 )
 
 // notBuilt are engines that are planned but not built into this binary,
@@ -138,9 +159,49 @@ func EngineNames() []string {
 	return names
 }
 
+// RegisterVariant makes a variant of an engine available under name
+// ("engine+what", see the package comment): accepted by ParseEngines and
+// Start like an engine, but not listed by EngineNames. It panics if name is
+// taken or has no "+".
+func RegisterVariant(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	_, isEngine := registry[name]
+	_, isVariant := variants[name]
+	if isEngine || isVariant || !strings.Contains(name, "+") {
+		panic("cluster: variant " + name + " registered twice or named without engine+")
+	}
+	variants[name] = f
+}
+
+// VariantNames lists the registered variants in alphabetical order.
+func VariantNames() []string {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	names := make([]string, 0, len(variants))
+	for n := range variants {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// VariantBase is the engine a variant name is a variant of ("shale" for
+// "shale+tls+auth"), "" for a name that is not a variant's.
+func VariantBase(name string) string {
+	base, _, ok := strings.Cut(name, "+")
+	if !ok {
+		return ""
+	}
+	return base
+}
+
 func factory(name string) (Factory, error) {
 	registryMu.Lock()
 	f, ok := registry[name]
+	if !ok {
+		f, ok = variants[name]
+	}
 	registryMu.Unlock()
 	if ok {
 		return f, nil
@@ -148,7 +209,7 @@ func factory(name string) (Factory, error) {
 	if msg, ok := notBuilt[name]; ok {
 		return nil, errors.New(msg)
 	}
-	return nil, fmt.Errorf("unknown engine %q (known: %s)", name, strings.Join(EngineNames(), ", "))
+	return nil, fmt.Errorf("unknown engine %q (known: %s)", name, strings.Join(append(EngineNames(), VariantNames()...), ", "))
 }
 
 // ParseEngines splits and checks a comma-separated engine list. Engines

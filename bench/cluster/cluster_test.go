@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/bench/storagebench"
+	shaleclient "github.com/shale-db/shale/client"
 )
 
 // TestMain lets the test binary stand in for shale-bench etcd-member, so
@@ -405,6 +408,118 @@ func TestShaleCluster(t *testing.T) {
 	if !strings.Contains(log, "leader 3") {
 		t.Errorf("no shard led by node 3 after the leader moves; log:\n%s", log)
 	}
+}
+
+// TestShaleClusterSecured runs the smallest comparison of plaintext and
+// secured Shale (what shale-bench cluster --tls --auth --quick runs, made
+// tiny): both report every cell without error, side by side with the
+// ratios; and a secured cluster refuses plaintext and anonymous clients,
+// so the secured cells did run with TLS and auth.
+func TestShaleClusterSecured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds shale-server and starts three processes, three times")
+	}
+	SetShaleOptions(ShaleOptions{ServerPath: os.Getenv("SHALE_BENCH_SERVER")})
+	t.Cleanup(CleanupShaleServer)
+	secured := ShaleEngineName(ShaleSecurity{TLS: true, Auth: true})
+	if secured != "shale+tls+auth" {
+		t.Fatalf("secured engine %q", secured)
+	}
+	if _, err := ParseEngines("shale," + secured); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(EngineNames(), secured) {
+		t.Errorf("EngineNames() = %v: a variant is not a default engine", EngineNames())
+	}
+	cfg := Config{
+		Engines:   []string{"shale", secured},
+		Workloads: []string{"put", "get"},
+		Clients:   []int{1, 8},
+		Duration:  300 * time.Millisecond,
+		Keys:      200,
+		Dir:       t.TempDir(),
+		Seed:      1,
+	}
+	var log bytes.Buffer
+	cfg.Log = &log
+	results := Run(context.Background(), cfg, nil)
+	if len(results) != 8 {
+		t.Fatalf("%d results, want 8; log:\n%s", len(results), log.String())
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Ops == 0 || r.Latency.Count() != uint64(r.Ops) {
+			t.Errorf("%s/%s/%d: ops %d, err %v", r.Engine, r.Workload, r.Clients, r.Ops, r.Err)
+		}
+		if _, err := os.Stat("/proc/self/stat"); err == nil && r.ServerCPU <= 0 {
+			t.Errorf("%s/%s/%d: no server CPU time measured", r.Engine, r.Workload, r.Clients)
+		}
+	}
+	if !strings.Contains(log.String(), "auth enabled") {
+		t.Errorf("the secured cluster's log does not say auth was enabled:\n%s", log.String())
+	}
+	var table bytes.Buffer
+	WriteTable(&table, results, BaseEngine(cfg.Engines))
+	out := table.String()
+	for _, want := range []string{"== put ==", "== get ==", "== " + secured + " ÷ shale ==", "CPU µs/op"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, wl := range []string{"put", "get"} {
+		for _, c := range []string{"1", "8"} {
+			if !regexp.MustCompile(`(?m)^\s*`+c+`\s+shale\s+\d`).MatchString(sectionOf(out, wl)) ||
+				!regexp.MustCompile(`(?m)^\s*`+c+`\s+shale\+tls\+auth\s+\d`).MatchString(sectionOf(out, wl)) ||
+				!regexp.MustCompile(`(?m)^\s*`+wl+`\s+`+c+`\s+\d+\.\d\dx`).MatchString(out) {
+				t.Errorf("%s/%s clients: a row or ratio is missing:\n%s", wl, c, out)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", log.String())
+	}
+
+	// A secured cluster refuses plaintext and anonymous clients.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := Start(ctx, secured, ClusterConfig{Dir: t.TempDir(), Members: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	sc := cl.(*shaleCluster)
+	key := AppendKey(nil, 1)
+	kv, err := cl.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	if err := kv.Put(ctx, key, []byte("v")); err != nil {
+		t.Fatalf("put as %s: %v", BenchUser, err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	anon, err := sc.nodes.newClient(rctx, sc.nodes.Endpoints, "", "", nil)
+	if err == nil { // New may already be refused
+		_, err = anon.Get(rctx, key)
+		anon.Close()
+	}
+	if !errors.Is(err, shaleclient.ErrUnauthenticated) {
+		t.Errorf("get without credentials: %v, want ErrUnauthenticated", err)
+	}
+	if plain, err := shaleclient.New(rctx, sc.nodes.Endpoints); err == nil {
+		_, err = plain.Get(rctx, key)
+		plain.Close()
+		if err == nil {
+			t.Error("a plaintext client read from the TLS cluster")
+		}
+	}
+}
+
+// sectionOf is the part of a WriteTable output under "== name ==".
+func sectionOf(table, name string) string {
+	_, rest, _ := strings.Cut(table, "== "+name+" ==")
+	sec, _, _ := strings.Cut(rest, "\n== ")
+	return sec
 }
 
 // runTinyCluster runs the workloads on a fresh cluster of engine at 1 and

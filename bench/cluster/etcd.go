@@ -236,6 +236,15 @@ func (c *etcdCluster) newClient() (*clientv3.Client, error) {
 // Name implements Cluster.
 func (c *etcdCluster) Name() string { return "etcd" }
 
+// Pids are the member processes' IDs (for the cells' CPU time).
+func (c *etcdCluster) Pids() []int {
+	out := make([]int, len(c.procs))
+	for i, p := range c.procs {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
 // Client implements Cluster: a clientv3.Client with every member as an
 // endpoint.
 func (c *etcdCluster) Client(ctx context.Context) (KV, error) {

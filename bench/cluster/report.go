@@ -12,22 +12,23 @@ import (
 
 // JSONResult is the machine-readable form of a Result, one object per line.
 // It has every field of the storage benchmark's lines
-// (storagebench.JSONResult), in the same units, plus clients;
-// space_amp and disk_over_logical do not apply to clusters and are always
-// 0.
+// (storagebench.JSONResult), in the same units, plus clients and, when
+// measured, cpu_us_per_op; space_amp and disk_over_logical do not apply to
+// clusters and are always 0.
 type JSONResult struct {
-	Engine          string  `json:"engine"`            // engine name: shale, etcd
-	Workload        string  `json:"workload"`          // workload name: put, get, ycsb-a, ycsb-b, ycsb-e
-	Clients         int     `json:"clients"`           // concurrent clients
-	OpsPerSec       float64 `json:"ops_per_sec"`       // operations per second of the timed phase
-	MBPerSec        float64 `json:"mb_per_sec"`        // key+value MB (10^6 bytes) moved per second
-	P50us           float64 `json:"p50_us"`            // median latency, µs
-	P99us           float64 `json:"p99_us"`            // 99th percentile latency, µs
-	P999us          float64 `json:"p999_us"`           // 99.9th percentile latency, µs
-	MaxUs           float64 `json:"max_us"`            // largest latency (exact), µs
-	MinOpsIn1s      int64   `json:"min_ops_in_1s"`     // fewest operations completed in a whole second
-	SpaceAmp        float64 `json:"space_amp"`         // always 0 (storage benchmark field)
-	DiskOverLogical float64 `json:"disk_over_logical"` // always 0 (storage benchmark field)
+	Engine          string  `json:"engine"`                  // engine name: shale, etcd
+	Workload        string  `json:"workload"`                // workload name: put, get, ycsb-a, ycsb-b, ycsb-e
+	Clients         int     `json:"clients"`                 // concurrent clients
+	OpsPerSec       float64 `json:"ops_per_sec"`             // operations per second of the timed phase
+	MBPerSec        float64 `json:"mb_per_sec"`              // key+value MB (10^6 bytes) moved per second
+	P50us           float64 `json:"p50_us"`                  // median latency, µs
+	P99us           float64 `json:"p99_us"`                  // 99th percentile latency, µs
+	P999us          float64 `json:"p999_us"`                 // 99.9th percentile latency, µs
+	MaxUs           float64 `json:"max_us"`                  // largest latency (exact), µs
+	MinOpsIn1s      int64   `json:"min_ops_in_1s"`           // fewest operations completed in a whole second
+	SpaceAmp        float64 `json:"space_amp"`               // always 0 (storage benchmark field)
+	DiskOverLogical float64 `json:"disk_over_logical"`       // always 0 (storage benchmark field)
+	CPUusPerOp      float64 `json:"cpu_us_per_op,omitempty"` // servers' CPU time per operation, µs (absent: not measured)
 }
 
 func us(d time.Duration) float64 { return round(float64(d)/1e3, 3) }
@@ -50,6 +51,7 @@ func (r *Result) JSON() JSONResult {
 		P999us:     us(r.Latency.Quantile(0.999)),
 		MaxUs:      us(r.Latency.Max()),
 		MinOpsIn1s: r.MinOpsIn1s,
+		CPUusPerOp: us(r.CPUPerOp()),
 	}
 }
 
@@ -120,7 +122,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 	for _, wl := range order {
 		fmt.Fprintf(w, "\n== %s ==\n", wl)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\t%s\t\n", ratioHeader)
+		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tCPU µs/op\t%s\t\n", ratioHeader)
 		for _, c := range levels {
 			b := cells[cellKey{wl, base, c}]
 			for _, e := range engines {
@@ -129,7 +131,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					continue
 				}
 				if r.Err != nil {
-					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\n", c, e)
+					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\t\n", c, e)
 					continue
 				}
 				j := r.JSON()
@@ -139,8 +141,12 @@ func WriteTable(w io.Writer, results []Result, base string) {
 						ratio = fmt.Sprintf("%.2fx", v)
 					}
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t\n",
-					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, ratio)
+				cpu := "-"
+				if j.CPUusPerOp > 0 {
+					cpu = fmt.Sprintf("%.1f", j.CPUusPerOp)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t\n",
+					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, cpu, ratio)
 			}
 		}
 		tw.Flush()
@@ -157,6 +163,12 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					fmt.Fprintf(w, "  %s/%d clients: note: %s\n", e, c, n)
 				}
 			}
+		}
+	}
+
+	for _, e := range engines {
+		if e != base && VariantBase(e) == base {
+			writeVariantRatios(w, cells, order, levels, base, e)
 		}
 	}
 
@@ -195,4 +207,38 @@ func WriteTable(w io.Writer, results []Result, base string) {
 		}
 		fmt.Fprintf(w, "%-6s %s\n", e, strings.Join(parts, ", "))
 	}
+}
+
+// writeVariantRatios writes a variant's ratios to its base engine, one row
+// per (workload, clients): ops/s, p50, p99, p99.9 and CPU per operation,
+// each the variant's value over the base engine's ("0.90x" ops/s: the
+// variant does 90% of the base's throughput; "1.05x" p50: its median
+// latency is 5% longer).
+func writeVariantRatios(w io.Writer, cells map[cellKey]*Result, order []string, levels []int, base, variant string) {
+	fmt.Fprintf(w, "\n== %s ÷ %s ==\n", variant, base)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "workload\tclients\tops/s\tp50\tp99\tp99.9\tCPU/op\t\n")
+	ratio := func(v, b float64) string {
+		if v <= 0 || b <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", v/b)
+	}
+	for _, wl := range order {
+		for _, c := range levels {
+			b, v := cells[cellKey{wl, base, c}], cells[cellKey{wl, variant, c}]
+			if b == nil || v == nil {
+				continue
+			}
+			if b.Err != nil || v.Err != nil {
+				fmt.Fprintf(tw, "%s\t%d\tERROR\t\t\t\t\t\n", wl, c)
+				continue
+			}
+			bj, vj := b.JSON(), v.JSON()
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", wl, c,
+				ratio(vj.OpsPerSec, bj.OpsPerSec), ratio(vj.P50us, bj.P50us), ratio(vj.P99us, bj.P99us),
+				ratio(vj.P999us, bj.P999us), ratio(vj.CPUusPerOp, bj.CPUusPerOp))
+		}
+	}
+	tw.Flush()
 }

@@ -100,6 +100,10 @@ type Result struct {
 	// the timed phase; ZeroSeconds counts whole seconds with none.
 	MinOpsIn1s  int64
 	ZeroSeconds int
+	// ServerCPU is the CPU time (user + system) the cluster's server
+	// processes used during the timed phase, 0 when the cluster does not
+	// list its processes or /proc cannot be read (see CPUPerOp).
+	ServerCPU time.Duration
 	// Notes are remarks (preload time, kept directories, ...).
 	Notes []string
 	// Err is the cell's failure, if any.
@@ -112,6 +116,15 @@ func (r *Result) OpsPerSec() float64 {
 		return 0
 	}
 	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// CPUPerOp is the servers' CPU time per operation of the timed phase, 0
+// when not measured.
+func (r *Result) CPUPerOp() time.Duration {
+	if r.Ops <= 0 || r.ServerCPU <= 0 {
+		return 0
+	}
+	return r.ServerCPU / time.Duration(r.Ops)
 }
 
 // MBPerSec is the key+value bytes per second, in MB (10^6 bytes).
@@ -473,6 +486,7 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		}
 	}
 	runtime.GC()
+	cpu := startCPU(cl)
 
 	cellCtx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.HangTimeout)
 	defer cancel()
@@ -523,6 +537,7 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		}()
 	}
 	wg.Wait()
+	res.ServerCPU = cpu.used()
 	end := start
 	var perSec []int64
 	for i := range workers {
@@ -552,6 +567,49 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	}
 	return res
 }
+
+// cpuMeter measures the CPU time of a cluster's server processes.
+type cpuMeter struct {
+	pids   []int
+	before []uint64
+}
+
+// startCPU reads the CPU time of cl's processes, if it lists them; a
+// process whose time cannot be read turns the measurement off.
+func startCPU(cl Cluster) *cpuMeter {
+	p, ok := cl.(processes)
+	if !ok {
+		return nil
+	}
+	m := &cpuMeter{pids: p.Pids()}
+	for _, pid := range m.pids {
+		t, err := cpuTicks(pid)
+		if err != nil {
+			return nil
+		}
+		m.before = append(m.before, t)
+	}
+	return m
+}
+
+// used is the CPU time the processes used since startCPU, 0 when it
+// cannot be measured.
+func (m *cpuMeter) used() time.Duration {
+	if m == nil || len(m.pids) == 0 {
+		return 0
+	}
+	var ticks uint64
+	for i, pid := range m.pids {
+		t, err := cpuTicks(pid)
+		if err != nil || t < m.before[i] {
+			return 0
+		}
+		ticks += t - m.before[i]
+	}
+	return time.Duration(float64(ticks) / clockTicksOnce() * float64(time.Second))
+}
+
+var clockTicksOnce = sync.OnceValue(clockTicks)
 
 // minOpsIn1s is the fewest operations completed in any whole second of a
 // phase that lasted elapsed (seconds counted from its start, the partial

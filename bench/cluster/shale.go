@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	shaleclient "github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/freeport"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/security/certgen"
 )
 
 // The Shale peer: a cluster of shale-server processes (one per member,
@@ -31,8 +33,116 @@ import (
 // same share of the key space. Clients use the Go SDK (package client),
 // one client.Client per connection, with every member as an endpoint; Get
 // is the SDK's default, linearizable, read.
+//
+// Its variants run the same cluster secured (ShaleSecurity): "shale+tls"
+// with TLS on every node's port (a CA, one node certificate with both key
+// usages for 127.0.0.1 and localhost, used for clients and peers, and a
+// client certificate, all made with certgen in the cluster's directory,
+// tls/), the clients connecting with client.WithTLSFiles; "shale+tls+auth"
+// also with authentication enabled: users root (role root) and bench (role
+// bench: readwrite on every key), and the clients logging in as bench
+// (client.WithCredentials), so that every request carries a token that is
+// verified and every key permission-checked.
 
-func init() { Register("shale", startShale) }
+func init() {
+	Register("shale", startShale)
+	RegisterVariant(ShaleEngineName(ShaleSecurity{TLS: true}), func(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
+		return startShaleWith(ctx, cfg, ShaleSecurity{TLS: true})
+	})
+	RegisterVariant(ShaleEngineName(ShaleSecurity{TLS: true, Auth: true}), func(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
+		return startShaleWith(ctx, cfg, ShaleSecurity{TLS: true, Auth: true})
+	})
+}
+
+// ShaleSecurity is how a Shale cluster of the benchmark is secured.
+type ShaleSecurity struct {
+	// TLS: TLS for clients and mutual TLS between the nodes.
+	TLS bool
+	// Auth: authentication and access control enabled (needs TLS); the
+	// clients log in as BenchUser.
+	Auth bool
+}
+
+// ShaleEngineName is the engine (or variant) name of the Shale peer
+// secured as sec: "shale", "shale+tls", "shale+tls+auth".
+func ShaleEngineName(sec ShaleSecurity) string {
+	name := "shale"
+	if sec.TLS {
+		name += "+tls"
+	}
+	if sec.Auth {
+		name += "+auth"
+	}
+	return name
+}
+
+// The users of a "shale+tls+auth" cluster. The benchmark's clients log in
+// as BenchUser, whose one role grants readwrite on every key.
+const (
+	BenchUser     = "bench"
+	benchPassword = "bench-password"
+	benchRole     = "bench"
+	rootPassword  = "root-password"
+	// benchPasswordCost is the secured cluster's --auth-password-cost:
+	// bcrypt's cheapest, so that the logins of a cell's hundreds of
+	// connections, made before its timed phase, do not take minutes of
+	// the machine's CPU (at the default cost 10 each costs about 64 ms of
+	// a core). Requests carry tokens and never hash a password, so the
+	// timed phase does not depend on it.
+	benchPasswordCost = "4"
+)
+
+// shaleTLS are the PEM files of a TLS cluster.
+type shaleTLS struct {
+	caFile, nodeCert, nodeKey, clientCert, clientKey string
+}
+
+// writeShaleCerts makes a CA, a node certificate (server and client key
+// usages, for 127.0.0.1 and localhost) and a client certificate (CN
+// BenchUser) with certgen, in dir.
+func writeShaleCerts(dir string) (*shaleTLS, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f := &shaleTLS{
+		caFile:     filepath.Join(dir, "ca.pem"),
+		nodeCert:   filepath.Join(dir, "node.pem"),
+		nodeKey:    filepath.Join(dir, "node-key.pem"),
+		clientCert: filepath.Join(dir, "client.pem"),
+		clientKey:  filepath.Join(dir, "client-key.pem"),
+	}
+	ca, err := certgen.NewCA("shale-bench CA", certgen.Options{})
+	if err != nil {
+		return nil, err
+	}
+	node, err := ca.Issue(certgen.Options{CommonName: "shale-bench node", Hosts: []string{"127.0.0.1", "localhost"}, Server: true, Client: true})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := ca.Issue(certgen.Options{CommonName: BenchUser, Client: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := certgen.WriteFile(f.caFile, ca.CertPEM, 0o644); err != nil {
+		return nil, err
+	}
+	if err := node.Write(f.nodeCert, f.nodeKey); err != nil {
+		return nil, err
+	}
+	if err := cl.Write(f.clientCert, f.clientKey); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// args are the shale-server flags of a TLS node: one certificate for
+// clients and peers, one CA for both.
+func (f *shaleTLS) args() []string {
+	return []string{
+		"--cert-file", f.nodeCert, "--key-file", f.nodeKey, "--trusted-ca-file", f.caFile,
+		"--peer-cert-file", f.nodeCert, "--peer-key-file", f.nodeKey, "--peer-trusted-ca-file", f.caFile,
+	}
+}
 
 // DefaultShaleSplits are the split keys of the Shale peer's user shards:
 // the benchmark's keys are 16 lowercase hex digits spread uniformly over
@@ -219,6 +329,11 @@ type ShaleNodes struct {
 	// HTTP are the nodes' /metrics and /debug/pprof addresses.
 	HTTP  []string
 	procs []*childProc
+	// tls are the certificates of a TLS cluster (nil: plaintext), and
+	// user and password the credentials NewClient logs in with (user "":
+	// none).
+	tls            *shaleTLS
+	user, password string
 }
 
 // Pids are the processes' IDs, node i+1 at index i.
@@ -237,12 +352,38 @@ func (c *ShaleNodes) Pids() []int {
 // wait for the cluster to be ready (see WaitShaleReady). Ports taken by
 // another process before a node binds them are retried.
 func StartShaleNodes(ctx context.Context, dir string, members int, splits string, log io.Writer) (*ShaleNodes, error) {
+	return startShaleNodes(ctx, dir, members, splits, ShaleSecurity{}, log)
+}
+
+// startShaleNodes is StartShaleNodes with TLS when sec.TLS (certificates
+// in dir/tls) and a --auth-password-cost for sec.Auth; it does not enable
+// auth (see shaleCluster.enableAuth).
+func startShaleNodes(ctx context.Context, dir string, members int, splits string, sec ShaleSecurity, log io.Writer) (*ShaleNodes, error) {
+	if sec.Auth && !sec.TLS {
+		return nil, errors.New("auth needs TLS: Shale refuses to enable authentication on a plaintext cluster")
+	}
 	bin, err := ShaleServerBinary(log)
 	if err != nil {
 		return nil, err
 	}
+	var tls *shaleTLS
+	if sec.TLS {
+		if tls, err = writeShaleCerts(filepath.Join(dir, "tls")); err != nil {
+			return nil, fmt.Errorf("make certificates: %w", err)
+		}
+	}
+	var secArgs []string
+	if tls != nil {
+		secArgs = tls.args()
+	}
+	if sec.Auth {
+		secArgs = append(secArgs, "--auth-password-cost", benchPasswordCost)
+	}
 	for attempt := 1; ; attempt++ {
-		c, err := startShaleOnce(ctx, bin, dir, members, splits, log)
+		c, err := startShaleOnce(ctx, bin, dir, members, splits, secArgs, log)
+		if c != nil {
+			c.tls = tls
+		}
 		if err == nil {
 			return c, nil
 		}
@@ -260,7 +401,7 @@ func StartShaleNodes(ctx context.Context, dir string, members int, splits string
 	}
 }
 
-func startShaleOnce(ctx context.Context, bin, dir string, members int, splits string, log io.Writer) (*ShaleNodes, error) {
+func startShaleOnce(ctx context.Context, bin, dir string, members int, splits string, secArgs []string, log io.Writer) (*ShaleNodes, error) {
 	ports, err := freeport.Ports(2 * members)
 	if err != nil {
 		return nil, fmt.Errorf("pick ports: %w", err)
@@ -289,6 +430,7 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 		if splits != "" {
 			args = append(args, "--initial-splits", splits)
 		}
+		args = append(args, secArgs...)
 		args = append(args, extra...)
 		cmd := exec.Command(bin, args...)
 		// Only the flags above configure the node: drop SHALE_* settings
@@ -308,6 +450,12 @@ func startShaleOnce(ctx context.Context, bin, dir string, members int, splits st
 			extraNote := ""
 			if len(extra) > 0 {
 				extraNote = " " + strings.Join(extra, " ")
+			}
+			switch {
+			case slices.Contains(secArgs, "--auth-password-cost"):
+				extraNote = " (TLS, auth)" + extraNote
+			case len(secArgs) > 0:
+				extraNote = " (TLS)" + extraNote
 			}
 			fmt.Fprintf(log, "shale: node %d pid %d, grpc %s, http %s%s\n", i+1, cmd.Process.Pid, c.Endpoints[i], c.HTTP[i], extraNote)
 		}
@@ -405,14 +553,26 @@ func (c *ShaleNodes) checkRunning() error {
 	return nil
 }
 
-// NewClient opens a Go SDK client with every node as an endpoint. Its
-// warnings go to log (nil: dropped).
+// NewClient opens a Go SDK client with every node as an endpoint (with
+// TLS on a TLS cluster, logged in once auth is enabled). Its warnings go
+// to log (nil: dropped).
 func (c *ShaleNodes) NewClient(ctx context.Context, log io.Writer) (*shaleclient.Client, error) {
+	return c.newClient(ctx, c.Endpoints, c.user, c.password, log)
+}
+
+func (c *ShaleNodes) newClient(ctx context.Context, endpoints []string, user, password string, log io.Writer) (*shaleclient.Client, error) {
 	if log == nil {
 		log = io.Discard
 	}
 	l := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return shaleclient.New(ctx, c.Endpoints, shaleclient.WithLogger(l))
+	opts := []shaleclient.Option{shaleclient.WithLogger(l)}
+	if c.tls != nil {
+		opts = append(opts, shaleclient.WithTLSFiles(c.tls.caFile, c.tls.clientCert, c.tls.clientKey))
+	}
+	if user != "" {
+		opts = append(opts, shaleclient.WithCredentials(user, password))
+	}
+	return shaleclient.New(ctx, endpoints, opts...)
 }
 
 // WaitReady waits until the cluster lists wantShards shards (the system
@@ -471,18 +631,26 @@ func (c *ShaleNodes) Stop() error {
 type shaleCluster struct {
 	nodes *ShaleNodes
 	log   io.Writer
+	sec   ShaleSecurity
 }
 
 // startShale starts the nodes, waits for every shard to have a leader,
 // spreads the user shards' leaders over the nodes and checks that every
 // user shard serves a linearizable read.
 func startShale(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
+	return startShaleWith(ctx, cfg, ShaleSecurity{})
+}
+
+// startShaleWith is startShale secured as sec; with sec.Auth it enables
+// auth once the leaders are spread, before the probe reads, which then
+// run as BenchUser.
+func startShaleWith(ctx context.Context, cfg ClusterConfig, sec ShaleSecurity) (Cluster, error) {
 	o := currentShaleOptions()
-	nodes, err := StartShaleNodes(ctx, cfg.Dir, cfg.Members, o.Splits, cfg.Log)
+	nodes, err := startShaleNodes(ctx, cfg.Dir, cfg.Members, o.Splits, sec, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
-	c := &shaleCluster{nodes: nodes, log: cfg.Log}
+	c := &shaleCluster{nodes: nodes, log: cfg.Log, sec: sec}
 	if err := c.prepare(ctx, o.Splits, cfg); err != nil {
 		_ = nodes.Stop()
 		return nil, err
@@ -536,6 +704,19 @@ func (c *shaleCluster) prepare(ctx context.Context, splits string, cfg ClusterCo
 		layout = append(layout, fmt.Sprintf("shard %d %s leader %d", d.GetShardId(), name, s.GetLeaderNodeId()))
 	}
 	cfg.logf("shale: %s", strings.Join(layout, "; "))
+	if c.sec.Auth {
+		t := time.Now()
+		if err := c.enableAuth(ctx, cli); err != nil {
+			return fmt.Errorf("enable auth: %w", err)
+		}
+		cfg.logf("shale: auth enabled (users root and %s, role %s: readwrite on every key) and enforced by every node after %s",
+			BenchUser, benchRole, time.Since(t).Round(time.Millisecond))
+		// The probes below run as the benchmark's clients do.
+		if cli, err = c.nodes.NewClient(ctx, cfg.Log); err != nil {
+			return fmt.Errorf("connect as %s: %w", BenchUser, err)
+		}
+		defer cli.Close()
+	}
 	// Every user shard serves a linearizable read.
 	for _, s := range user {
 		key := append([]byte(nil), s.GetDescriptor_().GetStartKey()...)
@@ -548,6 +729,68 @@ func (c *shaleCluster) prepare(ctx context.Context, splits string, cfg ClusterCo
 		if err != nil && !errors.Is(err, shaleclient.ErrNotFound) {
 			return fmt.Errorf("probe read in shard %d: %w", s.GetDescriptor_().GetShardId(), err)
 		}
+	}
+	return nil
+}
+
+// enableAuth adds the users root (role root) and BenchUser (role
+// benchRole, readwrite on every key), enables auth, makes NewClient log in
+// as BenchUser, and waits until every node enforces auth (answers
+// AuthStatus for BenchUser's token with auth enabled).
+func (c *shaleCluster) enableAuth(ctx context.Context, cli *shaleclient.Client) error {
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"add user root", func() error { return cli.UserAdd(actx, "root", rootPassword, false) }},
+		{"grant role root to root", func() error { return cli.UserGrantRole(actx, "root", "root") }},
+		{"add role " + benchRole, func() error { return cli.RoleAdd(actx, benchRole) }},
+		{"grant readwrite on every key to role " + benchRole, func() error {
+			return cli.RoleGrantPermission(actx, benchRole, &shalev1.Permission{Type: shalev1.PermissionType_PERMISSION_TYPE_READWRITE, Prefix: true})
+		}},
+		{"add user " + BenchUser, func() error { return cli.UserAdd(actx, BenchUser, benchPassword, false) }},
+		{"grant role " + benchRole + " to " + BenchUser, func() error { return cli.UserGrantRole(actx, BenchUser, benchRole) }},
+		{"enable auth", func() error { return cli.AuthEnable(actx) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+	}
+	c.nodes.user, c.nodes.password = BenchUser, benchPassword
+	for i, ep := range c.nodes.Endpoints {
+		var last error
+		for {
+			last = c.authEnforced(actx, ep)
+			if last == nil {
+				break
+			}
+			select {
+			case <-actx.Done():
+				return fmt.Errorf("node %d (%s) does not enforce auth: %w (last: %v)", i+1, ep, actx.Err(), last)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// authEnforced checks that the node at ep has auth enabled and knows
+// BenchUser: its AuthStatus, asked with BenchUser's token, says so.
+func (c *shaleCluster) authEnforced(ctx context.Context, ep string) error {
+	cli, err := c.nodes.newClient(ctx, []string{ep}, BenchUser, benchPassword, c.log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.GetEnabled() || st.GetUser() != BenchUser {
+		return fmt.Errorf("auth status: enabled %v, user %q", st.GetEnabled(), st.GetUser())
 	}
 	return nil
 }
@@ -586,7 +829,10 @@ func (c *shaleCluster) moveLeader(ctx context.Context, cli *shaleclient.Client, 
 }
 
 // Name implements Cluster.
-func (c *shaleCluster) Name() string { return "shale" }
+func (c *shaleCluster) Name() string { return ShaleEngineName(c.sec) }
+
+// Pids are the nodes' process IDs (for the cells' CPU time).
+func (c *shaleCluster) Pids() []int { return c.nodes.Pids() }
 
 // Client implements Cluster: a client.Client with every node as an
 // endpoint.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ func clusterCmd() *cobra.Command {
 		shaleServer, shaleSplits         string
 		shaleArgs                        string
 		quick, keep, asJSON              bool
+		useTLS, useAuth                  bool
 		keys, valueSize, conns, rounds   int
 		duration, hang                   time.Duration
 		seed                             uint64
@@ -39,12 +41,25 @@ settings (Raft log synced) and --initial-splits --shale-splits; shale-server
 is built once per run (go build in the bench module) unless --shale-server
 names a binary.
 
+--tls (and --auth) run the Shale peer both ways in the same invocation:
+plaintext ("shale") and secured ("shale+tls", or "shale+tls+auth" with
+--auth), side by side on fresh clusters, and add a table of the secured
+runs' ratios to the plaintext ones (ops/s, p50, p99, p99.9, servers' CPU per
+operation). Secured clusters get a CA, a node certificate and a client
+certificate made in their directory; with --auth the bench adds the users
+root and bench (readwrite on every key), enables auth, and its clients log
+in as bench. Naming a variant in --engines (e.g. --engines shale+tls+auth)
+runs it alone. Use --rounds 2 or more to alternate the order.
+
 Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 ` + cluster.WorkloadHelp(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			engs, err := cluster.ParseEngines(engines)
 			if err != nil {
+				return err
+			}
+			if engs, err = addSecuredShale(engs, useTLS, useAuth); err != nil {
 				return err
 			}
 			wls, err := cluster.ParseWorkloads(workloads)
@@ -124,7 +139,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&engines, "engines", strings.Join(cluster.EngineNames(), ","), "comma-separated engines to compare (shale, etcd)")
+	f.StringVar(&engines, "engines", strings.Join(cluster.EngineNames(), ","), "comma-separated engines to compare (shale, etcd; variants: "+strings.Join(cluster.VariantNames(), ", ")+")")
 	f.StringVar(&workloads, "workloads", strings.Join(cluster.WorkloadNames(), ","), "comma-separated workloads")
 	f.StringVar(&clients, "clients", "1,16,256", "comma-separated numbers of concurrent clients")
 	f.IntVar(&conns, "conns", 0, "client connections per cell, shared round robin by the clients (0: one per client)")
@@ -140,8 +155,31 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary for the Shale peer (default: go build it once per run, else bin/shale-server)")
 	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node")
+	f.BoolVar(&useTLS, "tls", false, "also run the Shale peer with TLS (\"shale+tls\"), next to plaintext \"shale\", and report the ratios")
+	f.BoolVar(&useAuth, "auth", false, "with --tls: the secured Shale peer also has auth enabled, its clients logged in as user bench (\"shale+tls+auth\")")
 	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
 	return cmd
+}
+
+// addSecuredShale puts the secured Shale variant that --tls and --auth ask
+// for right after "shale" in engs (so that the two alternate from round to
+// round).
+func addSecuredShale(engs []string, useTLS, useAuth bool) ([]string, error) {
+	if useAuth && !useTLS {
+		return nil, errors.New("--auth needs --tls: Shale enables authentication only on a TLS cluster (add --tls)")
+	}
+	if !useTLS {
+		return engs, nil
+	}
+	secured := cluster.ShaleEngineName(cluster.ShaleSecurity{TLS: true, Auth: useAuth})
+	i := slices.Index(engs, "shale")
+	if i < 0 {
+		return nil, fmt.Errorf("--tls compares the secured Shale peer with plaintext \"shale\": add shale to --engines (or name %s there to run it alone)", secured)
+	}
+	if slices.Contains(engs, secured) {
+		return engs, nil
+	}
+	return slices.Insert(slices.Clone(engs), i+1, secured), nil
 }
 
 // parseClients parses a comma-separated list of positive client counts.
