@@ -95,7 +95,7 @@ func (n *Node) refreshAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if resp.GetState() != nil || cur == nil || resp.GetRevision() != known {
+	if cur == nil || resp.GetRevision() != known {
 		n.setAuth(auth.NewStore(resp.GetState()))
 	}
 	return nil

@@ -269,12 +269,11 @@ func (s *authService) UserGet(ctx context.Context, req *shalev1.UserGetRequest) 
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range st.State().GetUsers() {
-		if u.GetName() == req.GetName() {
-			return &shalev1.UserGetResponse{User: userInfo(u)}, nil
-		}
+	u := st.User(req.GetName())
+	if u == nil {
+		return nil, status.Errorf(codes.NotFound, "user %q does not exist", req.GetName())
 	}
-	return nil, status.Errorf(codes.NotFound, "user %q does not exist", req.GetName())
+	return &shalev1.UserGetResponse{User: userInfo(u)}, nil
 }
 
 func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) (*shalev1.UserListResponse, error) {
@@ -282,11 +281,10 @@ func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) 
 	if err != nil {
 		return nil, err
 	}
-	resp := &shalev1.UserListResponse{}
+	resp := &shalev1.UserListResponse{} // auth.Edit keeps the users sorted by name
 	for _, u := range st.State().GetUsers() {
 		resp.Users = append(resp.Users, userInfo(u))
 	}
-	sort.Slice(resp.Users, func(i, j int) bool { return resp.Users[i].GetName() < resp.Users[j].GetName() })
 	return resp, nil
 }
 

@@ -291,8 +291,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
 	srvOpts := append(grpctransport.ServerOptions(),
-		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.peerOnlyUnaryInterceptor, n.targetUnaryInterceptor, n.authUnaryInterceptor),
-		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.peerOnlyStreamInterceptor, n.targetStreamInterceptor, n.authStreamInterceptor),
+		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor, n.authUnaryInterceptor),
+		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor, n.authStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),

@@ -49,10 +49,10 @@ func isPeerOnly(method string) bool {
 	return false
 }
 
-// checkPeerOnly refuses a node-to-node RPC from a caller that did not
-// connect with a node certificate, when the node runs TLS.
+// checkPeerOnly refuses a node-to-node RPC (isPeerOnly) from a caller that
+// did not connect with a node certificate, when the node runs TLS.
 func (n *Node) checkPeerOnly(ctx context.Context, method string) error {
-	if n.tls == nil || !isPeerOnly(method) {
+	if n.tls == nil {
 		return nil
 	}
 	if _, ok := tlsconfig.PeerName(ctx); !ok {
@@ -60,22 +60,6 @@ func (n *Node) checkPeerOnly(ctx context.Context, method string) error {
 		return status.Errorf(codes.PermissionDenied, "%s is for nodes only: connect with a node certificate signed by the peer CA (--peer-cert-file)", method)
 	}
 	return nil
-}
-
-// peerOnlyUnaryInterceptor applies checkPeerOnly to unary calls.
-func (n *Node) peerOnlyUnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := n.checkPeerOnly(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
-}
-
-// peerOnlyStreamInterceptor applies checkPeerOnly to streams.
-func (n *Node) peerOnlyStreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := n.checkPeerOnly(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, ss)
 }
 
 // stopContext is a context that ends when the node stops.

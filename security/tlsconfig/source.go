@@ -83,9 +83,6 @@ func (s *Source) Certificate() *tls.Certificate { return s.cur.Load().cert }
 // file. The pool must not be modified.
 func (s *Source) Pool() *x509.CertPool { return s.cur.Load().pool }
 
-// HasCA reports whether the Source has a CA file.
-func (s *Source) HasCA() bool { return s.files.CAFile != "" }
-
 // Reload re-reads the files. It returns whether the current material
 // changed; an error means the files could not be read or hold invalid
 // material, and the previous material stays current.

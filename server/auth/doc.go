@@ -99,7 +99,6 @@
 //     signed by the key before stay valid until they expire, and the tokens
 //     signed by a key that a second rotation drops stop verifying.
 //
-// Node tokens (IssueNodeToken) carry sub NodeUser and no generation.
 // Every failure is Unauthenticated, with a message that says what is
 // wrong ("token expired", "token signed by an unknown key", ...).
 //

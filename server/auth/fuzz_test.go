@@ -13,21 +13,18 @@ import (
 )
 
 var (
-	fuzzOnce                                     sync.Once
-	fuzzStore, fuzzOtherStore                    *Store
-	fuzzUserToken, fuzzNodeToken, fuzzOtherToken string
+	fuzzOnce                      sync.Once
+	fuzzStore, fuzzOtherStore     *Store
+	fuzzUserToken, fuzzOtherToken string
 )
 
 // fuzzSetup makes one state with its tokens for the token fuzzer: the
-// tokens of alice and of a node, and a token of another cluster.
+// token of alice, and a token of another cluster.
 func fuzzSetup(t testing.TB) {
 	fuzzOnce.Do(func() {
 		fuzzStore = NewStore(rootState(t))
 		var err error
 		if fuzzUserToken, _, err = fuzzStore.IssueToken("alice", t0, ttl); err != nil {
-			t.Fatal(err)
-		}
-		if fuzzNodeToken, err = fuzzStore.IssueNodeToken(t0, ttl); err != nil {
 			t.Fatal(err)
 		}
 		fuzzOtherStore = NewStore(rootState(t))
@@ -38,12 +35,12 @@ func fuzzSetup(t testing.TB) {
 }
 
 // FuzzVerifyToken: no string makes VerifyToken panic, every failure is
-// Unauthenticated, and only the two tokens the state issued verify.
+// Unauthenticated, and only the token the state issued verifies.
 func FuzzVerifyToken(f *testing.F) {
 	fuzzSetup(f)
 	parts := strings.Split(fuzzUserToken, ".")
 	for _, s := range []string{
-		fuzzUserToken, fuzzNodeToken, fuzzOtherToken, "", ".", "..", "a.b.c",
+		fuzzUserToken, fuzzOtherToken, "", ".", "..", "a.b.c",
 		parts[0] + "." + parts[1] + ".", parts[0] + ".." + parts[2],
 		"eyJhbGciOiJub25lIn0.eyJzdWIiOiJyb290In0.",
 		strings.ToUpper(fuzzUserToken), fuzzUserToken[:len(fuzzUserToken)-1],
@@ -51,7 +48,7 @@ func FuzzVerifyToken(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, tok string) {
-		user, err := fuzzStore.VerifyToken(tok, t0)
+		user, _, err := fuzzStore.VerifyToken(tok, t0)
 		if err != nil {
 			if c := status.Code(err); c != codes.Unauthenticated {
 				t.Fatalf("VerifyToken(%q): %v, want Unauthenticated", tok, err)
@@ -60,7 +57,6 @@ func FuzzVerifyToken(f *testing.F) {
 		}
 		switch {
 		case tok == fuzzUserToken && user == "alice":
-		case tok == fuzzNodeToken && user == NodeUser:
 		default:
 			t.Fatalf("VerifyToken(%q) = %q, a token the state did not issue", tok, user)
 		}

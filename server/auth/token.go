@@ -31,17 +31,6 @@ func (s *Store) IssueToken(user string, now time.Time, ttl time.Duration) (token
 		return "", time.Time{}, notFound("user %q does not exist", user)
 	}
 	gen := e.user.GetTokenGeneration()
-	return s.issue(user, &gen, now, ttl)
-}
-
-// IssueNodeToken signs a token for NodeUser, which VerifyToken accepts
-// without a user record: the identity of a node in calls to other nodes.
-func (s *Store) IssueNodeToken(now time.Time, ttl time.Duration) (string, error) {
-	tok, _, err := s.issue(NodeUser, nil, now, ttl)
-	return tok, err
-}
-
-func (s *Store) issue(user string, gen *uint64, now time.Time, ttl time.Duration) (string, time.Time, error) {
 	if s.signer == nil {
 		return "", time.Time{}, failedPrecondition("no token signing key (auth was never enabled)")
 	}
@@ -55,7 +44,7 @@ func (s *Store) issue(user string, gen *uint64, now time.Time, ttl time.Duration
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: exp,
 		},
-		Gen: gen,
+		Gen: &gen,
 	}
 	t := jwt.NewWithClaims(tokenAlg, c)
 	t.Header["kid"] = s.signerID
@@ -68,8 +57,9 @@ func (s *Store) issue(user string, gen *uint64, now time.Time, ttl time.Duration
 
 var errUnknownKey = errors.New("token signed by an unknown key")
 
-// VerifyToken checks a token at time now and returns its user (NodeUser for
-// a node token). It accepts only EdDSA tokens signed by one of the state's
+// VerifyToken checks a token at time now and returns its user and when the
+// token expires (so that a verified token can be remembered until then).
+// It accepts only EdDSA tokens signed by one of the state's
 // signing keys (named by the "kid" header), not expired at now (no leeway:
 // nodes' clocks are assumed close, and a token's lifetime is long against
 // their skew), whose user still exists with the token generation stamped in
@@ -78,22 +68,7 @@ var errUnknownKey = errors.New("token signed by an unknown key")
 // refused", "token signed by an unknown key", "token signature is invalid",
 // "token expired", "user X no longer exists", "the password of X changed
 // since the token was issued". It does not consult Enabled.
-func (s *Store) VerifyToken(token string, now time.Time) (string, error) {
-	user, _, err := s.VerifyTokenExpiry(token, now)
-	return user, err
-}
-
-// VerifyTokenExpiry is VerifyToken that also returns when the token
-// expires, so that a verified token can be remembered until then.
-func (s *Store) VerifyTokenExpiry(token string, now time.Time) (string, time.Time, error) {
-	user, exp, err := s.verifyToken(token, now)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	return user, exp, nil
-}
-
-func (s *Store) verifyToken(token string, now time.Time) (string, time.Time, error) {
+func (s *Store) VerifyToken(token string, now time.Time) (user string, expires time.Time, err error) {
 	var c claims
 	p := jwt.NewParser(
 		jwt.WithValidMethods([]string{tokenAlg.Alg()}),
@@ -115,13 +90,7 @@ func (s *Store) verifyToken(token string, now time.Time) (string, time.Time, err
 	if c.ExpiresAt != nil {
 		exp = c.ExpiresAt.Time
 	}
-	user := c.Subject
-	if user == NodeUser {
-		if c.Gen != nil {
-			return "", exp, unauthenticated("malformed token: a node token with a generation")
-		}
-		return NodeUser, exp, nil
-	}
+	user = c.Subject
 	if user == "" || c.Gen == nil {
 		return "", exp, unauthenticated("malformed token: no user or no generation")
 	}

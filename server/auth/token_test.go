@@ -31,9 +31,12 @@ func issue(t *testing.T, s *Store, user string) string {
 
 func wantUser(t *testing.T, s *Store, tok string, now time.Time, want string) {
 	t.Helper()
-	got, err := s.VerifyToken(tok, now)
+	got, exp, err := s.VerifyToken(tok, now)
 	if err != nil {
 		t.Fatalf("VerifyToken: %v", err)
+	}
+	if !now.Before(exp) {
+		t.Fatalf("VerifyToken: expiry %v not after %v", exp, now)
 	}
 	if got != want {
 		t.Fatalf("VerifyToken = %q, want %q", got, want)
@@ -96,9 +99,9 @@ func TestTokenExpiry(t *testing.T) {
 		t.Fatalf("expires %v, want %v", exp, want)
 	}
 	wantUser(t, s, tok, exp.Add(-time.Nanosecond), "alice")
-	_, err = s.VerifyToken(tok, exp)
+	_, _, err = s.VerifyToken(tok, exp)
 	wantStatus(t, err, codes.Unauthenticated, "token expired")
-	_, err = s.VerifyToken(tok, exp.Add(time.Hour))
+	_, _, err = s.VerifyToken(tok, exp.Add(time.Hour))
 	wantStatus(t, err, codes.Unauthenticated, "token expired")
 }
 
@@ -109,7 +112,7 @@ func TestTokenKeys(t *testing.T) {
 
 	// Another cluster's key is unknown here.
 	foreign := NewStore(rootState(t))
-	_, err := foreign.VerifyToken(tok, t0)
+	_, _, err := foreign.VerifyToken(tok, t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signed by an unknown key")
 
 	// A token with this key's ID signed by another key has a bad signature.
@@ -120,7 +123,7 @@ func TestTokenKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.VerifyToken(ftok, t0)
+	_, _, err = s.VerifyToken(ftok, t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signature is invalid")
 
 	// Rotations: the previous key still verifies, the one before does not.
@@ -133,11 +136,11 @@ func TestTokenKeys(t *testing.T) {
 	}
 	st2 := apply(t, st1, must(t)(RotateKey(t0)))
 	s2 := NewStore(st2)
-	_, err = s2.VerifyToken(tok, t0)
+	_, _, err = s2.VerifyToken(tok, t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signed by an unknown key")
 	wantUser(t, s2, tok1, t0, "alice")
 	st3 := apply(t, st2, must(t)(RotateKey(t0)))
-	_, err = NewStore(st3).VerifyToken(tok1, t0)
+	_, _, err = NewStore(st3).VerifyToken(tok1, t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signed by an unknown key")
 }
 
@@ -160,13 +163,13 @@ func TestTokenTampered(t *testing.T) {
 	body, _ := base64.RawURLEncoding.DecodeString(parts[1])
 	body = []byte(strings.Replace(string(body), `"alice"`, `"root"`, 1))
 	bad := parts[0] + "." + base64.RawURLEncoding.EncodeToString(body) + "." + parts[2]
-	_, err := s.VerifyToken(bad, t0)
+	_, _, err := s.VerifyToken(bad, t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signature is invalid")
 
 	// A flipped signature bit.
 	sig, _ := base64.RawURLEncoding.DecodeString(parts[2])
 	sig[10] ^= 1
-	_, err = s.VerifyToken(parts[0]+"."+parts[1]+"."+base64.RawURLEncoding.EncodeToString(sig), t0)
+	_, _, err = s.VerifyToken(parts[0]+"."+parts[1]+"."+base64.RawURLEncoding.EncodeToString(sig), t0)
 	wantStatus(t, err, codes.Unauthenticated, "token signature is invalid")
 
 	// Non-canonical base64 of the same signature (the last character's
@@ -175,15 +178,15 @@ func TestTokenTampered(t *testing.T) {
 	i := strings.IndexByte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", last)
 	alt := parts[2][:len(parts[2])-1] + string("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[i|1])
 	if alt != parts[2] {
-		_, err = s.VerifyToken(parts[0]+"."+parts[1]+"."+alt, t0)
+		_, _, err = s.VerifyToken(parts[0]+"."+parts[1]+"."+alt, t0)
 		wantStatus(t, err, codes.Unauthenticated, "malformed token")
 	}
 
 	for _, junk := range []string{"", "a", "a.b", "a.b.c", "a.b.c.d", tok + "x", "." + tok, "Bearer " + tok} {
-		_, err = s.VerifyToken(junk, t0)
+		_, _, err = s.VerifyToken(junk, t0)
 		wantStatus(t, err, codes.Unauthenticated)
 	}
-	_, err = s.VerifyToken("a.b.c", t0)
+	_, _, err = s.VerifyToken("a.b.c", t0)
 	wantStatus(t, err, codes.Unauthenticated, "malformed token")
 }
 
@@ -199,7 +202,7 @@ func TestTokenAlgorithmsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.VerifyToken(ntok, t0)
+	_, _, err = s.VerifyToken(ntok, t0)
 	wantStatus(t, err, codes.Unauthenticated, `"none"`, "refused")
 
 	// HS256 keyed with the public key, the classic confusion attack.
@@ -210,13 +213,13 @@ func TestTokenAlgorithmsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.VerifyToken(htok, t0)
+	_, _, err = s.VerifyToken(htok, t0)
 	wantStatus(t, err, codes.Unauthenticated, `"HS256"`, "refused")
 
 	// An unknown algorithm.
 	h := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"XX1","kid":"` + kid + `"}`))
 	b := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"root"}`))
-	_, err = s.VerifyToken(h+"."+b+".AAAA", t0)
+	_, _, err = s.VerifyToken(h+"."+b+".AAAA", t0)
 	wantStatus(t, err, codes.Unauthenticated, "malformed token")
 
 	// Without exp, a correctly signed token is refused.
@@ -226,7 +229,7 @@ func TestTokenAlgorithmsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.VerifyToken(etok, t0)
+	_, _, err = s.VerifyToken(etok, t0)
 	wantStatus(t, err, codes.Unauthenticated, "malformed token")
 }
 
@@ -237,18 +240,18 @@ func TestTokenUserChanges(t *testing.T) {
 	rtok := issue(t, s, "root")
 
 	// Deleted user.
-	_, err := NewStore(apply(t, st, DeleteUser("alice"))).VerifyToken(tok, t0)
+	_, _, err := NewStore(apply(t, st, DeleteUser("alice"))).VerifyToken(tok, t0)
 	wantStatus(t, err, codes.Unauthenticated, `user "alice" no longer exists`)
 
 	// Deleted and added again.
 	readded := NewStore(apply(t, st, DeleteUser("alice"), must(t)(AddUser("alice", "alicepw", false, testCost))))
-	_, err = readded.VerifyToken(tok, t0)
+	_, _, err = readded.VerifyToken(tok, t0)
 	wantStatus(t, err, codes.Unauthenticated, `"alice"`)
 
 	// Changed password: alice's old token stops working, new ones work, and
 	// root's token is not affected.
 	changed := NewStore(apply(t, st, must(t)(ChangePassword("alice", "new", testCost))))
-	_, err = changed.VerifyToken(tok, t0)
+	_, _, err = changed.VerifyToken(tok, t0)
 	wantStatus(t, err, codes.Unauthenticated, `the password of "alice" changed since the token was issued`)
 	wantUser(t, changed, issue(t, changed, "alice"), t0, "alice")
 	wantUser(t, changed, rtok, t0, "root")
@@ -260,28 +263,27 @@ func TestTokenUserChanges(t *testing.T) {
 	noGen := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": "alice", "exp": t0.Add(ttl).Unix()})
 	noGen.Header["kid"] = st.SigningKeys[0].Id
 	ng, _ := noGen.SignedString(ed25519.NewKeyFromSeed(st.SigningKeys[0].Ed25519Seed))
-	_, err = s.VerifyToken(ng, t0)
+	_, _, err = s.VerifyToken(ng, t0)
 	wantStatus(t, err, codes.Unauthenticated, "malformed token")
 }
 
-func TestNodeToken(t *testing.T) {
+// TestNodeUserHasNoTokens: NodeUser, the identity of other nodes (proven
+// by their certificates), is root, no user, and gets no token; a token
+// naming it does not verify.
+func TestNodeUserHasNoTokens(t *testing.T) {
 	st := rootState(t)
 	s := NewStore(st)
-	tok, err := s.IssueNodeToken(t0, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantUser(t, s, tok, t0, NodeUser)
-	// It needs no user record, and survives user changes.
-	wantUser(t, NewStore(apply(t, st, Disable(), DeleteUser(RootUser))), tok, t0, NodeUser)
-	_, err = s.VerifyToken(tok, t0.Add(ttl))
-	wantStatus(t, err, codes.Unauthenticated, "token expired")
-	if _, err := NewStore(nil).IssueNodeToken(t0, ttl); err == nil {
-		t.Fatal("a node token without key")
-	}
 	if !s.IsRoot(NodeUser) || s.HasUser(NodeUser) {
 		t.Fatal("NodeUser")
 	}
+	if _, _, err := s.IssueToken(NodeUser, t0, ttl); err == nil {
+		t.Fatal("a token for NodeUser")
+	}
+	forged := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": NodeUser, "exp": t0.Add(ttl).Unix()})
+	forged.Header["kid"] = st.SigningKeys[0].Id
+	tok, _ := forged.SignedString(ed25519.NewKeyFromSeed(st.SigningKeys[0].Ed25519Seed))
+	_, _, err := s.VerifyToken(tok, t0)
+	wantStatus(t, err, codes.Unauthenticated, "malformed token")
 }
 
 func TestCheckPassword(t *testing.T) {
@@ -356,7 +358,7 @@ func TestStoreIgnoresWhatItCannotUse(t *testing.T) {
 	}
 	wantStatus(t, s.Check("u", Read, KeySpan([]byte("b"))), codes.PermissionDenied)
 	wantStatus(t, s.Check("u", Read, KeySpan([]byte("c"))), codes.PermissionDenied)
-	if _, err := s.IssueNodeToken(t0, ttl); err == nil {
+	if _, _, err := s.IssueToken("u", t0, ttl); err == nil {
 		t.Fatal("signed with a bad key")
 	}
 }
