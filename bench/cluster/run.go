@@ -449,6 +449,49 @@ func closeConns(conns []KV) {
 	}
 }
 
+// warmUpProbes are the keys every connection reads before a cell: one in
+// each sixteenth of the hex key space, so that a client that routes by
+// shard has found every shard and dialed (and, when secured, completed
+// the TLS handshake and had its token verified by) every member the
+// workload reaches, not only the member of the first key it reads.
+var warmUpProbes = func() [][]byte {
+	var probes [][]byte
+	for d := range 16 {
+		probes = append(probes, []byte(fmt.Sprintf("%c%015x", hexDigits[d], 1)))
+	}
+	return probes
+}()
+
+// warmUp reads warmUpProbes (untimed) through every connection, up to 32
+// connections at a time: the first requests pay for dialing, routing and
+// handshakes, which a cell's timed phase must not measure.
+func warmUp(ctx context.Context, conns []KV) error {
+	sem := make(chan struct{}, 32)
+	errs := make(chan error, len(conns))
+	for _, kv := range conns {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			for _, k := range warmUpProbes {
+				if _, _, err := kv.Get(wctx, k); err != nil {
+					errs <- fmt.Errorf("warm-up get %s: %w", k, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range conns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // worker is the measured state of one client in a cell.
 type worker struct {
 	hist   storagebench.Histogram
@@ -473,17 +516,9 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		return res
 	}
 	defer closeConns(conns)
-	// Warm every connection up (untimed): the first request pays for
-	// dialing and, for some clients, for finding the members.
-	probe := AppendKey(nil, 0)
-	for _, kv := range conns {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, _, err := kv.Get(wctx, probe)
-		cancel()
-		if err != nil {
-			res.Err = fmt.Errorf("warm-up get: %w", err)
-			return res
-		}
+	if err := warmUp(ctx, conns); err != nil {
+		res.Err = err
+		return res
 	}
 	runtime.GC()
 	cpu := startCPU(cl)
