@@ -315,6 +315,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	var cc *grpc.ClientConn
 	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
 	opts = append(opts, c.authInterceptors()...)
+	opts = append(opts, grpc.WithChainUnaryInterceptor(sentInterceptor))
 	target := addr
 	if c.opts.addrMap != nil {
 		target = c.opts.addrMap(addr)

@@ -32,7 +32,13 @@
 //
 // Every write carries a 16-byte random request ID, generated once per
 // logical call and reused on every retry, so the server applies a retried
-// write at most once.
+// write at most once. A write that fails after an attempt may have applied
+// (the reply was lost, the deadline or a cancellation cut it short, the
+// node answered Unavailable or Internal after proposing it) returns an
+// error matching ErrOutcomeUnknown; any other write error means the write
+// did not apply. WithRequestID gives a write the application's own ID, so
+// that the application can send it again after an unknown outcome (or
+// after its own restart) and have it apply once.
 //
 // Scan walks the shards of a range in order (forward or reverse), one page at
 // a time, following the server's continuation tokens; MultiGet and

@@ -51,7 +51,61 @@ var (
 	// is not retried. The server's PermissionDenied status stays the
 	// wrapped cause.
 	ErrPermissionDenied = errors.New("shale: permission denied")
+
+	// ErrOutcomeUnknown is matched (with errors.Is) by the error of a write
+	// (Put, Delete, CompareAndSwap, Batch or Txn Commit, a part of
+	// DeleteRange) that failed after at least one of its attempts reached a
+	// node without a reply that rules the write out: the write may have
+	// applied, or may not. The error also wraps the cause (ErrUnavailable
+	// and context.DeadlineExceeded when the deadline passed,
+	// context.Canceled, ErrClosed, or a server status). A write error that
+	// does not match ErrOutcomeUnknown means the write did not apply.
+	// To settle an unknown outcome, read the data, or send the write again
+	// with the same WithRequestID: it applies at most once.
+	ErrOutcomeUnknown = errors.New("shale: outcome unknown")
 )
+
+// outcomeUnknownError marks the error of a write that may have applied.
+type outcomeUnknownError struct {
+	op    string
+	cause error
+}
+
+func (e *outcomeUnknownError) Error() string {
+	msg := strings.TrimPrefix(e.cause.Error(), "shale: ")
+	msg = strings.TrimPrefix(msg, e.op+": ")
+	return "shale: " + e.op + ": outcome unknown, the write may have applied: " + msg
+}
+
+func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.cause} }
+
+// ruledOut reports whether a failed attempt's error proves that the attempt
+// did not apply its write: the server refused it before proposing it
+// (leader, epoch, range, validation, permission, admission) or rejected it
+// when applying it. An attempt that never reached a node (sent is false)
+// is ruled out too. Everything else — a lost connection, a deadline or
+// cancellation in flight, Unavailable after proposing, Internal — may
+// have applied.
+func ruledOut(err error, sent bool) bool {
+	if !sent || isWrongNode(err) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	d := statusDetails(st)
+	if d.notLeader != nil || d.epoch != nil || d.outside != nil || d.notFound != nil || d.crossShard != nil {
+		return true
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.ResourceExhausted,
+		codes.FailedPrecondition, codes.OutOfRange, codes.NotFound, codes.AlreadyExists, codes.Aborted,
+		codes.Unimplemented:
+		return true
+	}
+	return false
+}
 
 // authError is a status error typed as ErrUnauthenticated or
 // ErrPermissionDenied. It keeps the status (status.FromError and
@@ -215,7 +269,8 @@ func wrapOp(op string, err error) error {
 		return nil
 	}
 	var re *retryError
-	if errors.As(err, &re) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
+	var ou *outcomeUnknownError
+	if errors.As(err, &re) || errors.As(err, &ou) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
 		return err
 	}
 	return &opError{op: op, err: err}

@@ -73,9 +73,60 @@ func readSpec(op string, c Consistency) *callSpec {
 	return &callSpec{op: op, leaderOnly: c == Linearizable, consistency: c.proto()}
 }
 
-// writeSpec is the callSpec of a write, with a fresh request ID.
-func writeSpec(op string) *callSpec {
-	return &callSpec{op: op, leaderOnly: true, requestID: newRequestID()}
+// writeSpec is the callSpec of a write: with the application's request ID
+// when it gave one (WithRequestID), else with a fresh one.
+func writeSpec(op string, rid requestIDOpt) *callSpec {
+	if rid.set {
+		return &callSpec{op: op, leaderOnly: true, write: true, requestID: rid.id, appRequestID: true}
+	}
+	return &callSpec{op: op, leaderOnly: true, write: true, requestID: newRequestID()}
+}
+
+// requestIDOpt is the request ID an application gave a write, if any.
+type requestIDOpt struct {
+	id  []byte
+	set bool
+}
+
+// check refuses an ID the server would refuse.
+func (r requestIDOpt) check() error {
+	if r.set && (len(r.id) < 8 || len(r.id) > 32) {
+		return invalidArgf("WithRequestID: the ID is %d bytes; want 8 to 32", len(r.id))
+	}
+	return nil
+}
+
+// RequestIDOption gives a write the application's own request ID; see
+// WithRequestID. It is a PutOption, a DeleteOption, a CASOption and a
+// CommitOption.
+type RequestIDOption struct{ id []byte }
+
+// WithRequestID gives a write (Put, Delete, CompareAndSwap, Client.Commit
+// of a Batch, Txn.Commit) the application's own request ID, 8 to 32 bytes
+// (ErrInvalidArgument otherwise), instead of a fresh random one.
+//
+// The cluster applies a write with a given ID at most once. An application
+// that sends the same write again with the same ID — after an error
+// matching ErrOutcomeUnknown, or after a restart of its own — gets the
+// earlier application's result if it applied, and applies it now if it
+// did not. The promise holds while the shard remembers the ID: each shard
+// keeps the IDs of its last 100,000 writes (the server's deduplication
+// capacity), through leader changes, restarts, splits and merges.
+//
+// An ID must name one write: another write sent with it returns the first
+// one's result without applying. Use 16 random bytes (a UUID) or a name
+// unique to the write. The option is refused in OpPut and OpDelete: it
+// names a whole Batch or Txn, so pass it to Commit.
+func WithRequestID(id []byte) RequestIDOption { return RequestIDOption{id: id} }
+
+func (o RequestIDOption) applyPut(p *putOptions)       { p.rid = requestIDOpt{id: o.id, set: true} }
+func (o RequestIDOption) applyDelete(d *deleteOptions) { d.rid = requestIDOpt{id: o.id, set: true} }
+func (o RequestIDOption) applyCAS(c *casOptions)       { c.rid = requestIDOpt{id: o.id, set: true} }
+func (o RequestIDOption) applyCommit(c *commitOptions) { c.rid = requestIDOpt{id: o.id, set: true} }
+
+// errRequestIDInOp is the error of an OpPut or OpDelete given WithRequestID.
+func errRequestIDInOp() error {
+	return invalidArgf("WithRequestID names a whole write: pass it to Commit, not to one operation of a Batch or Txn")
 }
 
 // KeyValue is a key with its value and revisions, as stored by the shard
@@ -149,9 +200,13 @@ type PrevKVOption interface {
 type putOptions struct {
 	ttl    time.Duration
 	prevKV bool
+	rid    requestIDOpt
 }
 
-type deleteOptions struct{ prevKV bool }
+type deleteOptions struct {
+	prevKV bool
+	rid    requestIDOpt
+}
 
 type ttlOption time.Duration
 
@@ -344,11 +399,14 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 		opt.applyPut(&o)
 	}
 	ttl, err := ttlMillis(o.ttl)
+	if err == nil {
+		err = o.rid.check()
+	}
 	if err != nil {
 		return nil, wrapOp("put", err)
 	}
 	var resp *shalev1.PutResponse
-	err = c.invoke(ctx, writeSpec("put"), target{key: key},
+	err = c.invoke(ctx, writeSpec("put", o.rid), target{key: key},
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Put(ctx, &shalev1.PutRequest{
@@ -369,8 +427,11 @@ func (c *Client) Delete(ctx context.Context, key []byte, opts ...DeleteOption) (
 	for _, opt := range opts {
 		opt.applyDelete(&o)
 	}
+	if err := o.rid.check(); err != nil {
+		return nil, wrapOp("delete", err)
+	}
 	var resp *shalev1.DeleteResponse
-	err := c.invoke(ctx, writeSpec("delete"), target{key: key},
+	err := c.invoke(ctx, writeSpec("delete", o.rid), target{key: key},
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Delete(ctx, &shalev1.DeleteRequest{Header: hdr, Key: key, PrevKv: o.prevKV})
@@ -405,7 +466,7 @@ func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
 		// shard split after a part applied copies the deduplication table
 		// to both halves, so reusing one ID across parts could make a later
 		// part look like a duplicate.
-		err := c.invoke(ctx, writeSpec("delete-range"), target{key: cur},
+		err := c.invoke(ctx, writeSpec("delete-range", requestIDOpt{}), target{key: cur},
 			func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
 				partEnd := end
 				shardEnd = sh.desc.GetEndKey()
@@ -427,21 +488,27 @@ func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
 	}
 }
 
-// CASOption configures CompareAndSwap.
-type CASOption func(*casOptions)
+// CASOption configures CompareAndSwap: ExpectAbsent, WithCASTTL,
+// WithRequestID.
+type CASOption interface{ applyCAS(*casOptions) }
+
+type casOptionFunc func(*casOptions)
+
+func (f casOptionFunc) applyCAS(o *casOptions) { f(o) }
 
 type casOptions struct {
 	expectAbsent bool
 	ttl          time.Duration
+	rid          requestIDOpt
 }
 
 // ExpectAbsent makes CompareAndSwap succeed only if the key is absent (the
 // expected value is then ignored): a create-if-not-exists.
-func ExpectAbsent() CASOption { return func(o *casOptions) { o.expectAbsent = true } }
+func ExpectAbsent() CASOption { return casOptionFunc(func(o *casOptions) { o.expectAbsent = true }) }
 
 // WithCASTTL makes the key written by a successful CompareAndSwap expire d
 // after it applies (rounded up to milliseconds; 0 means never).
-func WithCASTTL(d time.Duration) CASOption { return func(o *casOptions) { o.ttl = d } }
+func WithCASTTL(d time.Duration) CASOption { return casOptionFunc(func(o *casOptions) { o.ttl = d }) }
 
 // CompareAndSwap atomically sets key to newValue if its current value is
 // expected (or, with ExpectAbsent, if it is absent). ok reports whether the
@@ -451,9 +518,12 @@ func WithCASTTL(d time.Duration) CASOption { return func(o *casOptions) { o.ttl 
 func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []byte, opts ...CASOption) (ok bool, current *KeyValue, err error) {
 	var o casOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyCAS(&o)
 	}
 	ttl, err := ttlMillis(o.ttl)
+	if err == nil {
+		err = o.rid.check()
+	}
 	if err != nil {
 		return false, nil, wrapOp("compare-and-swap", err)
 	}
@@ -461,7 +531,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []b
 		expected = nil
 	}
 	var resp *shalev1.CompareAndSwapResponse
-	err = c.invoke(ctx, writeSpec("compare-and-swap"), target{key: key},
+	err = c.invoke(ctx, writeSpec("compare-and-swap", o.rid), target{key: key},
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).CompareAndSwap(ctx, &shalev1.CompareAndSwapRequest{

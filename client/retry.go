@@ -5,10 +5,12 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -24,9 +26,15 @@ type callSpec struct {
 	op string
 	// leaderOnly sends the request to the leader only (writes and
 	// linearizable reads); otherwise any replica may serve it.
-	leaderOnly  bool
-	requestID   []byte
-	consistency shalev1.ReadConsistency
+	leaderOnly bool
+	// write marks a write: its failure may leave its outcome unknown.
+	write bool
+	// requestID is the write's request ID, sent with every attempt.
+	requestID []byte
+	// appRequestID marks a requestID the application chose
+	// (WithRequestID): it may have been sent before, by an earlier call.
+	appRequestID bool
+	consistency  shalev1.ReadConsistency
 }
 
 // attemptFunc sends one attempt of a request to the replica behind cc,
@@ -94,10 +102,47 @@ func (c *Client) attemptContext(ctx context.Context) (context.Context, context.C
 	return ctx, func() {}
 }
 
+// attemptProbe learns whether an attempt's RPC got a transport stream, that
+// is, whether the request may have reached the node (see sentInterceptor).
+type attemptProbe struct{ sent atomic.Bool }
+
+type attemptProbeKey struct{}
+
+// sentInterceptor marks the attemptProbe of the call's context when the
+// RPC got a transport stream. It is the innermost interceptor of every
+// connection, so a call the auth interceptor resends is seen each time.
+func sentInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	p, _ := ctx.Value(attemptProbeKey{}).(*attemptProbe)
+	if p == nil {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	// gRPC fills the peer only once a transport stream exists: an RPC
+	// failed before that (no connection) never left the client.
+	var pr peer.Peer
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&pr))...)
+	if pr.Addr != nil {
+		p.sent.Store(true)
+	}
+	return err
+}
+
 // invoke runs one logical request against the shard of tg, retrying as the
 // package documentation describes until it succeeds, fails for good, or
-// ctx (with the default timeout applied) ends.
+// ctx (with the default timeout applied) ends. The error of a write
+// (spec.write) some attempt of which may have applied matches
+// ErrOutcomeUnknown.
 func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attemptFunc) error {
+	var maybeApplied bool
+	err := c.attempts(ctx, spec, tg, fn, &maybeApplied)
+	if err != nil && maybeApplied {
+		return &outcomeUnknownError{op: spec.op, cause: err}
+	}
+	return err
+}
+
+// attempts is invoke's retry loop; it sets *maybeApplied once an attempt
+// of a write fails in a way that does not rule out that it applied.
+func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn attemptFunc, maybeApplied *bool) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	var (
@@ -178,16 +223,22 @@ func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attem
 			Consistency: spec.consistency,
 			// Only the first attempt can promise the server that the ID is
 			// new; any later one may follow an attempt that was applied.
-			FirstAttempt: attempt == 1 && len(spec.requestID) > 0,
+			// An application's own ID may have been sent by an earlier
+			// call, so no attempt of it is a first.
+			FirstAttempt: attempt == 1 && len(spec.requestID) > 0 && !spec.appRequestID,
 		}
 		actx, acancel := c.attemptContext(ctx)
-		err = fn(toNode(actx, node), cc, sh, hdr)
+		probe := &attemptProbe{}
+		err = fn(context.WithValue(toNode(actx, node), attemptProbeKey{}, probe), cc, sh, hdr)
 		acancel()
 		if err == nil {
 			if spec.leaderOnly && sh.leader.Load() != node {
 				c.rt.setLeader(sh.id(), node)
 			}
 			return nil
+		}
+		if spec.write && !ruledOut(err, probe.sent.Load()) {
+			*maybeApplied = true
 		}
 		if c.isClosed() {
 			return ErrClosed

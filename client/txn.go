@@ -69,6 +69,9 @@ func OpPut(key, value []byte, opts ...PutOption) Op {
 		opt.applyPut(&o)
 	}
 	ttl, err := ttlMillis(o.ttl)
+	if o.rid.set {
+		err = errRequestIDInOp()
+	}
 	return Op{pb: &shalev1.RequestOp{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
 		Key: key, Value: value, TtlMs: ttl, PrevKv: o.prevKV,
 	}}}, err: err}
@@ -80,7 +83,11 @@ func OpDelete(key []byte, opts ...DeleteOption) Op {
 	for _, opt := range opts {
 		opt.applyDelete(&o)
 	}
-	return Op{pb: &shalev1.RequestOp{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{Key: key, PrevKv: o.prevKV}}}}
+	var err error
+	if o.rid.set {
+		err = errRequestIDInOp()
+	}
+	return Op{pb: &shalev1.RequestOp{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{Key: key, PrevKv: o.prevKV}}}, err: err}
 }
 
 // OpDeleteRange removes every key in [start, end), which must lie within
@@ -235,14 +242,32 @@ type BatchResult struct {
 	Results []OpResult
 }
 
+// CommitOption configures Client.Commit and Txn.Commit: WithRequestID.
+type CommitOption interface{ applyCommit(*commitOptions) }
+
+type commitOptions struct{ rid requestIDOpt }
+
+func commitOpts(opts []CommitOption) commitOptions {
+	var o commitOptions
+	for _, opt := range opts {
+		opt.applyCommit(&o)
+	}
+	return o
+}
+
 // Commit applies the batch atomically: all its writes or none. It returns a
 // *CrossShardError (errors.Is ErrInvalidArgument) when the keys span more
 // than one shard; the client detects this from its routing without sending
 // the batch, and the server rejects such batches too. Like every write, a
-// retried Commit carries one request ID and applies at most once.
-func (c *Client) Commit(ctx context.Context, b *Batch) (*BatchResult, error) {
+// retried Commit carries one request ID and applies at most once. Option:
+// WithRequestID.
+func (c *Client) Commit(ctx context.Context, b *Batch, opts ...CommitOption) (*BatchResult, error) {
 	if b == nil || len(b.ops) == 0 {
 		return nil, wrapOp("batch", invalidArgf("empty batch"))
+	}
+	o := commitOpts(opts)
+	if err := o.rid.check(); err != nil {
+		return nil, wrapOp("batch", err)
 	}
 	spans := make([]span, len(b.ops))
 	pbOps := make([]*shalev1.RequestOp, len(b.ops))
@@ -257,7 +282,7 @@ func (c *Client) Commit(ctx context.Context, b *Batch) (*BatchResult, error) {
 		spans[i], pbOps[i] = s, op.pb
 	}
 	var resp *shalev1.BatchResponse
-	err := c.invokeOneShard(ctx, writeSpec("batch"), spans,
+	err := c.invokeOneShard(ctx, writeSpec("batch", o.rid), spans,
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Batch(ctx, &shalev1.BatchRequest{Header: hdr, Ops: pbOps})
@@ -391,8 +416,13 @@ type TxnResult struct {
 // Commit runs the transaction atomically on its shard. It returns a
 // *CrossShardError (errors.Is ErrInvalidArgument) when its keys span more
 // than one shard, without sending it when the client's routing shows it. A
-// retried Commit carries one request ID and applies at most once.
-func (t *Txn) Commit() (*TxnResult, error) {
+// retried Commit carries one request ID and applies at most once. Option:
+// WithRequestID.
+func (t *Txn) Commit(opts ...CommitOption) (*TxnResult, error) {
+	o := commitOpts(opts)
+	if err := o.rid.check(); err != nil {
+		return nil, wrapOp("txn", err)
+	}
 	var spans []span
 	cmps := make([]*shalev1.Compare, len(t.cmps))
 	for i, cm := range t.cmps {
@@ -423,7 +453,7 @@ func (t *Txn) Commit() (*TxnResult, error) {
 		return nil, wrapOp("txn", err)
 	}
 	var resp *shalev1.TxnResponse
-	err = t.c.invokeOneShard(t.ctx, writeSpec("txn"), spans,
+	err = t.c.invokeOneShard(t.ctx, writeSpec("txn", o.rid), spans,
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Txn(ctx, &shalev1.TxnRequest{

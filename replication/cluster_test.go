@@ -1154,3 +1154,70 @@ func TestSnapshotsOfOneCycleAllAnswered(t *testing.T) {
 	c.propose(1, "b", "2")
 	c.converged(1, 1, 2, 3)
 }
+
+// TestQuiescedLeaderCutOffStepsDown cuts a quiesced group's leader off
+// from its peers. It must wake up, be deposed by CheckQuorum (it hears no
+// quorum) and refuse proposals with NotLeaderError instead of holding them
+// until their deadlines, while the others elect a new leader.
+func TestQuiescedLeaderCutOffStepsDown(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	c.waitFor("the group to quiesce", 10*time.Second, func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			if !c.get(id).store.Replica(1).Status().Quiesced {
+				return false
+			}
+		}
+		return true
+	})
+	old := c.get(lead).store.Replica(1)
+	c.net.Isolate(lead)
+	c.waitFor("the cut-off quiesced leader to step down", 10*time.Second, func() bool { return !old.IsLeader() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var nl *NotLeaderError
+	if _, err := old.Propose(ctx, []byte("b=2")); !errors.As(err, &nl) {
+		t.Fatalf("proposal to the deposed leader: %v, want a NotLeaderError", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the deposed leader held the proposal until its deadline")
+	}
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	c.leader(1, others...)
+	c.propose(1, "c", "3")
+	c.net.Heal()
+	c.propose(1, "d", "4")
+	c.converged(1, 1, 2, 3)
+}
+
+// TestPreVoteIsolatedFollowerDoesNotDisrupt isolates a follower for many
+// election timeouts. With PreVote it campaigns without raising its term,
+// so when it comes back the leader keeps its leadership and its term.
+func TestPreVoteIsolatedFollowerDoesNotDisrupt(t *testing.T) {
+	c := newThreeNodeCluster(t, func(cfg *Config) { cfg.DisableQuiescence = true })
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	term := c.get(lead).store.Replica(1).Status().Term
+	f := lead%3 + 1
+	fr := c.get(f).store.Replica(1)
+	c.net.Isolate(f)
+	// Long enough for many election timeouts (100 ms each here).
+	c.waitFor("the isolated follower to lose its leader", 10*time.Second, func() bool { return fr.Status().LeaderNodeID == 0 })
+	time.Sleep(time.Second)
+	if got := fr.Status().Term; got != term {
+		t.Fatalf("the isolated follower's term went from %d to %d: its campaigns were not pre-votes", term, got)
+	}
+	c.net.Heal()
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+	st := c.get(lead).store.Replica(1).Status()
+	if !st.Leader || st.Term != term {
+		t.Fatalf("after the follower came back: node %d leader=%v at term %d, want it still leading at term %d", lead, st.Leader, st.Term, term)
+	}
+}

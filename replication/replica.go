@@ -53,6 +53,10 @@ type Replica struct {
 	quiesced       bool
 	// quiescedLeaderNode is the node whose leader quiesced the group.
 	quiescedLeaderNode uint64
+	// quiescedVoterNodes are, on a leader that quiesced, the nodes of the
+	// other voters: while fewer than a quorum of them (with the leader)
+	// are live, it ticks again so that CheckQuorum can depose it.
+	quiescedVoterNodes []uint64
 	notifyQuiesce      bool
 	stableTicks        int
 	lastCommit         uint64
@@ -662,8 +666,16 @@ func (r *Replica) drainQueued() {
 func (r *Replica) tick() bool {
 	r.ticks++
 	if r.quiesced {
-		// A quiesced follower wakes up when its leader's node goes quiet.
-		if r.quiescedLeaderNode == r.store.cfg.NodeID || r.store.nodeLive(r.quiescedLeaderNode) {
+		// A quiesced follower wakes up when its leader's node goes quiet;
+		// a quiesced leader when it no longer hears from a quorum (it may
+		// be cut off, and must tick for CheckQuorum to depose it rather
+		// than hold requests until their deadlines).
+		if r.quiescedLeaderNode == r.store.cfg.NodeID {
+			if r.quorumLive() {
+				return false
+			}
+			r.store.cfg.Logger.Info("quiesced leader lost contact with a quorum; waking up", "shard", r.shardID)
+		} else if r.store.nodeLive(r.quiescedLeaderNode) {
 			return false
 		}
 		r.unquiesce()
@@ -686,9 +698,22 @@ func (r *Replica) tick() bool {
 func (r *Replica) unquiesce() {
 	if r.quiesced {
 		r.quiesced = false
+		r.quiescedVoterNodes = nil
 		r.stableTicks = 0
 		r.refreshStatus()
 	}
+}
+
+// quorumLive reports whether a quiesced leader's node and the live nodes
+// among its other voters' make a quorum.
+func (r *Replica) quorumLive() bool {
+	live := 1
+	for _, n := range r.quiescedVoterNodes {
+		if r.store.nodeLive(n) {
+			live++
+		}
+	}
+	return live > (len(r.quiescedVoterNodes)+1)/2
 }
 
 // maybeQuiesceLeader stops ticking an idle group: the leader has nothing in
@@ -725,6 +750,7 @@ func (r *Replica) maybeQuiesceLeader() {
 	if len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
 		return
 	}
+	var voterNodes []uint64
 	for id, pr := range st.Progress {
 		if id == r.replicaID {
 			continue
@@ -733,9 +759,16 @@ func (r *Replica) maybeQuiesceLeader() {
 		if pr.Match != last || n == 0 || !cfg.Transport.Reachable(n) || !r.store.nodeLive(n) {
 			return
 		}
+		if _, voter := st.Config.Voters[0][id]; voter {
+			voterNodes = append(voterNodes, n)
+		}
+	}
+	if _, voter := st.Config.Voters[0][r.replicaID]; !voter {
+		return
 	}
 	r.quiesced = true
 	r.quiescedLeaderNode = cfg.NodeID
+	r.quiescedVoterNodes = voterNodes
 	r.notifyQuiesce = true
 	r.store.quiescing = append(r.store.quiescing, r)
 	r.refreshStatus()

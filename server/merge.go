@@ -126,11 +126,9 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 		}
 		chunk := &shalev1.MergeAbsorb{}
 		size := 0
-		err := rsm.ScanRecords(func(k, v []byte) error {
-			chunk.Keys = append(chunk.Keys, bytes.Clone(k))
-			chunk.Values = append(chunk.Values, bytes.Clone(v))
-			size += len(k) + len(v)
-			if size < mergeChunkBytes {
+		// added counts n more bytes in chunk and proposes it once full.
+		added := func(n int) error {
+			if size += n; size < mergeChunkBytes {
 				return nil
 			}
 			if err := absorb(chunk); err != nil {
@@ -138,9 +136,24 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 			}
 			chunk, size = &shalev1.MergeAbsorb{}, 0
 			return nil
+		}
+		err := rsm.ScanRecords(func(k, v []byte) error {
+			chunk.Keys = append(chunk.Keys, bytes.Clone(k))
+			chunk.Values = append(chunk.Values, bytes.Clone(v))
+			return added(len(k) + len(v))
 		})
 		if err != nil {
 			return nil, fmt.Errorf("merge shard %d into %d: copy: %w", rightID, leftID, err)
+		}
+		// The right's deduplication table too: a write it applied,
+		// retried after the merge, must find its result in the left.
+		err = rsm.ScanDedup(func(id, result []byte) error {
+			chunk.DedupIds = append(chunk.DedupIds, bytes.Clone(id))
+			chunk.DedupResults = append(chunk.DedupResults, bytes.Clone(result))
+			return added(len(id) + len(result))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("merge shard %d into %d: copy the deduplication table: %w", rightID, leftID, err)
 		}
 		chunk.Commit, chunk.RightRevision = true, rsm.Revision()
 		if err := absorb(chunk); err != nil {

@@ -10,10 +10,35 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
 )
+
+// twoUserShards returns the descriptors of a cluster's two user shards, the
+// one starting at the beginning of the key space (left) and the other,
+// once the directory lists both.
+func twoUserShards(t *testing.T, c *testcluster.Cluster) (left, right *shalev1.ShardDescriptor) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		dir, err := directory(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range dir {
+			switch {
+			case d.GetSystem():
+			case len(d.GetStartKey()) == 0:
+				left = d
+			default:
+				right = d
+			}
+		}
+		return left != nil && right != nil, fmt.Sprintf("directory %v", dir)
+	})
+	return left, right
+}
 
 // TestMergeShards merges two shards by hand while clients write, and
 // checks every record, the revision order, the directory, and that the
@@ -34,23 +59,7 @@ func TestMergeShards(t *testing.T) {
 		want[k] = "v" + k
 		lastRev = max(lastRev, res.Revision)
 	}
-	var left, right *shalev1.ShardDescriptor
-	waitFor(t, 10*time.Second, func() (bool, string) {
-		dir, err := directory(t, c)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, d := range dir {
-			switch {
-			case d.GetSystem():
-			case len(d.GetStartKey()) == 0:
-				left = d
-			default:
-				right = d
-			}
-		}
-		return left != nil && right != nil, fmt.Sprintf("directory %v", dir)
-	})
+	left, right := twoUserShards(t, c)
 	stop := load(t, c)
 	time.Sleep(300 * time.Millisecond)
 	if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("z")}); status.Code(err) != codes.FailedPrecondition {
@@ -240,4 +249,58 @@ func TestMergeWhileLeadershipMoves(t *testing.T) {
 			t.Fatalf("%s after the merge: %v, %v", k, kv, err)
 		}
 	}
+}
+
+// TestRequestIDAcrossLeaderChangeAndMerge sends writes with the
+// application's own request ID (client.WithRequestID), then sends each
+// again as an application does after a timeout: once after the shard's
+// leadership moved, once after the shard was merged into its left
+// neighbour. Each applies once: the repeat returns the first revision and
+// the key keeps version 1.
+func TestRequestIDAcrossLeaderChangeAndMerge(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	a := adminOf(t, c)
+	ctx := context.Background()
+	sendTwice := func(key string, id []byte, between func()) {
+		t.Helper()
+		first, err := cl.Put(ctx, []byte(key), []byte("v"), client.WithRequestID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		between()
+		again, err := cl.Put(ctx, []byte(key), []byte("v"), client.WithRequestID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := cl.Get(ctx, []byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Revision != first.Revision || kv.Version != 1 || kv.ModRevision != first.Revision {
+			t.Fatalf("%s sent twice with one request ID: revisions %d then %d, key at version %d revision %d; want it applied once",
+				key, first.Revision, again.Revision, kv.Version, kv.ModRevision)
+		}
+	}
+	left, right := twoUserShards(t, c)
+
+	sendTwice("n-leader", []byte("app-request-0001"), func() {
+		from := c.Leader(right.GetShardId())
+		to := from%3 + 1
+		if _, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: right.GetShardId(), TargetNodeId: to}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() (bool, string) {
+			l := c.Leader(right.GetShardId())
+			return l == to, fmt.Sprintf("shard %d led by node %d, want %d", right.GetShardId(), l, to)
+		})
+	})
+	sendTwice("n-merge", []byte("app-request-0002"), func() {
+		if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The first write, whose ID the right shard's table held before the
+	// merge, is still known to the merged shard.
+	sendTwice("n-leader", []byte("app-request-0001"), func() {})
 }

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
 )
 
@@ -300,5 +301,73 @@ func TestFoundingNodeLostData(t *testing.T) {
 	}
 	if kv, err := cl.Get(ctx, []byte("k")); err != nil || string(kv.Value) != "v" {
 		t.Fatalf("get after the replacement: %v %v", kv, err)
+	}
+}
+
+// TestRestartWithNewAddress restarts a node on another address. The
+// registry takes the address its heartbeats report, the other nodes dial it
+// there (a shard it leads commits writes, which needs its followers to
+// reach it), and a client that knows only the other nodes finds it.
+func TestRestartWithNewAddress(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := newClient(t, c)
+	if _, err := cl.Put(ctx, []byte("before"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	old := c.Endpoints()[2]
+	c.Stop(3)
+	addr := c.RestartAt(3)
+	if addr == old {
+		t.Fatalf("new address %s is the old one", addr)
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		nodes, err := cl.ListNodes(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ns := range nodes {
+			if ns.GetNode().GetNodeId() == 3 {
+				return ns.GetNode().GetAddress() == addr, fmt.Sprintf("node 3 registered at %s, want %s", ns.GetNode().GetAddress(), addr)
+			}
+		}
+		return false, "node 3 not registered"
+	})
+	c.WaitLeaders(30 * time.Second)
+	// Every user shard led by node 3 in turn: its followers answer it at its
+	// new address, or no write commits.
+	a := adminOf(t, c)
+	dir, err := directory(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dir {
+		if d.GetSystem() {
+			continue
+		}
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			if c.Leader(d.GetShardId()) == 3 {
+				return true, ""
+			}
+			_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: d.GetShardId(), TargetNodeId: 3})
+			return false, fmt.Sprintf("shard %d led by node %d: %v", d.GetShardId(), c.Leader(d.GetShardId()), err)
+		})
+		key := append(append([]byte{}, d.GetStartKey()...), "after"...)
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cl.Put(wctx, key, []byte("v"))
+		wcancel()
+		if err != nil {
+			t.Fatalf("write to shard %d led by the moved node: %v", d.GetShardId(), err)
+		}
+	}
+	// A client that knows only nodes 1 and 2 reaches node 3 through the
+	// registry.
+	cl2 := newClientAt(t, c.Endpoints()[0])
+	if _, err := cl2.Get(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if _, nodes := cl2.Routing(); nodes[3] != addr {
+		t.Fatalf("the client's routing has node 3 at %q, want %s", nodes[3], addr)
 	}
 }

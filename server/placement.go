@@ -404,6 +404,11 @@ func (n *Node) recordHeartbeats(ctx context.Context, reg []*shalev1.NodeDescript
 			continue
 		}
 		zone := b.Req.GetStats().GetNode().GetZone()
+		addr := b.Req.GetStats().GetNode().GetAddress()
+		if addr != "" && addr != d.GetAddress() {
+			n.recordNewAddress(ctx, reg, d, addr)
+			continue
+		}
 		if zone == d.GetZone() && d.GetStarted() {
 			continue
 		}
@@ -414,6 +419,33 @@ func (n *Node) recordHeartbeats(ctx context.Context, reg []*shalev1.NodeDescript
 			return
 		}
 	}
+}
+
+// recordNewAddress registers the address a node's heartbeats report when it
+// differs from the registered one (the node restarted with another
+// --advertise): peers and clients learn it from the registry. An address
+// registered to another node that is not removed is refused (logged once
+// per heartbeat round), since two live nodes cannot share one.
+func (n *Node) recordNewAddress(ctx context.Context, reg []*shalev1.NodeDescriptor, d *shalev1.NodeDescriptor, addr string) {
+	for _, o := range reg {
+		if o.GetNodeId() != d.GetNodeId() && !o.GetRemoved() && o.GetAddress() == addr {
+			n.log.Warn("a node reports an address registered to another node; keeping its registered address",
+				"node", d.GetNodeId(), "address", addr, "registered_to", o.GetNodeId(), "registered_address", d.GetAddress())
+			return
+		}
+	}
+	nd := proto.Clone(d).(*shalev1.NodeDescriptor)
+	nd.Address, nd.Started = addr, true
+	nd.Zone = d.GetZone()
+	// The time makes the request ID new even when a node goes back to an
+	// address it had before.
+	id := requestIDFor("address", itoa(d.GetNodeId()), addr, fmt.Sprint(time.Now().UnixNano()))
+	if _, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutNode{PutNode: nd}}); err != nil {
+		n.log.Debug("record a node's new address", "node", d.GetNodeId(), "err", err)
+		return
+	}
+	n.log.Info("node address changed", "node", d.GetNodeId(), "old", d.GetAddress(), "new", addr)
+	n.setAddr(d.GetNodeId(), addr)
 }
 
 // placementShards turns the directory, the leaders' reports and the pins

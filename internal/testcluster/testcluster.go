@@ -230,6 +230,20 @@ func (c *Cluster) Restart(id uint64) {
 	}
 }
 
+// RestartAt starts a stopped node from its data directory on a new address
+// (its --listen and --advertise) and returns the address.
+func (c *Cluster) RestartAt(id uint64) string {
+	c.t.Helper()
+	addr := freeAddrs(c.t, 1)[0]
+	c.mu.Lock()
+	c.addrs[id] = addr
+	c.mu.Unlock()
+	if err := c.start(id, false); err != nil {
+		c.t.Fatal(err)
+	}
+	return addr
+}
+
 // AddNode starts a new node that joins the cluster through node 1's
 // address and returns its ID.
 func (c *Cluster) AddNode() uint64 {

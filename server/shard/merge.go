@@ -2,7 +2,10 @@ package shard
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -117,6 +120,28 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 	if len(m.GetKeys()) != len(m.GetValues()) {
 		return errResult(codes.InvalidArgument, desc, "merge: %d keys but %d values", len(m.GetKeys()), len(m.GetValues())), false, nil
 	}
+	if len(m.GetDedupIds()) != len(m.GetDedupResults()) {
+		return errResult(codes.InvalidArgument, desc, "merge: %d request IDs but %d results", len(m.GetDedupIds()), len(m.GetDedupResults())), false, nil
+	}
+	for i, id := range m.GetDedupIds() {
+		res := &shalev1.CommandResult{}
+		if len(id) == 0 {
+			return errResult(codes.InvalidArgument, desc, "merge: an empty request ID"), false, nil
+		}
+		if err := proto.Unmarshal(m.GetDedupResults()[i], res); err != nil {
+			return errResult(codes.InvalidArgument, desc, "merge: the result of request %x: %v", id, err), false, nil
+		}
+		// An interrupted merge may send an entry again.
+		if _, ok, err := a.dedupLookup(id); err != nil || ok {
+			if err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		if err := a.dedupStore(id, res); err != nil {
+			return nil, false, err
+		}
+	}
 	for i, k := range m.GetKeys() {
 		if !rng.contains(k) {
 			return errResult(codes.InvalidArgument, desc, "merge: key %q is outside shard %d", k, right.GetShardId()), false, nil
@@ -141,6 +166,47 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 	a.ov.del(a.b, keyMergePending)
 	a.s.log.Info("shard merged", "shard", d.GetShardId(), "absorbed", right.GetShardId(), "end", fmt.Sprintf("%q", d.GetEndKey()))
 	return &shalev1.CommandResult{Descriptor_: cloneDesc(d), RightDescriptor: cloneDesc(right)}, true, nil
+}
+
+// ScanDedup calls fn with every entry of the shard's deduplication table
+// (a request ID and its encoded CommandResult), oldest first, read at one
+// point; id and result are valid only during the call. It is how a merge
+// carries the right shard's table into the left one, so that a write the
+// right shard applied, retried after the merge, applies once.
+func (s *Shard) ScanDedup(fn func(id, result []byte) error) error {
+	v, err := s.view()
+	if err != nil {
+		return err
+	}
+	defer v.release()
+	type entry struct {
+		seq    uint64
+		id     []byte
+		result []byte
+	}
+	var entries []entry
+	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dedupIDPrefix, UpperBound: prefixEnd(dedupIDPrefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		val := it.Value()
+		if len(val) < 8 {
+			return fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, it.Key()[len(dedupIDPrefix):], len(val))
+		}
+		entries = append(entries, entry{seq: binary.BigEndian.Uint64(val), id: bytes.Clone(it.Key()[len(dedupIDPrefix):]), result: bytes.Clone(val[8:])})
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	for _, e := range entries {
+		if err := fn(e.id, e.result); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ScanRecords calls fn with every stored record of the shard's user keys

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -145,4 +146,74 @@ func reopen(t *testing.T, e *testEnv, s *Shard, dir string) *Shard {
 		t.Fatal(err)
 	}
 	return e.open(dir, 0)
+}
+
+// TestMergeCarriesDedupTable merges a right shard that applied a write
+// with a request ID: the same command retried on the merged shard returns
+// the first result and applies nothing, also after the copy restarted
+// from begin (entries sent twice are kept once) and after a reopen.
+func TestMergeCarriesDedupTable(t *testing.T) {
+	e := newTestEnv(t, nil)
+	left := e.bootstrap("left", userDesc(2, "", "m"), 0)
+	right := e.bootstrap("right", userDesc(3, "m", ""), 0)
+	lf, rf := newFeeder(left), newFeeder(right)
+	code := func(r *shalev1.CommandResult) codes.Code { return codes.Code(r.GetErrorCode()) }
+	applyOne(t, left, lf, withID("left-write-1", txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("a", "1", 0, false)}})))
+	retried := func() *shalev1.RaftCommand {
+		return withID("right-write-1", txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("n", "1", 0, false)}}))
+	}
+	first := applyOne(t, right, rf, retried())
+	applyOne(t, right, rf, withID("right-write-2", txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("x", "1", 0, false)}})))
+	applyOne(t, right, rf, freezeCmd(2))
+
+	var ids, results [][]byte
+	if err := right.ScanDedup(func(id, res []byte) error {
+		ids, results = append(ids, bytes.Clone(id)), append(results, bytes.Clone(res))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 || string(ids[0]) != "right-write-1" || string(ids[1]) != "right-write-2" {
+		t.Fatalf("ScanDedup gave %q, want the right's two IDs oldest first", ids)
+	}
+	// Malformed entries are refused.
+	frozen := right.Descriptor()
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen}))
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{DedupIds: ids})); code(r) != codes.InvalidArgument {
+		t.Fatalf("IDs without results: %v", r)
+	}
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{DedupIds: ids[:1], DedupResults: [][]byte{{0xff, 0xff}}})); code(r) != codes.InvalidArgument {
+		t.Fatalf("an undecodable result: %v", r)
+	}
+	// A first copy of one entry, then the copy restarts from begin.
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{DedupIds: ids[:1], DedupResults: results[:1]}))
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen}))
+	var keys, vals [][]byte
+	if err := right.ScanRecords(func(k, v []byte) error {
+		keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys, Values: vals, DedupIds: ids, DedupResults: results, Commit: true, RightRevision: right.Revision()}))
+	if code(r) != codes.OK {
+		t.Fatalf("commit: %v", r)
+	}
+	if got := dedupIDs(t, left); len(got) != 3 || got[0] != "left-write-1" || got[1] != "right-write-1" || got[2] != "right-write-2" {
+		t.Fatalf("merged dedup table %q, want the left's entry then the right's, each once", got)
+	}
+	check := func(s *Shard) {
+		t.Helper()
+		before := dataDump(t, s)
+		rev := s.Revision()
+		again := applyOne(t, s, newFeeder(s), retried())
+		if !proto.Equal(again, first) {
+			t.Fatalf("retried write after the merge returned %v, want the first result %v", again, first)
+		}
+		if s.Revision() != rev || !maps.Equal(dataDump(t, s), before) {
+			t.Fatalf("retried write after the merge applied again (revision %d -> %d)", rev, s.Revision())
+		}
+	}
+	check(left)
+	check(reopen(t, e, left, "left"))
 }

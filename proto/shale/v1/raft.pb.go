@@ -823,6 +823,13 @@ type MergeAbsorb struct {
 	Values        [][]byte               `protobuf:"bytes,4,rep,name=values,proto3" json:"values,omitempty"`
 	Commit        bool                   `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
 	RightRevision uint64                 `protobuf:"varint,6,opt,name=right_revision,json=rightRevision,proto3" json:"right_revision,omitempty"`
+	// dedup_ids and dedup_results carry entries of the right shard's
+	// deduplication table (a request ID and its encoded CommandResult),
+	// oldest first: the left shard adds those it does not hold, so a write
+	// the right shard applied and a client retries after the merge (with the
+	// same request ID) applies once.
+	DedupIds      [][]byte `protobuf:"bytes,7,rep,name=dedup_ids,json=dedupIds,proto3" json:"dedup_ids,omitempty"`
+	DedupResults  [][]byte `protobuf:"bytes,8,rep,name=dedup_results,json=dedupResults,proto3" json:"dedup_results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +904,20 @@ func (x *MergeAbsorb) GetRightRevision() uint64 {
 		return x.RightRevision
 	}
 	return 0
+}
+
+func (x *MergeAbsorb) GetDedupIds() [][]byte {
+	if x != nil {
+		return x.DedupIds
+	}
+	return nil
+}
+
+func (x *MergeAbsorb) GetDedupResults() [][]byte {
+	if x != nil {
+		return x.DedupResults
+	}
+	return nil
 }
 
 // SplitCommand splits the shard at split_key: keys from split_key on move to
@@ -1391,14 +1412,16 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\fmerge_retire\x18\x10 \x01(\bH\x00R\vmergeRetireB\t\n" +
 	"\acommand\"1\n" +
 	"\vMergeFreeze\x12\"\n" +
-	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\xbf\x01\n" +
+	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\x81\x02\n" +
 	"\vMergeAbsorb\x12/\n" +
 	"\x05right\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\x12\x14\n" +
 	"\x05begin\x18\x02 \x01(\bR\x05begin\x12\x12\n" +
 	"\x04keys\x18\x03 \x03(\fR\x04keys\x12\x16\n" +
 	"\x06values\x18\x04 \x03(\fR\x06values\x12\x16\n" +
 	"\x06commit\x18\x05 \x01(\bR\x06commit\x12%\n" +
-	"\x0eright_revision\x18\x06 \x01(\x04R\rrightRevision\"o\n" +
+	"\x0eright_revision\x18\x06 \x01(\x04R\rrightRevision\x12\x1b\n" +
+	"\tdedup_ids\x18\a \x03(\fR\bdedupIds\x12#\n" +
+	"\rdedup_results\x18\b \x03(\fR\fdedupResults\"o\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
 	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\x12\x1c\n" +
