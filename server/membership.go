@@ -34,8 +34,8 @@ func (n *Node) maintain() {
 		n.splitLargeShards(ctx)
 		n.splitHotShards(ctx)
 		n.mergeSmallShards(ctx)
-		if i%10 == 0 {
-			n.collectMergedReplicas(ctx)
+		if i%5 == 0 {
+			n.collectStrayReplicas(ctx)
 		}
 		n.reportDescriptors(ctx)
 		cancel()

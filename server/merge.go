@@ -190,16 +190,19 @@ func settled(shards ...*shalev1.ShardDescriptor) error {
 	return nil
 }
 
-// proposeLed proposes cmd like proposeMerge, first moving r's leadership to
+// proposeLed proposes cmd like proposeHere, first moving r's leadership to
 // this node if it is elsewhere. A proposal refused because this node does
 // not lead r was never proposed, so it is retried, with the leadership taken
 // back, until inner ends.
 func (n *Node) proposeLed(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	// Every attempt but a proposed one is refused unproposed, so each may
+	// say it is the ID's first.
+	cmd.RequestId, cmd.FirstAttempt = randomID(), true
 	for logged := false; ; logged = true {
 		if err := n.leadHere(inner, r); err != nil {
 			return nil, err
 		}
-		res, err := n.proposeMerge(ctx, inner, r, epoch, cmd)
+		res, err := n.proposeHere(ctx, inner, r, epoch, cmd)
 		if err == nil || !isNotLeader(err) || inner.Err() != nil {
 			return res, err
 		}
@@ -237,10 +240,11 @@ func (n *Node) leadHere(inner context.Context, r *replication.Replica) error {
 	return nil
 }
 
-// proposeMerge proposes one merge command on a local leader replica and
-// returns its result once applied here.
-func (n *Node) proposeMerge(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
-	cmd.RequestId, cmd.FirstAttempt, cmd.Epoch = randomID(), true, epoch
+// proposeHere proposes one command (a merge step, an expiry) on a local
+// leader replica and returns its result once applied here; a result with
+// an error code is returned as that status.
+func (n *Node) proposeHere(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	cmd.Epoch = epoch
 	payload, err := n.encodeCommand(cmd)
 	if err != nil {
 		return nil, err
@@ -254,7 +258,7 @@ func (n *Node) proposeMerge(ctx, inner context.Context, r *replication.Replica, 
 	}
 	cr, _ := res.(*shalev1.CommandResult)
 	if cr == nil {
-		return nil, status.Errorf(codes.Internal, "shard %d: merge command returned %T", r.ShardID(), res)
+		return nil, status.Errorf(codes.Internal, "shard %d: command returned %T", r.ShardID(), res)
 	}
 	if c := codes.Code(cr.GetErrorCode()); c != codes.OK {
 		return nil, status.Error(c, cr.GetErrorMessage())
@@ -323,39 +327,5 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 			n.log.Warn("automatic merge", "shard", l.d.GetShardId(), "right", rn.d.GetShardId(), "err", err)
 		}
 		return
-	}
-}
-
-// collectMergedReplicas removes local replicas of shards a merge retired
-// while they were away: frozen replicas of shards the directory no longer
-// lists.
-func (n *Node) collectMergedReplicas(ctx context.Context) {
-	var frozen []*replication.Replica
-	for _, r := range n.store.Replicas() {
-		if sm := n.Shard(r.ShardID()); sm != nil && sm.Descriptor().GetMergingInto() != 0 {
-			frozen = append(frozen, r)
-		}
-	}
-	if len(frozen) == 0 {
-		return
-	}
-	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	dir, err := (&adminService{n: n}).ShardDirectory(dctx, &shalev1.ShardDirectoryRequest{})
-	if err != nil {
-		return
-	}
-	listed := map[uint64]bool{}
-	for _, d := range dir.GetShards() {
-		listed[d.GetShardId()] = true
-	}
-	for _, r := range frozen {
-		if listed[r.ShardID()] {
-			continue
-		}
-		n.log.Info("removing the replica of a shard merged away", "shard", r.ShardID())
-		if err := r.Destroy(ctx); err != nil {
-			n.log.Warn("remove the replica of a merged shard", "shard", r.ShardID(), "err", err)
-		}
 	}
 }

@@ -40,6 +40,26 @@ func twoUserShards(t *testing.T, c *testcluster.Cluster) (left, right *shalev1.S
 	return left, right
 }
 
+// mergeRetrying calls Admin.MergeShards until it succeeds, retrying its
+// Unavailable answers (a leadership that moved under the forwarded call) as
+// the SDK does, for up to 30 s.
+func mergeRetrying(t *testing.T, a shalev1.AdminClient, req *shalev1.MergeShardsRequest) *shalev1.MergeShardsResponse {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		resp, err := a.MergeShards(ctx, req)
+		cancel()
+		if err == nil {
+			return resp
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("merge %v: %v", req, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestMergeShards merges two shards by hand while clients write, and
 // checks every record, the revision order, the directory, and that the
 // merged-away shard stays gone after every node restarts.
@@ -68,10 +88,7 @@ func TestMergeShards(t *testing.T) {
 	if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("merge without a key: %v", err)
 	}
-	resp, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := mergeRetrying(t, a, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
 	time.Sleep(300 * time.Millisecond)
 	acked, failures := stop()
 	if len(failures) > 0 {
@@ -296,9 +313,7 @@ func TestRequestIDAcrossLeaderChangeAndMerge(t *testing.T) {
 		})
 	})
 	sendTwice("n-merge", []byte("app-request-0002"), func() {
-		if _, err := a.MergeShards(ctx, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()}); err != nil {
-			t.Fatal(err)
-		}
+		mergeRetrying(t, a, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
 	})
 	// The first write, whose ID the right shard's table held before the
 	// merge, is still known to the merged shard.

@@ -86,6 +86,13 @@ type Node struct {
 	reg       *prometheus.Registry
 	// watchTooSlow counts the watchers cancelled as too slow.
 	watchTooSlow prometheus.Counter
+	// expiredKeys counts the keys this node's expiry sweep deleted.
+	expiredKeys prometheus.Counter
+	// strayRemoved counts the stray replicas replica GC removed; strays
+	// holds the replicas the last check found stray (shard ID -> local
+	// epoch + 1), which the next check removes if they still are.
+	strayRemoved prometheus.Counter
+	strays       map[uint64]uint64
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -158,7 +165,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.place = newPlacementState(cfg, n.reg)
 	n.watchTooSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_watch_too_slow_total",
 		Help: "Watchers this node cancelled as too slow: their queue passed --watch-queue-bytes. Each client's stream ends with ResourceExhausted after it reads what was queued, and the client resumes."})
-	n.reg.MustRegister(n.watchTooSlow)
+	n.expiredKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_expired_keys_total",
+		Help: "Keys whose TTL passed that this node's expiry sweep deleted (as leader of their shard), each a DELETE at a new revision."})
+	n.strayRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_stray_replicas_removed_total",
+		Help: "Replicas this node removed, with their data, because their shard no longer has them (merged away, or moved off this node while it was down)."})
+	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved)
 	n.authm = newAuthMetrics(n.reg)
 	defer func() {
 		if err != nil {
@@ -341,11 +352,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go n.refreshAuthLoop()
 	go n.maintain()
 	go n.placementLoop()
 	go n.watchStorage()
+	go n.expiryLoop()
 	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.shards))
 	return n, nil
 }

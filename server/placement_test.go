@@ -43,6 +43,28 @@ func adminOf(t *testing.T, c *testcluster.Cluster) shalev1.AdminClient {
 
 // waitFor polls cond every 250 ms until it holds, failing the test with
 // cond's last explanation after timeout. It returns how long it took.
+// movedTo reports whether the directory places shard on node to, as a
+// voter, and not on node from.
+func movedTo(t *testing.T, c *testcluster.Cluster, shard, from, to uint64) (bool, string) {
+	dir, err := directory(t, c)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, d := range dir {
+		if d.GetShardId() != shard {
+			continue
+		}
+		on := map[uint64]shalev1.ReplicaRole{}
+		for _, rd := range d.GetReplicas() {
+			on[rd.GetNodeId()] = rd.GetRole()
+		}
+		_, onFrom := on[from]
+		role, onTo := on[to]
+		return !onFrom && onTo && role == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED, fmt.Sprintf("shard %d: %v", shard, d.GetReplicas())
+	}
+	return false, fmt.Sprintf("shard %d missing from the directory", shard)
+}
+
 func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -407,25 +429,7 @@ func TestPlacementManualMove(t *testing.T) {
 	if _, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: 4}); err != nil {
 		t.Fatal(err)
 	}
-	onNode4 := func() (bool, string) {
-		dir, err := directory(t, c)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, d := range dir {
-			if d.GetShardId() != shard {
-				continue
-			}
-			on := map[uint64]shalev1.ReplicaRole{}
-			for _, rd := range d.GetReplicas() {
-				on[rd.GetNodeId()] = rd.GetRole()
-			}
-			_, onFrom := on[from]
-			role, on4 := on[4]
-			return !onFrom && on4 && role == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED, fmt.Sprintf("shard %d: %v", shard, d.GetReplicas())
-		}
-		return false, "shard missing"
-	}
+	onNode4 := func() (bool, string) { return movedTo(t, c, shard, from, 4) }
 	took := waitFor(t, 60*time.Second, onNode4)
 	t.Logf("manual move of shard %d from node %d to node 4 took %v", shard, from, took)
 	// A pinned leadership stays put even though it unbalances leaders.

@@ -7,6 +7,11 @@
 //     leader of the written shard is killed with SIGKILL, writes resume after
 //     the election (the unavailability window is logged), and the restarted
 //     node catches up (proven by stale reads served by that node alone).
+//   - TestRollingRestartNoFailedRequest: a 3-node cluster under writes and
+//     linearizable reads through the SDK; every node in turn gets SIGTERM
+//     (it drains its leaderships and exits 0) and restarts; not one request
+//     fails, none has an unknown outcome, and every acknowledged write reads
+//     back.
 //   - TestRunClusterScript: scripts/run-cluster.sh (what `make run` runs)
 //     starts a cluster, serves a write, stops cleanly on SIGINT, and restarts
 //     the same cluster from its data.

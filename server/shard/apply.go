@@ -247,7 +247,7 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 	}
 	if desc.GetMergingInto() != 0 {
 		switch cmd.GetCommand().(type) {
-		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Split, *shalev1.RaftCommand_MergeAbsorb:
+		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Split, *shalev1.RaftCommand_MergeAbsorb, *shalev1.RaftCommand_Expire:
 			return errResult(codes.Unavailable, desc, "shard %d is being merged into shard %d", desc.GetShardId(), desc.GetMergingInto()), nil
 		}
 	}
@@ -267,6 +267,8 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 		res, wrote, err = a.applyMergeAbsorb(c.MergeAbsorb)
 	case *shalev1.RaftCommand_MergeRetire:
 		res, wrote, err = a.applyMergeRetire()
+	case *shalev1.RaftCommand_Expire:
+		res, wrote, err = a.applyExpire(c.Expire, cmd.GetTimestampUnixNanos())
 	default: // noop, or no command at all
 		return nil, nil
 	}
@@ -526,6 +528,9 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 		}
 		a.noteChange(changePut, p.GetKey(), prev)
 		a.ov.set(a.b, ek, encodeValue(nil, &nv))
+		if nv.expire != 0 {
+			a.s.ttlWrites.Add(1)
+		}
 		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: resp}}, nil
 
 	case *shalev1.RequestOp_Delete:

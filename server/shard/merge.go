@@ -146,8 +146,12 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 		if !rng.contains(k) {
 			return errResult(codes.InvalidArgument, desc, "merge: key %q is outside shard %d", k, right.GetShardId()), false, nil
 		}
-		if _, err := decodeValue(m.GetValues()[i]); err != nil {
+		v, err := decodeValue(m.GetValues()[i])
+		if err != nil {
 			return errResult(codes.InvalidArgument, desc, "merge: key %q: %v", k, err), false, nil
+		}
+		if v.expire != 0 {
+			a.s.ttlWrites.Add(1)
 		}
 		a.ov.set(a.b, dataKey(k), m.GetValues()[i])
 	}

@@ -279,6 +279,10 @@ type Shard struct {
 	// (only applyMu holders change it).
 	dbMu sync.RWMutex
 	db   *storage.DB
+
+	// ttlWrites counts records with an expiry this Shard applied (puts
+	// with a TTL, absorbed records), since it was opened.
+	ttlWrites atomic.Uint64
 	// logGen counts the engines Restore moved in: a change-log position
 	// of an earlier engine is void. Guarded like db.
 	logGen uint64

@@ -185,9 +185,9 @@ func (s *Shard) SplitKey() ([]byte, error) {
 	return uk, nil
 }
 
-// compactAway compacts the engine keys in [lo, hi), which a split deleted,
-// in the background, so that the space (and the shard's size) is
-// reclaimed. Close and Restore wait for it.
+// compactAway compacts the engine keys in [lo, hi), which a split, a merge
+// or an expiry deleted, in the background, so that the space (and the
+// shard's size) is reclaimed. Close and Restore wait for it.
 func (s *Shard) compactAway(lo, hi []byte) {
 	go func() {
 		s.dbMu.RLock()
@@ -196,7 +196,7 @@ func (s *Shard) compactAway(lo, hi []byte) {
 			return
 		}
 		if err := s.db.CompactRange(lo, hi); err != nil {
-			s.log.Warn("compact the range a split moved away", "shard", s.dir, "err", err)
+			s.log.Warn("compact a deleted range", "shard", s.dir, "err", err)
 		}
 	}()
 }

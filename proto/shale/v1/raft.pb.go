@@ -571,6 +571,7 @@ type RaftCommand struct {
 	//	*RaftCommand_MergeFreeze
 	//	*RaftCommand_MergeAbsorb
 	//	*RaftCommand_MergeRetire
+	//	*RaftCommand_Expire
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -711,6 +712,15 @@ func (x *RaftCommand) GetMergeRetire() bool {
 	return false
 }
 
+func (x *RaftCommand) GetExpire() *ExpireKeys {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_Expire); ok {
+			return x.Expire
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -750,6 +760,11 @@ type RaftCommand_MergeRetire struct {
 	MergeRetire bool `protobuf:"varint,16,opt,name=merge_retire,json=mergeRetire,proto3,oneof"`
 }
 
+type RaftCommand_Expire struct {
+	// expire deletes keys whose TTL has passed (the leader's expiry sweep).
+	Expire *ExpireKeys `protobuf:"bytes,17,opt,name=expire,proto3,oneof"`
+}
+
 func (*RaftCommand_Txn) isRaftCommand_Command() {}
 
 func (*RaftCommand_System) isRaftCommand_Command() {}
@@ -764,6 +779,65 @@ func (*RaftCommand_MergeAbsorb) isRaftCommand_Command() {}
 
 func (*RaftCommand_MergeRetire) isRaftCommand_Command() {}
 
+func (*RaftCommand_Expire) isRaftCommand_Command() {}
+
+// ExpireKeys deletes expired keys as a replicated write: each keys[i] whose
+// stored record still has mod_revisions[i] and an expiry at or before the
+// command's timestamp is deleted (a DELETE in the change log, so in Watch
+// and in backups), all at one new shard revision; any other key (rewritten,
+// deleted, not expired, or outside the shard since a split) is skipped.
+type ExpireKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	ModRevisions  []uint64               `protobuf:"varint,2,rep,packed,name=mod_revisions,json=modRevisions,proto3" json:"mod_revisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpireKeys) Reset() {
+	*x = ExpireKeys{}
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireKeys) ProtoMessage() {}
+
+func (x *ExpireKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireKeys.ProtoReflect.Descriptor instead.
+func (*ExpireKeys) Descriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExpireKeys) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ExpireKeys) GetModRevisions() []uint64 {
+	if x != nil {
+		return x.ModRevisions
+	}
+	return nil
+}
+
 // MergeFreeze freezes a shard that is being merged into into_shard_id.
 type MergeFreeze struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -774,7 +848,7 @@ type MergeFreeze struct {
 
 func (x *MergeFreeze) Reset() {
 	*x = MergeFreeze{}
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +860,7 @@ func (x *MergeFreeze) String() string {
 func (*MergeFreeze) ProtoMessage() {}
 
 func (x *MergeFreeze) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[9]
+	mi := &file_shale_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +873,7 @@ func (x *MergeFreeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeFreeze.ProtoReflect.Descriptor instead.
 func (*MergeFreeze) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MergeFreeze) GetIntoShardId() uint64 {
@@ -836,7 +910,7 @@ type MergeAbsorb struct {
 
 func (x *MergeAbsorb) Reset() {
 	*x = MergeAbsorb{}
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +922,7 @@ func (x *MergeAbsorb) String() string {
 func (*MergeAbsorb) ProtoMessage() {}
 
 func (x *MergeAbsorb) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[10]
+	mi := &file_shale_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +935,7 @@ func (x *MergeAbsorb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeAbsorb.ProtoReflect.Descriptor instead.
 func (*MergeAbsorb) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MergeAbsorb) GetRight() *ShardDescriptor {
@@ -934,7 +1008,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1020,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[11]
+	mi := &file_shale_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1033,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -1002,7 +1076,7 @@ type SystemCommand struct {
 
 func (x *SystemCommand) Reset() {
 	*x = SystemCommand{}
-	mi := &file_shale_v1_raft_proto_msgTypes[12]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1088,7 @@ func (x *SystemCommand) String() string {
 func (*SystemCommand) ProtoMessage() {}
 
 func (x *SystemCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[12]
+	mi := &file_shale_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1101,7 @@ func (x *SystemCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemCommand.ProtoReflect.Descriptor instead.
 func (*SystemCommand) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SystemCommand) GetOp() isSystemCommand_Op {
@@ -1166,7 +1240,7 @@ type PutAuth struct {
 
 func (x *PutAuth) Reset() {
 	*x = PutAuth{}
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1252,7 @@ func (x *PutAuth) String() string {
 func (*PutAuth) ProtoMessage() {}
 
 func (x *PutAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[13]
+	mi := &file_shale_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1265,7 @@ func (x *PutAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAuth.ProtoReflect.Descriptor instead.
 func (*PutAuth) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutAuth) GetState() *AuthState {
@@ -1219,7 +1293,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_shale_v1_raft_proto_msgTypes[14]
+	mi := &file_shale_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1305,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[14]
+	mi := &file_shale_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1318,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConfChangeContext) GetReplicas() []*ReplicaDescriptor {
@@ -1275,7 +1349,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_shale_v1_raft_proto_msgTypes[15]
+	mi := &file_shale_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1361,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_raft_proto_msgTypes[15]
+	mi := &file_shale_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1374,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandResult) GetTxn() *TxnResponse {
@@ -1394,7 +1468,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x8e\x04\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xbe\x04\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
@@ -1409,8 +1483,13 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x05split\x18\r \x01(\v2\x16.shale.v1.SplitCommandH\x00R\x05split\x12:\n" +
 	"\fmerge_freeze\x18\x0e \x01(\v2\x15.shale.v1.MergeFreezeH\x00R\vmergeFreeze\x12:\n" +
 	"\fmerge_absorb\x18\x0f \x01(\v2\x15.shale.v1.MergeAbsorbH\x00R\vmergeAbsorb\x12#\n" +
-	"\fmerge_retire\x18\x10 \x01(\bH\x00R\vmergeRetireB\t\n" +
-	"\acommand\"1\n" +
+	"\fmerge_retire\x18\x10 \x01(\bH\x00R\vmergeRetire\x12.\n" +
+	"\x06expire\x18\x11 \x01(\v2\x14.shale.v1.ExpireKeysH\x00R\x06expireB\t\n" +
+	"\acommand\"E\n" +
+	"\n" +
+	"ExpireKeys\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12#\n" +
+	"\rmod_revisions\x18\x02 \x03(\x04R\fmodRevisions\"1\n" +
 	"\vMergeFreeze\x12\"\n" +
 	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\x81\x02\n" +
 	"\vMergeAbsorb\x12/\n" +
@@ -1466,7 +1545,7 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
-var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_shale_v1_raft_proto_goTypes = []any{
 	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
 	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
@@ -1477,53 +1556,55 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),      // 6: shale.v1.SnapshotChunk
 	(*SnapshotResponse)(nil),   // 7: shale.v1.SnapshotResponse
 	(*RaftCommand)(nil),        // 8: shale.v1.RaftCommand
-	(*MergeFreeze)(nil),        // 9: shale.v1.MergeFreeze
-	(*MergeAbsorb)(nil),        // 10: shale.v1.MergeAbsorb
-	(*SplitCommand)(nil),       // 11: shale.v1.SplitCommand
-	(*SystemCommand)(nil),      // 12: shale.v1.SystemCommand
-	(*PutAuth)(nil),            // 13: shale.v1.PutAuth
-	(*ConfChangeContext)(nil),  // 14: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 15: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 16: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 17: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 18: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 19: shale.v1.ShardPin
-	(*AuthState)(nil),          // 20: shale.v1.AuthState
-	(*ReplicaDescriptor)(nil),  // 21: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 22: shale.v1.TxnResponse
+	(*ExpireKeys)(nil),         // 9: shale.v1.ExpireKeys
+	(*MergeFreeze)(nil),        // 10: shale.v1.MergeFreeze
+	(*MergeAbsorb)(nil),        // 11: shale.v1.MergeAbsorb
+	(*SplitCommand)(nil),       // 12: shale.v1.SplitCommand
+	(*SystemCommand)(nil),      // 13: shale.v1.SystemCommand
+	(*PutAuth)(nil),            // 14: shale.v1.PutAuth
+	(*ConfChangeContext)(nil),  // 15: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 16: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 17: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 18: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 19: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 20: shale.v1.ShardPin
+	(*AuthState)(nil),          // 21: shale.v1.AuthState
+	(*ReplicaDescriptor)(nil),  // 22: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 23: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
 	2,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
 	4,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	16, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	17, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
 	2,  // 4: shale.v1.SnapshotHeader.hlc:type_name -> shale.v1.HlcTimestamp
 	5,  // 5: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
 	2,  // 6: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
-	17, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	12, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	11, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
-	9,  // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
-	10, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
-	16, // 12: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	18, // 13: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	16, // 14: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	19, // 15: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	13, // 16: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
-	20, // 17: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
-	21, // 18: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	22, // 19: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	16, // 20: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	16, // 21: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 22: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	6,  // 23: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	3,  // 24: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	7,  // 25: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	24, // [24:26] is the sub-list for method output_type
-	22, // [22:24] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	13, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	12, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	10, // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
+	11, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
+	9,  // 12: shale.v1.RaftCommand.expire:type_name -> shale.v1.ExpireKeys
+	17, // 13: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	19, // 14: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	17, // 15: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	20, // 16: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	14, // 17: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
+	21, // 18: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
+	22, // 19: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	23, // 20: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	17, // 21: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	17, // 22: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	1,  // 23: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	6,  // 24: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	3,  // 25: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	7,  // 26: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1542,8 +1623,9 @@ func file_shale_v1_raft_proto_init() {
 		(*RaftCommand_MergeFreeze)(nil),
 		(*RaftCommand_MergeAbsorb)(nil),
 		(*RaftCommand_MergeRetire)(nil),
+		(*RaftCommand_Expire)(nil),
 	}
-	file_shale_v1_raft_proto_msgTypes[12].OneofWrappers = []any{
+	file_shale_v1_raft_proto_msgTypes[13].OneofWrappers = []any{
 		(*SystemCommand_PutNode)(nil),
 		(*SystemCommand_RemoveNodeId)(nil),
 		(*SystemCommand_PutShard)(nil),
@@ -1558,7 +1640,7 @@ func file_shale_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

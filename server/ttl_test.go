@@ -1,0 +1,133 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/testcluster"
+)
+
+// TestTTLExpiryIsAReplicatedDelete writes 100,000 keys with a short TTL
+// under a watch. Once they expire, they read as absent, the watch delivers
+// one DELETE per key (with the value it deleted), every replica holds the
+// same data, and the shard's SST bytes drop back near zero.
+func TestTTLExpiryIsAReplicatedDelete(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100,000 keys")
+	}
+	const n = 100_000
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefix := []byte("ttl/")
+	events := cl.Watch(ctx, nil, nil, client.WithWatchPrefix(prefix), client.WithPrevKV())
+	// The watch is open once a marker written after it arrives.
+	if _, err := cl.Put(ctx, []byte("ttl/marker"), []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	for open := false; !open; {
+		select {
+		case resp := <-events:
+			if resp.Err != nil {
+				t.Fatal(resp.Err)
+			}
+			open = len(resp.Events) > 0
+		case <-ctx.Done():
+			t.Fatal("the watch saw no marker")
+		}
+	}
+	ttl := 3 * time.Second
+	start := time.Now()
+	for i := 0; i < n; i += 1000 {
+		b := client.NewBatch()
+		for j := i; j < i+1000; j++ {
+			b.Put([]byte(fmt.Sprintf("ttl/%06d", j)), []byte(fmt.Sprintf("value-%06d", j)), client.WithTTL(ttl))
+		}
+		if _, err := cl.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("wrote %d keys with a %v TTL in %v", n, ttl, time.Since(start).Round(time.Millisecond))
+	shardID := shardOf(t, c, prefix)
+	var sstBefore uint64
+	for _, id := range c.NodeIDs() {
+		sm := c.Node(id).Shard(shardID)
+		if _, err := sm.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		sstBefore = max(sstBefore, sm.SizeBytes())
+	}
+
+	// Every key's PUT, then its DELETE, each once.
+	puts, deletes := map[string]int{}, map[string]int{}
+	for len(deletes) < n {
+		select {
+		case resp := <-events:
+			if resp.Err != nil {
+				t.Fatal(resp.Err)
+			}
+			for _, ev := range resp.Events {
+				k := string(ev.KV.Key)
+				if k == "ttl/marker" {
+					continue
+				}
+				switch ev.Type {
+				case client.EventPut:
+					puts[k]++
+				case client.EventDelete:
+					if puts[k] != 1 {
+						t.Fatalf("DELETE of %s before its PUT", k)
+					}
+					if ev.PrevKV == nil || string(ev.PrevKV.Value) != "value-"+k[len("ttl/"):] {
+						t.Fatalf("DELETE of %s carries previous value %v", k, ev.PrevKV)
+					}
+					deletes[k]++
+					if deletes[k] > 1 {
+						t.Fatalf("%s deleted twice", k)
+					}
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d expiries delivered by the watch in %v", len(deletes), n, time.Since(start))
+		}
+	}
+	t.Logf("every key's expiry delivered as a DELETE %v after the first write", time.Since(start).Round(time.Millisecond))
+	if len(puts) != n {
+		t.Fatalf("%d PUT events, want %d", len(puts), n)
+	}
+	// Unreadable, and gone from every replica alike.
+	it := cl.Scan(ctx, nil, nil, client.WithPrefix(prefix))
+	left := 0
+	for it.Next() {
+		if string(it.KV().Key) != "ttl/marker" {
+			left++
+		}
+	}
+	if it.Err() != nil || left != 0 {
+		t.Fatalf("scan after the expiry: %d keys, %v", left, it.Err())
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		var sums []uint64
+		var sizes []uint64
+		for _, id := range c.NodeIDs() {
+			sm := c.Node(id).Shard(shardID)
+			sum, err := sm.Checksum()
+			if err != nil {
+				return false, err.Error()
+			}
+			sums = append(sums, sum)
+			sizes = append(sizes, sm.SizeBytes())
+		}
+		for i := range sums {
+			if sums[i] != sums[0] || sizes[i] > sstBefore/20 {
+				return false, fmt.Sprintf("checksums %x, SST bytes %v (before the expiry: %d)", sums, sizes, sstBefore)
+			}
+		}
+		t.Logf("SST bytes of the shard's replicas: %v, from %d before the expiry", sizes, sstBefore)
+		return true, ""
+	})
+}
