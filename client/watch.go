@@ -173,6 +173,11 @@ type watchPart struct {
 	// next is the first revision still to deliver (0: after the shard's
 	// current one, until the first response fixes it).
 	next uint64
+	// revShard is the shard whose revisions next counts: the last shard a
+	// stream of the part started on (0: none yet). A shard split off keeps
+	// its parent's revisions; one that absorbed the part's shard in a merge
+	// does not, and refuses a resume that would skip changes.
+	revShard uint64
 }
 
 func (ws *watchStream) spawn(ctx context.Context, p *watchPart) {
@@ -199,7 +204,7 @@ func (ws *watchStream) resolve(ctx context.Context, p *watchPart) error {
 		if sh != nil {
 			p.shard, p.epoch = sh.id(), sh.epoch()
 			if e := sh.desc.GetEndKey(); len(e) > 0 && (p.hi == nil || bytes.Compare(p.hi, e) > 0) {
-				rest := &watchPart{lo: bytes.Clone(e), hi: p.hi, next: p.next}
+				rest := &watchPart{lo: bytes.Clone(e), hi: p.hi, next: p.next, revShard: p.revShard}
 				p.hi = bytes.Clone(e)
 				ws.spawn(ctx, rest)
 			}
@@ -280,6 +285,7 @@ func (ws *watchStream) run(ctx context.Context, p *watchPart) error {
 		}
 		if p.next != 0 {
 			req.RangeEpoch = p.epoch
+			req.RevisionShardId = p.revShard
 		}
 		moved, started, err := ws.stream(ctx, shalev1.NewKVClient(cc), node, req, p)
 		if started {
@@ -347,6 +353,7 @@ func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uin
 			if p.next == 0 {
 				p.next = rev + 1
 			}
+			p.revShard = p.shard
 			continue
 		}
 		if len(m.GetEvents()) > 0 || (ws.o.progress && m.GetRangeChange() == nil) {

@@ -168,7 +168,7 @@ func (s *kvService) Watch(req *shalev1.WatchRequest, stream shalev1.KV_WatchServ
 	}
 	defer release()
 	w, after, err := hub.Watch(ctx, watch.Request{Start: start, End: end, StartRevision: req.GetStartRevision(),
-		PrevKV: req.GetPrevKv(), Epoch: epoch})
+		PrevKV: req.GetPrevKv(), Epoch: epoch, RevisionShard: req.GetRevisionShardId()})
 	if err != nil {
 		return n.watchErr(id, err)
 	}

@@ -290,3 +290,63 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("resume revision %d (%v), want %d", resume, err, current+1)
 	}
 }
+
+// TestWatchResumeAcrossMergeReportsLostHistory: a watcher of a shard that
+// was merged away while it was disconnected resumes on the merged shard
+// with a revision of the absorbed shard. The changes after it came with the
+// merge without their history: the stream ends with OutOfRange and the
+// oldest revision available instead of skipping them. A resume after the
+// absorbed shard's last revision (a watcher that followed the merge) is
+// served.
+func TestWatchResumeAcrossMergeReportsLostHistory(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var revs []uint64
+	for _, k := range []string{"n1", "n2", "n3"} {
+		res, err := cl.Put(ctx, []byte(k), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, res.Revision)
+	}
+	left, right := twoUserShards(t, c)
+	mergeRetrying(t, adminOf(t, c), &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
+	kv := rawKV(t, c.Node(c.Leader(left.GetShardId())).Addr())
+
+	// Delivered through n1 on the right shard; n2 and n3 were missed.
+	st, err := kv.Watch(ctx, &shalev1.WatchRequest{Header: &shalev1.RequestHeader{ShardId: left.GetShardId()},
+		StartKey: []byte("m"), StartRevision: revs[0] + 1, RevisionShardId: right.GetShardId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	var wi *shalev1.WatchInterrupted
+	for _, d := range status.Convert(err).Details() {
+		if v, ok := d.(*shalev1.WatchInterrupted); ok {
+			wi = v
+		}
+	}
+	if status.Code(err) != codes.OutOfRange || wi == nil || wi.GetCompactRevision() <= revs[2] {
+		t.Fatalf("resume across the merge that skipped revisions %d..%d: %v (detail %v); want OutOfRange naming a revision after %d",
+			revs[1], revs[2], err, wi, revs[2])
+	}
+
+	// Delivered through n3, the absorbed shard's last change: served.
+	st, err = kv.Watch(ctx, &shalev1.WatchRequest{Header: &shalev1.RequestHeader{ShardId: left.GetShardId()},
+		StartKey: []byte("m"), StartRevision: revs[2] + 1, RevisionShardId: right.GetShardId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("resume after the absorbed shard's last revision: %v", err)
+	}
+	if _, err := cl.Put(ctx, []byte("n4"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil || len(m.GetEvents()) != 1 || string(m.GetEvents()[0].GetKv().GetKey()) != "n4" {
+		t.Fatalf("after the resume: %v, %v; want the put of n4", m, err)
+	}
+}

@@ -145,11 +145,19 @@ func (p ChangeLogPosition) Reaches(o ChangeLogPosition) bool {
 }
 
 // absorbedRange is a range a merge added to the shard, and the shard's
-// revision after the merge.
+// revision after the merge; from is the shard absorbed (0 in records
+// written before it was kept) and fromRev its last revision.
 type absorbedRange struct {
 	start, end []byte // end empty: the end of the key space
 	rev        uint64
+	from       uint64
+	fromRev    uint64
 }
+
+// absorbedV2 starts an absorbed-ranges record that holds from and fromRev.
+// A record without it is of the first format: it starts with the length of
+// a right shard's start key, which is never empty, so never with a 0 byte.
+const absorbedV2 = 0x00
 
 // maxAbsorbed bounds the absorbed ranges a shard remembers.
 const maxAbsorbed = 32
@@ -166,22 +174,29 @@ func appendAbsorbed(list []absorbedRange, r absorbedRange) []absorbedRange {
 	return out
 }
 
-// encodeAbsorbed encodes absorbed ranges: for each, the start and end as
-// uvarint-length-prefixed bytes, then the revision as a uvarint.
+// encodeAbsorbed encodes absorbed ranges: the byte absorbedV2, then for
+// each the start and end as uvarint-length-prefixed bytes, then the
+// revision, the absorbed shard and its last revision as uvarints.
 func encodeAbsorbed(list []absorbedRange) []byte {
-	var b []byte
+	b := []byte{absorbedV2}
 	for _, r := range list {
 		b = binary.AppendUvarint(b, uint64(len(r.start)))
 		b = append(b, r.start...)
 		b = binary.AppendUvarint(b, uint64(len(r.end)))
 		b = append(b, r.end...)
 		b = binary.AppendUvarint(b, r.rev)
+		b = binary.AppendUvarint(b, r.from)
+		b = binary.AppendUvarint(b, r.fromRev)
 	}
 	return b
 }
 
 func decodeAbsorbed(b []byte) ([]absorbedRange, error) {
 	var out []absorbedRange
+	v2 := len(b) > 0 && b[0] == absorbedV2
+	if v2 {
+		b = b[1:]
+	}
 	readBytes := func() ([]byte, bool) {
 		n, w := binary.Uvarint(b)
 		if w <= 0 || n > uint64(len(b)-w) {
@@ -191,20 +206,49 @@ func decodeAbsorbed(b []byte) ([]absorbedRange, error) {
 		b = b[w+int(n):]
 		return s, true
 	}
-	for len(b) > 0 {
-		var r absorbedRange
-		var ok1, ok2 bool
-		r.start, ok1 = readBytes()
-		r.end, ok2 = readBytes()
-		rev, w := binary.Uvarint(b)
-		if !ok1 || !ok2 || w <= 0 {
-			return nil, fmt.Errorf("%w: absorbed ranges record", ErrCorrupt)
+	readUint := func() (uint64, bool) {
+		x, w := binary.Uvarint(b)
+		if w <= 0 {
+			return 0, false
 		}
 		b = b[w:]
-		r.rev = rev
+		return x, true
+	}
+	for len(b) > 0 {
+		var r absorbedRange
+		var ok1, ok2, ok3 bool
+		r.start, ok1 = readBytes()
+		r.end, ok2 = readBytes()
+		r.rev, ok3 = readUint()
+		ok4, ok5 := true, true
+		if v2 {
+			r.from, ok4 = readUint()
+			r.fromRev, ok5 = readUint()
+		}
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+			return nil, fmt.Errorf("%w: absorbed ranges record", ErrCorrupt)
+		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// AbsorbedFrom reports, for a watch of [start, end) that resumes at a
+// revision counted by shard from (the shard it last watched the range on),
+// the last revision of from when a merge absorbed it into this shard with
+// a range overlapping [start, end): changes of from at or below it reached
+// this shard without their history. ok is false when no merge this shard
+// remembers absorbed from.
+func (s *Shard) AbsorbedFrom(start, end []byte, from uint64) (fromRev uint64, ok bool) {
+	for _, r := range s.st.Load().absorbed {
+		if r.from != from || from == 0 {
+			continue
+		}
+		if (len(r.end) == 0 || bytes.Compare(start, r.end) < 0) && (end == nil || bytes.Compare(r.start, end) < 0) {
+			fromRev, ok = max(fromRev, r.fromRev), true
+		}
+	}
+	return fromRev, ok
 }
 
 // AbsorbedAt returns the revision after the latest merge that added a range

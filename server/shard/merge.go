@@ -166,7 +166,8 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 	}
 	a.st.rev = max(a.st.rev, m.GetRightRevision())
 	a.st.absorbed = appendAbsorbed(a.st.absorbed, absorbedRange{
-		start: bytes.Clone(right.GetStartKey()), end: bytes.Clone(right.GetEndKey()), rev: a.st.rev})
+		start: bytes.Clone(right.GetStartKey()), end: bytes.Clone(right.GetEndKey()), rev: a.st.rev,
+		from: right.GetShardId(), fromRev: m.GetRightRevision()})
 	a.ov.del(a.b, keyMergePending)
 	a.s.log.Info("shard merged", "shard", d.GetShardId(), "absorbed", right.GetShardId(), "end", fmt.Sprintf("%q", d.GetEndKey()))
 	return &shalev1.CommandResult{Descriptor_: cloneDesc(d), RightDescriptor: cloneDesc(right)}, true, nil

@@ -286,6 +286,11 @@ type Request struct {
 	// it: a later range change (a descriptor of a newer epoch) that leaves
 	// part of the range to another shard ends the watcher.
 	Epoch uint64
+	// RevisionShard is the shard whose revisions StartRevision counts (0:
+	// the hub's). A start at or below the last revision of a shard that a
+	// merge absorbed into the hub's fails with ErrCompacted: those changes
+	// came without their history.
+	RevisionShard uint64
 }
 
 func (r *Request) contains(key []byte) bool {
@@ -326,8 +331,17 @@ func (h *Hub) Watch(ctx context.Context, req Request) (*Watcher, uint64, error) 
 	// the merge that brought the whole range into the shard, if later:
 	// the shard holds no change to the range before that.
 	w.from = req.StartRevision
-	if floor := h.sh.AbsorbedAt(req.Start, req.End); req.StartRevision != 0 && floor+1 > w.from {
+	floor := h.sh.AbsorbedAt(req.Start, req.End)
+	if req.StartRevision != 0 && floor+1 > w.from {
 		w.from = floor + 1
+	}
+	if rs := req.RevisionShard; req.StartRevision != 0 && rs != 0 && rs != h.id {
+		if last, ok := h.sh.AbsorbedFrom(req.Start, req.End, rs); ok && req.StartRevision <= last {
+			h.mu.Unlock()
+			return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1,
+				Detail: fmt.Sprintf("shard %d was merged into shard %d with its changes from revision %d to %d, which the merge carried without their history",
+					rs, h.id, req.StartRevision, last)}
+		}
 	}
 	if req.StartRevision == 0 || w.from > h.rev {
 		if req.StartRevision == 0 {

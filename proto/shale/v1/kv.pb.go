@@ -2265,9 +2265,18 @@ type WatchRequest struct {
 	// changes up to the split or merge that moved part of it, then ends with
 	// range_change, so a client that missed a range change resumes across
 	// it without a gap.
-	RangeEpoch    uint64 `protobuf:"varint,8,opt,name=range_epoch,json=rangeEpoch,proto3" json:"range_epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RangeEpoch uint64 `protobuf:"varint,8,opt,name=range_epoch,json=rangeEpoch,proto3" json:"range_epoch,omitempty"`
+	// revision_shard_id, when resuming, is the shard whose revisions
+	// start_revision counts: the shard the client last watched the range on
+	// (0: this one). A shard split off keeps its parent's revisions; a shard
+	// merged into this one had its own, and when start_revision is at or
+	// below its last revision the changes in between reached this shard
+	// without their history: the stream ends at once with OutOfRange and a
+	// WatchInterrupted whose compact_revision is the oldest revision of this
+	// shard the range can be watched from, instead of skipping them.
+	RevisionShardId uint64 `protobuf:"varint,9,opt,name=revision_shard_id,json=revisionShardId,proto3" json:"revision_shard_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -2356,12 +2365,20 @@ func (x *WatchRequest) GetRangeEpoch() uint64 {
 	return 0
 }
 
+func (x *WatchRequest) GetRevisionShardId() uint64 {
+	if x != nil {
+		return x.RevisionShardId
+	}
+	return 0
+}
+
 type WatchEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  WatchEvent_Type        `protobuf:"varint,1,opt,name=type,proto3,enum=shale.v1.WatchEvent_Type" json:"type,omitempty"`
 	// kv is the key after the change: for a put, its value and revisions;
-	// for a delete, the key with mod_revision the deletion's revision.
-	// Keys expiring by TTL produce no events.
+	// for a delete, the key with mod_revision the deletion's revision. A key
+	// whose TTL passed yields a delete when its shard's expiry sweep deletes
+	// it.
 	Kv *KeyValue `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
 	// prev_kv is the key before the change (with WatchRequest.prev_kv), unset
 	// when the key was absent.
@@ -2641,7 +2658,7 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\vTxnResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.ResponseHeaderR\x06header\x12\x1c\n" +
 	"\tsucceeded\x18\x02 \x01(\bR\tsucceeded\x12.\n" +
-	"\aresults\x18\x03 \x03(\v2\x14.shale.v1.ResponseOpR\aresults\"\x97\x02\n" +
+	"\aresults\x18\x03 \x03(\v2\x14.shale.v1.ResponseOpR\aresults\"\xc3\x02\n" +
 	"\fWatchRequest\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.shale.v1.RequestHeaderR\x06header\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
@@ -2651,7 +2668,8 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\aprev_kv\x18\x06 \x01(\bR\x06prevKv\x12'\n" +
 	"\x0fprogress_notify\x18\a \x01(\bR\x0eprogressNotify\x12\x1f\n" +
 	"\vrange_epoch\x18\b \x01(\x04R\n" +
-	"rangeEpoch\"\xbf\x01\n" +
+	"rangeEpoch\x12*\n" +
+	"\x11revision_shard_id\x18\t \x01(\x04R\x0frevisionShardId\"\xbf\x01\n" +
 	"\n" +
 	"WatchEvent\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.shale.v1.WatchEvent.TypeR\x04type\x12\"\n" +
