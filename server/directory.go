@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sort"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,12 +18,17 @@ import (
 // shard. Each node reports, once a second, the descriptors of the shards it
 // leads whose epoch it has not reported yet (after a split, a membership
 // change, or when it becomes leader); the system shard's leader records
-// them with put_shard, which keeps the newest epoch of each shard.
+// them with put_shard, which keeps the newest epoch of each shard. With its
+// descriptor, a shard's leader reports as removed the shards its merges
+// absorbed: so a merge whose merging node stopped before it removed the
+// absorbed shard from the directory is cleaned up by the next leader's
+// report, and never leaves a listed shard without replicas.
 
 // reportDescriptors reports the changed descriptors of the shards this node
 // leads to the system shard's leader.
 func (n *Node) reportDescriptors(ctx context.Context) {
 	var descs []*shalev1.ShardDescriptor
+	var absorbed []uint64
 	for _, r := range n.store.Replicas() {
 		sm := n.Shard(r.ShardID())
 		if sm == nil || !r.IsLeader() {
@@ -36,6 +43,7 @@ func (n *Node) reportDescriptors(ctx context.Context) {
 		n.mu.Unlock()
 		if !done {
 			descs = append(descs, d)
+			absorbed = append(absorbed, sm.AbsorbedShards()...)
 		}
 	}
 	n.mu.Lock()
@@ -47,6 +55,7 @@ func (n *Node) reportDescriptors(ctx context.Context) {
 	if len(descs) == 0 && len(removed) == 0 {
 		return
 	}
+	removed = append(removed, absorbed...)
 	if _, err := (&adminService{n: n}).ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: descs, RemovedShardIds: removed}); err != nil {
 		n.log.Debug("report shard descriptors to the directory", "shards", len(descs), "removed", len(removed), "err", err)
 		return
@@ -91,8 +100,10 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 		}
 	}
 	for _, d := range req.GetDescriptors() {
-		if proto.Equal(have[d.GetShardId()], d) || d.GetRetired() {
-			continue // a retired shard is removed by its merge, never recorded
+		if proto.Equal(have[d.GetShardId()], d) || d.GetRetired() || d.GetMergingInto() != 0 {
+			// A frozen or retired shard is on its way out: its merge
+			// removes it; recording it late would bring it back.
+			continue
 		}
 		id := requestIDFor("put-shard", itoa(d.GetShardId()), itoa(d.GetEpoch()))
 		res, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutShard{PutShard: d}})
@@ -105,7 +116,11 @@ func (s *adminService) ReportShards(ctx context.Context, req *shalev1.ReportShar
 		if _, ok := have[id]; !ok {
 			continue
 		}
-		if _, err := n.proposeSystem(ctx, requestIDFor("remove-shard", itoa(id)), &shalev1.SystemCommand{Op: &shalev1.SystemCommand_RemoveShardId{RemoveShardId: id}}); err != nil {
+		// A removal is idempotent; the time in the request ID keeps one
+		// that removes an entry a stale report brought back from being
+		// taken for a repeat of the first.
+		rid := requestIDFor("remove-shard", itoa(id), fmt.Sprint(time.Now().UnixNano()))
+		if _, err := n.proposeSystem(ctx, rid, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_RemoveShardId{RemoveShardId: id}}); err != nil {
 			return nil, err
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -59,6 +61,7 @@ func TestStrayReplicaMovedWhileDown(t *testing.T) {
 		}
 	}
 	c.Stop(from)
+	a = adminOf(t, c) // through a running node
 	// The new node is live for placement once its heartbeats arrive.
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		_, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: 4, PinSeconds: 600})
@@ -78,7 +81,6 @@ func TestStrayReplicaMovedWhileDown(t *testing.T) {
 func TestStrayReplicaMergedWhileDown(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
 	cl := newClient(t, c)
-	a := adminOf(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, k := range []string{"a", "x"} {
@@ -98,7 +100,7 @@ func TestStrayReplicaMergedWhileDown(t *testing.T) {
 		down = 3
 	}
 	c.Stop(down)
-	mergeRetrying(t, a, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
+	mergeRetrying(t, adminOf(t, c), &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
 	c.Restart(down)
 	waitStrayGone(t, c, down, right.GetShardId())
 	// The merged shard's replica on the node has both halves.
@@ -109,5 +111,58 @@ func TestStrayReplicaMergedWhileDown(t *testing.T) {
 		}
 		st := sm.AppliedState()
 		return len(st.Descriptor.GetEndKey()) == 0, fmt.Sprintf("descriptor %v", st.Descriptor)
+	})
+}
+
+// TestMergedShardLeavesTheDirectory: a merged-away shard that comes back
+// into the shard directory (a late report of its old descriptor, or a merge
+// whose merging node stopped before removing it) is removed again by the
+// next report of the shard that absorbed it, here made by a new leader.
+func TestMergedShardLeavesTheDirectory(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	a := adminOf(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	left, right := twoUserShards(t, c)
+	mergeRetrying(t, a, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
+	listed := func() (bool, error) {
+		dir, err := directory(t, c)
+		for _, d := range dir {
+			if d.GetShardId() == right.GetShardId() {
+				return true, err
+			}
+		}
+		return false, err
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		on, err := listed()
+		return !on && err == nil, fmt.Sprintf("shard %d still listed after its merge (%v)", right.GetShardId(), err)
+	})
+	// Bring it back as a removal lost with its merging node would have left
+	// it: listed, with no replica anywhere. (A late report of the same
+	// descriptor cannot: its put_shard is deduplicated; a frozen or
+	// retired descriptor is not recorded.)
+	stale := proto.Clone(right).(*shalev1.ShardDescriptor)
+	stale.Epoch++
+	if _, err := a.ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: []*shalev1.ShardDescriptor{stale}}); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := listed(); !on || err != nil {
+		t.Fatalf("the stale report did not bring shard %d back (%v): nothing to clean up", right.GetShardId(), err)
+	}
+	// A new leader of the merged shard reports it, and the shards it
+	// absorbed as removed.
+	from := c.Leader(left.GetShardId())
+	to := from%3 + 1
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		if c.Leader(left.GetShardId()) == to {
+			return true, ""
+		}
+		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: left.GetShardId(), TargetNodeId: to})
+		return false, fmt.Sprint(err)
+	})
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		on, err := listed()
+		return !on && err == nil, fmt.Sprintf("shard %d still listed (%v)", right.GetShardId(), err)
 	})
 }

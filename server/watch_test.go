@@ -333,6 +333,18 @@ func TestWatchResumeAcrossMergeReportsLostHistory(t *testing.T) {
 			revs[1], revs[2], err, wi, revs[2])
 	}
 
+	// Counted by the absorbing shard itself, from before the merge (a part
+	// split off to the right shard that never started a stream there):
+	// the right shard's changes are not in the left's history either.
+	st, err = kv.Watch(ctx, &shalev1.WatchRequest{Header: &shalev1.RequestHeader{ShardId: left.GetShardId()},
+		StartKey: []byte("m"), StartRevision: revs[0] + 1, RevisionShardId: left.GetShardId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = st.Recv(); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("resume counted by the absorbing shard from before the merge: %v, want OutOfRange", err)
+	}
+
 	// Delivered through n3, the absorbed shard's last change: served.
 	st, err = kv.Watch(ctx, &shalev1.WatchRequest{Header: &shalev1.RequestHeader{ShardId: left.GetShardId()},
 		StartKey: []byte("m"), StartRevision: revs[2] + 1, RevisionShardId: right.GetShardId()})

@@ -233,6 +233,18 @@ func decodeAbsorbed(b []byte) ([]absorbedRange, error) {
 	return out, nil
 }
 
+// AbsorbedShards returns the IDs of the shards the merges this shard
+// remembers absorbed (its last 32 merges): shards that no longer exist.
+func (s *Shard) AbsorbedShards() []uint64 {
+	var ids []uint64
+	for _, r := range s.st.Load().absorbed {
+		if r.from != 0 {
+			ids = append(ids, r.from)
+		}
+	}
+	return ids
+}
+
 // AbsorbedFrom reports, for a watch of [start, end) that resumes at a
 // revision counted by shard from (the shard it last watched the range on),
 // the last revision of from when a merge absorbed it into this shard with

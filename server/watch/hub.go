@@ -335,7 +335,21 @@ func (h *Hub) Watch(ctx context.Context, req Request) (*Watcher, uint64, error) 
 	if req.StartRevision != 0 && floor+1 > w.from {
 		w.from = floor + 1
 	}
-	if rs := req.RevisionShard; req.StartRevision != 0 && rs != 0 && rs != h.id {
+	switch rs := req.RevisionShard; {
+	case req.StartRevision == 0 || rs == 0:
+		// A start counted by no shard in particular (a watch from a
+		// revision): the merge floor above applies.
+	case rs == h.id:
+		// Counted by this shard, from before a merge brought the range in:
+		// the range was elsewhere in between (split off, then merged
+		// back), and its changes there are not in this shard's history.
+		if floor != 0 && req.StartRevision <= floor {
+			h.mu.Unlock()
+			return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1,
+				Detail: fmt.Sprintf("the range left shard %d after revision %d and came back by a merge at revision %d, without the history of its changes in between",
+					h.id, req.StartRevision-1, floor)}
+		}
+	default:
 		if last, ok := h.sh.AbsorbedFrom(req.Start, req.End, rs); ok && req.StartRevision <= last {
 			h.mu.Unlock()
 			return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1,

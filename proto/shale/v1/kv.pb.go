@@ -2271,9 +2271,11 @@ type WatchRequest struct {
 	// (0: this one). A shard split off keeps its parent's revisions; a shard
 	// merged into this one had its own, and when start_revision is at or
 	// below its last revision the changes in between reached this shard
-	// without their history: the stream ends at once with OutOfRange and a
-	// WatchInterrupted whose compact_revision is the oldest revision of this
-	// shard the range can be watched from, instead of skipping them.
+	// without their history (and so when it names this shard and
+	// start_revision is at or below the merge that brought the range in):
+	// the stream ends at once with OutOfRange and a WatchInterrupted whose
+	// compact_revision is the oldest revision of this shard the range can be
+	// watched from, instead of skipping them.
 	RevisionShardId uint64 `protobuf:"varint,9,opt,name=revision_shard_id,json=revisionShardId,proto3" json:"revision_shard_id,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
