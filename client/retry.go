@@ -228,8 +228,15 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			FirstAttempt: attempt == 1 && len(spec.requestID) > 0 && !spec.appRequestID,
 		}
 		actx, acancel := c.attemptContext(ctx)
-		probe := &attemptProbe{}
-		err = fn(context.WithValue(toNode(actx, node), attemptProbeKey{}, probe), cc, sh, hdr)
+		actx = toNode(actx, node)
+		var probe *attemptProbe
+		if spec.write {
+			// Only a write's outcome can be unknown: reads skip the probe
+			// (and the interceptor's peer lookup).
+			probe = &attemptProbe{}
+			actx = context.WithValue(actx, attemptProbeKey{}, probe)
+		}
+		err = fn(actx, cc, sh, hdr)
 		acancel()
 		if err == nil {
 			if spec.leaderOnly && sh.leader.Load() != node {
@@ -237,7 +244,7 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			}
 			return nil
 		}
-		if spec.write && !ruledOut(err, probe.sent.Load()) {
+		if probe != nil && !ruledOut(err, probe.sent.Load()) {
 			*maybeApplied = true
 		}
 		if c.isClosed() {

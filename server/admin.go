@@ -210,9 +210,7 @@ func coveredByListed(d *shalev1.ShardDescriptor, all []*shalev1.ShardStatus, lis
 		if o.GetShardId() == d.GetShardId() || !listed[o.GetShardId()] || o.GetSystem() {
 			continue
 		}
-		// [a, b) and [c, e) overlap when a < e and c < b (empty end: none).
-		if (len(o.GetEndKey()) == 0 || bytes.Compare(d.GetStartKey(), o.GetEndKey()) < 0) &&
-			(len(d.GetEndKey()) == 0 || bytes.Compare(o.GetStartKey(), d.GetEndKey()) < 0) {
+		if overlaps(o, d) {
 			return true
 		}
 	}

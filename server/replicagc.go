@@ -87,7 +87,8 @@ func strayReason(self uint64, local *shalev1.ShardDescriptor, listed map[uint64]
 	return "it was removed from its shard"
 }
 
-// overlaps reports whether the key ranges of two shards overlap.
+// overlaps reports whether the key ranges of two shards overlap: [a, b)
+// and [c, e) do when a < e and c < b (an empty end is no bound).
 func overlaps(a, b *shalev1.ShardDescriptor) bool {
 	return (len(a.GetEndKey()) == 0 || bytes.Compare(b.GetStartKey(), a.GetEndKey()) < 0) &&
 		(len(b.GetEndKey()) == 0 || bytes.Compare(a.GetStartKey(), b.GetEndKey()) < 0)

@@ -431,15 +431,7 @@ func TestShaleClusterSecured(t *testing.T) {
 	if slices.Contains(EngineNames(), secured) {
 		t.Errorf("EngineNames() = %v: a variant is not a default engine", EngineNames())
 	}
-	cfg := Config{
-		Engines:   []string{"shale", secured},
-		Workloads: []string{"put", "get"},
-		Clients:   []int{1, 8},
-		Duration:  300 * time.Millisecond,
-		Keys:      200,
-		Dir:       t.TempDir(),
-		Seed:      1,
-	}
+	cfg := tinyConfig(t, []string{"shale", secured}, []string{"put", "get"})
 	var log bytes.Buffer
 	cfg.Log = &log
 	results := Run(context.Background(), cfg, nil)
@@ -522,13 +514,11 @@ func sectionOf(table, name string) string {
 	return sec
 }
 
-// runTinyCluster runs the workloads on a fresh cluster of engine at 1 and
-// 8 clients for 300 ms each, checks that every cell did operations without
-// error, and returns the run's log.
-func runTinyCluster(t *testing.T, engine string, workloads []string) string {
-	t.Helper()
-	cfg := Config{
-		Engines:   []string{engine},
+// tinyConfig is a run of the given engines and workloads at 1 and 8
+// clients for 300 ms each, on 200 keys, in a temporary directory.
+func tinyConfig(t *testing.T, engines, workloads []string) Config {
+	return Config{
+		Engines:   engines,
 		Workloads: workloads,
 		Clients:   []int{1, 8},
 		Duration:  300 * time.Millisecond,
@@ -536,6 +526,14 @@ func runTinyCluster(t *testing.T, engine string, workloads []string) string {
 		Dir:       t.TempDir(),
 		Seed:      1,
 	}
+}
+
+// runTinyCluster runs the workloads on a fresh cluster of engine at 1 and
+// 8 clients for 300 ms each, checks that every cell did operations without
+// error, and returns the run's log.
+func runTinyCluster(t *testing.T, engine string, workloads []string) string {
+	t.Helper()
+	cfg := tinyConfig(t, []string{engine}, workloads)
 	var log bytes.Buffer
 	cfg.Log = &log
 	results := Run(context.Background(), cfg, func(Result) {})

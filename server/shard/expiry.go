@@ -45,7 +45,7 @@ func (s *Shard) ExpiredKeys(from []byte, limit int, now int64) (expired []Expire
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if from == nil || bytes.Compare(from, rng.start) < 0 || !rng.contains(from) {
+	if !rng.contains(from) { // nil, or outside the shard since a split
 		from = rng.start
 	}
 	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dataKey(from), UpperBound: dataBound(rng.end)})
