@@ -175,6 +175,7 @@ func TestChaos(t *testing.T) {
 	h := rec.History()
 	h.Info = map[string]string{"seed": fmt.Sprint(seed), "replay": replay}
 	t.Logf("history: %s", h.Stats)
+	t.Logf("latency of operations by the fault held when they were called:\n  %s", formatLatencies(LatencyByFault(h)))
 	if h.Stats.Known < 100 {
 		t.Errorf("only %d operations completed: the workload made no progress\nreplay: %s", h.Stats.Known, replay)
 	}
@@ -329,6 +330,30 @@ func TestLostWrites(t *testing.T) {
 	lost := lostWrites(h, map[string]string{"a": "1", "b": "2", "c": "2", "d": "1"})
 	if len(lost) != 2 || !strings.HasPrefix(lost[0], "a:") || !strings.HasPrefix(lost[1], "d:") {
 		t.Fatalf("lost writes %v, want a and d", lost)
+	}
+}
+
+// TestLatencyByFault: operations count for the faults held when they were
+// called, or for none; unknown outcomes are left out.
+func TestLatencyByFault(t *testing.T) {
+	ms := int64(time.Millisecond)
+	op := func(call, ret int64, unknown bool) lincheck.Operation {
+		return lincheck.Operation{Input: lincheck.Input{Kind: lincheck.KindGet, Key: "k"}, Output: lincheck.Output{Unknown: unknown}, Call: call * ms, Return: ret * ms}
+	}
+	h := &lincheck.History{
+		Ops: []lincheck.Operation{op(0, 5, false), op(100, 400, false), op(150, 160, false), op(120, 10000, true), op(500, 502, false)},
+		Annotations: []lincheck.Annotation{
+			{Tag: "nemesis", Description: "slow-disk", Start: 90 * ms, End: 200 * ms},
+			{Tag: "client", Description: "not a fault", Start: 0, End: 1000 * ms},
+		},
+	}
+	got := LatencyByFault(h)
+	want := map[string]LatencySummary{
+		"slow-disk": {Ops: 2, P50: 300 * time.Millisecond, P99: 300 * time.Millisecond, Max: 300 * time.Millisecond},
+		"none":      {Ops: 2, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond, Max: 5 * time.Millisecond},
+	}
+	if len(got) != len(want) || got["slow-disk"] != want["slow-disk"] || got["none"] != want["none"] {
+		t.Fatalf("LatencyByFault = %v, want %v", got, want)
 	}
 }
 

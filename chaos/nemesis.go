@@ -21,6 +21,13 @@ type fault struct {
 	undo  func(context.Context) error
 }
 
+// minHold is the least time a fault of these kinds is held: their effect
+// takes a while to show.
+var minHold = map[string]time.Duration{
+	// The node needs a few slow syncs to notice, then moves leaderships.
+	"slow-disk": 15 * time.Second,
+}
+
 // nemesisKind builds a fault for a cluster; minNodes is the smallest
 // cluster it makes sense on.
 type nemesisKind struct {
@@ -43,6 +50,7 @@ var nemeses = []nemesisKind{
 	{"add-remove-node", 3, (*Nemesis).addRemoveNode},
 	{"clock-skew", 3, (*Nemesis).clockSkew},
 	{"disk-full", 3, (*Nemesis).diskFull},
+	{"slow-disk", 3, (*Nemesis).slowDisk},
 	{"ring", 5, (*Nemesis).ring},
 	{"bridge", 5, (*Nemesis).bridge},
 }
@@ -126,7 +134,7 @@ func (n *Nemesis) Run(ctx context.Context) error {
 		}
 		k := n.kinds[n.rng.IntN(len(n.kinds))]
 		f := k.build(n)
-		hold := time.Duration(2000+n.rng.IntN(6000)) * time.Millisecond
+		hold := max(time.Duration(2000+n.rng.IntN(6000))*time.Millisecond, minHold[k.name])
 		// Faults are applied and healed with a context of their own: a
 		// fault started must be healed even when the run ends.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
@@ -185,16 +193,22 @@ func (n *Nemesis) isolate() fault {
 		func(context.Context) error { n.c.Isolate(id); return nil }, heal(n.c)}
 }
 
-// isolateLeader isolates the node leading a random user shard (as the
-// client's routing table last saw it).
-func (n *Nemesis) isolateLeader() fault {
+// pickLeader picks the node leading a random user shard (as the client's
+// routing table last saw it), or a random node.
+func (n *Nemesis) pickLeader() uint64 {
 	shards, _ := n.cl.Routing()
 	id := n.pick()
 	if len(shards) > 0 {
-		if l := shards[n.rng.IntN(len(shards))].GetLeaderNodeId(); l != 0 {
+		if l := shards[n.rng.IntN(len(shards))].GetLeaderNodeId(); l != 0 && slices.Contains(n.c.NodeIDs(), l) {
 			id = l
 		}
 	}
+	return id
+}
+
+// isolateLeader isolates the node leading a random user shard.
+func (n *Nemesis) isolateLeader() fault {
+	id := n.pickLeader()
 	return fault{fmt.Sprintf("isolate node %d (a shard leader)", id),
 		func(context.Context) error { n.c.Isolate(id); return nil }, heal(n.c)}
 }
@@ -339,4 +353,17 @@ func (n *Nemesis) diskFull() fault {
 			n.log.Info("nemesis: the node stopped on the full disk; restarting it", "node", id, "exit_code", code)
 			return n.c.Start(ctx, id)
 		}}
+}
+
+// slowDisk makes every write and sync of a shard leader's disk take 100 ms
+// to 2 s, for at least 15 s: long enough for the node to notice and hand
+// its leaderships away (--slow-disk-threshold), which the cluster must do
+// while it keeps serving.
+func (n *Nemesis) slowDisk() fault {
+	id := n.pickLeader()
+	return fault{fmt.Sprintf("node %d's disk takes 100ms-2s per write and sync", id),
+		func(ctx context.Context) error {
+			return n.c.SetDiskLatency(ctx, id, 100*time.Millisecond, 2*time.Second)
+		},
+		func(ctx context.Context) error { return n.c.SetDiskLatency(ctx, id, 0, 0) }}
 }

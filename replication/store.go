@@ -135,6 +135,8 @@ type Store struct {
 	// refuseUntil (unix nanoseconds) drops leadership transfers to local
 	// replicas until then (RefuseLeadershipTransfersUntil).
 	refuseUntil atomic.Int64
+	// syncs times the Raft-log syncs (LogSyncs).
+	syncs syncTimes
 	// clockWarned maps a peer node ID to the time (*atomic.Int64, unix
 	// nanoseconds) its clock was last reported too far ahead.
 	clockWarned sync.Map
@@ -740,11 +742,18 @@ func (s *Store) cycle(tick bool) error {
 			sync = sync || readies[i].rd.MustSync || !raft.IsEmptySnap(readies[i].rd.Snapshot)
 		}
 		start := time.Now()
-		if err := s.log.Write(wb, sync); err != nil {
-			return err
+		if sync {
+			s.syncs.begin(start)
 		}
-		if m := s.cfg.Metrics; m != nil && sync {
-			m.logSync.Observe(time.Since(start).Seconds())
+		err := s.log.Write(wb, sync)
+		if sync {
+			took := s.syncs.end(start)
+			if m := s.cfg.Metrics; m != nil && err == nil {
+				m.logSync.Observe(took.Seconds())
+			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	// The log engine keeps nothing of a written batch: the next cycle

@@ -12,6 +12,7 @@ import (
 	"github.com/shale-db/shale/replication/grpctransport"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server/auth"
+	"github.com/shale-db/shale/storage/vfs"
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -163,6 +164,19 @@ type Config struct {
 	// WatchProgressInterval is how long a watch stream that asked for
 	// progress notifications stays idle before it gets one (default 1s).
 	WatchProgressInterval time.Duration
+	// FS is the filesystem under every file the node writes: the Raft log
+	// engine, the shard engines and their snapshots (default the operating
+	// system's). Fault-injection tests wrap it to make the disk slow or
+	// failing.
+	FS vfs.FS
+	// SlowDiskThreshold is how long a Raft-log sync may take before it
+	// counts as slow (default 500ms; negative: never). While most of the
+	// node's syncs of the last 5 s were slow (at least 3 of them), or one
+	// has been running for twice the threshold, the node hands its shard
+	// leaderships to other nodes and takes none (a leader on a slow disk
+	// delays every write of its shards), until its syncs are fast again
+	// for slowDiskHold.
+	SlowDiskThreshold time.Duration
 	// WatchQueueBytes bounds the changes queued for one watch stream and
 	// not yet sent; a stream past it is ended with ResourceExhausted and
 	// the revision to resume from (default 8 MiB).
@@ -178,6 +192,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.WatchProgressInterval == 0 {
 		c.WatchProgressInterval = time.Second
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.SlowDiskThreshold == 0 {
+		c.SlowDiskThreshold = 500 * time.Millisecond
 	}
 	if c.WatchQueueBytes == 0 {
 		c.WatchQueueBytes = 8 << 20

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -22,9 +23,17 @@ const drainHold = 2 * time.Minute
 // drainParallelism bounds the leadership transfers one drain runs at once.
 const drainParallelism = 16
 
-// drainingLeaders reports whether the node is handing its leaderships away.
+// drainingLeaders reports whether the node is handing its leaderships away:
+// asked to (DrainLeaders), or because its disk is slow (watchDisk).
 func (n *Node) drainingLeaders() bool {
-	return time.Now().UnixNano() < n.drainUntil.Load()
+	now := time.Now().UnixNano()
+	return now < n.drainUntil.Load() || now < n.slowDiskUntil.Load()
+}
+
+// refuseTransfersWhileDraining makes the node refuse leadership transfers
+// for as long as either drain holds.
+func (n *Node) refuseTransfersWhileDraining() {
+	n.store.RefuseLeadershipTransfersUntil(time.Unix(0, max(n.drainUntil.Load(), n.slowDiskUntil.Load())))
 }
 
 // DrainLeaders hands every shard leadership this node holds to a voter on
@@ -34,7 +43,7 @@ func (n *Node) drainingLeaders() bool {
 func (n *Node) DrainLeaders(ctx context.Context) (transferred int, remaining []uint64) {
 	until := time.Now().Add(drainHold)
 	n.drainUntil.Store(until.UnixNano())
-	n.store.RefuseLeadershipTransfersUntil(until)
+	n.refuseTransfersWhileDraining()
 	// Tell the placement leader at once (it gives this node no more
 	// leaderships), and learn which other nodes drain (they take none).
 	n.sendHeartbeat(ctx)
@@ -162,7 +171,13 @@ func (n *Node) handOffLeader(ctx context.Context, r *replication.Replica) bool {
 		}
 	}
 	if target == 0 {
-		n.log.Warn("drain: no live voter on another node (not itself draining) can take the leadership", "shard", r.ShardID())
+		// Expected, and retried, when every node drains for a slow disk
+		// (an overloaded machine): only a drain asked for says so loudly.
+		lvl := slog.LevelDebug
+		if time.Now().UnixNano() < n.drainUntil.Load() {
+			lvl = slog.LevelWarn
+		}
+		n.log.Log(ctx, lvl, "drain: no live voter on another node (not itself draining) can take the leadership", "shard", r.ShardID())
 		return false
 	}
 	if err := r.TransferLeader(tctx, target); err != nil && r.IsLeader() {

@@ -93,6 +93,10 @@ type Node struct {
 	// epoch + 1), which the next check removes if they still are.
 	strayRemoved prometheus.Counter
 	strays       map[uint64]uint64
+	// slowDisk is 1 while the node hands its leaderships away because its
+	// disk is slow; slowDiskEvents counts the times it started to.
+	slowDisk       prometheus.Gauge
+	slowDiskEvents prometheus.Counter
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -114,6 +118,9 @@ type Node struct {
 	// (DrainLeaders); drainKeeper is set while keepDrained runs.
 	drainUntil  atomic.Int64
 	drainKeeper atomic.Bool
+	// slowDiskUntil (unix nanoseconds) ends the leadership drain that a
+	// slow disk started (watchDisk).
+	slowDiskUntil atomic.Int64
 	// drainMu guards drainRefused: nodes that let a drain's leadership
 	// transfer time out, and when.
 	drainMu      sync.Mutex
@@ -169,7 +176,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Help: "Keys whose TTL passed that this node's expiry sweep deleted (as leader of their shard), each a DELETE at a new revision."})
 	n.strayRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_stray_replicas_removed_total",
 		Help: "Replicas this node removed, with their data, because their shard no longer has them (merged away, or moved off this node while it was down)."})
-	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved)
+	n.slowDisk = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_slow_disk",
+		Help: "1 while this node's Raft-log syncs are slow (--slow-disk-threshold) and it hands its shard leaderships to other nodes, else 0."})
+	n.slowDiskEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_slow_disk_events_total",
+		Help: "Times this node found its disk slow and started handing its shard leaderships away."})
+	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved, n.slowDisk, n.slowDiskEvents)
 	n.authm = newAuthMetrics(n.reg)
 	defer func() {
 		if err != nil {
@@ -231,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.addrs[meta.NodeID] = cfg.AdvertiseAddr
 
 	n.shared = storage.NewShared(&storage.SharedOptions{BlockCacheBytes: cfg.BlockCacheBytes})
-	n.logDB, err = storage.Open(filepath.Join(cfg.DataDir, "raftlog"), &storage.Options{Shared: n.shared, Logger: n.log.With("engine", "raftlog")})
+	n.logDB, err = storage.Open(filepath.Join(cfg.DataDir, "raftlog"), &storage.Options{Shared: n.shared, FS: cfg.FS, Logger: n.log.With("engine", "raftlog")})
 	if err != nil {
 		return nil, fmt.Errorf("server: open raft log engine: %w", err)
 	}
@@ -352,7 +363,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus("shale.v1.KV", healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(5)
+	n.wg.Add(6)
+	go n.watchDisk()
 	go n.refreshAuthLoop()
 	go n.maintain()
 	go n.placementLoop()
@@ -548,6 +560,7 @@ func (n *Node) shardOptions() shard.Options {
 		// --shard-memtable-bytes: most shards of a large cluster are idle.
 		Storage: &storage.Options{
 			Shared:              n.shared,
+			FS:                  n.cfg.FS,
 			SkipLockFile:        true,
 			MemTableSize:        uint64(n.cfg.ShardMemTableBytes),
 			MemTableInitialSize: 64 << 10,

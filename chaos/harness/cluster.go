@@ -233,6 +233,8 @@ func (c *Cluster) create(ctx context.Context, host string, id uint64) (uint64, e
 		"SHALE_LOG_LEVEL": "info",
 		// SetClockOffset writes the file; until then the clock is right.
 		"SHALE_TESTING_CLOCK_OFFSET_FILE": clockOffsetFile,
+		// SetDiskLatency writes this one; until then the disk is fast.
+		"SHALE_TESTING_DISK_LATENCY_FILE": diskLatencyFile,
 	}
 	for k, v := range c.opts.Env {
 		env[k] = v

@@ -21,6 +21,10 @@ const dataDir = "/var/lib/shale"
 // (shale-server --testing-clock-offset-file); SetClockOffset writes it.
 const clockOffsetFile = "/clock-offset"
 
+// diskLatencyFile is the file each node reads its disk latency from
+// (--testing-disk-latency-file, SetDiskLatency).
+const diskLatencyFile = "/disk-latency"
+
 // createDisk makes node n's data volume a tmpfs of size bytes (a small
 // disk that can be filled) and starts a holder container that mounts it
 // and stays paused: Docker unmounts a tmpfs volume, losing its contents,
@@ -189,6 +193,24 @@ func (c *Cluster) SetClockOffset(ctx context.Context, id uint64, d time.Duration
 	}
 	if err := c.copyFile(ctx, n, "/", strings.TrimPrefix(clockOffsetFile, "/"), d.String()); err != nil {
 		return fmt.Errorf("harness: set the clock offset of node %d: %w", id, err)
+	}
+	return nil
+}
+
+// SetDiskLatency makes every write and sync of node id's files take a
+// random time between lo and hi (its shale-server reads the latency file
+// every 250 ms): a slow disk. 0, 0 makes the disk fast again.
+func (c *Cluster) SetDiskLatency(ctx context.Context, id uint64, lo, hi time.Duration) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("harness: no node %d", id)
+	}
+	content := "0"
+	if hi > 0 {
+		content = fmt.Sprintf("%v-%v", lo, hi)
+	}
+	if err := c.copyFile(ctx, n, "/", strings.TrimPrefix(diskLatencyFile, "/"), content); err != nil {
+		return fmt.Errorf("harness: set the disk latency of node %d: %w", id, err)
 	}
 	return nil
 }

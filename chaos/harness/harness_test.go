@@ -313,7 +313,54 @@ func TestSmallDiskAndClockOffset(t *testing.T) {
 	}
 	getAll(t, ctx, cl, keys, "d-")
 
+	// A slow disk (100 ms to 2 s a write and a sync) on the node leading
+	// the most shards: it hands them all away while the cluster serves.
+	slowID, most := uint64(0), -1
+	for _, id := range c.NodeIDs() {
+		if led := ledShards(t, ctx, c, id); len(led) > most {
+			slowID, most = id, len(led)
+		}
+	}
+	if err := c.SetDiskLatency(ctx, slowID, 100*time.Millisecond, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(45 * time.Second)
+	for round := 0; ; round++ {
+		putAll(t, ctx, cl, keys, fmt.Sprintf("e%d-", round))
+		led := ledShards(t, ctx, c, slowID)
+		if len(led) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d, its disk slow for 45 s, still leads shards %v; log tail:\n%s", slowID, led, c.logTail(slowID, 20))
+		}
+	}
+	if logs, _ := c.Logs(ctx, slowID); !strings.Contains(string(logs), "disk slow") {
+		t.Errorf("node %d never said its disk was slow; log tail:\n%s", slowID, c.logTail(slowID, 20))
+	}
+	if err := c.SetDiskLatency(ctx, slowID, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	putAll(t, ctx, cl, keys, "f-")
+	getAll(t, ctx, cl, keys, "f-")
+
 	closeAndCheck(ctx)
+}
+
+// ledShards lists the shards that node id, asked itself, leads.
+func ledShards(t *testing.T, ctx context.Context, c *Cluster, id uint64) []uint64 {
+	t.Helper()
+	info, err := c.NodeInfo(ctx, id)
+	if err != nil {
+		t.Fatalf("node %d's info: %v", id, err)
+	}
+	var led []uint64
+	for _, sh := range info.GetShards() {
+		if sh.GetLeaderNodeId() == id {
+			led = append(led, sh.GetDescriptor_().GetShardId())
+		}
+	}
+	return led
 }
 
 // ownClusterStatus asks node id itself for the cluster's status.

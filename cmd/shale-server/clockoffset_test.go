@@ -50,15 +50,17 @@ func TestOffsetClock(t *testing.T) {
 	if err := os.WriteFile(path, []byte("2m"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.reload(); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Duration(c.offset.Load()) != 2*time.Minute && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := os.WriteFile(path, []byte("soon"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.reload(); err == nil || !strings.Contains(err.Error(), "not a duration") {
+	if err := c.set("soon"); err == nil || !strings.Contains(err.Error(), "not a duration") {
 		t.Fatalf("malformed offset: %v", err)
 	}
+	time.Sleep(3 * testingFilePoll)
 	near(t, "after a malformed file", c.Now(), time.Now().Add(2*time.Minute))
 
 	// At start, a malformed file is an error.

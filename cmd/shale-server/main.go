@@ -22,6 +22,7 @@ import (
 
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server"
+	"github.com/shale-db/shale/storage/vfs"
 )
 
 func main() {
@@ -41,6 +42,8 @@ type flags struct {
 	maxKey, maxValue, maxBatchOps, maxBatch int
 	requestTimeout, tickInterval            time.Duration
 	shutdownDrain, maxClockOffset           time.Duration
+	slowDiskThreshold                       time.Duration
+	diskLatencyFile                         string
 	watchProgressInterval                   time.Duration
 	watchQueueBytes                         int
 	electionTicks                           int
@@ -150,6 +153,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.tls.reloadInterval, "tls-reload-interval", 5*time.Second, "TLS: how often to look for changed certificate and CA files (SIGHUP reloads them at once); new connections use new files, open ones continue")
 	fl.IntVar(&f.passwordCost, "auth-password-cost", 10, "bcrypt cost of the password hashes this node makes (4 to 31; each step doubles the work of a hash and of a login)")
 	fl.DurationVar(&f.authTokenTTL, "auth-token-ttl", 10*time.Minute, "how long a token from a login (Auth.Authenticate) is accepted; clients log in again before it ends")
+	fl.StringVar(&f.diskLatencyFile, "testing-disk-latency-file", "", "TESTING ONLY: make every write and sync of this node's files take a random time in the range in this file (e.g. 100ms-2s; empty or 0 for none), re-read while running; for fault-injection tests")
+	fl.DurationVar(&f.slowDiskThreshold, "slow-disk-threshold", 500*time.Millisecond, "a Raft-log sync that takes this long or longer is slow; while most recent syncs are slow (or one has run for twice this), the node hands its shard leaderships to other nodes; negative: never")
 	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
@@ -244,6 +249,15 @@ func run(ctx context.Context, f flags) error {
 		log.Warn("TESTING: the wall clock follows an offset file", "file", f.clockOffsetFile)
 		wallClock = oc.Now
 	}
+	var diskFS vfs.FS
+	if f.diskLatencyFile != "" {
+		diskCtx, stopDisk := context.WithCancel(context.Background())
+		defer stopDisk()
+		if diskFS, err = newDiskLatencyFS(diskCtx, vfs.Default, f.diskLatencyFile, log); err != nil {
+			return fmt.Errorf("--testing-disk-latency-file: %w", err)
+		}
+		log.Warn("TESTING: disk writes and syncs follow a latency file", "file", f.diskLatencyFile)
+	}
 	node, err := server.Start(ctx, server.Config{
 		DataDir:                  f.dataDir,
 		NodeID:                   f.nodeID,
@@ -283,6 +297,8 @@ func run(ctx context.Context, f flags) error {
 		PlacementPinDuration:     f.pinDuration,
 		Logger:                   log,
 		WallClock:                wallClock,
+		FS:                       diskFS,
+		SlowDiskThreshold:        f.slowDiskThreshold,
 		MaxClockOffset:           f.maxClockOffset,
 		WatchProgressInterval:    f.watchProgressInterval,
 		WatchQueueBytes:          f.watchQueueBytes,
