@@ -32,7 +32,7 @@ var (
 	chaosArgs     = flag.String("chaos.server-args", "", "TestChaos: extra space-separated shale-server flags for every node (e.g. --log-level=debug to trace elections)")
 	chaosDisk     = flag.Int64("chaos.disk-bytes", 1<<30, "TestChaos: size of every node's disk when the disk-full nemesis runs")
 	chaosInsecure = flag.Bool("chaos.insecure", false, "TestChaos: run the cluster in plaintext, without auth (for debugging; by default nodes and clients use mutual TLS and auth is on)")
-	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the history, porcupine's visualisation and the node logs of a failed run (default: a new temporary directory)")
+	chaosOut      = flag.String("chaos.out", "", "TestChaos: directory for the node logs and statuses, kept for every run when given (by default only a failed run's, in a new temporary directory), and a failed run's history and porcupine visualisation")
 )
 
 func TestMain(m *testing.M) {
@@ -102,7 +102,7 @@ func TestChaos(t *testing.T) {
 	trace := newAttemptTrace(200)
 	failed := true
 	defer func() {
-		if failed {
+		if failed || *chaosOut != "" {
 			saveLogs(t, c, out)
 			trace.report(t, out)
 		}
