@@ -182,7 +182,9 @@ func TestChaos(t *testing.T) {
 	if lost := lostWrites(h, final); len(lost) > 0 {
 		t.Errorf("acknowledged writes lost:\n  %s\nreplay: %s", strings.Join(lost, "\n  "), replay)
 	}
-	res, err := lincheck.Check(h, 5*time.Minute, out)
+	// Five minutes a million operations (a 36-minute run records about 3.4
+	// million), at least five.
+	res, err := lincheck.Check(h, max(5*time.Minute, time.Duration(len(h.Ops))*5*time.Minute/1_000_000), out)
 	if err != nil {
 		t.Errorf("save the history: %v", err)
 	}

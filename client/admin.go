@@ -33,6 +33,12 @@ func (c *Client) invokeAdmin(ctx context.Context, op string, mutation bool, fn f
 func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
+	if c.rt.age() > c.routingMaxAge {
+		// Only KV calls refresh the routing on their errors: a client
+		// making Admin calls alone would otherwise keep the nodes it
+		// first learned, until every one of them is gone.
+		go func() { _ = c.refreshRouting(c.ctx, -1) }()
+	}
 	addrs := c.adminAddrs()
 	var (
 		last      error

@@ -144,6 +144,9 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
 
+// adminRoutingMaxAge is Client.routingMaxAge.
+const adminRoutingMaxAge = 30 * time.Second
+
 // Client is a connection to a Shale cluster. It is safe for concurrent use;
 // Close releases its connections.
 type Client struct {
@@ -163,6 +166,11 @@ type Client struct {
 	closed  bool
 
 	rt routing
+	// routingMaxAge is the age past which a call to any node (Admin and
+	// Auth calls) refreshes the routing table in the background, so that a
+	// client making only such calls learns of added nodes before the ones
+	// it knows are removed (adminRoutingMaxAge).
+	routingMaxAge time.Duration
 	// auth holds the credentials and token of WithCredentials (nil
 	// without).
 	auth *tokenAuth
@@ -215,6 +223,8 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		endpoints: eps,
 		conns:     map[string]*grpc.ClientConn{},
 		retired:   map[*grpc.ClientConn]struct{}{},
+
+		routingMaxAge: adminRoutingMaxAge,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if tlsSrc != nil {

@@ -1116,3 +1116,45 @@ func TestChecksumConflicts(t *testing.T) {
 		t.Fatalf("conflicts %v, want nodes 1 and 3 at index 10", c)
 	}
 }
+
+// TestAdminCallsFollowNodeChanges: a client that makes only Admin calls
+// learns of a node added to the cluster, and reaches it once the nodes it
+// knew are gone (the chaos suite's admin client lost the cluster after
+// every founding node had been replaced).
+func TestAdminCallsFollowNodeChanges(t *testing.T) {
+	fc := newFakeCluster(t, 3)
+	fc.mu.Lock()
+	fc.removed[3] = true // not in the cluster yet
+	fc.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := New(ctx, []string{fc.nodes[0].addr}, WithBackoff(time.Millisecond, 20*time.Millisecond), WithLogger(discardLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.routingMaxAge = 10 * time.Millisecond
+	if _, nodes := c.Routing(); len(nodes) != 2 {
+		t.Fatalf("routing nodes %v, want nodes 1 and 2", nodes)
+	}
+	fc.mu.Lock()
+	delete(fc.removed, 3) // node 3 joins
+	fc.mu.Unlock()
+	for {
+		time.Sleep(20 * time.Millisecond)
+		if _, err := c.ClusterStatus(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, nodes := c.Routing(); nodes[3] != "" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the client never learned of node 3 from its Admin calls")
+		}
+	}
+	fc.stopNode(1) // nodes 1 and 2 leave
+	fc.stopNode(2)
+	if _, err := c.ClusterStatus(ctx); err != nil {
+		t.Fatalf("ClusterStatus with only node 3 left: %v", err)
+	}
+}

@@ -59,6 +59,8 @@ type routing struct {
 	clusterID string
 	gen       int64  // bumped by every full refresh
 	lastGood  string // the address that answered the last GetRouting
+	// refreshed is when the last full refresh was installed.
+	refreshed time.Time
 
 	flightMu sync.Mutex
 	flight   *flight
@@ -243,6 +245,14 @@ func (r *routing) replace(resp *shalev1.GetRoutingResponse, from string) {
 	r.clusterID = resp.GetClusterId()
 	r.gen++
 	r.lastGood = from
+	r.refreshed = time.Now()
+}
+
+// age is how long ago the last full refresh was installed.
+func (r *routing) age() time.Duration {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return time.Since(r.refreshed)
 }
 
 // snapshot copies the routing table for Client.Routing.

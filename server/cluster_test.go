@@ -11,11 +11,11 @@ import (
 	"github.com/shale-db/shale/internal/testcluster"
 )
 
-func newClient(t *testing.T, c *testcluster.Cluster) *client.Client {
+func newClient(t *testing.T, c *testcluster.Cluster, extra ...client.Option) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	opts := []client.Option{client.WithDefaultTimeout(10 * time.Second)}
+	opts := append([]client.Option{client.WithDefaultTimeout(10 * time.Second)}, extra...)
 	if cs := c.Certs(); cs != nil {
 		opts = append(opts, client.WithTLSFiles(cs.CAFile(), cs.ClientCertFile(), cs.ClientKeyFile()))
 	}

@@ -41,8 +41,6 @@ func adminOf(t *testing.T, c *testcluster.Cluster) shalev1.AdminClient {
 	return shalev1.NewAdminClient(conn)
 }
 
-// waitFor polls cond every 250 ms until it holds, failing the test with
-// cond's last explanation after timeout. It returns how long it took.
 // movedTo reports whether the directory places shard on node to, as a
 // voter, and not on node from.
 func movedTo(t *testing.T, c *testcluster.Cluster, shard, from, to uint64) (bool, string) {
@@ -65,6 +63,8 @@ func movedTo(t *testing.T, c *testcluster.Cluster, shard, from, to uint64) (bool
 	return false, fmt.Sprintf("shard %d missing from the directory", shard)
 }
 
+// waitFor polls cond every 250 ms until it holds, failing the test with
+// cond's last explanation after timeout. It returns how long it took.
 func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()

@@ -1,22 +1,33 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
 )
 
-// watchRounds is how many seeded rounds TestWatchRandomized runs.
-const watchRounds = 20
+// watchRounds is how many seeded rounds TestWatchRandomized runs, on a
+// cluster of watchNodes nodes (one more than a shard's replicas, so that
+// replicas can move).
+const (
+	watchRounds = 20
+	watchNodes  = 4
+)
 
 // TestWatchRandomized runs watchRounds seeded rounds on one 3-node
 // cluster. In each, an SDK watch follows a prefix of its own while writers
@@ -37,11 +48,23 @@ func TestWatchRandomized(t *testing.T) {
 	if os.Getenv("SHALE_SOAK") == "" {
 		t.Skip("SHALE_SOAK=1 (make soak) runs it: 20 rounds of splits, merges and restarts under a watch")
 	}
-	c := testcluster.Start(t, testcluster.Options{})
-	cl := newClient(t, c)
+	// The nodes' and the client's last log records are printed when a
+	// round fails.
+	nodeLog, clientLog := newLogRing(400, slog.LevelInfo), newLogRing(200, slog.LevelDebug)
+	c := testcluster.Start(t, testcluster.Options{Nodes: watchNodes, Configure: func(cfg *server.Config) {
+		cfg.Logger = slog.New(nodeLog).With("node", cfg.NodeID)
+	}})
+	cl := newClient(t, c, client.WithLogger(slog.New(clientLog)))
+
 	compacted := 0
 	for seed := uint64(1); seed <= watchRounds; seed++ {
 		t.Run(fmt.Sprintf("seed%02d", seed), func(t *testing.T) {
+			defer func() {
+				if t.Failed() {
+					t.Logf("the client's last log records:\n%s", clientLog.dump())
+					t.Logf("the nodes' last log records (info and above):\n%s", nodeLog.dump())
+				}
+			}()
 			if watchRound(t, c, cl, seed) {
 				compacted++
 			}
@@ -66,6 +89,7 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 	type seen struct {
 		value int
 		rev   uint64
+		shard uint64 // the shard whose stream delivered it
 	}
 	var (
 		mu    sync.Mutex
@@ -87,21 +111,36 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 				if e.Type != client.EventPut || err != nil {
 					werr = fmt.Errorf("unexpected event %v %q=%q", e.Type, e.KV.Key, e.KV.Value)
 				}
-				got[string(e.KV.Key)] = append(got[string(e.KV.Key)], seen{v, e.KV.ModRevision})
+				got[string(e.KV.Key)] = append(got[string(e.KV.Key)], seen{v, e.KV.ModRevision, resp.ShardID})
 			}
 			mu.Unlock()
 		}
 	}()
-	// The watch is open once it delivers a marker written after it.
+	// The watch is open once it delivers a marker written after its stream
+	// started. Cluster.Watch returns before that (the stream starts when
+	// the shard's leader is found), so markers are written until one is
+	// delivered: one written before is not, rightly.
 	marker := prefix + "a-marker"
-	if _, err := cl.Put(ctx, []byte(marker), []byte("0")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, func() (bool, string) {
+	markers := 0
+	var markerRevs []uint64
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		mu.Lock()
-		defer mu.Unlock()
-		return len(got[marker]) > 0 || werr != nil, "the watch has not delivered its marker"
-	})
+		open := len(got[marker]) > 0 || werr != nil
+		mu.Unlock()
+		if open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("seed %d: the watch delivered none of %d markers in 30 s (put at revisions %v)", seed, markers, markerRevs)
+		}
+		markers++
+		mr, err := cl.Put(ctx, []byte(marker), []byte(strconv.Itoa(markers)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		markerRevs = append(markerRevs, mr.Revision)
+		time.Sleep(300 * time.Millisecond)
+	}
 
 	type ack struct {
 		key   string
@@ -112,7 +151,7 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 		wg     sync.WaitGroup
 		acksMu sync.Mutex
 		acked  []ack
-		tried  = map[string]int{}
+		tried  = map[string]int{marker: markers}
 		stop   = make(chan struct{})
 	)
 	for w := range 3 {
@@ -150,17 +189,50 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 		var err error
 		schedule = append(schedule, fmt.Sprintf("+%dms", time.Since(t0).Milliseconds()))
 		switch op := rng.IntN(10); {
-		case op < 4:
+		case op < 3:
 			_, _, err = cl.SplitShard(ctx, at)
 			schedule = append(schedule, fmt.Sprintf("split %s: %v", at, err))
-		case op < 7:
-			_, _, err = cl.MergeShards(ctx, []byte(prefix))
-			schedule = append(schedule, fmt.Sprintf("merge at %s: %v", prefix, err))
-		case op < 9:
+		case op < 6:
+			// A watched shard that has a right neighbour, with it.
+			mk := []byte(prefix)
+			if ws := watchedShards(t, c, prefix); len(ws) > 0 {
+				if d := ws[rng.IntN(len(ws))]; len(d.GetEndKey()) > 0 {
+					mk = d.GetStartKey()
+					if bytes.Compare(mk, []byte(prefix)) < 0 {
+						mk = []byte(prefix)
+					}
+				}
+			}
+			_, _, err = cl.MergeShards(ctx, mk)
+			schedule = append(schedule, fmt.Sprintf("merge at %s: %v", mk, err))
+		case op < 8:
 			sh := shardOf(t, c, at)
-			to := uint64(rng.IntN(3) + 1)
+			to := uint64(rng.IntN(watchNodes) + 1)
 			_, err = cl.TransferLeader(ctx, sh, to)
 			schedule = append(schedule, fmt.Sprintf("leader of shard %d to node %d: %v", sh, to, err))
+		case op == 8:
+			// Move every replica of the watched shards on one node to
+			// another (the shards stay co-located, so merges still can):
+			// the nodes serving watch streams change under them.
+			// From a random node holding the shard at the step's key to the
+			// one that does not.
+			on := map[uint64]bool{}
+			for _, d := range watchedShards(t, c, prefix) {
+				if (len(d.GetEndKey()) == 0 || bytes.Compare(at, d.GetEndKey()) < 0) && bytes.Compare(at, d.GetStartKey()) >= 0 {
+					for _, rd := range d.GetReplicas() {
+						on[rd.GetNodeId()] = true
+					}
+				}
+			}
+			var from, to uint64
+			for _, id := range rng.Perm(watchNodes) {
+				if n := uint64(id + 1); on[n] && from == 0 {
+					from = n
+				} else if !on[n] && to == 0 {
+					to = n
+				}
+			}
+			schedule = append(schedule, moveReplicas(t, c, cl, prefix, from, to))
 		default:
 			// Stop the leader of the watched prefix's first shard (its
 			// watch streams break) and, meanwhile, merge it away.
@@ -202,7 +274,19 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: the watch did not deliver every acknowledged write within 60s; schedule: %v", seed, schedule)
+			mu.Lock()
+			var behind []string
+			for k, v := range want {
+				s := got[k]
+				if len(s) == 0 {
+					behind = append(behind, fmt.Sprintf("%s: none of up to %d", k, v))
+				} else if last := s[len(s)-1]; last.value < v {
+					behind = append(behind, fmt.Sprintf("%s: %d@%d (shard %d) of %d", k, last.value, last.rev, last.shard, v))
+				}
+			}
+			mu.Unlock()
+			slices.Sort(behind)
+			t.Fatalf("seed %d: the watch did not deliver every acknowledged write within 60s: %v; schedule: %v", seed, behind, schedule)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -236,17 +320,28 @@ func watchRound(t *testing.T, c *testcluster.Cluster, cl *client.Client, seed ui
 	if compacted {
 		return true
 	}
+	var missing []string
+	for _, a := range acked {
+		if _, ok := seenAt[a.key][a.value]; !ok {
+			missing = append(missing, fmt.Sprintf("%s=%d@%d", a.key, a.value, a.rev))
+		}
+	}
 	for _, a := range acked {
 		rev, ok := seenAt[a.key][a.value]
 		if !ok {
+			// What was delivered for any key at revisions near the lost
+			// one, and by which shard's stream.
 			var around []string
-			for _, e := range got[a.key] {
-				if e.value > a.value-5 && e.value < a.value+5 {
-					around = append(around, fmt.Sprintf("%d@%d", e.value, e.rev))
+			for k, es := range got {
+				for _, e := range es {
+					if e.rev+20 >= a.rev && e.rev <= a.rev+20 {
+						around = append(around, fmt.Sprintf("%s=%d@%d(shard %d)", k, e.value, e.rev, e.shard))
+					}
 				}
 			}
-			t.Fatalf("seed %d: acknowledged write %s=%d (revision %d) never delivered, and no error (delivered near it: %v); schedule: %v",
-				seed, a.key, a.value, a.rev, around, schedule)
+			slices.Sort(around)
+			t.Fatalf("seed %d: acknowledged write %s=%d (revision %d) never delivered, and no error; %d acknowledged writes missing: %v; delivered at revisions within 20 of it: %v; schedule: %v",
+				seed, a.key, a.value, a.rev, len(missing), missing[:min(len(missing), 30)], around, schedule)
 		}
 		if rev != a.rev {
 			t.Fatalf("seed %d: %s=%d delivered at revision %d, acknowledged at %d; schedule: %v", seed, a.key, a.value, rev, a.rev, schedule)
@@ -273,4 +368,124 @@ func waitDirectoryLeaders(t *testing.T, c *testcluster.Cluster) {
 		}
 		return true, ""
 	})
+}
+
+// watchedShards lists the directory's user shards that overlap prefix (none
+// if the directory cannot be read).
+func watchedShards(t *testing.T, c *testcluster.Cluster, prefix string) []*shalev1.ShardDescriptor {
+	t.Helper()
+	dir, _ := directory(t, c)
+	lo, hi := []byte(prefix), []byte(prefix+"\xff")
+	var out []*shalev1.ShardDescriptor
+	for _, d := range dir {
+		if d.GetSystem() || (len(d.GetEndKey()) > 0 && bytes.Compare(d.GetEndKey(), lo) <= 0) || bytes.Compare(d.GetStartKey(), hi) >= 0 {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// moveReplicas moves the replica on node from of every shard under prefix
+// that has one there and none on node to, waits (up to 30 s) until each
+// move is done, and describes what it did for the schedule.
+func moveReplicas(t *testing.T, c *testcluster.Cluster, cl *client.Client, prefix string, from, to uint64) string {
+	t.Helper()
+	if from == 0 || to == 0 {
+		return "move: no replica to move"
+	}
+	var moved []uint64
+	var errs []string
+	for _, d := range watchedShards(t, c, prefix) {
+		on := map[uint64]bool{}
+		for _, rd := range d.GetReplicas() {
+			on[rd.GetNodeId()] = true
+		}
+		if !on[from] || on[to] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cl.MoveReplica(ctx, d.GetShardId(), from, to, -1)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("shard %d: %v", d.GetShardId(), err))
+			continue
+		}
+		moved = append(moved, d.GetShardId())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var pending []uint64
+	for _, sh := range moved {
+		for {
+			done, _ := movedTo(t, c, sh, from, to)
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				pending = append(pending, sh)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return fmt.Sprintf("move node %d's replicas of shards %v to node %d (not done in 30 s: %v; errors: %v)", from, moved, to, pending, errs)
+}
+
+// logRing is a slog handler keeping the last records at or above a level,
+// for a failing test to print.
+type logRing struct {
+	level slog.Level
+	attrs []slog.Attr
+	ring  *ringLines
+}
+
+type ringLines struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+	full  bool
+}
+
+func newLogRing(n int, level slog.Level) *logRing {
+	return &logRing{level: level, ring: &ringLines{lines: make([]string, n)}}
+}
+
+func (l *logRing) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= l.level }
+
+func (l *logRing) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
+	for _, a := range l.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	g := l.ring
+	g.mu.Lock()
+	g.lines[g.next] = b.String()
+	g.next = (g.next + 1) % len(g.lines)
+	g.full = g.full || g.next == 0
+	g.mu.Unlock()
+	return nil
+}
+
+func (l *logRing) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logRing{level: l.level, attrs: append(slices.Clip(l.attrs), attrs...), ring: l.ring}
+}
+
+func (l *logRing) WithGroup(string) slog.Handler { return l }
+
+// dump returns the kept records, oldest first.
+func (l *logRing) dump() string {
+	g := l.ring
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	if g.full {
+		out = append(out, g.lines[g.next:]...)
+	}
+	out = append(out, g.lines[:g.next]...)
+	return strings.Join(out, "\n")
 }

@@ -124,11 +124,18 @@ func (r Result) String() string {
 	return s
 }
 
+// maxVisualizedOps bounds the histories Check draws: porcupine's partial
+// linearizations of a 3.4-million-operation history (a 36-minute chaos run)
+// took more than 22 GiB.
+const maxVisualizedOps = 1_000_000
+
 // Check checks h for linearizability, giving porcupine timeout (0 for
 // none). When the outcome is not Ok and outDir is not empty, it writes the
-// history (history.json) and porcupine's visualisation (visualization.html,
-// with h's annotations) into outDir, creating it, and returns their paths in
-// the Result. The error reports only a failure to write those files.
+// history (history.json) into outDir, creating it, and, for a history shown
+// not linearizable of at most maxVisualizedOps operations, porcupine's
+// visualisation (visualization.html, with h's annotations); it returns
+// their paths in the Result. The error reports only a failure to write
+// those files.
 func Check(h *History, timeout time.Duration, outDir string) (Result, error) {
 	model := Model()
 	ops := h.Operations()
@@ -145,7 +152,12 @@ func Check(h *History, timeout time.Duration, outDir string) (Result, error) {
 	if err := h.WriteFile(res.HistoryPath); err != nil {
 		return res, err
 	}
-	// Check again, collecting the partial linearizations to draw.
+	// Check again, collecting the partial linearizations to draw: only for
+	// a history shown not linearizable (a check that timed out has nothing
+	// to show), and small enough that drawing it fits in memory.
+	if res.Outcome != porcupine.Illegal || len(ops) > maxVisualizedOps {
+		return res, nil
+	}
 	_, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 	info.AddAnnotations(h.porcupineAnnotations())
 	res.VisualizationPath = filepath.Join(outDir, "visualization.html")

@@ -245,30 +245,23 @@ func (s *Shard) AbsorbedShards() []uint64 {
 	return ids
 }
 
-// AbsorbedFrom reports, for a watch of [start, end) that resumes at a
-// revision counted by shard from (the shard it last watched the range on),
-// the last revision of from when a merge absorbed it into this shard with
-// a range overlapping [start, end): changes of from at or below it reached
-// this shard without their history. ok is false when no merge this shard
-// remembers absorbed from.
-func (s *Shard) AbsorbedFrom(start, end []byte, from uint64) (fromRev uint64, ok bool) {
-	for _, r := range s.st.Load().absorbed {
-		if r.from != from || from == 0 {
-			continue
-		}
-		if (len(r.end) == 0 || bytes.Compare(start, r.end) < 0) && (end == nil || bytes.Compare(r.start, end) < 0) {
-			fromRev, ok = max(fromRev, r.fromRev), true
-		}
-	}
-	return fromRev, ok
+// Absorbed describes a merge that added a range to the shard.
+type Absorbed struct {
+	// Rev is the shard's revision after the merge; 0 means no merge.
+	Rev uint64
+	// From is the shard the merge absorbed (0 in records written before
+	// it was kept), and FromRev that shard's last revision: its changes up
+	// to FromRev reached this shard without their history.
+	From, FromRev uint64
 }
 
-// AbsorbedAt returns the revision after the latest merge that added a range
-// holding all of [start, end) (end nil: to the end of the key space) to the
-// shard, 0 when none did: the shard's log holds no change to that range at
-// or below it, so a watch of the range needs the log only from after it.
-func (s *Shard) AbsorbedAt(start, end []byte) uint64 {
-	var rev uint64
+// AbsorbedAt returns the latest merge that added a range holding all of
+// [start, end) (end nil: to the end of the key space) to the shard, the
+// zero Absorbed when none did: the shard's log holds no change to that
+// range at or below its Rev, so a watch of the range needs the log only
+// from after it.
+func (s *Shard) AbsorbedAt(start, end []byte) Absorbed {
+	var a Absorbed
 	for _, r := range s.st.Load().absorbed {
 		if bytes.Compare(start, r.start) < 0 {
 			continue
@@ -276,7 +269,9 @@ func (s *Shard) AbsorbedAt(start, end []byte) uint64 {
 		if len(r.end) > 0 && (end == nil || bytes.Compare(end, r.end) > 0) {
 			continue
 		}
-		rev = max(rev, r.rev)
+		if r.rev >= a.Rev {
+			a = Absorbed{Rev: r.rev, From: r.from, FromRev: r.fromRev}
+		}
 	}
-	return rev
+	return a
 }

@@ -123,10 +123,10 @@ func TestMergeCommands(t *testing.T) {
 	// absorbed range need the log only from after it.
 	mergedAt := left.Revision()
 	for _, s := range []*Shard{left, reopen(t, e, left, "left")} {
-		if got := s.AbsorbedAt([]byte("n"), []byte("p")); got != mergedAt {
+		if got := s.AbsorbedAt([]byte("n"), []byte("p")).Rev; got != mergedAt {
 			t.Fatalf("AbsorbedAt([n, p)) = %d, want %d", got, mergedAt)
 		}
-		if got := s.AbsorbedAt([]byte("a"), []byte("n")); got != 0 {
+		if got := s.AbsorbedAt([]byte("a"), []byte("n")).Rev; got != 0 {
 			t.Fatalf("AbsorbedAt([a, n)) = %d, want 0: the range was not all absorbed", got)
 		}
 	}

@@ -331,31 +331,30 @@ func (h *Hub) Watch(ctx context.Context, req Request) (*Watcher, uint64, error) 
 	// the merge that brought the whole range into the shard, if later:
 	// the shard holds no change to the range before that.
 	w.from = req.StartRevision
-	floor := h.sh.AbsorbedAt(req.Start, req.End)
+	merged := h.sh.AbsorbedAt(req.Start, req.End)
+	floor := merged.Rev
 	if req.StartRevision != 0 && floor+1 > w.from {
 		w.from = floor + 1
 	}
-	switch rs := req.RevisionShard; {
-	case req.StartRevision == 0 || rs == 0:
-		// A start counted by no shard in particular (a watch from a
-		// revision): the merge floor above applies.
-	case rs == h.id:
-		// Counted by this shard, from before a merge brought the range in:
-		// the range was elsewhere in between (split off, then merged
-		// back), and its changes there are not in this shard's history.
-		if floor != 0 && req.StartRevision <= floor {
-			h.mu.Unlock()
-			return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1,
-				Detail: fmt.Sprintf("the range left shard %d after revision %d and came back by a merge at revision %d, without the history of its changes in between",
-					h.id, req.StartRevision-1, floor)}
+	// A resume counted by a shard (the last one the client streamed the
+	// range on) that starts at or before the merge that brought the range
+	// here needs the range's changes from its start to the merge, and this
+	// shard's log does not hold them. Revisions only grow along a range's
+	// history (a split keeps the count, a merge takes the larger one), so
+	// the resume has them all only if it comes from the shard that merge
+	// absorbed, after that shard's last change. Otherwise (the range left
+	// this shard and came back, or went through a shard the client never
+	// streamed it on) the history is gone: ErrCompacted, never a gap.
+	if rs := req.RevisionShard; req.StartRevision != 0 && rs != 0 && floor != 0 && req.StartRevision <= floor &&
+		(merged.From != rs || req.StartRevision <= merged.FromRev) {
+		h.mu.Unlock()
+		detail := fmt.Sprintf("the range came into shard %d by a merge of shard %d at revision %d, after revision %d that the watch had reached on shard %d; its changes in between are not in this shard's history",
+			h.id, merged.From, floor, req.StartRevision-1, rs)
+		if merged.From == rs {
+			detail = fmt.Sprintf("shard %d was merged into shard %d with its changes from revision %d to %d, which the merge carried without their history",
+				rs, h.id, req.StartRevision, merged.FromRev)
 		}
-	default:
-		if last, ok := h.sh.AbsorbedFrom(req.Start, req.End, rs); ok && req.StartRevision <= last {
-			h.mu.Unlock()
-			return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1,
-				Detail: fmt.Sprintf("shard %d was merged into shard %d with its changes from revision %d to %d, which the merge carried without their history",
-					rs, h.id, req.StartRevision, last)}
-		}
+		return nil, 0, &InterruptedError{Err: ErrCompacted, Compact: floor + 1, Detail: detail}
 	}
 	if req.StartRevision == 0 || w.from > h.rev {
 		if req.StartRevision == 0 {

@@ -464,7 +464,7 @@ func TestHubAfterMerge(t *testing.T) {
 	s.apply(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: &shalev1.MergeAbsorb{Right: right, Begin: true}}})
 	s.apply(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: &shalev1.MergeAbsorb{
 		Keys: [][]byte{[]byte("n")}, Values: [][]byte{stored}, Commit: true, RightRevision: rightRev}}})
-	if got := s.sh.AbsorbedAt([]byte("m"), nil); got != s.rev {
+	if got := s.sh.AbsorbedAt([]byte("m"), nil).Rev; got != s.rev {
 		t.Fatalf("AbsorbedAt(m) = %d, want the revision of the merge, %d", got, s.rev)
 	}
 	before := len(s.events)
