@@ -18,6 +18,7 @@ import (
 	"github.com/shale-db/shale/chaos/harness"
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/lincheck"
+	"github.com/shale-db/shale/internal/logring"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -99,12 +100,12 @@ func TestChaos(t *testing.T) {
 	// The first client, which also makes the final reads, keeps a trace of
 	// its last failed attempts (which node answered what): on a failure it
 	// is printed, and saved with the logs.
-	trace := newAttemptTrace(200)
+	trace := logring.New(200, slog.LevelDebug)
 	failed := true
 	defer func() {
 		if failed || *chaosOut != "" {
 			saveLogs(t, c, out)
-			trace.report(t, out)
+			reportAttempts(t, trace, out)
 		}
 		if err := c.Close(context.Background()); err != nil {
 			t.Errorf("clean up: %v", err)
@@ -372,62 +373,11 @@ func TestSameIndex(t *testing.T) {
 	}
 }
 
-// attemptTrace is a slog handler keeping the last records a client logs at
-// debug level: its failed attempts, each with the node and the error.
-type attemptTrace struct {
-	ring  *traceRing
-	attrs []slog.Attr
-}
-
-type traceRing struct {
-	mu    sync.Mutex
-	lines []string
-	next  int
-	full  bool
-}
-
-func newAttemptTrace(n int) *attemptTrace {
-	return &attemptTrace{ring: &traceRing{lines: make([]string, n)}}
-}
-
-func (a *attemptTrace) Enabled(context.Context, slog.Level) bool { return true }
-
-func (a *attemptTrace) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s", r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
-	for _, at := range a.attrs {
-		fmt.Fprintf(&b, " %s=%v", at.Key, at.Value)
-	}
-	r.Attrs(func(at slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", at.Key, at.Value)
-		return true
-	})
-	g := a.ring
-	g.mu.Lock()
-	g.lines[g.next] = b.String()
-	g.next = (g.next + 1) % len(g.lines)
-	g.full = g.full || g.next == 0
-	g.mu.Unlock()
-	return nil
-}
-
-func (a *attemptTrace) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &attemptTrace{ring: a.ring, attrs: append(slices.Clip(a.attrs), attrs...)}
-}
-
-func (a *attemptTrace) WithGroup(string) slog.Handler { return a }
-
-// report prints the last 30 records to the test's output and saves all of
-// them as client-attempts.log in dir.
-func (a *attemptTrace) report(t *testing.T, dir string) {
-	g := a.ring
-	g.mu.Lock()
-	var out []string
-	if g.full {
-		out = append(out, g.lines[g.next:]...)
-	}
-	out = append(out, g.lines[:g.next]...)
-	g.mu.Unlock()
+// reportAttempts prints the last 30 records of trace (the first client's
+// debug log: its failed attempts, each with the node and the error) to the
+// test's output and saves all of them as client-attempts.log in dir.
+func reportAttempts(t *testing.T, trace *logring.Handler, dir string) {
+	out := trace.Lines()
 	_ = os.WriteFile(filepath.Join(dir, "client-attempts.log"), []byte(strings.Join(out, "\n")+"\n"), 0o644)
 	t.Logf("the first client's last failed attempts (all %d in client-attempts.log):\n  %s", len(out), strings.Join(out[max(0, len(out)-30):], "\n  "))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/logring"
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
@@ -43,7 +44,7 @@ const (
 func TestWatchRandomized(t *testing.T) {
 	// The nodes' and the client's last log records are printed when a
 	// round fails.
-	nodeLog, clientLog := newLogRing(400, slog.LevelInfo), newLogRing(200, slog.LevelDebug)
+	nodeLog, clientLog := logring.New(400, slog.LevelInfo), logring.New(200, slog.LevelDebug)
 	c := testcluster.Start(t, testcluster.Options{Nodes: watchNodes, Configure: func(cfg *server.Config) {
 		cfg.Logger = slog.New(nodeLog).With("node", cfg.NodeID)
 	}})
@@ -54,8 +55,8 @@ func TestWatchRandomized(t *testing.T) {
 		t.Run(fmt.Sprintf("seed%02d", seed), func(t *testing.T) {
 			defer func() {
 				if t.Failed() {
-					t.Logf("the client's last log records:\n%s", clientLog.dump())
-					t.Logf("the nodes' last log records (info and above):\n%s", nodeLog.dump())
+					t.Logf("the client's last log records:\n%s", strings.Join(clientLog.Lines(), "\n"))
+					t.Logf("the nodes' last log records (info and above):\n%s", strings.Join(nodeLog.Lines(), "\n"))
 				}
 			}()
 			if watchRound(t, c, cl, seed) {
@@ -422,63 +423,4 @@ func moveReplicas(t *testing.T, c *testcluster.Cluster, cl *client.Client, prefi
 		}
 	}
 	return fmt.Sprintf("move node %d's replicas of shards %v to node %d (not done in 30 s: %v; errors: %v)", from, moved, to, pending, errs)
-}
-
-// logRing is a slog handler keeping the last records at or above a level,
-// for a failing test to print.
-type logRing struct {
-	level slog.Level
-	attrs []slog.Attr
-	ring  *ringLines
-}
-
-type ringLines struct {
-	mu    sync.Mutex
-	lines []string
-	next  int
-	full  bool
-}
-
-func newLogRing(n int, level slog.Level) *logRing {
-	return &logRing{level: level, ring: &ringLines{lines: make([]string, n)}}
-}
-
-func (l *logRing) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= l.level }
-
-func (l *logRing) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s", r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
-	for _, a := range l.attrs {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	g := l.ring
-	g.mu.Lock()
-	g.lines[g.next] = b.String()
-	g.next = (g.next + 1) % len(g.lines)
-	g.full = g.full || g.next == 0
-	g.mu.Unlock()
-	return nil
-}
-
-func (l *logRing) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &logRing{level: l.level, attrs: append(slices.Clip(l.attrs), attrs...), ring: l.ring}
-}
-
-func (l *logRing) WithGroup(string) slog.Handler { return l }
-
-// dump returns the kept records, oldest first.
-func (l *logRing) dump() string {
-	g := l.ring
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []string
-	if g.full {
-		out = append(out, g.lines[g.next:]...)
-	}
-	out = append(out, g.lines[:g.next]...)
-	return strings.Join(out, "\n")
 }

@@ -117,6 +117,11 @@ var importRules = []importRule{
 		allow: []string{"internal/freeport"},
 	},
 	{
+		name:  "internal/logring imports nothing of ours",
+		from:  []string{"internal/logring"},
+		allow: []string{"internal/logring"},
+	},
+	{
 		name:  "placement depends only on replication, storage and proto",
 		from:  []string{"placement/..."},
 		allow: []string{"placement/...", "replication/...", "storage/...", "proto/..."},
