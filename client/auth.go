@@ -149,21 +149,44 @@ func (a *tokenAuth) get(ctx context.Context) (string, error) {
 }
 
 // renew replaces used, a token a node refused, and returns the new one
-// (the current one if another call renewed it already).
-func (a *tokenAuth) renew(ctx context.Context, used string) (string, error) {
+// (the current one if another call renewed it already). fresh reports that
+// this call started the authentication that issued it, after the refusal:
+// a token another call obtained may predate a revocation of every token.
+func (a *tokenAuth) renew(ctx context.Context, used string) (tok string, fresh bool, _ error) {
 	a.mu.Lock()
 	if a.ready && a.token != used && (a.expireAt.IsZero() || time.Now().Before(a.expireAt)) {
 		tok := a.token
 		a.mu.Unlock()
-		return tok, nil
+		return tok, false, nil
 	}
 	a.ready = false // the other calls wait for the renewal too
 	f := a.flight
 	if f == nil {
 		f = a.startLocked()
+		fresh = true
 	}
 	a.mu.Unlock()
-	return f.wait(ctx)
+	tok, err := f.wait(ctx)
+	return tok, fresh, err
+}
+
+// renewals resends a call whose token a node refused with a renewed one:
+// again if that one, which another call obtained, is refused too (it may
+// predate a revocation of every token), but never after a fresh token is
+// refused. send sends with a token and returns the call's error.
+func (a *tokenAuth) renewals(ctx context.Context, tok string, err error, send func(tok string) error) (string, error) {
+	for i := 0; i < 2 && rejected(err, tok); i++ {
+		var fresh bool
+		var rerr error
+		if tok, fresh, rerr = a.renew(ctx, tok); rerr != nil {
+			return tok, rpcError(ctx, rerr)
+		}
+		err = send(tok)
+		if fresh {
+			break
+		}
+	}
+	return tok, err
 }
 
 // invalidate drops the current token (or the knowledge that auth is
@@ -253,8 +276,8 @@ func withToken(ctx context.Context, tok string) context.Context {
 }
 
 // authInterceptors attach the token to every call on a connection (not to
-// Authenticate itself), authenticate again and resend a call once when a
-// node refuses the token, and type Unauthenticated and PermissionDenied
+// Authenticate itself), authenticate again and resend a call when a node
+// refuses the token (see renewals), and type Unauthenticated and PermissionDenied
 // errors (ErrUnauthenticated, ErrPermissionDenied). Without WithCredentials
 // they only type the errors.
 func (c *Client) authInterceptors() []grpc.DialOption {
@@ -271,10 +294,9 @@ func (c *Client) authInterceptors() []grpc.DialOption {
 			err = invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
 			if rejected(err, tok) {
 				c.log.Debug("shale client: token refused; authenticating again", "method", method, "error", err)
-				if tok, err = a.renew(ctx, tok); err != nil {
-					return rpcError(ctx, err)
-				}
-				err = invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
+				_, err = a.renewals(ctx, tok, err, func(tok string) error {
+					return invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
+				})
 			}
 			return authTyped(err)
 		}),
@@ -288,10 +310,11 @@ func (c *Client) authInterceptors() []grpc.DialOption {
 			}
 			s, err := streamer(withToken(ctx, tok), desc, cc, method, opts...)
 			if a != nil && rejected(err, tok) {
-				if tok, err = a.renew(ctx, tok); err != nil {
-					return nil, rpcError(ctx, err)
-				}
-				s, err = streamer(withToken(ctx, tok), desc, cc, method, opts...)
+				tok, err = a.renewals(ctx, tok, err, func(tok string) error {
+					var serr error
+					s, serr = streamer(withToken(ctx, tok), desc, cc, method, opts...)
+					return serr
+				})
 			}
 			if err != nil {
 				return nil, authTyped(err)
@@ -345,7 +368,7 @@ func (s *authStream) RecvMsg(m any) error {
 		return authTyped(err)
 	}
 	s.retried = true
-	tok, rerr := s.a.renew(s.ctx, s.tok)
+	tok, _, rerr := s.a.renew(s.ctx, s.tok)
 	if rerr != nil {
 		return rpcError(s.ctx, rerr)
 	}

@@ -44,11 +44,14 @@ func TestDiskLatencyFile(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	latency := filepath.Join(dir, "latency")
-	fs, err := newDiskLatencyFS(ctx, vfs.Default, latency, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The wrapped filesystem is in memory: its own writes and syncs take
+	// no time, so the injected latency is all there is to measure.
+	mem := vfs.NewMem()
+	fs, err := newDiskLatencyFS(ctx, mem, latency, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := fs.Create(filepath.Join(dir, "data"))
+	f, err := fs.Create("data")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,28 +66,28 @@ func TestDiskLatencyFile(t *testing.T) {
 		}
 		return time.Since(start)
 	}
-	if d := writeAndSync(); d >= 100*time.Millisecond {
+	if d := writeAndSync(); d >= 500*time.Millisecond {
 		t.Fatalf("without a latency file a write and sync took %v", d)
 	}
-	if err := os.WriteFile(latency, []byte("150ms-200ms\n"), 0o644); err != nil {
+	if err := os.WriteFile(latency, []byte("500ms-600ms\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * testingFilePoll)
-	if d := writeAndSync(); d < 300*time.Millisecond {
-		t.Fatalf("with 150ms-200ms a write and a sync took %v together, want at least 300ms", d)
+	if d := writeAndSync(); d < time.Second {
+		t.Fatalf("with 500ms-600ms a write and a sync took %v together, want at least 1s", d)
 	}
 	if err := os.WriteFile(latency, []byte("0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * testingFilePoll)
-	if d := writeAndSync(); d >= 100*time.Millisecond {
+	if d := writeAndSync(); d >= 500*time.Millisecond {
 		t.Fatalf("after the latency was set to 0 a write and sync took %v", d)
 	}
 	// At start, a malformed file is an error.
 	if err := os.WriteFile(latency, []byte("slow"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newDiskLatencyFS(ctx, vfs.Default, latency, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+	if _, err := newDiskLatencyFS(ctx, mem, latency, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
 		t.Fatal("a malformed latency file at start was accepted")
 	}
 }
