@@ -349,3 +349,28 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckKeyByKey: a violation on one key is found among other keys'
+// linearizable operations, and the visualisation draws that key alone.
+func TestCheckKeyByKey(t *testing.T) {
+	var ops []hop
+	for i := int64(0); i < 50; i++ {
+		ops = append(ops, hop{0, put("b", fmt.Sprint(i)), done, 100 * i, 100*i + 10})
+	}
+	ops = append(ops,
+		hop{1, put("a", "1"), done, 0, 10},
+		hop{1, put("a", "2"), done, 20, 30},
+		hop{2, get("a"), val("1"), 40, 50}, // stale
+	)
+	res := check(t, hist(ops...))
+	if res.Outcome != porcupine.Illegal {
+		t.Fatalf("want a violation, got %v", res)
+	}
+	html, err := os.ReadFile(res.VisualizationPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), `put(\"a\", \"2\")`) || strings.Contains(string(html), `put(\"b\"`) {
+		t.Fatal("the visualisation should draw key a's operations and no other key's")
+	}
+}
