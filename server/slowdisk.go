@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/shale-db/shale/replication"
 )
 
 // A node whose Raft-log syncs are slow delays every write of the shards it
@@ -24,22 +26,22 @@ const (
 	slowDiskCheck = 250 * time.Millisecond
 )
 
-// diskSlow reports whether the node's recent Raft-log syncs make its disk
-// slow: most of those in the window took the threshold or longer, or the
-// one in progress has taken twice the threshold already (a stuck disk).
-func (n *Node) diskSlow() bool {
+// diskSlow reports whether the node's recent Raft-log syncs (r) make its
+// disk slow: most of those in the window took the threshold or longer, or
+// the one in progress has taken twice the threshold already (a stuck disk).
+func (n *Node) diskSlow() (slow bool, r replication.LogSyncReport) {
 	th := n.cfg.SlowDiskThreshold
-	if th < 0 {
-		return false
-	}
-	r := n.store.LogSyncs(slowDiskWindow, th)
-	return r.Running >= 2*th || (r.Finished >= slowDiskMinSyncs && 2*r.Slow > r.Finished)
+	r = n.store.LogSyncs(slowDiskWindow, th)
+	return r.Running >= 2*th || (r.Finished >= slowDiskMinSyncs && 2*r.Slow > r.Finished), r
 }
 
 // watchDisk hands the node's leaderships away while its disk is slow (see
 // Config.SlowDiskThreshold) and takes them back slowDiskHold after.
 func (n *Node) watchDisk() {
 	defer n.wg.Done()
+	if n.cfg.SlowDiskThreshold < 0 {
+		return // turned off
+	}
 	t := time.NewTicker(slowDiskCheck)
 	defer t.Stop()
 	ctx := n.stopContext()
@@ -51,14 +53,13 @@ func (n *Node) watchDisk() {
 		case <-t.C:
 		}
 		now := time.Now()
-		if n.diskSlow() {
+		if isSlow, r := n.diskSlow(); isSlow {
 			n.slowDiskUntil.Store(now.Add(slowDiskHold).UnixNano())
 			n.refuseTransfersWhileDraining()
 			if !slow {
 				slow = true
 				n.slowDisk.Set(1)
 				n.slowDiskEvents.Inc()
-				r := n.store.LogSyncs(slowDiskWindow, n.cfg.SlowDiskThreshold)
 				n.log.Warn("disk slow: handing this node's shard leaderships to other nodes",
 					"syncs", r.Finished, "slow_syncs", r.Slow, "running_sync", r.Running, "threshold", n.cfg.SlowDiskThreshold)
 				// Tell the placement leader at once (it gives this node no
