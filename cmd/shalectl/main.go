@@ -5,15 +5,16 @@
 // offline:
 //
 //	shalectl [--endpoints A,B,C] [--timeout D] [--user NAME[:PASSWORD]] kv get|put|del|scan|cas ...
+//	shalectl watch PREFIX
 //	shalectl cluster status
-//	shalectl shard list|info ID|split KEY|directory|move SHARD FROM TO
+//	shalectl shard list|info ID|checksum ID|split KEY|merge KEY|directory|move SHARD FROM TO
 //	shalectl node list|add ADDR|remove ID|status ID|decommission ID|recommission ID|drain-leaders [ID]
 //	shalectl leader transfer SHARD NODE
 //	shalectl placement status|history
 //	shalectl auth enable|disable|status|rotate-key
 //	shalectl user add NAME[:PASSWORD]|delete NAME|passwd NAME|grant-role USER ROLE|revoke-role USER ROLE|list|get NAME
 //	shalectl role add ROLE|delete ROLE|grant|revoke ROLE read|write|readwrite KEY [END] [--prefix]|list|get ROLE
-//	shalectl backup create|stream|list|describe ID|verify ID|delete ID --location LOC
+//	shalectl backup create [--base ID]|stream|list|describe ID|verify ID|delete ID --location LOC
 //	shalectl restore ID --location LOC --data-dir DIR [--as-of TIME]
 //	shalectl cert create-ca|create-node NAME HOST...|create-client USER|list --certs-dir DIR
 //	shalectl debug sst-dump FILE
@@ -94,8 +95,8 @@ func newRootCmd() *cobra.Command {
 		Short: "Shale's command-line tool",
 		Long: `shalectl operates Shale databases.
 
-The cluster commands (kv, cluster, shard, node, leader, placement) talk to a running
-cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
+The cluster commands (kv, watch, cluster, shard, node, leader, placement, and
+auth, user and role) talk to a running cluster through any of the nodes in --endpoints (default: $SHALE_ENDPOINTS,
 else 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003).
 
 The backup commands write backups of the cluster to a location, a directory

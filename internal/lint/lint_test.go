@@ -45,13 +45,13 @@ type importRule struct {
 }
 
 // upperLayers are the layers above storage and the side packages that the
-// storage engine must stay independent of (DESIGN.md, "Modules and layout").
+// storage engine must stay independent of (docs/architecture.md, "Import direction").
 var upperLayers = []string{
 	"server/...", "placement/...", "replication/...", "client/...",
 	"cmd/...", "chaos/...", "bench/...", "proto/...",
 }
 
-// importRules is DESIGN.md's import direction, one row per constraint. A rule
+// importRules is the import direction of docs/architecture.md, one row per constraint. A rule
 // whose from-packages do not exist yet passes vacuously.
 var importRules = []importRule{
 	{
