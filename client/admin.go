@@ -28,7 +28,8 @@ func (c *Client) invokeAdmin(ctx context.Context, op string, mutation bool, fn f
 // NotLeader with a hint sends it to the hinted node at once; Unavailable
 // moves to the next node after a backoff, and so does an attempt timeout
 // for read-only requests (a mutation that timed out may have applied, so
-// its error is returned); ResourceExhausted retries after a backoff;
+// its error is returned); ResourceExhausted retries after a backoff
+// (unless the request was too large);
 // anything else (PermissionDenied, NotFound, ...) is returned.
 func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	ctx, cancel := c.callContext(ctx)
@@ -115,7 +116,7 @@ func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn
 			if !retry() {
 				return c.stopped(ctx, op, last)
 			}
-		case st.Code() == codes.ResourceExhausted:
+		case overloaded(st):
 			if !retry() {
 				return c.stopped(ctx, op, last)
 			}

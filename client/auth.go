@@ -458,7 +458,7 @@ func (c *Client) authenticateOnce(ctx context.Context, req *shalev1.Authenticate
 		st := status.Convert(err)
 		c.log.Debug("shale client: Authenticate failed", "address", addr, "error", err)
 		switch {
-		case statusDetails(st).notLeader != nil, st.Code() == codes.ResourceExhausted, st.Code() == codes.Aborted:
+		case statusDetails(st).notLeader != nil, overloaded(st), st.Code() == codes.Aborted:
 		case st.Code() == codes.Unavailable, ctxCode(st.Code()):
 			if callOver(ctx) {
 				return nil, fmt.Errorf("%s: %w", addr, typed(err)), false

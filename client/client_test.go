@@ -9,11 +9,13 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -405,6 +407,39 @@ func TestResourceExhaustedRetried(t *testing.T) {
 	}
 	if got := len(fc.callsOf("Put")); got != 3 {
 		t.Errorf("%d attempts, want 3", got)
+	}
+}
+
+// TestTooLargeFailsAtOnce: a request over a node's gRPC receive limit is
+// refused by gRPC with ResourceExhausted "message larger than max"; unlike
+// overload that is the same on every attempt, so it fails at once with
+// ErrInvalidArgument (not ErrOutcomeUnknown: it never reached the handler)
+// instead of being retried until the deadline.
+func TestTooLargeFailsAtOnce(t *testing.T) {
+	fc := newFakeClusterWith(t, 3, fakeServerSetup{
+		opts: func(*fakeNode) []grpc.ServerOption { return []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 10)} },
+	}, "m")
+	c := fc.client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Put(ctx, []byte("a"), bytes.Repeat([]byte("v"), 100<<10))
+	took := time.Since(start)
+	if !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("100 KiB put to a 64 KiB limit: %v, want ErrInvalidArgument only", err)
+	}
+	if !strings.Contains(err.Error(), "larger than a node accepts") {
+		t.Errorf("error %q does not say the request is too large", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the put took %v to fail: retried?", took)
+	}
+	if n := len(fc.callsOf("Put")); n != 0 {
+		t.Errorf("%d puts reached a handler", n)
+	}
+	// A value under the limit still goes through.
+	if _, err := c.Put(ctx, []byte("a"), bytes.Repeat([]byte("v"), 10<<10)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,7 +15,9 @@
 //     request is resent.
 //   - Unavailable, a per-attempt timeout or a connection failure: the next
 //     replica is tried after an exponential backoff with full jitter.
-//   - ResourceExhausted: the request is retried after a backoff.
+//   - ResourceExhausted: the request is retried after a backoff, unless it
+//     is gRPC's "message larger than max" (a value or batch over a node's
+//     limit): that is ErrInvalidArgument, returned at once.
 //   - InvalidArgument and every other error: returned at once.
 //
 // Retries stop at the caller's context deadline (the client applies a

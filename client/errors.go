@@ -277,10 +277,29 @@ func wrapOp(op string, err error) error {
 }
 
 // invalidArgError wraps a status error with ErrInvalidArgument.
-type invalidArgError struct{ cause error }
+type invalidArgError struct {
+	cause error
+	note  string // said before the cause's message, if set
+}
 
 func (e *invalidArgError) Error() string {
+	if e.note != "" {
+		return "shale: invalid argument: " + e.note + ": " + status.Convert(e.cause).Message()
+	}
 	return "shale: invalid argument: " + status.Convert(e.cause).Message()
+}
+
+// tooLarge reports whether st is gRPC's refusal of a message over the
+// size limit of the sender or the receiver. It comes as ResourceExhausted,
+// but unlike overload it is the same on every attempt: never retried.
+func tooLarge(st *status.Status) bool {
+	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max")
+}
+
+// overloaded reports whether st is a ResourceExhausted answer that a later
+// attempt may not get (too many requests in flight), not tooLarge.
+func overloaded(st *status.Status) bool {
+	return st.Code() == codes.ResourceExhausted && !tooLarge(st)
 }
 func (e *invalidArgError) Unwrap() []error { return []error{ErrInvalidArgument, e.cause} }
 
@@ -334,6 +353,8 @@ func typed(err error) error {
 			LeaderAddress: d.notLeader.GetLeaderAddress(), cause: err}
 	case st.Code() == codes.InvalidArgument:
 		return &invalidArgError{cause: err}
+	case tooLarge(st):
+		return &invalidArgError{cause: err, note: "the request is larger than a node accepts (see the value and batch limits in docs/api.md)"}
 	case st.Code() == codes.Unauthenticated, st.Code() == codes.PermissionDenied:
 		return authTyped(err)
 	}

@@ -314,7 +314,7 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			if nroute > 1 && !retry() {
 				return c.stopped(ctx, spec.op, last)
 			}
-		case st.Code() == codes.ResourceExhausted:
+		case overloaded(st):
 			if !retry() {
 				return c.stopped(ctx, spec.op, last)
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,6 +77,33 @@ func TestClusterKV(t *testing.T) {
 		t.Errorf("cas -o json failure: %+v", r)
 	}
 	contains(t, "cas arity", fails(t, fc.args("kv", "cas", "--expect-absent", "a", "b", "c")...), "takes 2 argument(s)")
+
+	// Values from stdin and files, and to a file: larger than the 128 KiB
+	// a single command-line argument may be, and binary.
+	big := strings.Repeat("0123456789abcdef", 300<<10/16) + "\x00\xff\n"
+	okIn(t, big, fc.args("kv", "put", "big", "-")...)
+	dir := t.TempDir()
+	ok(t, fc.args("kv", "get", "big", "--output-file", filepath.Join(dir, "got"))...)
+	if got, err := os.ReadFile(filepath.Join(dir, "got")); err != nil || string(got) != big {
+		t.Errorf("kv get --output-file wrote %d bytes (err %v), want the %d put from stdin", len(got), err, len(big))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "in"), []byte(big+"2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, fc.args("kv", "--hex", "put", "0x62696732", "--value-file", filepath.Join(dir, "in"))...)
+	if out := ok(t, fc.args("kv", "get", "big2", "--output-file", "-")...); out != big+"2" {
+		t.Errorf("kv get --output-file - printed %d bytes, want the %d of --value-file", len(out), len(big)+1)
+	}
+	var noValue map[string]any
+	if err := json.Unmarshal([]byte(ok(t, fc.args("kv", "get", "big2", "--output-file", filepath.Join(dir, "got"), "-o", "json")...)), &noValue); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := noValue["value"]; noValue["key"] != "big2" || has {
+		t.Errorf("get --output-file -o json = %v, want the record without its value", noValue)
+	}
+	contains(t, "value-file and VALUE", fails(t, fc.args("kv", "put", "k", "v", "--value-file", filepath.Join(dir, "in"))...), "--value-file takes 1 argument")
+	contains(t, "missing value-file", fails(t, fc.args("kv", "put", "k", "--value-file", filepath.Join(dir, "nope"))...), "--value-file", "no such file")
+	contains(t, "no VALUE", fails(t, fc.args("kv", "put", "k")...), "takes 2 argument(s), KEY VALUE")
 
 	// Usage errors.
 	contains(t, "bad ttl", fails(t, fc.args("kv", "put", "a", "b", "--ttl", "-1s")...), "--ttl")

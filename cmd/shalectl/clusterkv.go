@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -97,13 +100,20 @@ escapes otherwise, and as 0x-prefixed hexadecimal with --hex.`,
 }
 
 func newKVGetCmd(f *kvFlags) *cobra.Command {
+	var outputFile string
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print the value of KEY (exit status 1 and \"key not found\" when absent)",
+		Long: `get prints the value of KEY, formatted (see kv --help), or with
+--output-file F writes its bytes to the file F as they are (- for stdout, with
+no newline), for values that are binary or large. With -o json it prints the
+key's record (without the value when --output-file is given).`,
 		Example: `  shalectl kv get user/42
-  shalectl kv get user/42 --consistency stale -o json`,
+  shalectl kv get user/42 --consistency stale -o json
+  shalectl kv get images/logo --output-file logo.png`,
 		Args: exactArgs("KEY"),
 	}
+	cmd.Flags().StringVar(&outputFile, "output-file", "", "write the value's bytes, unformatted, to this file (- for stdout)")
 	consistency := consistencyFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		asJSON, err := f.jsonOutput(cmd)
@@ -127,6 +137,15 @@ func newKVGetCmd(f *kvFlags) *cobra.Command {
 				return fmt.Errorf("get %s: %w", f.keys().format(a[0]), err)
 			}
 			out := cmd.OutOrStdout()
+			if outputFile != "" {
+				if err := writeValueFile(out, outputFile, kv.Value); err != nil {
+					return err
+				}
+				if asJSON {
+					return output.WriteJSON(out, f.record(kv, false))
+				}
+				return nil
+			}
 			if asJSON {
 				return output.WriteJSON(out, f.record(kv, true))
 			}
@@ -137,16 +156,94 @@ func newKVGetCmd(f *kvFlags) *cobra.Command {
 	return cmd
 }
 
+// writeValueFile writes a value's bytes to path (- for stdout), replacing
+// the file: to a temporary file beside it, synced and renamed into place,
+// so that a failed write never leaves half a value under the name.
+func writeValueFile(stdout io.Writer, path string, value []byte) error {
+	if path == "-" {
+		_, err := stdout.Write(value)
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("--output-file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing left to remove
+	if _, err := tmp.Write(value); err != nil {
+		tmp.Close()
+		return fmt.Errorf("--output-file: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("--output-file: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("--output-file: sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("--output-file: close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("--output-file: %w", err)
+	}
+	return nil
+}
+
+// readValue returns the VALUE of kv put: the argument (decoded as keys are,
+// see --hex), or the bytes of stdin when it is "-", or of the file given
+// with --value-file (which replaces the argument), as they are.
+func (f *kvFlags) readValue(cmd *cobra.Command, args []string, valueFile string) ([]byte, error) {
+	switch {
+	case valueFile != "":
+		if len(args) != 1 {
+			return nil, &usageError{cmd: cmd, msg: fmt.Sprintf("%s --value-file takes 1 argument, KEY; got %d", cmd.CommandPath(), len(args))}
+		}
+		v, err := os.ReadFile(valueFile)
+		if err != nil {
+			return nil, fmt.Errorf("--value-file: %w", err)
+		}
+		return v, nil
+	case len(args) != 2:
+		return nil, &usageError{cmd: cmd, msg: fmt.Sprintf("%s takes 2 argument(s), KEY VALUE (or KEY with --value-file); got %d", cmd.CommandPath(), len(args))}
+	case args[1] == "-":
+		v, err := io.ReadAll(stdinOf(cmd))
+		if err != nil {
+			return nil, fmt.Errorf("read VALUE from stdin: %w", err)
+		}
+		return v, nil
+	}
+	v, err := f.keys().codec().Parse(args[1])
+	if err != nil {
+		return nil, fmt.Errorf("VALUE: %w", err)
+	}
+	return v, nil
+}
+
 func newKVPutCmd(f *kvFlags) *cobra.Command {
 	var ttl time.Duration
 	var prev bool
+	var valueFile string
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE",
+		Use:   "put KEY VALUE | put KEY - | put KEY --value-file F",
 		Short: "Set KEY to VALUE",
+		Long: `put sets KEY to VALUE. VALUE is taken from the command line (as hexadecimal
+with --hex); given as -, it is read from stdin, and with --value-file F (and no
+VALUE) from the file F, byte for byte in both cases (--hex does not apply):
+the way to write a value larger than the shell's argument limit, or binary.
+A value over the cluster's limit (--max-value-bytes, 1 MiB by default) fails
+at once with "invalid argument".`,
 		Example: `  shalectl kv put user/42 alice
   shalectl kv put session/9 token --ttl 30m --prev
-  shalectl kv --hex put 0x00ff 0x0102`,
-		Args: exactArgs("KEY", "VALUE"),
+  shalectl kv --hex put 0x00ff 0x0102
+  shalectl kv put images/logo --value-file logo.png
+  gzip -c report.txt | shalectl kv put reports/today -`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 || len(args) > 2 {
+				return &usageError{cmd: cmd, msg: fmt.Sprintf("%s takes 2 argument(s), KEY VALUE (or KEY with --value-file); got %d", cmd.CommandPath(), len(args))}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := f.jsonOutput(cmd)
 			if err != nil {
@@ -155,10 +252,15 @@ func newKVPutCmd(f *kvFlags) *cobra.Command {
 			if ttl < 0 {
 				return &usageError{cmd: cmd, msg: "--ttl must not be negative"}
 			}
-			a, err := f.parseArgs(args, "KEY", "VALUE")
+			value, err := f.readValue(cmd, args, valueFile)
 			if err != nil {
 				return err
 			}
+			a, err := f.parseArgs(args[:1], "KEY")
+			if err != nil {
+				return err
+			}
+			a = append(a, value)
 			opts := []client.PutOption{client.WithTTL(ttl)}
 			if prev {
 				opts = append(opts, client.WithPrevKV())
@@ -190,6 +292,7 @@ func newKVPutCmd(f *kvFlags) *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire the key this long after the write (e.g. 10s, 5m; 0: never)")
 	cmd.Flags().BoolVar(&prev, "prev", false, "print the previous value")
+	cmd.Flags().StringVar(&valueFile, "value-file", "", "read the value from this file, byte for byte (then VALUE is not given)")
 	return cmd
 }
 
