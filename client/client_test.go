@@ -839,8 +839,19 @@ func TestScanAcrossShards(t *testing.T) {
 			check("limit 7 reverse", scanKeys(t, c, nil, nil, po, WithLimit(7), WithReverse()), rev(keys)[:7])
 			check("[f, z) limit 9", scanKeys(t, c, []byte("f"), []byte("z"), po, WithLimit(9)), between("f", "z")[:9])
 			check("empty range", scanKeys(t, c, []byte("c"), []byte("d"), po), nil)
-			check("inverted range", scanKeys(t, c, []byte("d"), []byte("c"), po), nil)
 		}
+	}
+	// An inverted or empty range is refused before any request.
+	calls := len(fc.callsOf("Scan"))
+	for _, r := range [][2]string{{"d", "c"}, {"d", "d"}} {
+		it := c.Scan(bg(t), []byte(r[0]), []byte(r[1]), WithReverse())
+		if it.Next() || !errors.Is(it.Err(), ErrInvalidArgument) {
+			t.Errorf("scan [%q, %q): %v, want ErrInvalidArgument", r[0], r[1], it.Err())
+		}
+		it.Close()
+	}
+	if n := len(fc.callsOf("Scan")) - calls; n != 0 {
+		t.Errorf("inverted scans sent %d requests", n)
 	}
 	// Values and keys-only.
 	it := c.Scan(bg(t), []byte("g"), []byte("h"))

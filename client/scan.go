@@ -66,8 +66,9 @@ func prefixEnd(p []byte) []byte {
 
 // Scan returns an iterator over the keys in [start, end) in key order (with
 // WithReverse, in reverse order). A nil or empty start is the beginning of
-// the key space, a nil or empty end its end. With WithPrefix, start and end
-// must be nil.
+// the key space, a nil or empty end its end; a start at or after a
+// non-empty end is ErrInvalidArgument (from Err, before any request), as
+// the server would answer. With WithPrefix, start and end must be nil.
 //
 // The iterator walks the shards the range overlaps in order, fetching one
 // page at a time (at most WithPageSize keys, and at most the server's page
@@ -93,6 +94,9 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, opts ...ScanOption
 			return it
 		}
 		start, end = o.prefix, prefixEnd(o.prefix)
+	} else if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		it.err = wrapOp("scan", invalidArgf("empty range [%q, %q): start must be before end", start, end))
+		return it
 	}
 	it.lo, it.hi = bytes.Clone(start), bytes.Clone(end)
 	return it

@@ -164,6 +164,7 @@ func TestClusterScan(t *testing.T) {
 	if out := ok(t, fc.args("kv", "scan", "q", "r")...); out != "" {
 		t.Errorf("empty scan printed %q", out)
 	}
+	contains(t, "inverted", fails(t, fc.args("kv", "scan", "z", "a")...), "invalid argument", "start must be before end")
 
 	// JSON Lines.
 	out = ok(t, fc.args("kv", "scan", "--prefix", "m", "-o", "json")...)

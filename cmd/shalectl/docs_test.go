@@ -73,7 +73,7 @@ var (
 
 // shalectlLines returns the shalectl command lines of a Markdown text: in
 // fenced code blocks, every line naming the command (with its `|`
-// continuation lines joined on), and outside them, inline code spans that
+// indented continuation lines, starting with | or [, joined on), and outside them, inline code spans that
 // start with it.
 func shalectlLines(text string) []docLine {
 	var out []docLine
@@ -93,7 +93,8 @@ func shalectlLines(text string) []docLine {
 			}
 			cmd := strings.TrimLeft(line[loc[0]:], " /`")
 			num := i + 1
-			for i+1 < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "| ") {
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], " ") &&
+				(strings.HasPrefix(strings.TrimSpace(lines[i+1]), "| ") || strings.HasPrefix(strings.TrimSpace(lines[i+1]), "[")) {
 				i++
 				cmd += " " + strings.TrimSpace(lines[i])
 			}
