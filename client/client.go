@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -176,11 +178,39 @@ type Client struct {
 	auth *tokenAuth
 }
 
+// refusedGiveUp is how long New keeps trying while every endpoint refuses
+// connections: long enough for a node that is restarting to listen again.
+const refusedGiveUp = time.Second
+
+// checkEndpoint refuses an endpoint that gRPC would resolve to a port
+// nobody meant (a host without a port dials 443). A target with a scheme
+// (dns:///, unix:, passthrough:///) is left to gRPC.
+func checkEndpoint(e string) error {
+	if strings.Contains(e, "://") || strings.HasPrefix(e, "unix:") {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(e)
+	if err != nil || port == "" {
+		h := strings.TrimSuffix(e, ":")
+		if err == nil {
+			h = host
+		}
+		return invalidArgf("endpoint %q has no port: give host:port (a node's client port; %s with the default --listen-addr)",
+			e, net.JoinHostPort(strings.Trim(h, "[]"), "7001"))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return invalidArgf("endpoint %q: port %q is not a number from 1 to 65535", e, port)
+	}
+	return nil
+}
+
 // New connects to the cluster reachable through endpoints (host:port
-// addresses of any of its nodes) and loads the routing table from the first
-// that answers Admin.GetRouting. It fails, with an error matching
+// addresses of any of its nodes; an endpoint without a port is
+// ErrInvalidArgument) and loads the routing table from the first that
+// answers Admin.GetRouting. It fails, with an error matching
 // ErrUnavailable, when none answers before ctx's deadline (or the default
-// timeout). With WithCredentials it authenticates first, and fails at once,
+// timeout), or sooner, after refusedGiveUp (1 s), when every endpoint
+// refuses connections: "no node reachable at ...: connection refused". With WithCredentials it authenticates first, and fails at once,
 // with an error matching ErrUnauthenticated, when the credentials are
 // refused. Connections to nodes are made lazily, one per node address.
 func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
@@ -211,6 +241,9 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	var eps []string
 	for _, e := range endpoints {
 		if e = strings.TrimSpace(e); e != "" {
+			if err := checkEndpoint(e); err != nil {
+				return nil, err
+			}
 			eps = append(eps, e)
 		}
 	}
@@ -240,6 +273,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		}
 	}
 	var last error
+	var refusedSince time.Time
 	for attempt := 1; ; attempt++ {
 		err := c.refreshRouting(ctx, -1)
 		if err == nil {
@@ -252,6 +286,16 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 			// A refused handshake or credentials: waiting cures nothing.
 			c.Close()
 			return nil, fmt.Errorf("shale: connect: refused by every endpoint's security (TLS or credentials): %w", err)
+		}
+		if !connectionRefused(err) {
+			refusedSince = time.Time{}
+		} else if refusedSince.IsZero() {
+			refusedSince = time.Now()
+		} else if time.Since(refusedSince) >= refusedGiveUp {
+			// Nothing listens at any endpoint, and has not for a while:
+			// a wrong address or a stopped cluster, not a blip.
+			c.Close()
+			return nil, &refusedError{endpoints: eps, cause: err}
 		}
 		reason := ctx.Err()
 		if reason == nil && o.maxAttempts > 0 && attempt >= o.maxAttempts {

@@ -78,6 +78,51 @@ func TestNewFailsWhenNoEndpointAnswers(t *testing.T) {
 	}
 }
 
+// TestNewFailsFastWhenEveryEndpointRefuses: with nothing listening at any
+// endpoint, New gives up after refusedGiveUp, well before its deadline,
+// and says why.
+func TestNewFailsFastWhenEveryEndpointRefuses(t *testing.T) {
+	var addrs []string
+	for range 2 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, lis.Addr().String())
+		lis.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := New(ctx, addrs, WithLogger(discardLogger()))
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("New = %v, want ErrUnavailable before the deadline", err)
+	}
+	want := "no node reachable at " + addrs[0] + ", " + addrs[1] + ": connection refused"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("New = %q, want it to say %q", err, want)
+	}
+	if took < refusedGiveUp || took > refusedGiveUp+2*time.Second {
+		t.Errorf("New took %v to give up, want about %v", took, refusedGiveUp)
+	}
+}
+
+func TestEndpointNeedsAPort(t *testing.T) {
+	for e, want := range map[string]string{
+		"127.0.0.1":  `endpoint "127.0.0.1" has no port: give host:port (a node's client port; 127.0.0.1:7001`,
+		"node1:":     `endpoint "node1:" has no port: give host:port (a node's client port; node1:7001`,
+		"[::1]":      `"[::1]" has no port: give host:port (a node's client port; [::1]:7001`,
+		"node1:http": `endpoint "node1:http": port "http" is not a number from 1 to 65535`,
+		"node1:0":    `port "0" is not a number from 1 to 65535`,
+	} {
+		_, err := New(context.Background(), []string{"127.0.0.1:7001", e}, WithLogger(discardLogger()))
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Errorf("New with endpoint %q = %v, want ErrInvalidArgument saying %q", e, err, want)
+		}
+	}
+}
+
 func TestRoutesToShardLeader(t *testing.T) {
 	fc := threeShards(t)
 	c := fc.client()

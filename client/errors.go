@@ -222,6 +222,21 @@ type retryError struct {
 	last   error // the last attempt's (typed) error, may be nil
 }
 
+// refusedError is New's error when every endpoint refused connections for
+// refusedGiveUp. Its message names the endpoints; the per-node errors stay
+// the wrapped cause.
+type refusedError struct {
+	endpoints []string
+	cause     error
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("shale: connect: unavailable: no node reachable at %s: connection refused (for %v; is the cluster running, and are these its client addresses?)",
+		strings.Join(e.endpoints, ", "), refusedGiveUp)
+}
+
+func (e *refusedError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
+
 // errAttempts is the reason of a call that used up WithMaxAttempts.
 var errAttempts = errors.New("retries exhausted")
 

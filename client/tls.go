@@ -77,22 +77,7 @@ func (o *options) transportCredentials() (grpc.DialOption, *tlsconfig.Source, er
 // refused, TLS against a plaintext port) or a plaintext call to a TLS
 // port.
 func securityRefusal(err error) bool {
-	if err == nil {
-		return false
-	}
-	if m, ok := err.(interface{ Unwrap() []error }); ok {
-		errs := m.Unwrap()
-		if len(errs) == 0 {
-			return false
-		}
-		for _, e := range errs {
-			if !securityRefusal(e) {
-				return false
-			}
-		}
-		return true
-	}
-	if st, ok := status.FromError(err); ok {
+	return forEveryNode(err, func(st *status.Status) bool {
 		switch st.Code() {
 		case codes.Unauthenticated:
 			return true
@@ -102,9 +87,43 @@ func securityRefusal(err error) bool {
 				strings.Contains(msg, "tls: ") || strings.Contains(msg, "x509: ")
 		}
 		return false
+	})
+}
+
+// connectionRefused reports whether err is, for every node it names, a
+// connection the node's machine refused: nothing listens at the address.
+func connectionRefused(err error) bool {
+	return forEveryNode(err, func(st *status.Status) bool {
+		return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection refused")
+	})
+}
+
+// forEveryNode reports whether pred holds for the status of every error
+// joined in err (one per node tried, see fetchRouting), looking through
+// wrapping; false for nil, an empty join, or an error without a status.
+func forEveryNode(err error, pred func(*status.Status) bool) bool {
+	if err == nil {
+		return false
+	}
+	if m, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := m.Unwrap()
+		if len(errs) == 0 {
+			return false
+		}
+		for _, e := range errs {
+			if !forEveryNode(e, pred) {
+				return false
+			}
+		}
+		return true
+	}
+	// The status of this error itself: status.FromError would look through
+	// a wrapped join and answer for its first node only.
+	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return pred(s.GRPCStatus())
 	}
 	if u := errors.Unwrap(err); u != nil {
-		return securityRefusal(u)
+		return forEveryNode(u, pred)
 	}
 	return false
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // args prefixes a cluster command with fc's endpoints.
@@ -290,6 +291,15 @@ func TestClusterConnectionErrors(t *testing.T) {
 	stderr := fails(t, "--endpoints", addr, "--timeout", "300ms", "kv", "get", "a")
 	contains(t, "unreachable", stderr, "connect to "+addr, "unavailable")
 	contains(t, "empty endpoints", fails(t, "--endpoints", " , ", "node", "list"), "--endpoints is empty")
+	contains(t, "no port", fails(t, "--endpoints", "127.0.0.1", "kv", "get", "a"), `endpoint "127.0.0.1" has no port`, "127.0.0.1:7001")
+
+	// Refused everywhere: fails in about a second, not at the 10 s
+	// default timeout.
+	start := time.Now()
+	contains(t, "refused", fails(t, "--endpoints", addr, "kv", "get", "a"), "no node reachable at "+addr+": connection refused")
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("a refused connection took %v to fail", took)
+	}
 }
 
 // TestEndpointsFromEnv checks that SHALE_ENDPOINTS sets the default of
