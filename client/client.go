@@ -180,7 +180,7 @@ type Client struct {
 
 // refusedGiveUp is how long New keeps trying while every endpoint refuses
 // connections: long enough for a node that is restarting to listen again.
-const refusedGiveUp = time.Second
+const refusedGiveUp = 2 * time.Second
 
 // checkEndpoint refuses an endpoint that gRPC would resolve to a port
 // nobody meant (a host without a port dials 443). A target with a scheme
@@ -209,7 +209,7 @@ func checkEndpoint(e string) error {
 // ErrInvalidArgument) and loads the routing table from the first that
 // answers Admin.GetRouting. It fails, with an error matching
 // ErrUnavailable, when none answers before ctx's deadline (or the default
-// timeout), or sooner, after refusedGiveUp (1 s), when every endpoint
+// timeout), or sooner, after refusedGiveUp (2 s), when every endpoint
 // refuses connections: "no node reachable at ...: connection refused". With WithCredentials it authenticates first, and fails at once,
 // with an error matching ErrUnauthenticated, when the credentials are
 // refused. Connections to nodes are made lazily, one per node address.

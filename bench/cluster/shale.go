@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -572,7 +573,36 @@ func (c *ShaleNodes) newClient(ctx context.Context, endpoints []string, user, pa
 	if user != "" {
 		opts = append(opts, shaleclient.WithCredentials(user, password))
 	}
+	if err := c.waitListening(ctx, endpoints); err != nil {
+		return nil, err
+	}
 	return shaleclient.New(ctx, endpoints, opts...)
+}
+
+// waitListening returns once one of endpoints accepts connections: the SDK
+// gives up within seconds when every endpoint refuses, and a node just
+// started (or founding from a backup) may not listen yet.
+func (c *ShaleNodes) waitListening(ctx context.Context, endpoints []string) error {
+	var d net.Dialer
+	for {
+		for _, e := range endpoints {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			conn, err := d.DialContext(dctx, "tcp", e)
+			cancel()
+			if err == nil {
+				conn.Close()
+				return nil
+			}
+		}
+		if err := c.checkRunning(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no shale node listening at %s: %w", strings.Join(endpoints, ", "), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // WaitReady waits until the cluster lists wantShards shards (the system

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,6 +179,22 @@ func (p *serverProc) start(t *testing.T, bin string) {
 		close(p.done)
 	}()
 	t.Cleanup(func() { p.kill() })
+	p.waitListening(30 * time.Second)
+}
+
+// waitListening returns once the node accepts connections on its address,
+// or has exited, or timeout has passed (the test then fails on what it
+// tries next). A client made before would find every node refusing, which
+// the SDK gives up on within seconds.
+func (p *serverProc) waitListening(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && p.running() {
+		if c, err := net.DialTimeout("tcp", p.addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // running reports whether the process has not exited.
