@@ -91,6 +91,9 @@ func shalectlLines(text string) []docLine {
 			if loc == nil || strings.HasSuffix(line[:loc[0]+1], "cmd/") {
 				continue // not a command line, or the source folder cmd/shalectl
 			}
+			if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "shalectl: unknown command") {
+				continue // an example of a mistake, shown with its error
+			}
 			cmd := strings.TrimLeft(line[loc[0]:], " /`")
 			num := i + 1
 			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], " ") &&
@@ -126,6 +129,7 @@ func checkDocLine(line string) (problems []string, reached []*cobra.Command) {
 		}
 	}
 	root := newRootCmd()
+	root.InitDefaultCompletionCmd() // cobra adds it when it executes
 	group, lastCmd := root, root
 	for si, seg := range strings.Split(line, " | ") {
 		words := strings.Fields(seg)

@@ -143,11 +143,19 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 }
 
 // noArgs rejects positional arguments (an unknown subcommand of a group
-// lands here).
+// lands here, and gets cobra's "did you mean" suggestions: a subcommand
+// within two edits, or one it starts).
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		if cmd.HasSubCommands() {
-			return &usageError{cmd: cmd, msg: fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only on its own path
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+			}
+			return &usageError{cmd: cmd, msg: msg}
 		}
 		return &usageError{cmd: cmd, msg: fmt.Sprintf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
 	}

@@ -718,11 +718,32 @@ func TestErrors(t *testing.T) {
 		{[]string{"debug", "ldb", "--db", empty, "scan", "--nope"}, []string{"unknown flag: --nope", "--help"}},
 		{[]string{"debug", "ldb", "--db", empty, "manifest"}, []string{"find current MANIFEST", "CURRENT"}},
 		{[]string{"bogus"}, []string{`unknown command "bogus" for "shalectl"`}},
+		{[]string{"kv", "scann"}, []string{`unknown command "scann" for "shalectl kv"`, "Did you mean this?\n\tscan\n"}},
+		{[]string{"placment", "status"}, []string{"Did you mean this?\n\tplacement\n"}},
+		{[]string{"shard", "mer", "k"}, []string{"Did you mean this?\n\tmerge\n"}},
 	} {
 		contains(t, strings.Join(c.args, " "), fails(t, c.args...), c.want...)
 	}
 	// Bare groups print their help.
 	contains(t, "help", ok(t, "debug", "ldb"), "Available Commands:", "updates-since")
+	if r := shalectl(t, "kv", "xyzzy"); strings.Contains(r.stderr, "Did you mean") {
+		t.Errorf("a word near no command got a suggestion: %s", r.stderr)
+	}
+}
+
+// TestCompletionScripts checks that the completion scripts docs/shalectl.md
+// tells users to install are generated, and complete shalectl's commands.
+func TestCompletionScripts(t *testing.T) {
+	t.Parallel()
+	for shell, want := range map[string]string{
+		"bash": "__start_shalectl",
+		"zsh":  "#compdef shalectl",
+		"fish": "complete -c shalectl",
+	} {
+		contains(t, shell, ok(t, "completion", shell), want)
+	}
+	// The scripts ask shalectl itself for candidates (cobra's __complete).
+	contains(t, "complete kv", ok(t, "__complete", "kv", "sc"), "scan")
 }
 
 // TestMain keeps the engine's default logger quiet in tests that open
