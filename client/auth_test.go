@@ -352,7 +352,7 @@ func TestAuthTokenOnEveryCall(t *testing.T) {
 	for range ch {
 	}
 
-	for _, m := range []string{"GetRouting", "Put", "Get", "MultiGet", "Scan", "ClusterStatus", "UserList", "AuthStatus", "Watch"} {
+	for _, m := range []string{"GetRouting", "Put", "Get", "MultiGet", "ScanStream", "ClusterStatus", "UserList", "AuthStatus", "Watch"} {
 		toks := fa.tokensOf(m)
 		if len(toks) == 0 {
 			t.Errorf("no %s call seen", m)

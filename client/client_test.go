@@ -951,6 +951,98 @@ func TestScanPagesBoundMemoryAndFollowTokens(t *testing.T) {
 	}
 }
 
+// TestScanStreamsEachShard: without WithPageSize, a scan is one ScanStream
+// per shard it overlaps, however many pages each shard's part has.
+func TestScanStreamsEachShard(t *testing.T) {
+	fc := threeShards(t) // split at g and p
+	kvs := map[string]string{}
+	for i := range 60 {
+		kvs[fmt.Sprintf("%c%02d", 'a'+i%26, i)] = "v"
+	}
+	fc.load(kvs)
+	c := fc.client()
+	for _, reverse := range []bool{false, true} {
+		fc.mu.Lock()
+		fc.streams = 0
+		fc.mu.Unlock()
+		var opts []ScanOption
+		if reverse {
+			opts = append(opts, WithReverse())
+		}
+		got := scanKeys(t, c, nil, nil, opts...)
+		if len(got) != 60 {
+			t.Errorf("reverse=%v: %d keys, want 60", reverse, len(got))
+		}
+		fc.mu.Lock()
+		streams := fc.streams
+		fc.mu.Unlock()
+		if streams != 3 {
+			t.Errorf("reverse=%v: %d ScanStream calls for 3 shards (pages of 3 keys), want 3", reverse, streams)
+		}
+		if n := len(fc.callsOf("Scan")); n != 0 {
+			t.Errorf("reverse=%v: %d unary Scan calls", reverse, n)
+		}
+	}
+}
+
+// TestScanStreamResumes: a stream that fails mid-shard, or goes silent for
+// the attempt timeout, is resumed after the last key received: every key
+// once, in order.
+func TestScanStreamResumes(t *testing.T) {
+	fc := threeShards(t)
+	kvs := map[string]string{}
+	var want []string
+	for i := range 40 {
+		k := fmt.Sprintf("h%02d", i) // all in the middle shard [g, p)
+		kvs[k] = "v"
+		want = append(want, k)
+	}
+	fc.load(kvs)
+	for _, fault := range []string{"fail", "stall"} {
+		for _, reverse := range []bool{false, true} {
+			c := fc.client(WithAttemptTimeout(300 * time.Millisecond))
+			var pages atomic.Int32
+			fc.setHooks(func(ctx context.Context, call fakeCall) error {
+				if call.method != "ScanStream" || pages.Add(1) != 4 {
+					return nil
+				}
+				if fault == "fail" {
+					return status.Error(codes.Unavailable, "node stopping")
+				}
+				select { // silent until the client gives up on the stream
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+				return status.FromContextError(ctx.Err()).Err()
+			}, nil)
+			var opts []ScanOption
+			exp := slices.Clone(want)
+			if reverse {
+				opts = append(opts, WithReverse())
+				slices.Reverse(exp)
+			}
+			fc.mu.Lock()
+			fc.streams = 0
+			fc.mu.Unlock()
+			start := time.Now()
+			got := scanKeys(t, c, []byte("h"), []byte("i"), opts...)
+			if !slices.Equal(got, exp) {
+				t.Errorf("%s, reverse=%v: got %q", fault, reverse, got)
+			}
+			fc.mu.Lock()
+			streams := fc.streams
+			fc.mu.Unlock()
+			if streams != 2 {
+				t.Errorf("%s, reverse=%v: %d streams, want 2 (the one that broke, and its resumption)", fault, reverse, streams)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("%s, reverse=%v: took %v", fault, reverse, took)
+			}
+		}
+	}
+	fc.setHooks(nil, nil)
+}
+
 func TestScanSurvivesSplitAndLeaderChange(t *testing.T) {
 	fc := threeShards(t)
 	c := fc.client()

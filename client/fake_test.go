@@ -126,6 +126,8 @@ type fakeCluster struct {
 	nextShardID uint64
 	// pageSize caps the keys of a Scan page.
 	pageSize int
+	// streams counts the ScanStream calls.
+	streams int
 	// hintless answers NotLeader without a leader hint.
 	hintless bool
 	// adminLeader, when non-zero, is the only node that answers Admin
@@ -591,6 +593,49 @@ func tokenSum(resume []byte, remaining uint32) uint32 {
 }
 
 func (k *fakeKVService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev1.ScanResponse, error) {
+	return k.scanPage(ctx, "Scan", req)
+}
+
+// ScanStream sends the pages of the range in the addressed shard back to
+// back (each page a call of method "ScanStream", seen by the hooks); only
+// the last carries the token, when the range goes on in another shard.
+func (k *fakeKVService) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanStreamServer) error {
+	k.n.c.mu.Lock()
+	k.n.c.streams++
+	k.n.c.mu.Unlock()
+	req = proto.CloneOf(req)
+	for {
+		resp, err := k.scanPage(stream.Context(), "ScanStream", req)
+		if err != nil {
+			return err
+		}
+		tok, resume := resp.GetContinuationToken(), resp.GetResumeKey()
+		inShard := false
+		if len(tok) > 0 {
+			k.n.c.mu.Lock()
+			if s := k.n.c.shardByID(resp.GetHeader().GetShardId()); s != nil {
+				if req.GetReverse() {
+					inShard = bytes.Compare(resume, s.start) > 0
+				} else {
+					inShard = len(s.end) == 0 || bytes.Compare(resume, s.end) < 0
+				}
+			}
+			k.n.c.mu.Unlock()
+		}
+		if inShard {
+			resp.ContinuationToken, resp.ResumeKey = nil, nil
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		if !inShard {
+			return nil
+		}
+		req.ContinuationToken = tok
+	}
+}
+
+func (k *fakeKVService) scanPage(ctx context.Context, method string, req *shalev1.ScanRequest) (*shalev1.ScanResponse, error) {
 	lo, hi := req.GetStartKey(), req.GetEndKey()
 	if len(req.GetPrefix()) > 0 {
 		if len(lo) > 0 || len(hi) > 0 {
@@ -616,7 +661,7 @@ func (k *fakeKVService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*sh
 	if !req.GetReverse() {
 		spans = keySpans(lo)
 	}
-	r, err := k.n.serve(ctx, reqKind{method: "Scan"}, req.GetHeader(), spans,
+	r, err := k.n.serve(ctx, reqKind{method: method}, req.GetHeader(), spans,
 		func(s *fakeShard) (proto.Message, error) {
 			if req.GetReverse() && !containsBefore(s.desc(), hi) {
 				return nil, statusWith(codes.OutOfRange, "key outside shard", &shalev1.KeyOutsideShard{Key: hi, Shard: s.desc()})

@@ -3,8 +3,13 @@ package client
 import (
 	"bytes"
 	"context"
+	"io"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -40,9 +45,13 @@ func WithLimit(n int) ScanOption { return func(o *scanOptions) { o.limit = n } }
 // WithKeysOnly returns keys and their revisions without values.
 func WithKeysOnly() ScanOption { return func(o *scanOptions) { o.keysOnly = true } }
 
-// WithPageSize caps the keys fetched per request, and so the iterator's
-// memory, at n (n <= 0: the server's page size, the default). The server
-// may cap pages further.
+// WithPageSize fetches the scan in pages of at most n keys, each its own
+// Scan request, which caps the iterator's memory at n keys (the server may
+// cap pages further). Without it (n <= 0, the default), each shard's part
+// of the range streams on one ScanStream call in the server's pages (at
+// most 1,000 keys and 3 MiB each), which is one round trip per shard;
+// gRPC's flow control then bounds the memory to a page plus the
+// connection's window.
 func WithPageSize(n int) ScanOption { return func(o *scanOptions) { o.pageSize = n } }
 
 // WithScanConsistency sets the consistency of each page read (default
@@ -70,18 +79,22 @@ func prefixEnd(p []byte) []byte {
 // non-empty end is ErrInvalidArgument (from Err, before any request), as
 // the server would answer. With WithPrefix, start and end must be nil.
 //
-// The iterator walks the shards the range overlaps in order, fetching one
-// page at a time (at most WithPageSize keys, and at most the server's page
-// size) when the previous one is used up, so its memory is bounded by the
-// page size. It follows the server's continuation tokens, routing each page
-// by its resume key, and it survives leader changes and shard splits in the
-// middle of the scan: each page is retried like any other request. Each
-// page is read at its own point in time: a scan is not a snapshot of the
-// range, but it returns every key present throughout the scan exactly once,
-// in order.
+// The iterator walks the shards the range overlaps in order. For each
+// shard it opens one ScanStream, which sends the shard's part page by page
+// as the iterator consumes them (with WithPageSize, one Scan request per
+// page instead), and it follows the server's continuation token, routed by
+// its resume key, to the next shard. It survives leader changes, shard
+// splits and broken streams in the middle of the scan: opening a stream is
+// retried like any other request, and a stream that fails or stays silent
+// for the attempt timeout (WithAttemptTimeout) is resumed after the last
+// key received. Each page is read at its own point in time: a scan is not a
+// snapshot of the range, but it returns every key present throughout the
+// scan exactly once, in order.
 //
-// Each page request gets the client's default timeout when ctx has no
-// deadline. Errors end the iteration and are reported by Err.
+// Opening each stream (or each page request) gets the client's default
+// timeout when ctx has no deadline; an open stream lives as long as ctx.
+// Errors end the iteration and are reported by Err. Close (or the end of
+// the iteration) releases the stream.
 func (c *Client) Scan(ctx context.Context, start, end []byte, opts ...ScanOption) *Iterator {
 	var o scanOptions
 	for _, opt := range opts {
@@ -129,6 +142,11 @@ type Iterator struct {
 	token        []byte
 	resume       []byte
 
+	// stream is the current shard's open ScanStream (nil between shards
+	// and with WithPageSize); stopStream cancels it.
+	stream     shalev1.KV_ScanStreamClient
+	stopStream context.CancelFunc
+
 	buf     []*KeyValue
 	idx     int
 	cur     *KeyValue
@@ -149,6 +167,7 @@ func (it *Iterator) Next() bool {
 	for it.idx >= len(it.buf) {
 		if it.done || !it.fetch() {
 			it.buf = nil
+			it.closeStream()
 			return false
 		}
 	}
@@ -176,6 +195,15 @@ func (it *Iterator) Err() error { return it.err }
 func (it *Iterator) Close() {
 	it.closed = true
 	it.buf, it.cur = nil, nil
+	it.closeStream()
+}
+
+// closeStream cancels the open stream, if any.
+func (it *Iterator) closeStream() {
+	if it.stream != nil {
+		it.stopStream()
+		it.stream, it.stopStream = nil, nil
+	}
 }
 
 // emptyRange reports whether [lo, hi) holds no key.
@@ -183,33 +211,37 @@ func (it *Iterator) emptyRange() bool {
 	return len(it.hi) > 0 && bytes.Compare(it.lo, it.hi) >= 0
 }
 
-// fetch loads the next page into buf. It returns false when the scan is
-// over or failed.
-func (it *Iterator) fetch() bool {
-	if it.token == nil {
-		// Start a sub-scan from the current position.
-		if it.emptyRange() {
+// startSubScan starts a sub-scan from the current position: a scan of
+// [lo, hi) with the remaining limit (or the page size), followed shard to
+// shard by continuation tokens. It returns false when nothing is left.
+func (it *Iterator) startSubScan() bool {
+	if it.emptyRange() {
+		it.done = true
+		return false
+	}
+	it.subLo, it.subHi = it.lo, it.hi
+	it.subLimit = 0
+	remaining := 0
+	if it.o.limit > 0 {
+		remaining = it.o.limit - it.yielded
+		if remaining <= 0 {
 			it.done = true
 			return false
 		}
-		it.subLo, it.subHi = it.lo, it.hi
-		it.subLimit = 0
-		remaining := 0
-		if it.o.limit > 0 {
-			remaining = it.o.limit - it.yielded
-			if remaining <= 0 {
-				it.done = true
-				return false
-			}
-		}
-		switch {
-		case it.o.pageSize > 0 && (remaining == 0 || it.o.pageSize < remaining):
-			it.subLimit = clampUint32(it.o.pageSize)
-		case remaining > 0:
-			it.subLimit = clampUint32(remaining)
-		}
-		it.subGot = 0
 	}
+	switch {
+	case it.o.pageSize > 0 && (remaining == 0 || it.o.pageSize < remaining):
+		it.subLimit = clampUint32(it.o.pageSize)
+	case remaining > 0:
+		it.subLimit = clampUint32(remaining)
+	}
+	it.subGot = 0
+	return true
+}
+
+// request is the Scan or ScanStream request that continues the sub-scan,
+// and the target that routes it.
+func (it *Iterator) request() (*shalev1.ScanRequest, target) {
 	req := &shalev1.ScanRequest{
 		StartKey:          it.subLo,
 		EndKey:            it.subHi,
@@ -225,6 +257,163 @@ func (it *Iterator) fetch() bool {
 	if it.token != nil && len(it.resume) > 0 {
 		tg.key = it.resume
 	}
+	return req, tg
+}
+
+// fetch loads the next page into buf. It returns false when the scan is
+// over or failed.
+func (it *Iterator) fetch() bool {
+	if it.o.pageSize > 0 {
+		return it.fetchPage()
+	}
+	return it.fetchStreamed()
+}
+
+// fetchStreamed loads the next page from the current shard's stream,
+// opening one when there is none, and resuming after the last key received
+// when the stream broke.
+func (it *Iterator) fetchStreamed() bool {
+	if it.stream == nil {
+		if it.token == nil && !it.startSubScan() {
+			return false
+		}
+		resp, err := it.openStream()
+		if err != nil {
+			it.err = wrapOp("scan", err)
+			return false
+		}
+		it.take(resp)
+		return true
+	}
+	resp, err := it.recv()
+	switch {
+	case err == nil:
+		it.take(resp)
+		return true
+	case err == io.EOF:
+		// The shard's part ended without a token: the range (or the
+		// limit) is exhausted.
+		it.closeStream()
+		it.done = true
+		return false
+	}
+	// The stream broke (the node stopped, the leader moved, it went
+	// silent): a new sub-scan resumes after the last key received, routed
+	// afresh.
+	it.closeStream()
+	if it.c.isClosed() || it.ctx.Err() != nil {
+		it.err = it.c.stopped(it.ctx, "scan", typed(err))
+		return false
+	}
+	it.c.log.Debug("shale client: scan stream broke; resuming", "error", err)
+	it.token, it.resume = nil, nil
+	it.buf, it.idx = it.buf[:0], 0
+	return true
+}
+
+// openStream opens a ScanStream for the sub-scan's next shard and returns
+// its first message; routing, retries and the attempt timeout are invoke's.
+// The stream then lives on under the iterator's context.
+func (it *Iterator) openStream() (*shalev1.ScanResponse, error) {
+	req, tg := it.request()
+	var first *shalev1.ScanResponse
+	err := it.c.invoke(it.ctx, readSpec("scan", it.o.consistency), tg,
+		func(actx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+			r := proto.CloneOf(req)
+			r.Header = hdr
+			// The attempt's metadata (the node it is for), but not its
+			// deadline, which bounds only the wait for the first message.
+			md, _ := metadata.FromOutgoingContext(actx)
+			sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(it.ctx, md))
+			stopOnClose := context.AfterFunc(it.c.ctx, cancel)
+			stop := func() { stopOnClose(); cancel() }
+			stopOnAttempt := context.AfterFunc(actx, cancel)
+			st, err := shalev1.NewKVClient(cc).ScanStream(sctx, r)
+			if err == nil {
+				first, err = st.Recv()
+			}
+			if !stopOnAttempt() {
+				// The attempt's time ran out while opening.
+				stop()
+				if err == nil || status.Code(err) == codes.Canceled {
+					err = status.FromContextError(actx.Err()).Err()
+				}
+				return err
+			}
+			if err == io.EOF {
+				// A stream that ended without a page: nothing left here.
+				stop()
+				first = &shalev1.ScanResponse{}
+				return nil
+			}
+			if err != nil {
+				stop()
+				return err
+			}
+			it.stream, it.stopStream = st, stop
+			return nil
+		})
+	return first, err
+}
+
+// recv returns the stream's next message. A stream silent for the attempt
+// timeout is cancelled (and so resumed by the caller).
+func (it *Iterator) recv() (*shalev1.ScanResponse, error) {
+	if d := it.c.opts.attemptTimeout; d > 0 {
+		t := time.AfterFunc(d, it.stopStream)
+		defer t.Stop()
+	}
+	return it.stream.Recv()
+}
+
+// take makes a streamed page the buffer and advances the position past it.
+// The page that carries a continuation token is the shard's last: the
+// stream is done, and the next fetch opens one on the next shard.
+func (it *Iterator) take(resp *shalev1.ScanResponse) {
+	lastEmpty := it.load(resp)
+	switch {
+	case len(resp.GetContinuationToken()) > 0:
+		it.closeStream()
+		it.token, it.resume = resp.GetContinuationToken(), resp.GetResumeKey()
+	case lastEmpty:
+		// A reverse scan reached the empty key, the first of all.
+		it.closeStream()
+		it.done = true
+	case it.stream == nil:
+		it.done = true // the stream ended with its first message
+	default:
+		it.token, it.resume = nil, nil
+	}
+}
+
+// load makes a page the buffer and advances the position past its keys.
+// It reports whether a reverse page ended at the empty key.
+func (it *Iterator) load(resp *shalev1.ScanResponse) (lastEmpty bool) {
+	kvs := resp.GetKvs()
+	it.buf = it.buf[:0]
+	it.idx = 0
+	for _, kv := range kvs {
+		it.buf = append(it.buf, fromProto(kv))
+	}
+	it.subGot += len(kvs)
+	if n := len(kvs); n > 0 {
+		last := kvs[n-1].GetKey()
+		if it.o.reverse {
+			it.hi = bytes.Clone(last)
+			lastEmpty = len(last) == 0
+		} else {
+			it.lo = append(bytes.Clone(last), 0)
+		}
+	}
+	return lastEmpty
+}
+
+// fetchPage loads the next page with a Scan request (WithPageSize).
+func (it *Iterator) fetchPage() bool {
+	if it.token == nil && !it.startSubScan() {
+		return false
+	}
+	req, tg := it.request()
 	var resp *shalev1.ScanResponse
 	err := it.c.invoke(it.ctx, readSpec("scan", it.o.consistency), tg,
 		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
@@ -238,23 +427,7 @@ func (it *Iterator) fetch() bool {
 		it.err = wrapOp("scan", err)
 		return false
 	}
-	kvs := resp.GetKvs()
-	it.buf = it.buf[:0]
-	it.idx = 0
-	for _, kv := range kvs {
-		it.buf = append(it.buf, fromProto(kv))
-	}
-	it.subGot += len(kvs)
-	lastEmpty := false
-	if n := len(kvs); n > 0 {
-		last := kvs[n-1].GetKey()
-		if it.o.reverse {
-			it.hi = bytes.Clone(last)
-			lastEmpty = len(last) == 0
-		} else {
-			it.lo = append(bytes.Clone(last), 0)
-		}
-	}
+	lastEmpty := it.load(resp)
 	if len(resp.GetContinuationToken()) > 0 {
 		it.token = resp.GetContinuationToken()
 		it.resume = resp.GetResumeKey()

@@ -319,6 +319,51 @@ func (k *fakeKV) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev1.S
 	return resp, nil
 }
 
+// ScanStream sends the pages of the range in the addressed shard back to
+// back, the last with the token when the range goes on; it keeps the
+// remaining limit across pages, as the server does.
+func (k *fakeKV) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanStreamServer) error {
+	req = proto.CloneOf(req)
+	for {
+		resp, err := k.Scan(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		if req.GetLimit() > 0 {
+			req.Limit -= uint32(len(resp.GetKvs()))
+			if req.Limit == 0 {
+				resp.ResumeKey, resp.ContinuationToken = nil, nil
+			}
+		}
+		inShard := false
+		if resume := resp.GetResumeKey(); resume != nil {
+			k.c.mu.Lock()
+			for _, s := range k.c.shards {
+				if s.desc.GetShardId() != resp.GetHeader().GetShardId() {
+					continue
+				}
+				if req.GetReverse() {
+					inShard = bytes.Compare(resume, s.desc.GetStartKey()) > 0
+				} else {
+					inShard = len(s.desc.GetEndKey()) == 0 || bytes.Compare(resume, s.desc.GetEndKey()) < 0
+				}
+			}
+			k.c.mu.Unlock()
+		}
+		tok := resp.GetContinuationToken()
+		if inShard {
+			resp.ResumeKey, resp.ContinuationToken = nil, nil
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		if !inShard {
+			return nil
+		}
+		req.ContinuationToken = tok
+	}
+}
+
 func (a *fakeAdmin) shardStatus(s *fakeShard) *shalev1.ShardStatus {
 	st := &shalev1.ShardStatus{Descriptor_: s.desc, LeaderNodeId: s.leader, Term: 5, CommitIndex: 42, AppliedIndex: 41,
 		Revision: a.c.revision, SizeBytes: 3 << 20, ReportedBy: s.leader, Quiesced: s.quiesced, Stopped: s.stopped}

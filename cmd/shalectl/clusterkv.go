@@ -440,7 +440,7 @@ The table has a KEY and a VALUE column (values are cut after 64 bytes unless
 	fl.IntVar(&limit, "limit", 0, "list at most N keys (0: no limit)")
 	fl.BoolVar(&keysOnly, "keys-only", false, "list keys without values")
 	fl.BoolVar(&fullValues, "full-values", false, "print values in full in the table")
-	fl.IntVar(&pageSize, "page-size", 0, "keys fetched per request (0: the server's page size)")
+	fl.IntVar(&pageSize, "page-size", 0, "fetch pages of N keys, one request each (0: each shard's part streams on one call, in the server's pages)")
 	return cmd
 }
 
