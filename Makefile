@@ -54,7 +54,7 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 # package at a time, since they start clusters of containers. They run
 # uncached (-count=1): the image they test is built from the whole tree,
 # which Go's test cache does not see.
-SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod chaos/go.mod))
+SUBMODULES := $(patsubst %/go.mod,%,$(wildcard bench/go.mod deploy/go.mod chaos/go.mod examples/quickstart/go.mod))
 
 # The race detector needs cgo (a C compiler). On a machine without one, Go
 # turns cgo off and `make test` runs without -race (with a warning) rather

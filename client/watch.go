@@ -61,10 +61,22 @@ type EventType int
 const (
 	// EventPut wrote a value.
 	EventPut EventType = iota
-	// EventDelete removed a key (a Delete, or a DeleteRange that covered
-	// it). Keys that expire by TTL produce no event.
+	// EventDelete removed a key: a Delete, a DeleteRange that covered it,
+	// or its expiry (a TTL's end is deleted by the shard's leader as a
+	// replicated write, with its own revision).
 	EventDelete
 )
+
+// String returns "PUT" or "DELETE" (or "EventType(N)" for another value).
+func (t EventType) String() string {
+	switch t {
+	case EventPut:
+		return "PUT"
+	case EventDelete:
+		return "DELETE"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
 
 // Event is one change to a watched key.
 type Event struct {
