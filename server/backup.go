@@ -44,8 +44,10 @@ func (n *Node) caughtUpShard(ctx context.Context, id uint64) (*shard.Shard, erro
 // BackupShard implements the Admin RPC for the receiving node's own replica
 // (it is not forwarded: the caller picks the node). The checkpoint lives in
 // the node's snapshot directory, hard-linked, only while the stream lasts.
-func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shalev1.Admin_BackupShardServer) error {
+func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shalev1.Admin_BackupShardServer) (err error) {
 	n := s.n
+	var sent int64
+	defer func() { n.backupm.served(backupCheckpoint, sent, err) }()
 	sm, err := n.caughtUpShard(stream.Context(), req.GetShardId())
 	if err != nil {
 		return err
@@ -86,7 +88,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 		Descriptor_: applied.Descriptor,
 		Hlc:         replication.HLCToProto(date),
 	}
-	sent, err := snapshot.Send(stream.Context(), stream, hdr, dir, snapshot.Options{
+	sent, err = snapshot.Send(stream.Context(), stream, hdr, dir, snapshot.Options{
 		Limiter: n.snapLimiter,
 		Skip: func(f *shalev1.SnapshotFile) bool {
 			h := skip[f.GetName()]
@@ -106,8 +108,10 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 
 // BackupShardLog implements the Admin RPC for the receiving node's own
 // replica (not forwarded).
-func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream shalev1.Admin_BackupShardLogServer) error {
+func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream shalev1.Admin_BackupShardLogServer) (err error) {
 	n := s.n
+	var bytes int64
+	defer func() { n.backupm.served(backupLog, bytes, err) }()
 	sm, err := n.caughtUpShard(stream.Context(), req.GetShardId())
 	if err != nil {
 		return err
@@ -125,6 +129,7 @@ func (s *adminService) BackupShardLog(req *shalev1.BackupShardLogRequest, stream
 			out.Ops = append(out.Ops, &shalev1.BackupLogOp{Kind: uint32(op.Kind), Key: op.Key, Value: op.Value})
 		}
 		sent++
+		bytes += int64(proto.Size(out))
 		return stream.Send(out)
 	})
 	switch {

@@ -97,6 +97,8 @@ type Node struct {
 	// disk is slow; slowDiskEvents counts the times it started to.
 	slowDisk       prometheus.Gauge
 	slowDiskEvents prometheus.Counter
+	// backupm counts the backup parts this node served.
+	backupm *backupMetrics
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -182,6 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Help: "Times this node found its disk slow and started handing its shard leaderships away."})
 	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved, n.slowDisk, n.slowDiskEvents)
 	n.authm = newAuthMetrics(n.reg)
+	n.backupm = newBackupMetrics(n.reg)
 	defer func() {
 		if err != nil {
 			n.Stop()

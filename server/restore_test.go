@@ -12,11 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/freeport"
 	"github.com/shale-db/shale/internal/s3test"
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
 )
 
@@ -443,5 +447,97 @@ func TestRestorePrepared(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "not fully prepared") {
 		t.Fatalf("half-prepared restore: %v", err)
+	}
+}
+
+// TestBackupMetrics: the nodes count the backup parts they serve, the
+// bytes they send and the time of their last success, by kind (full
+// backups send checkpoints, incremental ones logs), and failures.
+func TestBackupMetrics(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// sum adds up metric name over the nodes, for the series whose labels
+	// include want's.
+	sum := func(name string, want map[string]string) float64 {
+		var s float64
+		for _, id := range c.NodeIDs() {
+			mfs, err := c.Node(id).Metrics().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != name {
+					continue
+				}
+			series:
+				for _, m := range mf.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					for k, v := range want {
+						if labels[k] != v {
+							continue series
+						}
+					}
+					s += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+		return s
+	}
+	for i := range 50 {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := float64(time.Now().Unix())
+	loc, err := backup.Open(ctx, t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint := map[string]string{"kind": "checkpoint"}
+	parts := sum("shale_backup_parts_total", map[string]string{"kind": "checkpoint", "result": "ok"})
+	if sent := sum("shale_backup_sent_bytes_total", checkpoint); parts < 3 || sent <= 0 { // the system shard and two user shards
+		t.Errorf("after a full backup of 3 shards: %v checkpoints, %v bytes", parts, sent)
+	}
+	if last := sum("shale_backup_last_success_timestamp_seconds", checkpoint); last < start {
+		t.Errorf("last success %v, before the backup began (%v)", last, start)
+	}
+	if _, err := cl.Put(ctx, []byte("k100"), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "incr", Base: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	logs := map[string]string{"kind": "log"}
+	if n, sent := sum("shale_backup_parts_total", map[string]string{"kind": "log", "result": "ok"}), sum("shale_backup_sent_bytes_total", logs); n < 1 || sent <= 0 {
+		t.Errorf("an incremental backup served %v log parts, %v bytes", n, sent)
+	}
+	if last := sum("shale_backup_last_success_timestamp_seconds", logs); last < start {
+		t.Errorf("last log success %v, before the backup began (%v)", last, start)
+	}
+	// A part that fails: node 1 has no shard 999.
+	failed := map[string]string{"kind": "checkpoint", "result": "error"}
+	before := sum("shale_backup_parts_total", failed)
+	cc, err := grpc.NewClient(c.Node(1).Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := shalev1.NewAdminClient(cc).BackupShard(ctx, &shalev1.BackupShardRequest{ShardId: 999})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if err == nil {
+		t.Fatal("a backup of shard 999 did not fail")
+	}
+	if got := sum("shale_backup_parts_total", failed) - before; got != 1 {
+		t.Errorf("%v failed parts counted, want 1", got)
 	}
 }

@@ -183,7 +183,12 @@ the ones kept stay complete.
 
 A round that fails (the cluster unreachable for a moment) is reported on
 stderr, its incomplete backup removed, and retried at the next interval on
-the same base; it does not end the command. --timeout bounds connecting only.`,
+the same base; it does not end the command. --timeout bounds connecting only.
+
+--metrics-addr HOST:PORT serves Prometheus metrics of the stream at /metrics:
+shale_backup_stream_backups_total{type}, _failures_total, _copied_bytes_total,
+_last_success_timestamp_seconds and _recovery_point_timestamp_seconds, to alert
+on a stream that stopped backing up or a recovery point falling behind.`,
 		Example: `  shalectl backup stream --location /mnt/backups/shale
   shalectl backup stream --location /mnt/backups/shale --interval 1m --keep 60 --full-every 1440 -o json`,
 		Args: noArgs,
@@ -205,6 +210,7 @@ the same base; it does not end the command. --timeout bounds connecting only.`,
 	stream.Flags().StringVar(&sf.prefix, "id-prefix", sf.prefix, "name the backups `PREFIX`-<UTC time>")
 	stream.Flags().IntVar(&sf.keep, "keep", 0, "keep the newest `N` backups of the stream, delete older ones (0: keep all)")
 	stream.Flags().IntVar(&sf.fullEvery, "full-every", 0, "take a full backup after `N` incremental ones (0: never)")
+	stream.Flags().StringVar(&sf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the stream (backups, failures, bytes copied, last success, recovery point) at http://`HOST:PORT`/metrics")
 
 	list := &cobra.Command{
 		Use:   "list --location LOC",
@@ -425,10 +431,11 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 
 // streamFlags are backup stream's own flags.
 type streamFlags struct {
-	interval  time.Duration
-	prefix    string
-	keep      int
-	fullEvery int
+	interval    time.Duration
+	prefix      string
+	keep        int
+	fullEvery   int
+	metricsAddr string
 }
 
 // streamTimeFormat is the UTC start time in a stream backup's ID.
@@ -506,6 +513,12 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		return fmt.Errorf("backup stream: %w", err)
 	}
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	metrics := newStreamMetrics()
+	if sf.metricsAddr != "" {
+		if err := metrics.serve(ctx, sf.metricsAddr, errw); err != nil {
+			return &usageError{cmd: cmd, msg: err.Error()}
+		}
+	}
 	var (
 		base      string // the backup the next round extends ("": none yet)
 		resolved  bool   // base was looked up in the location
@@ -562,6 +575,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			if ctx.Err() != nil {
 				return nil
 			}
+			metrics.failed()
 			fmt.Fprintf(errw, "shalectl: backup stream: backup %s failed (retrying in %s): %v\n", id, sf.interval, err)
 			if roundBase != "" {
 				if _, derr := loc.Describe(ctx, roundBase); derr != nil {
@@ -578,6 +592,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			sinceFull++
 		}
 		base = m.ID
+		metrics.succeeded(roundBase == "", stats.BytesCopied, recoveryPoint(m))
 		var deleted []string
 		if sf.keep > 0 {
 			deleted, err = pruneStream(ctx, loc, sf.prefix, sf.keep, m)

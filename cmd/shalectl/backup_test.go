@@ -5,14 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shale-db/shale/internal/freeport"
 	"github.com/shale-db/shale/internal/testcluster"
 )
 
@@ -245,6 +251,12 @@ func TestBackupIncremental(t *testing.T) {
 	// context ends; writes go on meanwhile.
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
+	streamStart := time.Now()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -253,9 +265,26 @@ func TestBackupIncremental(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+	var scraped string // /metrics as the stream last served it
+	scrapeDone := make(chan struct{})
+	go func() {
+		defer close(scrapeDone)
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			if resp, err := http.Get(metricsURL); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					scraped = string(b)
+				}
+			}
+		}
+	}()
 	var sout, serr bytes.Buffer
-	code := run(ctx, args("backup", "stream", "--location", loc, "--interval", "300ms", "--keep", "2", "-o", "json"), &sout, &serr)
+	code := run(ctx, args("backup", "stream", "--location", loc, "--interval", "300ms", "--keep", "2", "-o", "json",
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", ports[0])), &sout, &serr)
 	<-done
+	<-scrapeDone
 	if code != 0 {
 		t.Fatalf("backup stream: exit %d\nstdout:\n%s\nstderr:\n%s", code, sout.String(), serr.String())
 	}
@@ -273,6 +302,44 @@ func TestBackupIncremental(t *testing.T) {
 	if len(recs) < 3 {
 		t.Fatalf("backup stream printed %d backups, want at least 3:\n%s", len(recs), sout.String())
 	}
+	// --metrics-addr: the backups done by the last scrape, their bytes, the
+	// last success and the recovery point.
+	metric := func(name string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(scraped)
+		if m == nil {
+			t.Fatalf("/metrics lacks %s:\n%s", name, scraped)
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if n := metric(`shale_backup_stream_backups_total{type="incremental"}`); n < 1 || n > float64(len(recs)) {
+		t.Errorf("%v incremental backups by the last scrape, of %d in all", n, len(recs))
+	}
+	if n := metric(`shale_backup_stream_backups_total{type="full"}`); n != 0 {
+		t.Errorf("%v full backups", n)
+	}
+	if n := metric("shale_backup_stream_failures_total"); n != 0 {
+		t.Errorf("%v failures", n)
+	}
+	if b := metric("shale_backup_stream_copied_bytes_total"); b <= 0 {
+		t.Errorf("%v bytes copied", b)
+	}
+	for _, name := range []string{"shale_backup_stream_last_success_timestamp_seconds", "shale_backup_stream_recovery_point_timestamp_seconds"} {
+		if ts := metric(name); ts < float64(streamStart.Unix())-1 || ts > float64(time.Now().Unix())+1 {
+			t.Errorf("%s = %v, not during the stream (%v on)", name, ts, streamStart.Unix())
+		}
+	}
+	// A taken port fails the command before any backup.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	contains(t, "metrics port taken", fails(t, args("backup", "stream", "--location", loc, "--metrics-addr", taken.Addr().String())...), "--metrics-addr", "address already in use")
 	var ids, deleted []string
 	prev := "inc2"
 	for i, r := range recs {
