@@ -49,7 +49,8 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 # Modules beside the main one, each with its own go.mod, so that their heavy
 # dependencies never enter the main module: bench/ (the peer engines),
 # deploy/ (kustomize, the Kubernetes API types, testcontainers-go) and
-# chaos/ (testcontainers-go). Their tests need a Docker engine (deploy/,
+# chaos/ (testcontainers-go); examples/quickstart is a program depending on
+# the SDK as an application does. Their tests need a Docker engine (deploy/,
 # chaos/: the smoke run of the fault suite, about 4 minutes) and run one
 # package at a time, since they start clusters of containers. They run
 # uncached (-count=1): the image they test is built from the whole tree,
@@ -86,14 +87,20 @@ deps: ## Download the module dependencies (main module, bench/, deploy/, chaos/)
 	$(GO) mod download
 	@for m in $(SUBMODULES); do echo "cd $$m && $(GO) mod download"; (cd $$m && $(GO) mod download); done
 
+# Both steps build with the same flags (-trimpath), so the second takes
+# every package from the build cache the first filled: one compilation.
 .PHONY: build
 build: ## Compile every package (CGO_ENABLED=0) and put the binaries in ./bin.
-	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) build -trimpath ./...
+	@$(MAKE) --no-print-directory binaries
+
+.PHONY: binaries
+binaries: ## Build only the binaries under cmd/ into ./bin (what make run needs).
 ifneq ($(CMD_DIRS),)
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(CMD_DIRS))
 else
-	@echo "build: no binaries under cmd/ yet; compiled the packages only"
+	@echo "binaries: no binaries under cmd/ yet"
 endif
 
 # The S3-compatible server the backup tests write to: versitygw, built from
@@ -144,7 +151,7 @@ image: ## Build the container image (shale:dev) FROM scratch (static binaries, n
 	scripts/build-image.sh $(IMAGE)
 
 .PHONY: run
-run: build ## Build and start a local 3-node cluster (data in ./data); Ctrl-C stops it.
+run: binaries ## Build the binaries and start a local 3-node cluster (data in ./data); Ctrl-C stops it.
 	@SHALE_BIN_DIR=$(BIN) scripts/run-cluster.sh
 
 .PHONY: bench

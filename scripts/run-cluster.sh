@@ -40,6 +40,12 @@
 # Exit status: 0 after Ctrl-C/SIGTERM when every node stopped cleanly; 1 when
 # the cluster could not start, a node had to be killed or exited with an
 # error, or every node exited on its own.
+#
+# While it runs, another terminal can stop, start or restart one node of it
+# (the running script does it, and keeps supervising the node):
+#   scripts/run-cluster.sh restart|stop|start N
+# with the same SHALE_DATA_DIR (the running script's pid is in
+# DATA_DIR/run-cluster.pid). Exit status 0 when done, 1 otherwise.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +70,57 @@ pretty() {
 	*) printf '%s' "$1" ;;
 	esac
 }
+
+pidfile="$data_dir/run-cluster.pid"
+request="$data_dir/run-cluster.request"
+reply="$data_dir/run-cluster.reply"
+
+# control sends a request (restart|stop|start N) to the running script and
+# prints its reply.
+control() {
+	local what="$1" node="${2:-}" pid waited=0
+	case "$node" in
+	'' | *[!0-9]* | 0)
+		err "usage: $0 $what N (N: the node's number, 1 to the cluster's size)"
+		exit 1
+		;;
+	esac
+	if [ ! -e "$pidfile" ] || ! pid="$(cat "$pidfile")" || ! kill -0 "$pid" 2>/dev/null; then
+		err "no cluster of this script is running with its data in $(pretty "$data_dir") (start one with 'make run')"
+		exit 1
+	fi
+	rm -f "$reply"
+	printf '%s %s\n' "$what" "$node" >"$request.tmp"
+	mv "$request.tmp" "$request"
+	kill -USR1 "$pid"
+	# Stopping waits up to SHALE_STOP_TIMEOUT, starting up to
+	# SHALE_READY_TIMEOUT; allow both.
+	while [ ! -e "$reply" ]; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			err "the running script (pid $pid) exited before it answered"
+			exit 1
+		fi
+		if [ "$waited" -ge $(((stop_timeout + ready_timeout + 5) * 10)) ]; then
+			err "no answer from the running script (pid $pid)"
+			exit 1
+		fi
+		sleep 0.1
+		waited=$((waited + 1))
+	done
+	local st=0
+	sed -n '2,$p' "$reply"
+	read -r st <"$reply" || true
+	rm -f "$reply"
+	exit "$st"
+}
+case "${1:-}" in
+restart | stop | start) control "$@" ;;
+'') ;;
+*)
+	err "unknown command '$1' (usage: $0 [restart|stop|start N])"
+	exit 1
+	;;
+esac
 
 IFS=, read -r -a ports <<<"$ports_csv"
 IFS=, read -r -a http_ports <<<"$http_csv"
@@ -123,6 +180,9 @@ for p in "${ports[@]}" "${http_ports[@]}"; do
 done
 if [ -n "$busy" ]; then
 	err "port(s)$busy on $host already in use: is a cluster already running (another 'make run')?"
+	if [ -e "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+		err "one is (pid $(cat "$pidfile")): to restart one of its nodes, run '$0 restart N'"
+	fi
 	err "find what listens there with 'ss -ltnp' (or 'lsof -i :PORT'), or pick other ports with SHALE_PORTS and SHALE_HTTP_PORTS"
 	exit 1
 fi
@@ -188,6 +248,7 @@ fi
 
 pids=()
 reaped=() # 1 for a node whose exit status was already collected
+held=()   # 1 for a node stopped on request (scripts/run-cluster.sh stop N)
 stopping=0
 force=0
 
@@ -279,6 +340,8 @@ on_signal() {
 		got_signal=1
 	fi
 }
+got_request=0
+on_request() { got_request=1; }
 
 # shutdown stops the nodes after a signal and exits.
 shutdown() {
@@ -310,18 +373,25 @@ if [ -n "$(trap -p INT)" ]; then
 	int_note=" (SIGINT is ignored here, so use: kill $$)"
 fi
 trap on_signal INT TERM HUP
+trap on_request USR1
+printf '%s\n' "$$" >"$pidfile"
+trap 'rm -f "$pidfile" "$request" "$request.tmp"' EXIT
 
-for ((i = 1; i <= n; i++)); do
+# start_node starts node $1 in the background, in a process group of its
+# own: a terminal's Ctrl-C reaches this script's group only, so the nodes
+# get one signal, the SIGTERM of stop_nodes (a second would cut their
+# shutdown short).
+start_node() {
+	local i=$1 log="$data_dir/node$1.log" tls_args=()
 	mkdir -p "$data_dir/node$i"
-	log="$data_dir/node$i.log"
 	printf '=== run-cluster: node %d starting at %s ===\n' "$i" "$(date '+%Y-%m-%dT%H:%M:%S%z')" >>"$log"
-	tls_args=()
 	if [ "$tls" -eq 1 ]; then
 		tls_args=(
 			--cert-file "$certs/node$i.crt" --key-file "$certs/node$i.key" --trusted-ca-file "$certs/ca.crt" --client-cert-auth
 			--peer-cert-file "$certs/node$i.crt" --peer-key-file "$certs/node$i.key" --peer-trusted-ca-file "$certs/ca.crt"
 		)
 	fi
+	set -m
 	"$server" \
 		--node-id "$i" \
 		--data-dir "$data_dir/node$i" \
@@ -331,8 +401,14 @@ for ((i = 1; i <= n; i++)); do
 		--initial-splits "$splits" \
 		${tls_args[@]+"${tls_args[@]}"} \
 		</dev/null >>"$log" 2>&1 &
-	pids+=("$!")
-	reaped+=(0)
+	pids[i - 1]=$!
+	set +m
+	reaped[i - 1]=0
+	held[i - 1]=0
+}
+
+for ((i = 1; i <= n; i++)); do
+	start_node "$i"
 done
 
 # Wait until the cluster answers ClusterStatus with every node live and a
@@ -403,12 +479,119 @@ cat <<EOF
 Press Ctrl-C to stop the cluster${int_note}; run again to restart it from its data.
 EOF
 
-# Run until a signal arrives; report nodes that exit on their own (a node
-# killed on purpose, say) and give up when none is left.
+# answer writes the reply to a control request: its exit status, then its
+# message (also shown here).
+answer() {
+	local st=$1
+	shift
+	say "$*"
+	printf '%s\n%s\n' "$st" "$*" >"$reply.tmp"
+	mv "$reply.tmp" "$reply"
+}
+
+# stop_one stops node $1 (SIGTERM, then SIGKILL after $stop_timeout
+# seconds) and returns 0 when it exited with status 0.
+stop_one() {
+	local i=$1 pid=${pids[$1 - 1]} st=0 deadline=$((SECONDS + stop_timeout))
+	held[i - 1]=1
+	kill -TERM "$pid" 2>/dev/null || true
+	while alive "$pid"; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			err "node $i (pid $pid) did not stop within ${stop_timeout}s: sending SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+		nap 0.1
+	done
+	if [ "${reaped[i - 1]}" -eq 0 ]; then
+		wait "$pid" 2>/dev/null || st=$?
+		reaped[i - 1]=1
+	fi
+	return "$st"
+}
+
+# serve_request carries out a control request (restart|stop|start N).
+serve_request() {
+	local what="" i="" st
+	read -r what i <"$request" 2>/dev/null || true
+	rm -f "$request"
+	case "$i" in
+	'' | *[!0-9]*) i=0 ;;
+	esac
+	if [ "$i" -lt 1 ] || [ "$i" -gt "$n" ]; then
+		answer 1 "no node '$i': this cluster has nodes 1 to $n"
+		return
+	fi
+	case "$what" in
+	stop | restart)
+		if ! alive "${pids[i - 1]}"; then
+			if [ "$what" = stop ]; then
+				answer 1 "node $i is not running"
+				return
+			fi
+		else
+			say "stopping node $i (pid ${pids[i - 1]}, SIGTERM)..."
+			st=0
+			stop_one "$i" || st=$?
+			if [ "$what" = stop ]; then
+				if [ "$st" -eq 0 ]; then
+					answer 0 "node $i stopped cleanly; '$0 start $i' starts it again"
+				else
+					answer 1 "node $i exited with status $st (see $(pretty "$data_dir/node$i.log"))"
+				fi
+				return
+			fi
+		fi
+		;;
+	start)
+		if alive "${pids[i - 1]}"; then
+			answer 1 "node $i is already running (pid ${pids[i - 1]})"
+			return
+		fi
+		;;
+	*)
+		answer 1 "unknown request '$what'"
+		return
+		;;
+	esac
+	if [ "${reaped[i - 1]}" -eq 0 ]; then
+		wait "${pids[i - 1]}" 2>/dev/null || true # it exited on its own
+		reaped[i - 1]=1
+	fi
+	start_node "$i"
+	local deadline=$((SECONDS + ready_timeout))
+	while ! "$ctl" ${ctl_tls[@]+"${ctl_tls[@]}"} --endpoints "$host:${ports[i - 1]}" --timeout 2s node list >/dev/null 2>&1; do
+		if ! alive "${pids[i - 1]}"; then
+			st=0
+			wait "${pids[i - 1]}" 2>/dev/null || st=$?
+			reaped[i - 1]=1
+			answer 1 "node $i exited during start-up (status $st); see $(pretty "$data_dir/node$i.log")"
+			return
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			answer 1 "node $i (pid ${pids[i - 1]}) started but does not answer after ${ready_timeout}s; see $(pretty "$data_dir/node$i.log")"
+			return
+		fi
+		nap 0.2
+	done
+	answer 0 "node $i ${what}ed: pid ${pids[i - 1]}, $host:${ports[i - 1]}"
+}
+
+# Run until a signal arrives; carry out control requests; report nodes that
+# exit on their own (a node killed on purpose, say) and give up when none
+# is left and none was stopped on request.
 while :; do
 	nap 1
 	if [ "$got_signal" -eq 1 ]; then
 		shutdown
+	fi
+	if [ "$got_request" -eq 1 ]; then
+		got_request=0
+		if [ -e "$request" ]; then
+			serve_request
+		fi
+		if [ "$got_signal" -eq 1 ]; then
+			shutdown
+		fi
 	fi
 	left=0
 	for ((i = 1; i <= n; i++)); do
@@ -418,10 +601,10 @@ while :; do
 			st=0
 			wait "${pids[i - 1]}" 2>/dev/null || st=$?
 			reaped[i - 1]=1
-			err "node $i (pid ${pids[i - 1]}) exited with status $st; the others keep running (see $(pretty "$data_dir/node$i.log"))"
+			err "node $i (pid ${pids[i - 1]}) exited with status $st; the others keep running ('$0 start $i' starts it again; see $(pretty "$data_dir/node$i.log"))"
 		fi
 	done
-	if [ "$left" -eq 0 ]; then
+	if [ "$left" -eq 0 ] && [[ " ${held[*]} " != *" 1 "* ]]; then
 		err "every node has exited"
 		exit 1
 	fi

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -36,10 +35,18 @@ func (n *Node) refuseTransfersWhileDraining() {
 	n.store.RefuseLeadershipTransfersUntil(time.Unix(0, max(n.drainUntil.Load(), n.slowDiskUntil.Load())))
 }
 
+// drainGiveUpAfter is how long DrainLeaders keeps trying while no shard it
+// leads has anywhere to go (every other voter down, draining, or refusing)
+// before it stops: when every node of a cluster stops at once there is no
+// one to hand leaderships to. Long enough for a peer that just restarted to
+// be heard from again.
+const drainGiveUpAfter = 2 * time.Second
+
 // DrainLeaders hands every shard leadership this node holds to a voter on
 // another live node, and keeps handing away the leaderships it gains for
-// two minutes. It returns once the node leads no shard, or when ctx ends:
-// then with the shards it still leads.
+// two minutes. It returns once the node leads no shard, when ctx ends, or
+// when for a few rounds no leadership had anywhere to go (every other
+// voter down or draining too): then with the shards it still leads.
 func (n *Node) DrainLeaders(ctx context.Context) (transferred int, remaining []uint64) {
 	until := time.Now().Add(drainHold)
 	n.drainUntil.Store(until.UnixNano())
@@ -49,24 +56,45 @@ func (n *Node) DrainLeaders(ctx context.Context) (transferred int, remaining []u
 	n.sendHeartbeat(ctx)
 	n.keepDrained()
 	n.log.Info("draining leaderships", "leading", len(n.ledReplicas()))
+	var stuckSince time.Time
 	for {
 		led := n.ledReplicas()
 		if len(led) == 0 {
 			n.log.Info("drained leaderships", "transferred", transferred)
 			return transferred, nil
 		}
-		transferred += n.handOffLeaders(ctx, led)
+		moved, stuck := n.handOffLeaders(ctx, led)
+		transferred += moved
+		switch {
+		case moved > 0 || stuck < len(led):
+			stuckSince = time.Time{}
+		case stuckSince.IsZero():
+			stuckSince = time.Now()
+		}
+		if !stuckSince.IsZero() && time.Since(stuckSince) >= max(drainGiveUpAfter, 2*time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval) {
+			remaining = ledShardIDs(n.ledReplicas())
+			n.log.Info("drain: every other voter of the shards still led is down, draining or refusing; keeping them",
+				"transferred", transferred, "still_leading", len(remaining))
+			return transferred, remaining
+		}
 		select {
 		case <-ctx.Done():
-			for _, r := range n.ledReplicas() {
-				remaining = append(remaining, r.ShardID())
-			}
-			slices.Sort(remaining)
+			remaining = ledShardIDs(n.ledReplicas())
 			n.log.Warn("leadership drain cut short", "transferred", transferred, "still_leading", len(remaining), "err", ctx.Err())
 			return transferred, remaining
 		case <-time.After(n.cfg.TickInterval):
 		}
 	}
+}
+
+// ledShardIDs returns the shard IDs of led, sorted.
+func ledShardIDs(led []*replication.Replica) []uint64 {
+	ids := make([]uint64, 0, len(led))
+	for _, r := range led {
+		ids = append(ids, r.ShardID())
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // keepDrained runs while the node drains: it hands away, every few ticks,
@@ -116,12 +144,11 @@ func (n *Node) ledReplicas() []*replication.Replica {
 }
 
 // handOffLeaders transfers the leaderships of led, a few at a time, and
-// returns how many moved.
-func (n *Node) handOffLeaders(ctx context.Context, led []*replication.Replica) int {
+// returns how many moved, and how many had no voter to go to.
+func (n *Node) handOffLeaders(ctx context.Context, led []*replication.Replica) (moved, stuck int) {
 	var (
-		mu    sync.Mutex
-		moved int
-		wg    sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	sem := make(chan struct{}, drainParallelism)
 	for _, r := range led {
@@ -129,33 +156,38 @@ func (n *Node) handOffLeaders(ctx context.Context, led []*replication.Replica) i
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
-			return moved
+			return moved, stuck
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if n.handOffLeader(ctx, r) {
-				mu.Lock()
+			gone, noTarget := n.handOffLeader(ctx, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if gone {
 				moved++
-				mu.Unlock()
+			}
+			if noTarget {
+				stuck++
 			}
 		}()
 	}
 	wg.Wait()
-	return moved
+	return moved, stuck
 }
 
 // handOffLeader moves r's leadership to the most caught-up voter on another
-// live node, and reports whether r no longer leads.
-func (n *Node) handOffLeader(ctx context.Context, r *replication.Replica) bool {
+// live node, and reports whether r no longer leads, and whether it found
+// no voter to move it to (or the one it tried refused).
+func (n *Node) handOffLeader(ctx context.Context, r *replication.Replica) (gone, noTarget bool) {
 	// A transfer that does not finish within two election timeouts has
 	// failed (the target is down or far behind): try again next round.
 	tctx, cancel := context.WithTimeout(ctx, max(2*time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval, 2*time.Second))
 	defer cancel()
 	st, err := r.ProgressStatus(tctx)
 	if err != nil || !st.Leader {
-		return err == nil
+		return err == nil, false
 	}
 	// The most caught-up voter on a live node that is not draining too, and
 	// that did not just refuse a transfer (a draining node refuses them;
@@ -171,23 +203,20 @@ func (n *Node) handOffLeader(ctx context.Context, r *replication.Replica) bool {
 		}
 	}
 	if target == 0 {
-		// Expected, and retried, when every node drains for a slow disk
-		// (an overloaded machine): only a drain asked for says so loudly.
-		lvl := slog.LevelDebug
-		if time.Now().UnixNano() < n.drainUntil.Load() {
-			lvl = slog.LevelWarn
-		}
-		n.log.Log(ctx, lvl, "drain: no live voter on another node (not itself draining) can take the leadership", "shard", r.ShardID())
-		return false
+		// Expected, and retried, when every node drains (a whole cluster
+		// stopping, an overloaded machine's slow disks): DrainLeaders
+		// gives up after a few such rounds and says so once.
+		n.log.Debug("drain: no live voter on another node (not itself draining) can take the leadership", "shard", r.ShardID())
+		return false, true
 	}
 	if err := r.TransferLeader(tctx, target); err != nil && r.IsLeader() {
 		n.log.Debug("drain: leadership transfer failed", "shard", r.ShardID(), "to", target, "err", err)
 		if ctx.Err() == nil {
 			n.noteRefused(target)
 		}
-		return false
+		return false, false
 	}
-	return !r.IsLeader()
+	return !r.IsLeader(), false
 }
 
 // DrainLeaders implements the Admin RPC: the receiving node drains itself,

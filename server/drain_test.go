@@ -105,3 +105,36 @@ func newClientAt(t *testing.T, addr string) *client.Client {
 	t.Cleanup(func() { cl.Close() })
 	return cl
 }
+
+// TestDrainOfEveryNodeEndsSoon: when every node drains at once (a whole
+// cluster stopping), no leadership has anywhere to go; each drain gives up
+// within seconds, not at its deadline, and keeps what it still leads.
+func TestDrainOfEveryNodeEndsSoon(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("b"), []byte("d"), []byte("f"), []byte("h"), []byte("k")}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		id        uint64
+		took      time.Duration
+		remaining []uint64
+	}
+	results := make(chan result, 3)
+	start := time.Now()
+	for _, id := range c.NodeIDs() {
+		go func() {
+			_, remaining := c.Node(id).DrainLeaders(ctx)
+			results <- result{id, time.Since(start), remaining}
+		}()
+	}
+	for range c.NodeIDs() {
+		r := <-results
+		t.Logf("node %d: drain returned after %v, still leading %v", r.id, r.took.Round(time.Millisecond), r.remaining)
+		if r.took > 10*time.Second {
+			t.Errorf("node %d: drain took %v with every node draining; want it to give up within seconds", r.id, r.took)
+		}
+	}
+}

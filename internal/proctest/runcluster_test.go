@@ -60,17 +60,44 @@ type runScript struct {
 	out  *scriptOutput
 	done chan struct{}
 	err  error
+	// tty is the controlling side of the script's terminal (startScriptPTY).
+	tty *os.File
 }
 
-// startScript runs the script with env added to the environment, in its
-// own process group (so that a failed test kills the servers too).
+// startScript runs the script with env added to the environment, in a
+// session of its own (so that a failed test kills everything it started:
+// the servers have process groups of their own).
 func startScript(t *testing.T, script string, env []string) *runScript {
+	return startScriptOn(t, script, env, false)
+}
+
+// startScriptPTY is startScript with a pseudo-terminal as the script's
+// controlling terminal, stdin and output, as in a user's shell: ctrlC then
+// types Ctrl-C at it.
+func startScriptPTY(t *testing.T, script string, env []string) *runScript {
+	return startScriptOn(t, script, env, true)
+}
+
+func startScriptOn(t *testing.T, script string, env []string, withPTY bool) *runScript {
 	t.Helper()
 	r := &runScript{out: &scriptOutput{ready: make(chan struct{})}, done: make(chan struct{})}
 	r.cmd = exec.Command("bash", script)
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if withPTY {
+		tty, term, err := openPTY()
+		if err != nil {
+			t.Skip("no pseudo-terminal:", err)
+		}
+		r.tty = tty
+		r.cmd.Stdin, r.cmd.Stdout, r.cmd.Stderr = term, term, term
+		r.cmd.SysProcAttr.Setctty = true
+		r.cmd.SysProcAttr.Ctty = 0 // the child's stdin
+		defer term.Close()         // the child has its own
+		go func() { _, _ = io.Copy(r.out, tty) }()
+		t.Cleanup(func() { tty.Close() })
+	}
 	r.cmd.WaitDelay = 5 * time.Second
 	// bash cannot trap a signal that was ignored when it started, and a
 	// test binary started in the background by a non-interactive shell
@@ -84,14 +111,17 @@ func startScript(t *testing.T, script string, env []string) *runScript {
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", script, err)
 	}
-	pgid := r.cmd.Process.Pid
+	sid := r.cmd.Process.Pid
 	go func() {
 		r.err = r.cmd.Wait()
 		close(r.done)
 	}()
 	t.Cleanup(func() {
-		// Whatever is left of this run (the script and its servers).
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// Whatever is left of this run: the script and its servers.
+		_ = syscall.Kill(-sid, syscall.SIGKILL)
+		for _, pid := range sessionProcesses(sid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		<-r.done
 	})
 	return r
@@ -125,24 +155,41 @@ func (r *runScript) serverPIDs(t *testing.T) []int {
 	return pids
 }
 
-// interrupt sends SIGINT to the script alone (not its process group, as a
-// terminal's Ctrl-C would: the script must stop the servers itself) and
-// checks that it and its servers exit cleanly within bound.
+// interrupt sends SIGINT to the script alone (as `kill -INT` would: the
+// script must stop the servers itself) and checks that it and its servers
+// exit cleanly within bound.
 func (r *runScript) interrupt(t *testing.T, bound time.Duration) {
+	t.Helper()
+	r.stopAndCheck(t, bound, "SIGINT", func() error { return r.cmd.Process.Signal(os.Interrupt) })
+}
+
+// ctrlC types Ctrl-C at the script's terminal (startScriptPTY): the
+// terminal sends SIGINT to its foreground process group, as in a user's
+// shell. It checks that the script and its servers exit cleanly within
+// bound.
+func (r *runScript) ctrlC(t *testing.T, bound time.Duration) {
+	t.Helper()
+	r.stopAndCheck(t, bound, "Ctrl-C", func() error {
+		_, err := r.tty.Write([]byte{0x03})
+		return err
+	})
+}
+
+func (r *runScript) stopAndCheck(t *testing.T, bound time.Duration, what string, stop func() error) {
 	t.Helper()
 	pids := r.serverPIDs(t)
 	start := time.Now()
-	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatalf("SIGINT: %v", err)
+	if err := stop(); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	select {
 	case <-r.done:
 	case <-time.After(bound):
-		t.Fatalf("script still running %v after SIGINT; output:\n%s", bound, r.out)
+		t.Fatalf("script still running %v after %s; output:\n%s", bound, what, r.out)
 	}
 	took := time.Since(start)
 	if r.err != nil {
-		t.Fatalf("script exited with %v after SIGINT; output:\n%s", r.err, r.out)
+		t.Fatalf("script exited with %v after %s; output:\n%s", r.err, what, r.out)
 	}
 	if !strings.Contains(r.out.String(), "all 3 nodes stopped cleanly") {
 		t.Fatalf("script did not report a clean stop; output:\n%s", r.out)
@@ -152,17 +199,30 @@ func (r *runScript) interrupt(t *testing.T, bound time.Duration) {
 			t.Errorf("shale-server pid %d still exists after the script exited", pid)
 		}
 	}
-	// Nothing at all is left in the script's process group.
+	// Nothing at all is left of the run.
 	if err := syscall.Kill(-r.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("processes left in the script's process group (kill -0: %v)", err)
 	}
-	t.Logf("script and its 3 servers exited cleanly %v after SIGINT", took.Round(time.Millisecond))
+	if left := sessionProcesses(r.cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("processes left in the script's session: %v", left)
+	}
+	// Each node got one signal (the script's SIGTERM), drained and
+	// stopped: none was cut short by a second one.
+	if strings.Contains(r.out.String(), "exited with status") {
+		t.Errorf("a node did not exit cleanly; output:\n%s", r.out)
+	}
+	t.Logf("script and its 3 servers exited cleanly %v after %s", took.Round(time.Millisecond), what)
+	if took > 10*time.Second {
+		t.Errorf("stopping took %v after %s; want a few seconds", took, what)
+	}
 }
 
 // TestRunClusterScript runs scripts/run-cluster.sh (what `make run` runs)
 // with the test's binaries, a temporary data dir and free ports: it must
-// start a cluster that serves a write, stop it cleanly on SIGINT, and on a
-// second run restart the same cluster from its data.
+// start a cluster that serves a write, stop it cleanly and within seconds
+// on a Ctrl-C typed at its terminal, on a second run restart the same
+// cluster from its data, restart, stop and start one node on request from
+// another process, and stop cleanly on SIGINT.
 func TestRunClusterScript(t *testing.T) {
 	bins := requireBinaries(t)
 	if _, err := exec.LookPath("bash"); err != nil {
@@ -187,9 +247,9 @@ func TestRunClusterScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// First run: a new cluster.
+	// First run: a new cluster, in a terminal.
 	start := time.Now()
-	r := startScript(t, script, env)
+	r := startScriptPTY(t, script, env)
 	r.waitReady(t, 60*time.Second)
 	t.Logf("first run ready after %v", time.Since(start).Round(time.Millisecond))
 	if out := r.out.String(); !strings.Contains(out, "starting a new 3-node cluster") || !strings.Contains(out, "kv put hello world") {
@@ -206,7 +266,7 @@ func TestRunClusterScript(t *testing.T) {
 		t.Fatalf("get hello = %v, %v; want world", kv, err)
 	}
 	cli.Close()
-	r.interrupt(t, 30*time.Second)
+	r.ctrlC(t, 30*time.Second)
 
 	// A second script on busy ports fails clearly (here: a listener on the
 	// first HTTP port).
@@ -230,8 +290,45 @@ func TestRunClusterScript(t *testing.T) {
 	if kv, err := cli.Get(ctx, []byte("hello")); err != nil || string(kv.Value) != "world" {
 		t.Fatalf("after the restart, get hello = %v, %v; want world", kv, err)
 	}
+
+	// One node at a time, from another terminal: the running script
+	// stops, starts and restarts it, and keeps supervising it.
+	control := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	pids := r.serverPIDs(t)
+	if out, err := control("restart", "2"); err != nil || !strings.Contains(out, "node 2 restarted") {
+		t.Fatalf("restart 2: %v\n%s", err, out)
+	}
+	if !processGone(pids[1]) {
+		t.Errorf("node 2's old process %d still exists after its restart", pids[1])
+	}
+	if out, err := control("stop", "3"); err != nil || !strings.Contains(out, "node 3 stopped cleanly") {
+		t.Fatalf("stop 3: %v\n%s", err, out)
+	}
+	if out, err := control("stop", "3"); err == nil || !strings.Contains(out, "node 3 is not running") {
+		t.Errorf("stop 3 again: %v\n%s; want an error saying it is not running", err, out)
+	}
+	if _, err := cli.Put(ctx, []byte("while3down"), []byte("x")); err != nil {
+		t.Fatalf("put with node 3 stopped: %v", err)
+	}
+	if out, err := control("start", "3"); err != nil || !strings.Contains(out, "node 3 started") {
+		t.Fatalf("start 3: %v\n%s", err, out)
+	}
+	if out, err := control("restart", "7"); err == nil || !strings.Contains(out, "this cluster has nodes 1 to 3") {
+		t.Errorf("restart 7: %v\n%s; want an error naming the nodes", err, out)
+	}
+	if _, err := cli.Put(ctx, []byte("after"), []byte("restarts")); err != nil {
+		t.Fatalf("put after the restarts: %v", err)
+	}
 	cli.Close()
 	r.interrupt(t, 30*time.Second)
+	if out, err := control("restart", "1"); err == nil || !strings.Contains(out, "no cluster of this script is running") {
+		t.Errorf("restart with no cluster running: %v\n%s", err, out)
+	}
 }
 
 // startScriptOnBusyPort runs the script while port is taken and returns its
