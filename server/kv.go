@@ -228,29 +228,11 @@ func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, 
 		Epoch:        t.desc.GetEpoch(),
 		Command:      &shalev1.RaftCommand_Txn{Txn: txn},
 	}
-	payload, err := n.encodeCommand(cmd)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "encode command: %v", err)
-	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
-	res, err := t.r.Propose(inner, payload)
+	cr, err := n.proposeCmd(ctx, inner, t.r, cmd)
 	if err != nil {
-		return nil, n.replicationErr(ctx, t.desc.GetShardId(), err)
-	}
-	n.writeBytes.Add(uint64(len(payload)))
-	cr, ok := res.(*shalev1.CommandResult)
-	if !ok || cr == nil {
-		return nil, status.Errorf(codes.Internal, "shard %d: apply returned %T", t.desc.GetShardId(), res)
-	}
-	if code := codes.Code(cr.GetErrorCode()); code != codes.OK {
-		switch {
-		case code == codes.FailedPrecondition && cr.GetDescriptor_() != nil:
-			return nil, epochMismatchErr(t.desc.GetEpoch(), cr.GetDescriptor_())
-		case code == codes.OutOfRange && cr.GetDescriptor_() != nil:
-			return nil, withDetail(code, cr.GetErrorMessage(), &shalev1.KeyOutsideShard{Shard: cr.GetDescriptor_()})
-		}
-		return nil, status.Error(code, cr.GetErrorMessage())
+		return nil, err
 	}
 	resp := cr.GetTxn()
 	if resp.GetHeader() == nil {

@@ -245,23 +245,9 @@ func (n *Node) leadHere(inner context.Context, r *replication.Replica) error {
 // an error code is returned as that status.
 func (n *Node) proposeHere(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
 	cmd.Epoch = epoch
-	payload, err := n.encodeCommand(cmd)
+	cr, err := n.proposeCmd(ctx, inner, r, cmd)
 	if err != nil {
 		return nil, err
-	}
-	res, err := r.Propose(inner, payload)
-	if err != nil {
-		if errors.Is(err, replication.ErrReplicaRemoved) {
-			return nil, err
-		}
-		return nil, n.replicationErr(ctx, r.ShardID(), err)
-	}
-	cr, _ := res.(*shalev1.CommandResult)
-	if cr == nil {
-		return nil, status.Errorf(codes.Internal, "shard %d: command returned %T", r.ShardID(), res)
-	}
-	if c := codes.Code(cr.GetErrorCode()); c != codes.OK {
-		return nil, status.Error(c, cr.GetErrorMessage())
 	}
 	return cr, nil
 }

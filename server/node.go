@@ -992,22 +992,7 @@ func (n *Node) proposeSystem(ctx context.Context, reqID []byte, cmd *shalev1.Sys
 	if r == nil {
 		return nil, n.shardNotFoundErr(SystemShardID)
 	}
-	payload, err := n.encodeCommand(&shalev1.RaftCommand{RequestId: reqID, Command: &shalev1.RaftCommand_System{System: cmd}})
-	if err != nil {
-		return nil, err
-	}
-	res, err := r.Propose(ctx, payload)
-	if err != nil {
-		return nil, n.replicationErr(ctx, SystemShardID, err)
-	}
-	cr, _ := res.(*shalev1.CommandResult)
-	if cr == nil {
-		return nil, fmt.Errorf("server: system command returned %T", res)
-	}
-	if cr.GetErrorCode() != 0 {
-		return cr, fmt.Errorf("server: system command: %s", cr.GetErrorMessage())
-	}
-	return cr, nil
+	return n.proposeCmd(ctx, ctx, r, &shalev1.RaftCommand{RequestId: reqID, Command: &shalev1.RaftCommand_System{System: cmd}})
 }
 
 // What a cluster's registry says of a founding node about to bootstrap.

@@ -122,28 +122,14 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 		Epoch:        target.GetEpoch(),
 		Command:      &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
 	}
-	payload, err := n.encodeCommand(cmd)
-	if err != nil {
-		return nil, err
-	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
-	res, err := r.Propose(inner, payload)
+	cr, err := n.proposeCmd(ctx, inner, r, cmd)
 	if err != nil {
 		if ctx.Err() == nil && inner.Err() != nil {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: the split did not commit in time", id)
 		}
-		return nil, n.replicationErr(ctx, id, err)
-	}
-	cr, _ := res.(*shalev1.CommandResult)
-	if cr == nil {
-		return nil, status.Errorf(codes.Internal, "shard %d: split returned %T", id, res)
-	}
-	if c := codes.Code(cr.GetErrorCode()); c != codes.OK {
-		if c == codes.FailedPrecondition && cr.GetDescriptor_() != nil {
-			return nil, withDetail(c, cr.GetErrorMessage(), &shalev1.EpochMismatch{Current: cr.GetDescriptor_()})
-		}
-		return nil, status.Error(c, cr.GetErrorMessage())
+		return nil, err
 	}
 	n.log.Info("split shard", "shard", id, "split_key", fmt.Sprintf("%q", req.GetSplitKey()), "right_shard", req.GetRightShardId())
 	return &shalev1.SplitShardResponse{Left: cr.GetDescriptor_(), Right: cr.GetRightDescriptor()}, nil

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
+)
+
+// proposeCmd is the one way this node proposes a command: it replicates
+// cmd through r, this node's replica of its shard (which must lead for the
+// command to commit), and returns the command's result once it applied
+// here. inner bounds the proposal; ctx is the caller's, which tells a
+// deadline of the caller's from inner's (see replicationErr).
+//
+// Every error is a gRPC status: the proposal's failure as replicationErr
+// maps it (NotLeader, Unavailable with the outcome unknown, ...), or the
+// result's error code (resultErr); the result is returned with it. A proposal that
+// failed because r was removed still matches replication.ErrReplicaRemoved
+// with errors.Is.
+func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
+	id := r.ShardID()
+	payload, err := n.encodeCommand(cmd)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "shard %d: encode command: %v", id, err)
+	}
+	res, err := r.Propose(inner, payload)
+	if err != nil {
+		return nil, n.replicationErr(ctx, id, err)
+	}
+	if _, ok := cmd.GetCommand().(*shalev1.RaftCommand_Txn); ok {
+		n.writeBytes.Add(uint64(len(payload)))
+	}
+	cr, _ := res.(*shalev1.CommandResult)
+	if cr == nil {
+		return nil, status.Errorf(codes.Internal, "shard %d: the command's apply returned %T", id, res)
+	}
+	if err := resultErr(cmd, cr); err != nil {
+		return cr, err
+	}
+	return cr, nil
+}
+
+// resultErr is the status of a command result with an error code (nil
+// without one). The result of a command a client routed by its shard's
+// epoch (a KV write, a split) that carries the shard's descriptor gets the
+// detail the client re-routes by: EpochMismatch with FailedPrecondition,
+// KeyOutsideShard with OutOfRange. Other commands' descriptors (a merge
+// step's, a system command's) explain the refusal and get no detail.
+func resultErr(cmd *shalev1.RaftCommand, cr *shalev1.CommandResult) error {
+	code := codes.Code(cr.GetErrorCode())
+	if code == codes.OK {
+		return nil
+	}
+	routed := false
+	switch cmd.GetCommand().(type) {
+	case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Split:
+		routed = true
+	}
+	switch {
+	case routed && code == codes.FailedPrecondition && cr.GetDescriptor_() != nil:
+		return epochMismatchErr(cmd.GetEpoch(), cr.GetDescriptor_())
+	case routed && code == codes.OutOfRange && cr.GetDescriptor_() != nil:
+		return withDetail(code, cr.GetErrorMessage(), &shalev1.KeyOutsideShard{Shard: cr.GetDescriptor_()})
+	}
+	return status.Error(code, cr.GetErrorMessage())
+}
+
+// causedStatus is a status error that keeps the error it was made from
+// visible to errors.Is and errors.As.
+type causedStatus struct {
+	st    *status.Status
+	cause error
+}
+
+func (e *causedStatus) Error() string {
+	return fmt.Sprintf("rpc error: code = %s desc = %s", e.st.Code(), e.st.Message())
+}
+
+// GRPCStatus makes the error the status it carries for gRPC and
+// status.FromError.
+func (e *causedStatus) GRPCStatus() *status.Status { return e.st }
+
+func (e *causedStatus) Unwrap() error { return e.cause }
