@@ -176,6 +176,13 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 	return &shalev1.MergeShardsResponse{Merged: proto.Clone(merged).(*shalev1.ShardDescriptor), RemovedShardId: rightID}, nil
 }
 
+// rangeChangedWithin reports whether a split or merge changed d's range
+// less than window before now (by the date replicated in d).
+func rangeChangedWithin(d *shalev1.ShardDescriptor, now time.Time, window time.Duration) bool {
+	t := d.GetRangeChangedUnixNanos()
+	return t != 0 && now.Sub(time.Unix(0, t)) < window
+}
+
 // settled checks that neither shard is changing its membership (a merge
 // needs no more: the right shard's records reach every replica of the left
 // through the left's Raft log, whatever nodes they are on).
@@ -303,7 +310,10 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 		if ls.SizeBytes()+rs.SizeBytes() >= uint64(n.cfg.MergeSizeBytes) {
 			continue
 		}
-		if n.splitWithin(l.d.GetShardId(), now, n.cfg.MergeDelay) || n.splitWithin(rn.d.GetShardId(), now, n.cfg.MergeDelay) {
+		// The boundary moved recently, by the shards' own replicated
+		// record (whichever node split them), or by this node's.
+		if rangeChangedWithin(l.d, now, n.cfg.MergeDelay) || rangeChangedWithin(rn.d, now, n.cfg.MergeDelay) ||
+			n.splitWithin(l.d.GetShardId(), now, n.cfg.MergeDelay) || n.splitWithin(rn.d.GetShardId(), now, n.cfg.MergeDelay) {
 			continue
 		}
 		if n.cfg.SplitQPS > 0 && n.recentQPS(l.d.GetShardId())+n.recentQPS(rn.d.GetShardId()) > float64(n.cfg.SplitQPS)/2 {

@@ -161,6 +161,7 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 	d := cloneDesc(desc)
 	d.EndKey = append([]byte(nil), right.GetEndKey()...)
 	d.Epoch = max(desc.GetEpoch(), right.GetEpoch()) + 1
+	d.RangeChangedUnixNanos = entryDate(a.st.hlc, a.proposedAt).WallNanos // this entry's date
 	if err := a.st.setDesc(d); err != nil {
 		return nil, false, err
 	}

@@ -51,14 +51,17 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	} else if pending {
 		return errResult(codes.FailedPrecondition, desc, "shard %d is absorbing its right neighbour; split it afterwards", desc.GetShardId()), false, nil
 	}
+	date := entryDate(a.st.hlc, a.proposedAt).WallNanos // this entry's date
 	left := cloneDesc(desc)
 	left.EndKey = append([]byte(nil), key...)
 	left.Epoch++
+	left.RangeChangedUnixNanos = date
 	right := cloneDesc(desc)
 	right.ShardId = rightID
 	right.StartKey = append([]byte(nil), key...)
 	right.Epoch++
 	right.AutoSplit = sc.GetAutomatic()
+	right.RangeChangedUnixNanos = date
 
 	dir, hosted := a.s.splits.RightDir(rightID)
 	if !hosted {

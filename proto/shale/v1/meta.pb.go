@@ -165,9 +165,15 @@ type ShardDescriptor struct {
 	// auto_split is true when the shard's start boundary was made by an
 	// automatic split (by size or load); only such boundaries are removed by
 	// automatic merges (initial and manual splits stay).
-	AutoSplit     bool `protobuf:"varint,10,opt,name=auto_split,json=autoSplit,proto3" json:"auto_split,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AutoSplit bool `protobuf:"varint,10,opt,name=auto_split,json=autoSplit,proto3" json:"auto_split,omitempty"`
+	// range_changed_unix_nanos is the date (the wall time of the entry's
+	// hybrid logical clock reading) of the split or merge that last changed
+	// the shard's range; 0 when none did. It is replicated with the
+	// descriptor, so every node judges how recently a boundary moved alike
+	// (an automatic merge waits --merge-delay after it).
+	RangeChangedUnixNanos int64 `protobuf:"varint,11,opt,name=range_changed_unix_nanos,json=rangeChangedUnixNanos,proto3" json:"range_changed_unix_nanos,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ShardDescriptor) Reset() {
@@ -268,6 +274,13 @@ func (x *ShardDescriptor) GetAutoSplit() bool {
 		return x.AutoSplit
 	}
 	return false
+}
+
+func (x *ShardDescriptor) GetRangeChangedUnixNanos() int64 {
+	if x != nil {
+		return x.RangeChangedUnixNanos
+	}
+	return 0
 }
 
 // NodeDescriptor is a node's identity and the address peers and clients use.
@@ -802,7 +815,7 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\x04R\treplicaId\x12)\n" +
-	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\"\xcd\x02\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\"\x86\x03\n" +
 	"\x0fShardDescriptor\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
@@ -815,7 +828,8 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\aretired\x18\t \x01(\bR\aretired\x12\x1d\n" +
 	"\n" +
 	"auto_split\x18\n" +
-	" \x01(\bR\tautoSplit\"\xb5\x01\n" +
+	" \x01(\bR\tautoSplit\x127\n" +
+	"\x18range_changed_unix_nanos\x18\v \x01(\x03R\x15rangeChangedUnixNanos\"\xb5\x01\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
