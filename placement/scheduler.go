@@ -60,6 +60,10 @@ type Node struct {
 	// DrainingLeaders nodes are about to stop: they get no leaderships
 	// (they hand theirs away themselves).
 	DrainingLeaders bool
+	// RefusedLeadership nodes did not take a leadership transferred to
+	// them a moment ago (killed, cut off, far behind, though not yet known
+	// dead): balancing gives them none for a while.
+	RefusedLeadership bool
 }
 
 // Shard is one shard as the scheduler sees it.
@@ -77,6 +81,9 @@ type Shard struct {
 	MoveFrom, MoveTo uint64
 	// Busy shards have an operation in flight; the scheduler skips them.
 	Busy bool
+	// NewLeader shards changed leader a moment ago (an election, a
+	// transfer): leader balancing lets the new leader settle first.
+	NewLeader bool
 }
 
 // Config holds the scheduler's limits.
@@ -282,7 +289,7 @@ func (s *scheduler) eligible(id uint64) bool {
 
 // mayLead reports whether a node may take leaderships.
 func (s *scheduler) mayLead(id uint64) bool {
-	return s.eligible(id) && !s.nodes[id].DrainingLeaders
+	return s.eligible(id) && !s.nodes[id].DrainingLeaders && !s.nodes[id].RefusedLeadership
 }
 
 // leaving reports why a replica on the node must be replaced ("" if not).
@@ -795,7 +802,7 @@ func (s *scheduler) balanceLeaders(touched map[uint64]bool) {
 				d := sh.Desc
 				// The system shard's leader is the placement leader:
 				// balancing leaves it alone (moving it restarts placement).
-				if sh.Leader != src || d.GetSystem() || touched[d.GetShardId()] || sh.Pinned || sh.Busy || len(learners(d)) > 0 || joint(d) {
+				if sh.Leader != src || d.GetSystem() || touched[d.GetShardId()] || sh.Pinned || sh.Busy || sh.NewLeader || len(learners(d)) > 0 || joint(d) {
 					continue
 				}
 				for _, v := range voters(d) {

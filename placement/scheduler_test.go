@@ -87,7 +87,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		}}
 		return ""
 	case "node":
-		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders]
+		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders] [refused-leadership]
 		id := num("id", 0)
 		if id == 0 && len(d.CmdArgs) > 0 {
 			id, _ = strconv.ParseUint(d.CmdArgs[0].Key, 10, 64)
@@ -102,6 +102,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		_, n.Decommissioning = arg("decommissioning")
 		_, n.Removed = arg("removed")
 		_, n.DrainingLeaders = arg("draining-leaders")
+		_, n.RefusedLeadership = arg("refused-leadership")
 		return ""
 	case "nodes":
 		// nodes 1-5 [zones=a,b,c]: live nodes, zones round-robin
@@ -118,7 +119,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		}
 		return ""
 	case "shard":
-		// shard ID leader=N voters=a,b,c [learners=d] [caught-up=d] [size=S] [pinned] [move=a->b]
+		// shard ID leader=N voters=a,b,c [learners=d] [caught-up=d] [size=S] [pinned] [new-leader] [move=a->b]
 		id, _ := strconv.ParseUint(d.CmdArgs[0].Key, 10, 64)
 		desc := &shalev1.ShardDescriptor{ShardId: id, Epoch: 1}
 		rid := uint64(1)
@@ -139,6 +140,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		}
 		desc.NextReplicaId = rid
 		_, sh.Pinned = arg("pinned")
+		_, sh.NewLeader = arg("new-leader")
 		if mv, ok := arg("move"); ok {
 			p := strings.SplitN(mv, "->", 2)
 			sh.MoveFrom, _ = strconv.ParseUint(p[0], 10, 64)

@@ -35,6 +35,16 @@ const maxPlacementCalls = 32
 // that the next decision sees its leader's report of the result.
 const placementSettle = 2500 * time.Millisecond
 
+// leaderSettle is how long after a shard's leader changed (an election, a
+// transfer) leader balancing leaves it alone: a leader elected after a
+// kill is not moved again at once.
+const leaderSettle = 10 * time.Second
+
+// refusedLeaderFor is how long after a leadership transfer to a node
+// failed balancing gives the node no leadership (it may be down, though
+// not yet known dead).
+const refusedLeaderFor = 30 * time.Second
+
 // placementState is the placement leader's soft state, and every node's
 // heartbeat counters.
 type placementState struct {
@@ -59,6 +69,18 @@ type placementState struct {
 	// drainingPeers are the nodes draining their leaderships, as the
 	// placement leader last answered a heartbeat.
 	drainingPeers []uint64
+	// leaderSeen is each shard's leader as the placement leader last saw
+	// it, and since when; refusedAt, when a leadership transfer to a node
+	// last failed.
+	leaderSeen map[uint64]leaderSeen
+	refusedAt  map[uint64]time.Time
+}
+
+// leaderSeen is a shard's leader and when the placement leader first saw
+// it lead.
+type leaderSeen struct {
+	node  uint64
+	since time.Time
 }
 
 // settleState holds a shard back until its leader reports epoch, and at
@@ -109,6 +131,9 @@ func newPlacementState(cfg Config, reg prometheus.Registerer) *placementState {
 		metrics:  newPlacementMetrics(reg),
 		inflight: map[uint64]bool{},
 		settle:   map[uint64]settleState{},
+
+		leaderSeen: map[uint64]leaderSeen{},
+		refusedAt:  map[uint64]time.Time{},
 	}
 }
 
@@ -387,9 +412,13 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 			// first system leader, which knows only its own zone).
 			zone = beat.Req.GetStats().GetNode().GetZone()
 		}
+		n.place.mu.Lock()
+		refused := time.Since(n.place.refusedAt[d.GetNodeId()]) < refusedLeaderFor
+		n.place.mu.Unlock()
 		nodes = append(nodes, placement.Node{ID: d.GetNodeId(), Zone: zone, State: st,
 			Decommissioning: d.GetDecommissioning(), Removed: d.GetRemoved(),
-			DrainingLeaders: ok && beat.Req.GetStats().GetDrainingLeaders()})
+			DrainingLeaders:   ok && beat.Req.GetStats().GetDrainingLeaders(),
+			RefusedLeadership: refused})
 	}
 	return nodes, states
 }
@@ -471,13 +500,21 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	shards := make([]placement.Shard, 0, len(dir))
+	listed := make(map[uint64]bool, len(dir))
 	for _, d := range dir {
 		id := d.GetShardId()
+		listed[id] = true
 		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0}
 		if l, ok := led[id]; ok {
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
 				sh.Leader = l.node
+				seen, ok := p.leaderSeen[id]
+				if !ok || seen.node != l.node {
+					seen = leaderSeen{node: l.node, since: now}
+					p.leaderSeen[id] = seen
+				}
+				sh.NewLeader = now.Sub(seen.since) < leaderSettle
 				if ids := l.led.GetCaughtUpLearners(); len(ids) > 0 {
 					sh.CaughtUp = make(map[uint64]bool, len(ids))
 					for _, rid := range ids {
@@ -500,6 +537,11 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 			sh.MoveFrom, sh.MoveTo = pin.GetMoveFromNodeId(), pin.GetMoveToNodeId()
 		}
 		shards = append(shards, sh)
+	}
+	for id := range p.leaderSeen {
+		if !listed[id] {
+			delete(p.leaderSeen, id)
+		}
 	}
 	return shards
 }
@@ -545,6 +587,9 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		p.mu.Lock()
 		delete(p.inflight, op.ShardID)
 		p.settle[op.ShardID] = settleState{epoch: epoch, until: now.Add(placementSettle), limit: now.Add(30 * time.Second)}
+		if err != nil && op.Kind == placement.TransferLeader {
+			p.refusedAt[op.Node] = now
+		}
 		p.mu.Unlock()
 	}()
 }
