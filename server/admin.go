@@ -51,6 +51,8 @@ func (n *Node) localStatus(ctx context.Context) *shalev1.NodeInfoResponse {
 			ReportedBy:   n.cfg.NodeID,
 			Quiesced:     st.Quiesced,
 			Stopped:      st.Stopped,
+
+			RequestsPerSecond: n.recentQPS(r.ShardID()),
 		}
 		for _, rd := range ss.GetDescriptor_().GetReplicas() {
 			rs := &shalev1.ReplicaStatus{NodeId: rd.GetNodeId(), ReplicaId: rd.GetReplicaId(), Role: rd.GetRole(), Leader: rd.GetReplicaId() == st.LeaderReplicaID}

@@ -176,6 +176,32 @@ func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeSh
 	return &shalev1.MergeShardsResponse{Merged: proto.Clone(merged).(*shalev1.ShardDescriptor), RemovedShardId: rightID}, nil
 }
 
+// shardQPS returns the request rate of r's shard as its leader measures
+// it: this node's own when it leads r, else the leader's answer to
+// NodeInfo. known is false when no leader answered for it.
+func (n *Node) shardQPS(ctx context.Context, r *replication.Replica) (qps float64, known bool) {
+	if r.IsLeader() {
+		return n.recentQPS(r.ShardID()), true
+	}
+	leader := r.Status().LeaderNodeID
+	addr := n.addressOf(leader)
+	if leader == 0 || addr == "" {
+		return 0, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := shalev1.NewAdminClient(n.conn(addr)).NodeInfo(cctx, &shalev1.NodeInfoRequest{})
+	if err != nil || info.GetNode().GetNodeId() != leader {
+		return 0, false
+	}
+	for _, ss := range info.GetShards() {
+		if ss.GetDescriptor_().GetShardId() == r.ShardID() && ss.GetLeaderNodeId() == leader {
+			return ss.GetRequestsPerSecond(), true
+		}
+	}
+	return 0, false
+}
+
 // rangeChangedWithin reports whether a split or merge changed d's range
 // less than window before now (by the date replicated in d).
 func rangeChangedWithin(d *shalev1.ShardDescriptor, now time.Time, window time.Duration) bool {
@@ -316,8 +342,15 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 			n.splitWithin(l.d.GetShardId(), now, n.cfg.MergeDelay) || n.splitWithin(rn.d.GetShardId(), now, n.cfg.MergeDelay) {
 			continue
 		}
-		if n.cfg.SplitQPS > 0 && n.recentQPS(l.d.GetShardId())+n.recentQPS(rn.d.GetShardId()) > float64(n.cfg.SplitQPS)/2 {
-			continue
+		if n.cfg.SplitQPS > 0 {
+			// Both shards' load as their leaders measure it: this node
+			// leads the left, and asks the right's leader when it does
+			// not lead that too (a shard led elsewhere is not quiet here
+			// for want of requests).
+			rq, known := n.shardQPS(ctx, rn.r)
+			if !known || n.recentQPS(l.d.GetShardId())+rq > float64(n.cfg.SplitQPS)/2 {
+				continue
+			}
 		}
 		if _, err := n.mergeShards(ctx, l.d.GetShardId()); err != nil {
 			n.log.Warn("automatic merge", "shard", l.d.GetShardId(), "right", rn.d.GetShardId(), "err", err)

@@ -379,3 +379,81 @@ func TestAutomaticMergeWaitsAfterAnySplit(t *testing.T) {
 		t.Errorf("%d user shards 5 s after an automatic split (merge delay 1 min), want the split's 2", user)
 	}
 }
+
+// TestAutomaticMergeCountsLoadLedElsewhere: the load guard of automatic
+// merges counts the right shard's requests as its leader measures them,
+// also when another node leads it (before, it counted as quiet there, and
+// the halves of a load split merged back under load); once the load stops
+// the halves merge.
+func TestAutomaticMergeCountsLoadLedElsewhere(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.MergeSizeBytes = 64 << 20
+		cfg.MergeDelay = 4 * time.Second // passes while the load runs
+		cfg.SplitSizeBytes = -1
+		cfg.SplitQPS = 60 // the writer's ~40/s: above half, below a load split
+	}})
+	a := adminOf(t, c)
+	ctx := context.Background()
+	cl := newClient(t, c)
+	var resp *shalev1.SplitShardResponse
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		var err error
+		resp, err = a.SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: []byte("n"), Automatic: true})
+		return err == nil, fmt.Sprint(err)
+	})
+	splitAt := time.Now()
+	left, right := resp.GetLeft().GetShardId(), resp.GetRight().GetShardId()
+	// ~40 writes a second to the right shard from now on.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	writerDone := make(chan error, 1)
+	go func() {
+		for i := 0; wctx.Err() == nil; i++ {
+			if _, err := cl.Put(wctx, []byte(fmt.Sprintf("x%04d", i)), []byte("v")); err != nil && wctx.Err() == nil {
+				writerDone <- err
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		writerDone <- nil
+	}()
+	other := c.Leader(left)%3 + 1
+	waitFor(t, 20*time.Second, func() (bool, string) {
+		if c.Leader(right) == other {
+			return true, ""
+		}
+		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: right, TargetNodeId: other})
+		return c.Leader(right) == other, fmt.Sprintf("shard %d led by node %d, want %d (%v)", right, c.Leader(right), other, err)
+	})
+	userShards := func() int {
+		dir, err := directory(t, c)
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, d := range dir {
+			if !d.GetSystem() {
+				n++
+			}
+		}
+		return n
+	}
+	// Until 10 s after the split (the merge delay passed 6 s ago), with
+	// the right shard led by another node than the left's: no merge.
+	for time.Since(splitAt) < 10*time.Second {
+		if n := userShards(); n == 1 {
+			t.Fatalf("the shards merged %v after the split while the right one served ~40 requests a second (merge guard: 30)",
+				time.Since(splitAt).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	// Quiet now: they merge.
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		n := userShards()
+		return n == 1, fmt.Sprintf("%d user shards after the load stopped", n)
+	})
+}

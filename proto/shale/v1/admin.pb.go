@@ -365,9 +365,13 @@ type ShardStatus struct {
 	Quiesced bool `protobuf:"varint,10,opt,name=quiesced,proto3" json:"quiesced,omitempty"`
 	// stopped says why the reporting replica no longer serves (halted by an
 	// error it cannot recover from, or removed); empty while it serves.
-	Stopped       string `protobuf:"bytes,11,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stopped string `protobuf:"bytes,11,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// requests_per_second is the rate of requests the reporting node served
+	// on the shard over its last maintenance tick (about a second); the
+	// leader's is the shard's load.
+	RequestsPerSecond float64 `protobuf:"fixed64,12,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -475,6 +479,13 @@ func (x *ShardStatus) GetStopped() string {
 		return x.Stopped
 	}
 	return ""
+}
+
+func (x *ShardStatus) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
 }
 
 type ClusterStatusRequest struct {
@@ -3535,7 +3546,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\x12\x1f\n" +
 	"\vmatch_index\x18\x04 \x01(\x04R\n" +
 	"matchIndex\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x91\x03\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xc1\x03\n" +
 	"\vShardStatus\x129\n" +
 	"\n" +
 	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
@@ -3552,7 +3563,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"reportedBy\x12\x1a\n" +
 	"\bquiesced\x18\n" +
 	" \x01(\bR\bquiesced\x12\x18\n" +
-	"\astopped\x18\v \x01(\tR\astopped\"\x16\n" +
+	"\astopped\x18\v \x01(\tR\astopped\x12.\n" +
+	"\x13requests_per_second\x18\f \x01(\x01R\x11requestsPerSecond\"\x16\n" +
 	"\x14ClusterStatusRequest\"\x91\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
