@@ -75,3 +75,34 @@ func TestReplicaRemovedStaysVisible(t *testing.T) {
 		t.Errorf("%v (code %s): want Unavailable matching ErrReplicaRemoved", err, status.Code(err))
 	}
 }
+
+// TestShardHoldingSkipsStaleReplicas: a replica of a shard merged away,
+// not yet removed, still reports its old range; the split's target is the
+// shard that absorbed it (the higher epoch), not the stale one (a load
+// split was refused with "key is in shard 14, not shard 2" three minutes
+// after shard 14 merged into shard 2).
+func TestShardHoldingSkipsStaleReplicas(t *testing.T) {
+	st := func(id, epoch, leader uint64, start, end string, frozen ...bool) *shalev1.ShardStatus {
+		d := &shalev1.ShardDescriptor{ShardId: id, Epoch: epoch, StartKey: []byte(start), EndKey: []byte(end)}
+		if len(frozen) > 0 && frozen[0] {
+			d.MergingInto = 2
+		}
+		return &shalev1.ShardStatus{Descriptor_: d, LeaderNodeId: leader}
+	}
+	sys := &shalev1.ShardStatus{Descriptor_: &shalev1.ShardDescriptor{ShardId: 1, System: true}}
+	for _, tc := range []struct {
+		name     string
+		statuses []*shalev1.ShardStatus
+		key      string
+		want     uint64
+	}{
+		{"stale replica listed after the merged shard", []*shalev1.ShardStatus{sys, st(2, 7, 1, "", ""), st(14, 5, 3, "m", "")}, "x", 2},
+		{"frozen right shard", []*shalev1.ShardStatus{sys, st(2, 6, 1, "", "m"), st(14, 5, 3, "m", "", true)}, "x", 0},
+		{"plain", []*shalev1.ShardStatus{sys, st(2, 3, 1, "", "m"), st(14, 3, 2, "m", "")}, "x", 14},
+	} {
+		target, _, maxID := shardHolding(tc.statuses, []byte(tc.key))
+		if target.GetShardId() != tc.want || maxID != 14 {
+			t.Errorf("%s: shard %d (max ID %d), want shard %d (14)", tc.name, target.GetShardId(), maxID, tc.want)
+		}
+	}
+}

@@ -48,6 +48,23 @@ func (h splitHost) Host(left uint64, right *shard.Shard) error {
 	return nil
 }
 
+// shardHolding returns, of the shards the nodes report, the one holding key
+// and its leader, and the highest shard ID reported. A replica left behind
+// by a merge (not yet removed) still claims its old range: of the shards
+// claiming the key, the one with the highest epoch holds it (a merge's
+// epoch is above both shards'); frozen and retired ones hold nothing.
+func shardHolding(statuses []*shalev1.ShardStatus, key []byte) (target *shalev1.ShardDescriptor, leader, maxID uint64) {
+	for _, ss := range statuses {
+		d := ss.GetDescriptor_()
+		maxID = max(maxID, d.GetShardId())
+		if !d.GetSystem() && !d.GetRetired() && d.GetMergingInto() == 0 && contains(d, key) &&
+			(target == nil || d.GetEpoch() > target.GetEpoch()) {
+			target, leader = d, ss.GetLeaderNodeId()
+		}
+	}
+	return target, leader, maxID
+}
+
 // SplitShard implements the Admin RPC. The new shard's ID is allocated by
 // the system shard (on its leader), then the split is proposed on the
 // shard's leader; the request is forwarded to each as needed.
@@ -57,15 +74,7 @@ func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRe
 	if err := n.checkKey(key); err != nil {
 		return nil, err
 	}
-	var target *shalev1.ShardDescriptor
-	var maxID, leader uint64
-	for _, ss := range mergeShards(n.gather(ctx)) {
-		d := ss.GetDescriptor_()
-		maxID = max(maxID, d.GetShardId())
-		if !d.GetSystem() && contains(d, key) {
-			target, leader = d, ss.GetLeaderNodeId()
-		}
-	}
+	target, leader, maxID := shardHolding(mergeShards(n.gather(ctx)), key)
 	if target == nil {
 		return nil, status.Errorf(codes.Unavailable, "no live node reports the shard holding %q", key)
 	}
