@@ -195,7 +195,7 @@ func checkEndpoint(e string) error {
 		if err == nil {
 			h = host
 		}
-		return invalidArgf("endpoint %q has no port: give host:port (a node's client port; %s with the default --listen-addr)",
+		return invalidArgf("endpoint %q has no port: give host:port (a node's client port, shale-server --listen: %s by default)",
 			e, net.JoinHostPort(strings.Trim(h, "[]"), "7001"))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {

@@ -110,9 +110,9 @@ func TestNewFailsFastWhenEveryEndpointRefuses(t *testing.T) {
 
 func TestEndpointNeedsAPort(t *testing.T) {
 	for e, want := range map[string]string{
-		"127.0.0.1":  `endpoint "127.0.0.1" has no port: give host:port (a node's client port; 127.0.0.1:7001`,
-		"node1:":     `endpoint "node1:" has no port: give host:port (a node's client port; node1:7001`,
-		"[::1]":      `"[::1]" has no port: give host:port (a node's client port; [::1]:7001`,
+		"127.0.0.1":  `endpoint "127.0.0.1" has no port: give host:port (a node's client port, shale-server --listen: 127.0.0.1:7001`,
+		"node1:":     `endpoint "node1:" has no port: give host:port (a node's client port, shale-server --listen: node1:7001`,
+		"[::1]":      `"[::1]" has no port: give host:port (a node's client port, shale-server --listen: [::1]:7001`,
 		"node1:http": `endpoint "node1:http": port "http" is not a number from 1 to 65535`,
 		"node1:0":    `port "0" is not a number from 1 to 65535`,
 	} {
