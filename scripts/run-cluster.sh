@@ -85,7 +85,10 @@ control() {
 		exit 1
 		;;
 	esac
-	if [ ! -e "$pidfile" ] || ! pid="$(cat "$pidfile")" || ! kill -0 "$pid" 2>/dev/null; then
+	# The pid file of a script killed outright stays behind: check that
+	# its pid is still this script, not a process that reused the number.
+	if [ ! -e "$pidfile" ] || ! pid="$(cat "$pidfile")" || ! kill -0 "$pid" 2>/dev/null ||
+		! ps -p "$pid" -o args= 2>/dev/null | grep -q 'run-cluster'; then
 		err "no cluster of this script is running with its data in $(pretty "$data_dir") (start one with 'make run')"
 		exit 1
 	fi
