@@ -179,7 +179,8 @@ func (n *Node) handOffLeaders(ctx context.Context, led []*replication.Replica) (
 
 // handOffLeader moves r's leadership to the most caught-up voter on another
 // live node, and reports whether r no longer leads, and whether it found
-// no voter to move it to (or the one it tried refused).
+// no voter to move it to (a voter that refused a transfer is excluded from
+// the next round, see noteRefused, so a refusal shows as noTarget then).
 func (n *Node) handOffLeader(ctx context.Context, r *replication.Replica) (gone, noTarget bool) {
 	// A transfer that does not finish within two election timeouts has
 	// failed (the target is down or far behind): try again next round.

@@ -278,11 +278,7 @@ func (n *Node) leadHere(inner context.Context, r *replication.Replica) error {
 // an error code is returned as that status.
 func (n *Node) proposeHere(ctx, inner context.Context, r *replication.Replica, epoch uint64, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
 	cmd.Epoch = epoch
-	cr, err := n.proposeCmd(ctx, inner, r, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return cr, nil
+	return n.proposeCmd(ctx, inner, r, cmd)
 }
 
 // mergeSmallShards merges, at most once per call, a shard this node leads

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -402,6 +403,10 @@ func (n *Node) runPlacement(ctx context.Context) {
 func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, map[uint64]placement.NodeState) {
 	nodes := make([]placement.Node, 0, len(reg))
 	states := map[uint64]placement.NodeState{}
+	// One look at the failed transfers for the whole registry.
+	n.place.mu.Lock()
+	refusedAt := maps.Clone(n.place.refusedAt)
+	n.place.mu.Unlock()
 	for _, d := range reg {
 		st, beat, ok := n.place.tracker.State(d.GetNodeId())
 		states[d.GetNodeId()] = st
@@ -412,9 +417,7 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 			// first system leader, which knows only its own zone).
 			zone = beat.Req.GetStats().GetNode().GetZone()
 		}
-		n.place.mu.Lock()
-		refused := time.Since(n.place.refusedAt[d.GetNodeId()]) < refusedLeaderFor
-		n.place.mu.Unlock()
+		refused := time.Since(refusedAt[d.GetNodeId()]) < refusedLeaderFor
 		nodes = append(nodes, placement.Node{ID: d.GetNodeId(), Zone: zone, State: st,
 			Decommissioning: d.GetDecommissioning(), Removed: d.GetRemoved(),
 			DrainingLeaders:   ok && beat.Req.GetStats().GetDrainingLeaders(),
