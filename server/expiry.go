@@ -56,6 +56,15 @@ func (n *Node) expiryLoop() {
 // node leads, deleting the expired records it finds through the shards'
 // logs. states keeps each shard's progress between rounds.
 func (n *Node) sweepExpired(states map[uint64]*sweepState) {
+	// Forget the shards this node no longer leads first, so that every
+	// shard collected below keeps its state for the whole round (a
+	// leadership lost between the two loops must not leave a shard with
+	// no state).
+	for id := range states {
+		if r := n.store.Replica(id); r == nil || !r.IsLeader() {
+			delete(states, id)
+		}
+	}
 	var shards []uint64
 	for _, r := range n.store.Replicas() {
 		sm := n.Shard(r.ShardID())
@@ -75,11 +84,6 @@ func (n *Node) sweepExpired(states map[uint64]*sweepState) {
 			continue
 		}
 		shards = append(shards, r.ShardID())
-	}
-	for id := range states {
-		if r := n.store.Replica(id); r == nil || !r.IsLeader() {
-			delete(states, id)
-		}
 	}
 	if len(shards) == 0 {
 		return
