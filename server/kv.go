@@ -84,33 +84,34 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 	return target{}, status.Errorf(codes.NotFound, "no shard replica on node %d holds key %q; refresh routing", n.cfg.NodeID, key)
 }
 
+// limits are the node's bounds on a request's keys, values and size.
+func (n *Node) limits() shard.Limits {
+	return shard.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
+		MaxOps: n.cfg.MaxBatchOps, MaxBytes: n.cfg.MaxBatchBytes}
+}
+
+// checkKey checks a key a read or an admin request names, as the shard's
+// validator checks the keys of writes.
 func (n *Node) checkKey(key []byte) error {
-	if len(key) == 0 {
-		return invalidArg("key is empty")
-	}
-	if len(key) > n.cfg.MaxKeyBytes {
-		return invalidArg("key is %d bytes, limit %d", len(key), n.cfg.MaxKeyBytes)
+	if inv := shard.CheckKey(key, n.limits()); inv != nil {
+		return invalidErr(inv, 0)
 	}
 	return nil
 }
 
-func (n *Node) checkValue(v []byte) error {
-	if len(v) > n.cfg.MaxValueBytes {
-		return invalidArg("value is %d bytes, limit %d", len(v), n.cfg.MaxValueBytes)
+// invalidErr is the status of a request the shard's validator refused: an
+// InvalidArgument, which for a key outside the shard it was routed to
+// (shardID) carries a CrossShardRequest naming the boundary crossed.
+func invalidErr(inv *shard.Invalid, shardID uint64) error {
+	if inv.Code == codes.OutOfRange {
+		return crossShardErr(inv.Boundary, shardID)
 	}
-	return nil
+	return status.Error(codes.InvalidArgument, inv.Message)
 }
 
 func checkRequestID(id []byte) error {
 	if len(id) != 0 && (len(id) < 8 || len(id) > 32) {
 		return invalidArg("request_id is %d bytes; want 8 to 32", len(id))
-	}
-	return nil
-}
-
-func checkTTL(ttl int64) error {
-	if ttl < 0 {
-		return invalidArg("ttl_ms is negative")
 	}
 	return nil
 }
@@ -130,94 +131,22 @@ func (n *Node) requestCtx(ctx context.Context) (context.Context, context.Context
 	return ctx, inner, func() { cancel2(); cancel1() }
 }
 
-// checkOps validates Batch/Txn operations against limits and the shard's
-// range; ranges with an empty end are closed at the shard's end.
-func (n *Node) checkOps(ops []*shalev1.RequestOp, desc *shalev1.ShardDescriptor, allowGet bool) error {
-	for i, op := range ops {
-		switch o := op.GetOp().(type) {
-		case *shalev1.RequestOp_Put:
-			if err := n.checkKey(o.Put.GetKey()); err != nil {
-				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
-			}
-			if err := n.checkValue(o.Put.GetValue()); err != nil {
-				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
-			}
-			if err := checkTTL(o.Put.GetTtlMs()); err != nil {
-				return err
-			}
-			if err := n.inShard(o.Put.GetKey(), desc); err != nil {
-				return err
-			}
-		case *shalev1.RequestOp_Delete:
-			if err := n.checkKey(o.Delete.GetKey()); err != nil {
-				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
-			}
-			if err := n.inShard(o.Delete.GetKey(), desc); err != nil {
-				return err
-			}
-		case *shalev1.RequestOp_DeleteRange:
-			if err := n.checkRange(o.DeleteRange, desc); err != nil {
-				return err
-			}
-		case *shalev1.RequestOp_Get:
-			if !allowGet {
-				return invalidArg("op %d: a Batch holds only writes; use Txn to read", i)
-			}
-			if err := n.checkKey(o.Get.GetKey()); err != nil {
-				return status.Errorf(codes.InvalidArgument, "op %d: %s", i, status.Convert(err).Message())
-			}
-			if err := n.inShard(o.Get.GetKey(), desc); err != nil {
-				return err
-			}
-		default:
-			return invalidArg("op %d is empty", i)
-		}
-	}
-	return nil
-}
-
-// inShard reports a key of a multi-key request outside the shard as a
-// cross-shard request naming the boundary.
-func (n *Node) inShard(key []byte, desc *shalev1.ShardDescriptor) error {
-	if contains(desc, key) {
-		return nil
-	}
-	split := desc.GetStartKey()
-	if len(desc.GetEndKey()) > 0 && bytes.Compare(key, desc.GetEndKey()) >= 0 {
-		split = desc.GetEndKey()
-	}
-	return crossShardErr(split, desc.GetShardId())
-}
-
-func (n *Node) checkRange(dr *shalev1.DeleteRangeOp, desc *shalev1.ShardDescriptor) error {
-	start, end := dr.GetStartKey(), dr.GetEndKey()
-	if len(start) == 0 {
-		return invalidArg("delete_range: start_key is empty")
-	}
-	if len(start) > n.cfg.MaxKeyBytes || len(end) > n.cfg.MaxKeyBytes {
-		return invalidArg("delete_range: key over %d bytes", n.cfg.MaxKeyBytes)
-	}
-	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
-		return invalidArg("delete_range: range [%q, %q) is empty or inverted", start, end)
-	}
-	if !contains(desc, start) {
-		return n.inShard(start, desc) // a Batch/Txn op in another shard: cross-shard
-	}
-	se := desc.GetEndKey()
-	if len(se) > 0 && (len(end) == 0 || bytes.Compare(end, se) > 0) {
-		if len(end) == 0 {
-			dr.EndKey = se
-			return nil
-		}
-		return crossShardErr(se, desc.GetShardId())
-	}
-	return nil
-}
-
-// propose replicates a Txn on the shard's leader and returns its response.
-func (n *Node) propose(ctx context.Context, h *shalev1.RequestHeader, t target, txn *shalev1.TxnRequest) (*shalev1.TxnResponse, error) {
+// proposeTxn checks txn with the shard's validator (built from a client
+// request of kind req), routes it by its first key, and replicates it on the
+// shard's leader, returning its response.
+func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *shalev1.TxnRequest, req shard.Request) (*shalev1.TxnResponse, error) {
 	if err := checkRequestID(h.GetRequestId()); err != nil {
 		return nil, err
+	}
+	if inv := shard.CheckTxn(txn, n.limits(), req); inv != nil {
+		return nil, invalidErr(inv, 0)
+	}
+	t, err := n.route(h, shard.TxnKey(txn))
+	if err != nil {
+		return nil, err
+	}
+	if inv := shard.TxnInShard(txn, t.desc); inv != nil {
+		return nil, invalidErr(inv, t.desc.GetShardId())
 	}
 	if !t.r.IsLeader() {
 		return nil, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
@@ -320,10 +249,8 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
-		if err := n.inShard(k, t.desc); err != nil {
-			return nil, err
-		}
+	if inv := shard.KeysInShard(keys, t.desc); inv != nil {
+		return nil, invalidErr(inv, t.desc.GetShardId())
 	}
 	cancel, err := n.readBarrier(ctx, req.GetHeader(), t)
 	defer cancel()
@@ -342,23 +269,9 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 }
 
 func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.PutResponse, error) {
-	n := s.n
-	if err := n.checkKey(req.GetKey()); err != nil {
-		return nil, err
-	}
-	if err := n.checkValue(req.GetValue()); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(req.GetTtlMs()); err != nil {
-		return nil, err
-	}
-	t, err := n.route(req.GetHeader(), req.GetKey())
-	if err != nil {
-		return nil, err
-	}
-	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
 		Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
-	}}}}})
+	}}}}}, shard.RequestSingle)
 	if err != nil {
 		return nil, err
 	}
@@ -370,17 +283,9 @@ func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.
 }
 
 func (s *kvService) Delete(ctx context.Context, req *shalev1.DeleteRequest) (*shalev1.DeleteResponse, error) {
-	n := s.n
-	if err := n.checkKey(req.GetKey()); err != nil {
-		return nil, err
-	}
-	t, err := n.route(req.GetHeader(), req.GetKey())
-	if err != nil {
-		return nil, err
-	}
-	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{
 		Key: req.GetKey(), PrevKv: req.GetPrevKv(),
-	}}}}})
+	}}}}}, shard.RequestSingle)
 	if err != nil {
 		return nil, err
 	}
@@ -393,66 +298,17 @@ func (s *kvService) Delete(ctx context.Context, req *shalev1.DeleteRequest) (*sh
 }
 
 func (s *kvService) DeleteRange(ctx context.Context, req *shalev1.DeleteRangeRequest) (*shalev1.DeleteRangeResponse, error) {
-	n := s.n
-	if len(req.GetStartKey()) == 0 {
-		return nil, invalidArg("start_key is empty")
-	}
-	t, err := n.route(req.GetHeader(), req.GetStartKey())
-	if err != nil {
-		return nil, err
-	}
-	op := &shalev1.DeleteRangeOp{StartKey: req.GetStartKey(), EndKey: req.GetEndKey()}
-	if err := n.checkRange(op, t.desc); err != nil {
-		return nil, err
-	}
-	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: op}}}})
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{
+		StartKey: req.GetStartKey(), EndKey: req.GetEndKey(),
+	}}}}}, shard.RequestSingle)
 	if err != nil {
 		return nil, err
 	}
 	return &shalev1.DeleteRangeResponse{Header: resp.GetHeader()}, nil
 }
 
-// firstKey is the routing key of a list of operations.
-func firstKey(ops []*shalev1.RequestOp) []byte {
-	for _, op := range ops {
-		switch o := op.GetOp().(type) {
-		case *shalev1.RequestOp_Put:
-			return o.Put.GetKey()
-		case *shalev1.RequestOp_Delete:
-			return o.Delete.GetKey()
-		case *shalev1.RequestOp_DeleteRange:
-			return o.DeleteRange.GetStartKey()
-		case *shalev1.RequestOp_Get:
-			return o.Get.GetKey()
-		}
-	}
-	return nil
-}
-
 func (s *kvService) Batch(ctx context.Context, req *shalev1.BatchRequest) (*shalev1.BatchResponse, error) {
-	n := s.n
-	ops := req.GetOps()
-	if len(ops) == 0 {
-		return nil, invalidArg("batch has no operations")
-	}
-	if len(ops) > n.cfg.MaxBatchOps {
-		return nil, invalidArg("batch has %d operations, limit %d", len(ops), n.cfg.MaxBatchOps)
-	}
-	if sz := proto.Size(req); sz > n.cfg.MaxBatchBytes {
-		return nil, invalidArg("batch is %d bytes, limit %d", sz, n.cfg.MaxBatchBytes)
-	}
-	key := firstKey(ops)
-	if len(key) == 0 {
-		return nil, invalidArg("batch's first operation has no key")
-	}
-	t, err := n.route(req.GetHeader(), key)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.checkOps(ops, t.desc, false); err != nil {
-		return nil, err
-	}
-	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{Success: ops})
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: req.GetOps()}, shard.RequestBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -460,34 +316,20 @@ func (s *kvService) Batch(ctx context.Context, req *shalev1.BatchRequest) (*shal
 }
 
 func (s *kvService) CompareAndSwap(ctx context.Context, req *shalev1.CompareAndSwapRequest) (*shalev1.CompareAndSwapResponse, error) {
-	n := s.n
-	if err := n.checkKey(req.GetKey()); err != nil {
-		return nil, err
-	}
-	if err := n.checkValue(req.GetNewValue()); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(req.GetTtlMs()); err != nil {
-		return nil, err
-	}
 	if req.GetExpectAbsent() && len(req.GetExpectedValue()) > 0 {
 		return nil, invalidArg("expect_absent and expected_value are exclusive")
-	}
-	t, err := n.route(req.GetHeader(), req.GetKey())
-	if err != nil {
-		return nil, err
 	}
 	cmp := &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_VALUE_UNSPECIFIED, Value: req.GetExpectedValue()}
 	if req.GetExpectAbsent() {
 		cmp = &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_EXISTS, Number: 0}
 	}
-	resp, err := n.propose(ctx, req.GetHeader(), t, &shalev1.TxnRequest{
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{
 		Compares: []*shalev1.Compare{cmp},
 		Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
 			Key: req.GetKey(), Value: req.GetNewValue(), TtlMs: req.GetTtlMs(), PrevKv: true,
 		}}}},
 		Failure: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Get{Get: &shalev1.GetOp{Key: req.GetKey()}}}},
-	})
+	}, shard.RequestSingle)
 	if err != nil {
 		return nil, err
 	}
@@ -503,52 +345,8 @@ func (s *kvService) CompareAndSwap(ctx context.Context, req *shalev1.CompareAndS
 }
 
 func (s *kvService) Txn(ctx context.Context, req *shalev1.TxnRequest) (*shalev1.TxnResponse, error) {
-	n := s.n
-	nops := len(req.GetCompares()) + len(req.GetSuccess()) + len(req.GetFailure())
-	if nops == 0 {
-		return nil, invalidArg("txn is empty")
-	}
-	if nops > n.cfg.MaxBatchOps {
-		return nil, invalidArg("txn has %d compares and operations, limit %d", nops, n.cfg.MaxBatchOps)
-	}
-	if sz := proto.Size(req); sz > n.cfg.MaxBatchBytes {
-		return nil, invalidArg("txn is %d bytes, limit %d", sz, n.cfg.MaxBatchBytes)
-	}
-	var key []byte
-	for _, c := range req.GetCompares() {
-		if err := n.checkKey(c.GetKey()); err != nil {
-			return nil, err
-		}
-		if key == nil {
-			key = c.GetKey()
-		}
-	}
-	if key == nil {
-		key = firstKey(req.GetSuccess())
-	}
-	if key == nil {
-		key = firstKey(req.GetFailure())
-	}
-	if len(key) == 0 {
-		return nil, invalidArg("txn names no key")
-	}
-	t, err := n.route(req.GetHeader(), key)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range req.GetCompares() {
-		if err := n.inShard(c.GetKey(), t.desc); err != nil {
-			return nil, err
-		}
-	}
-	if err := n.checkOps(req.GetSuccess(), t.desc, true); err != nil {
-		return nil, err
-	}
-	if err := n.checkOps(req.GetFailure(), t.desc, true); err != nil {
-		return nil, err
-	}
 	txn := &shalev1.TxnRequest{Compares: req.GetCompares(), Success: req.GetSuccess(), Failure: req.GetFailure()}
-	return n.propose(ctx, req.GetHeader(), t, txn)
+	return s.n.proposeTxn(ctx, req.GetHeader(), txn, shard.RequestTxn)
 }
 
 // --- scans ---

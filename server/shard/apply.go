@@ -336,54 +336,6 @@ func shardRange(desc *shalev1.ShardDescriptor) keyRange {
 	return keyRange{start: start, end: endOrNil(desc.GetEndKey())}
 }
 
-// clipDeleteRange returns the part of op's range inside the shard; ok is
-// false (with a result to return) when the range is invalid or outside.
-func clipDeleteRange(op *shalev1.DeleteRangeOp, rng keyRange, desc *shalev1.ShardDescriptor) (keyRange, *shalev1.CommandResult) {
-	r := keyRange{start: op.GetStartKey(), end: endOrNil(op.GetEndKey())}
-	if r.start == nil {
-		r.start = []byte{}
-	}
-	if r.end != nil && bytes.Compare(r.start, r.end) >= 0 {
-		return keyRange{}, errResult(codes.InvalidArgument, desc, "delete range [%q, %q): start must be below end", r.start, r.end)
-	}
-	c, ok := rng.intersect(r)
-	if !ok {
-		return keyRange{}, errResult(codes.OutOfRange, desc, "delete range [%q, %q) is outside the shard [%q, %q)",
-			r.start, r.end, rng.start, rng.end)
-	}
-	return c, nil
-}
-
-// validateOps checks every op's keys against the shard range.
-func validateOps(ops []*shalev1.RequestOp, rng keyRange, desc *shalev1.ShardDescriptor) *shalev1.CommandResult {
-	outside := func(k []byte) *shalev1.CommandResult {
-		return errResult(codes.OutOfRange, desc, "key %q is outside the shard [%q, %q)", k, rng.start, rng.end)
-	}
-	for _, op := range ops {
-		switch o := op.GetOp().(type) {
-		case *shalev1.RequestOp_Put:
-			if !rng.contains(o.Put.GetKey()) {
-				return outside(o.Put.GetKey())
-			}
-		case *shalev1.RequestOp_Delete:
-			if !rng.contains(o.Delete.GetKey()) {
-				return outside(o.Delete.GetKey())
-			}
-		case *shalev1.RequestOp_Get:
-			if !rng.contains(o.Get.GetKey()) {
-				return outside(o.Get.GetKey())
-			}
-		case *shalev1.RequestOp_DeleteRange:
-			if _, res := clipDeleteRange(o.DeleteRange, rng, desc); res != nil {
-				return res
-			}
-		default:
-			return errResult(codes.InvalidArgument, desc, "request op without an operation")
-		}
-	}
-	return nil
-}
-
 // isWrite reports whether op writes.
 func isWrite(op *shalev1.RequestOp) bool {
 	switch op.GetOp().(type) {
@@ -403,23 +355,14 @@ func (a *applier) applyTxn(txn *shalev1.TxnRequest, now int64) (*shalev1.Command
 	if desc.GetSystem() {
 		return errResult(codes.InvalidArgument, desc, "the system shard holds no user keys"), false, nil
 	}
-	rng := shardRange(desc)
-	for _, c := range txn.GetCompares() {
-		if !rng.contains(c.GetKey()) {
-			return errResult(codes.OutOfRange, desc, "compare key %q is outside the shard [%q, %q)", c.GetKey(), rng.start, rng.end), false, nil
-		}
-		if _, ok := shalev1.Compare_Target_name[int32(c.GetTarget())]; !ok {
-			return errResult(codes.InvalidArgument, desc, "unknown compare target %d", c.GetTarget()), false, nil
-		}
-		if _, ok := shalev1.Compare_Result_name[int32(c.GetResult())]; !ok {
-			return errResult(codes.InvalidArgument, desc, "unknown compare result %d", c.GetResult()), false, nil
-		}
+	// The server checked the command before proposing it; check it again
+	// against the descriptor it applies under (without the node's size
+	// limits, which replicas need not share).
+	if inv := CheckTxn(txn, Limits{}, RequestTxn); inv != nil {
+		return errResult(inv.Code, desc, "%s", inv.Message), false, nil
 	}
-	if res := validateOps(txn.GetSuccess(), rng, desc); res != nil {
-		return res, false, nil
-	}
-	if res := validateOps(txn.GetFailure(), rng, desc); res != nil {
-		return res, false, nil
+	if inv := TxnInShard(txn, desc); inv != nil {
+		return errResult(inv.Code, desc, "%s", inv.Message), false, nil
 	}
 
 	succeeded := true
@@ -444,6 +387,7 @@ func (a *applier) applyTxn(txn *shalev1.TxnRequest, now int64) (*shalev1.Command
 		a.st.rev = rev
 	}
 	results := make([]*shalev1.ResponseOp, 0, len(ops))
+	rng := shardRange(desc)
 	for _, op := range ops {
 		r, err := a.execOp(op, rng, now, rev)
 		if err != nil {
@@ -554,7 +498,7 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Delete{Delete: resp}}, nil
 
 	case *shalev1.RequestOp_DeleteRange:
-		r, _ := clipDeleteRange(o.DeleteRange, rng, nil) // validated
+		r, _ := deleteRangeInShard(o.DeleteRange, rng) // validated by TxnInShard
 		lo, hi := dataKey(r.start), dataBound(r.end)
 		if err := a.noteRangeDeletes(lo, hi, now); err != nil {
 			return nil, err

@@ -269,7 +269,14 @@ func TestTxnValidation(t *testing.T) {
 		{"compare outside", &shalev1.TxnRequest{Compares: []*shalev1.Compare{{Key: []byte("n")}}, Success: []*shalev1.RequestOp{putOp("c", "v", 0, false)}}, codes.OutOfRange},
 		{"get outside", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{getOp("a")}}, codes.OutOfRange},
 		{"range outside", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("m", "")}}, codes.OutOfRange},
-		{"range below", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("", "b")}}, codes.OutOfRange},
+		{"range below", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("a", "b")}}, codes.OutOfRange},
+		{"range partly below", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("a", "c")}}, codes.OutOfRange},
+		{"range partly above", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("c", "n")}}, codes.OutOfRange},
+		{"range empty start", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("", "c")}}, codes.InvalidArgument},
+		{"range empty", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("c", "c")}}, codes.InvalidArgument},
+		{"put empty key", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("", "v", 0, false)}}, codes.InvalidArgument},
+		{"negative ttl", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("c", "v", -1, false)}}, codes.InvalidArgument},
+		{"empty txn", &shalev1.TxnRequest{}, codes.InvalidArgument},
 		{"range inverted", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("d", "c")}}, codes.InvalidArgument},
 		{"empty op", &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{}}}, codes.InvalidArgument},
 		{"bad target", &shalev1.TxnRequest{Compares: []*shalev1.Compare{{Key: []byte("c"), Target: 9}}}, codes.InvalidArgument},
@@ -283,12 +290,12 @@ func TestTxnValidation(t *testing.T) {
 	if s.Revision() != 0 || len(dataDump(t, s)) != 0 {
 		t.Fatal("a rejected txn changed the state")
 	}
-	// A delete range partly outside is clipped to the shard.
+	// A delete range with an open end runs to the shard's end.
 	applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("b", "1", 0, false), putOp("l", "2", 0, false)}}))
-	if r := applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("a", "c")}})); r.ErrorCode != 0 {
+	if r := applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("c", "")}})); r.ErrorCode != 0 {
 		t.Fatal(r)
 	}
-	if r := applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{getOp("b"), getOp("l")}})); r.Txn.Results[0].GetGet().Kv != nil || r.Txn.Results[1].GetGet().Kv == nil {
+	if r := applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{getOp("b"), getOp("l")}})); r.Txn.Results[0].GetGet().Kv == nil || r.Txn.Results[1].GetGet().Kv != nil {
 		t.Fatal(r)
 	}
 	// A system command on a user shard is rejected.
@@ -339,7 +346,7 @@ func TestTxnSeesOwnWrites(t *testing.T) {
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("x", "1", 0, false)}}))),
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{
 			Compares: []*shalev1.Compare{{Key: []byte("x"), Target: shalev1.Compare_TARGET_VERSION, Number: 1}},
-			Success:  []*shalev1.RequestOp{delRangeOp("", "")},
+			Success:  []*shalev1.RequestOp{delRangeOp("\x00", "")},
 		}))),
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{getOp("x"), getOp("c")}}))),
 	})

@@ -62,54 +62,58 @@ func (m *model) kvOf(k string, r rec) *shalev1.KeyValue {
 	return kv
 }
 
-// clip returns the delete range clipped to the shard, or an error code.
+// clip returns the range a delete range deletes (an open end runs to the
+// shard's end), or the code of its rejection: InvalidArgument for an empty
+// start or an empty or inverted range, OutOfRange for a range reaching
+// outside the shard.
 func (m *model) clip(op *shalev1.DeleteRangeOp) (lo, hi string, code codes.Code) {
 	lo, hi = string(op.StartKey), string(op.EndKey)
-	if hi != "" && lo >= hi {
+	if lo == "" || (hi != "" && lo >= hi) {
 		return "", "", codes.InvalidArgument
 	}
-	if lo < m.start {
-		lo = m.start
-	}
-	if m.end != "" && (hi == "" || hi > m.end) {
-		hi = m.end
-	}
-	if hi != "" && lo >= hi {
+	if !m.inRange(lo) || (hi != "" && m.end != "" && hi > m.end) {
 		return "", "", codes.OutOfRange
+	}
+	if hi == "" {
+		hi = m.end
 	}
 	return lo, hi, codes.OK
 }
 
 // applyTxn applies txn to the model and returns the expected result; for a
-// rejected txn only the error code is meaningful.
+// rejected txn only the error code is meaningful. A malformed txn
+// (InvalidArgument) is refused before one with a key outside the shard
+// (OutOfRange).
 func (m *model) applyTxn(txn *shalev1.TxnRequest, now int64) *shalev1.CommandResult {
 	reject := func(c codes.Code) *shalev1.CommandResult { return &shalev1.CommandResult{ErrorCode: uint32(c)} }
+	if len(txn.Compares)+len(txn.Success)+len(txn.Failure) == 0 {
+		return reject(codes.InvalidArgument)
+	}
+	outside := false
 	for _, c := range txn.Compares {
-		if !m.inRange(string(c.Key)) {
-			return reject(codes.OutOfRange)
-		}
+		outside = outside || !m.inRange(string(c.Key))
 	}
 	for _, ops := range [][]*shalev1.RequestOp{txn.Success, txn.Failure} {
 		for _, op := range ops {
 			switch o := op.Op.(type) {
 			case *shalev1.RequestOp_Put:
-				if !m.inRange(string(o.Put.Key)) {
-					return reject(codes.OutOfRange)
-				}
+				outside = outside || !m.inRange(string(o.Put.Key))
 			case *shalev1.RequestOp_Delete:
-				if !m.inRange(string(o.Delete.Key)) {
-					return reject(codes.OutOfRange)
-				}
+				outside = outside || !m.inRange(string(o.Delete.Key))
 			case *shalev1.RequestOp_Get:
-				if !m.inRange(string(o.Get.Key)) {
-					return reject(codes.OutOfRange)
-				}
+				outside = outside || !m.inRange(string(o.Get.Key))
 			case *shalev1.RequestOp_DeleteRange:
-				if _, _, code := m.clip(o.DeleteRange); code != codes.OK {
+				switch _, _, code := m.clip(o.DeleteRange); code {
+				case codes.InvalidArgument:
 					return reject(code)
+				case codes.OutOfRange:
+					outside = true
 				}
 			}
 		}
+	}
+	if outside {
+		return reject(codes.OutOfRange)
 	}
 	ok := true
 	for _, c := range txn.Compares {
