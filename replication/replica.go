@@ -66,6 +66,10 @@ type Replica struct {
 	pendingSnap        *incomingSnapshot
 	sendingSnap        map[uint64]bool
 	ticks              uint64
+
+	// applyQ is the replica's apply work (guarded by the Store's apply
+	// pool).
+	applyQ applyQueue
 }
 
 // Status is a replica's view of its shard's Raft group.
@@ -539,6 +543,7 @@ func (r *Replica) fatal(err error) {
 	}
 	r.halted = true
 	r.store.cfg.Logger.Error("replica halted", "shard", r.shardID, "err", err)
+	r.store.applier.stopReplica(r, fmt.Errorf("%w: replication: shard %d halted: %w", ErrOutcomeUnknown, r.shardID, err))
 	if isIOError(err) {
 		r.store.fail(fmt.Errorf("shard %d: %w", r.shardID, err))
 	}
@@ -997,6 +1002,9 @@ func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *
 		return fmt.Errorf("replication: shard %d: raft asked to install snapshot %d without its data", r.shardID, idx)
 	}
 	r.pendingSnap = nil
+	// The state machine takes no Apply during Restore: the entries handed
+	// off before the snapshot apply first.
+	r.store.applier.waitIdle(r)
 	if err := r.sm.Restore(in.dir); err != nil {
 		in.answer(err)
 		return fmt.Errorf("restore snapshot: %w", err)
@@ -1039,108 +1047,6 @@ func (r *Replica) handleReadStates(states []raft.ReadState) {
 			}
 		}
 	}
-}
-
-// applyCommitted applies committed entries to the state machine and answers
-// the proposals among them.
-func (r *Replica) applyCommitted(ents []*raftpb.Entry) error {
-	if len(ents) == 0 {
-		return nil
-	}
-	sme := make([]Entry, len(ents))
-	ids := make([]uint64, len(ents))
-	removedSelf := false
-	for i, e := range ents {
-		sme[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm()}
-		switch e.GetType() {
-		case raftpb.EntryNormal:
-			if len(e.GetData()) == 0 {
-				continue
-			}
-			id, payload, err := decodeEntry(e.GetData())
-			if err != nil {
-				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-			}
-			ids[i], sme[i].Payload = id, payload
-		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
-			var cc *raftpb.ConfChangeV2
-			if e.GetType() == raftpb.EntryConfChange {
-				var v1 raftpb.ConfChange
-				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
-					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
-				}
-				cc = v1.AsV2()
-			} else {
-				cc = &raftpb.ConfChangeV2{}
-				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
-				}
-			}
-			acc := &AppliedConfChange{Change: cc}
-			if len(cc.GetContext()) > 0 {
-				id, payload, err := decodeEntry(cc.GetContext())
-				if err != nil {
-					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
-				}
-				ids[i] = id
-				var cctx shalev1.ConfChangeContext
-				if err := proto.Unmarshal(payload, &cctx); err != nil {
-					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
-				}
-				acc.Context = &cctx
-				for _, rd := range cctx.GetReplicas() {
-					r.noteNode(rd.GetReplicaId(), rd.GetNodeId(), "conf change context")
-				}
-			}
-			acc.ConfState = r.rn.ApplyConfChange(cc)
-			sme[i].ConfChange = acc
-			removedSelf = !inConf(acc.ConfState, r.replicaID)
-		}
-	}
-	results, err := r.sm.Apply(sme)
-	if err != nil {
-		return err
-	}
-	r.applied = ents[len(ents)-1].GetIndex()
-	now := time.Now()
-	for i, id := range ids {
-		if id == 0 {
-			continue
-		}
-		p, ok := r.waiters[id]
-		if !ok {
-			continue
-		}
-		delete(r.waiters, id)
-		var res any
-		if i < len(results) {
-			res = results[i]
-		}
-		p.finish(res, nil)
-		if m := r.store.cfg.Metrics; m != nil {
-			m.commitLatency.Observe(now.Sub(p.start).Seconds())
-		}
-	}
-	if len(r.appliedWaiters) > 0 {
-		keep := r.appliedWaiters[:0]
-		for _, w := range r.appliedWaiters {
-			if w.index <= r.applied {
-				w.done <- nil
-			} else {
-				keep = append(keep, w)
-			}
-		}
-		r.appliedWaiters = keep
-	}
-	r.updateNodes(r.sm.AppliedState().Descriptor)
-	if r.sm.AppliedState().Descriptor.GetRetired() {
-		// The shard was merged into its left neighbour.
-		removedSelf = true
-	}
-	if removedSelf {
-		r.store.removeReplica(r)
-	}
-	return nil
 }
 
 func inConf(cs *raftpb.ConfState, id uint64) bool {

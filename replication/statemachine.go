@@ -40,10 +40,13 @@ type AppliedConfChange struct {
 }
 
 // StateMachine is a shard's replicated state, driven by its Replica. Apply
-// and Restore are called from the Raft loop, never concurrently with each
-// other; Flush, Checkpoint and AppliedState may be called from other
-// goroutines concurrently with Apply (but not with Restore). Reads may run
-// concurrently with all of them.
+// is called from an apply worker and Restore from the Raft loop, one at a
+// time for a state machine, never concurrently with each other; Flush,
+// Checkpoint and AppliedState may be called from other goroutines
+// concurrently with Apply (but not with Restore). Reads may run
+// concurrently with all of them. An Apply may add a replica to the Store
+// (AddReplica: a split's new shard); the Store creates no replica on
+// demand while an Apply runs.
 type StateMachine interface {
 	// AppliedState reports the last applied entry, configuration and descriptor.
 	AppliedState() AppliedState

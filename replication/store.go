@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, records Raft metrics.
 	Metrics *Metrics
+	// ApplyWorkers is how many goroutines apply committed entries to the
+	// state machines, each replica's in order and the replicas in parallel
+	// (default GOMAXPROCS, at least 2).
+	ApplyWorkers int
+	// applyHook, when set (by tests), runs on an apply worker before each
+	// state machine call, with the shard's ID.
+	applyHook func(shardID uint64)
 	// Clock, when set, is the node's hybrid logical clock: every batch
 	// sent carries its reading, and every batch received moves it past the
 	// sender's (a reading beyond the clock's maximum offset is refused and
@@ -123,6 +131,9 @@ func (c *Config) applyDefaults() {
 	if c.LeaseReads {
 		c.DisableQuiescence = true
 	}
+	if c.ApplyWorkers == 0 {
+		c.ApplyWorkers = max(2, runtime.GOMAXPROCS(0))
+	}
 }
 
 // Store hosts the Replicas of one node and runs their Raft loop. It is a
@@ -160,6 +171,15 @@ type Store struct {
 	proposal atomic.Uint64 // proposal ID source
 	snapSem  chan struct{}
 	bg       sync.WaitGroup
+
+	// applier applies committed entries off the loop (see apply.go);
+	// applyReports are its workers' reports for the loop (under mu).
+	applier      *applyPool
+	applyReports []applyReport
+	// hostMu orders the creation of replicas (Lock) after the applies in
+	// progress (RLock): a split's apply creates its new shard's replica,
+	// which a message of the new group must not create meanwhile.
+	hostMu sync.RWMutex
 
 	// Loop-only state.
 	lastHeard  map[uint64]time.Time // node → last batch received (under mu)
@@ -227,6 +247,7 @@ func NewStore(cfg Config) (*Store, error) {
 		truncating: make(map[uint64]bool),
 		active:     make(map[*Replica]struct{}),
 	}
+	s.applier = newApplyPool(s)
 	s.proposal.Store(rand.Uint64() >> 16)
 	return s, nil
 }
@@ -239,6 +260,7 @@ func (s *Store) Start() {
 	if s.started.Swap(true) {
 		return
 	}
+	s.applier.start(s.cfg.ApplyWorkers)
 	go s.run()
 }
 
@@ -256,6 +278,8 @@ func (s *Store) Stop() {
 	close(s.stop)
 	if s.started.Load() {
 		<-s.done
+		// What was handed off applies (the state machines are still open).
+		s.applier.stop()
 	}
 	s.bg.Wait()
 	s.mu.Lock()
@@ -614,6 +638,7 @@ func (s *Store) cycle(tick bool) error {
 	}
 	s.mu.Unlock()
 
+	s.handleApplyReports()
 	newIDs := s.logBatch
 	if newIDs == nil {
 		newIDs = storage.NewBatch()
@@ -686,9 +711,9 @@ func (s *Store) cycle(tick bool) error {
 		s.cfg.Transport.Send(b)
 	}
 
-	// Apply, before this cycle's write, the committed entries that are
+	// Hand off, before this cycle's write, the committed entries that are
 	// already durable in the local log (all but those this Ready appends):
-	// their clients need not wait for the next batch's sync.
+	// they apply while the log syncs.
 	for i := range readies {
 		rr := &readies[i]
 		ents := rr.rd.CommittedEntries
@@ -706,7 +731,7 @@ func (s *Store) cycle(tick bool) error {
 		if k == 0 {
 			continue
 		}
-		if err := rr.r.applyCommitted(ents[:k]); err != nil {
+		if err := rr.r.handOff(ents[:k]); err != nil {
 			rr.r.fatal(err)
 			continue
 		}
@@ -783,14 +808,14 @@ func (s *Store) cycle(tick bool) error {
 		s.cfg.Transport.Send(b)
 	}
 
-	// Apply and advance.
+	// Hand off the rest and advance.
 	for i := range readies {
 		rr := &readies[i]
 		if rr.r.dead() {
 			continue
 		}
 		rr.r.handleReadStates(rr.rd.ReadStates)
-		if err := rr.r.applyCommitted(rr.rd.CommittedEntries[rr.appliedEarly:]); err != nil {
+		if err := rr.r.handOff(rr.rd.CommittedEntries[rr.appliedEarly:]); err != nil {
 			rr.r.fatal(err)
 			continue
 		}
@@ -812,7 +837,8 @@ type readyReplica struct {
 	r    *Replica
 	rd   raft.Ready
 	sent bool // messages already sent (leaders send before persisting)
-	// appliedEarly committed entries were applied before the cycle's write.
+	// appliedEarly committed entries were handed off before the cycle's
+	// write.
 	appliedEarly int
 }
 
@@ -921,6 +947,12 @@ func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storag
 	}
 	if min, ok, err := s.readUint(tombstonePrefix, shardID); err != nil || (ok && m.GetTo() < min) {
 		return nil
+	}
+	// A split applying now may be creating this very shard's replica.
+	s.hostMu.Lock()
+	defer s.hostMu.Unlock()
+	if r := s.Replica(shardID); r != nil {
+		return r
 	}
 	sm, err := s.cfg.OpenReplica(shardID)
 	if err != nil {
@@ -1071,6 +1103,7 @@ func (s *Store) nodeLive(nodeID uint64) bool {
 // deleted and a tombstone keeps its old incarnation from being recreated.
 func (s *Store) removeReplica(r *Replica) {
 	r.removed = true
+	s.applier.stopReplica(r, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrReplicaRemoved))
 	b := storage.NewBatch()
 	r.log.Destroy(b)
 	putUint(b, tombstonePrefix, r.shardID, r.replicaID+1)

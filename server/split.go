@@ -24,7 +24,7 @@ func (h splitHost) RightDir(shardID uint64) (string, bool) {
 	return h.n.shardDir(shardID), h.n.store.Replica(shardID) != nil
 }
 
-// Host implements shard.Splitter. It runs on the Raft loop (inside the left
+// Host implements shard.Splitter. It runs on an apply worker (inside the left
 // shard's Apply). The left shard's leader campaigns in the new group at
 // once, so the right shard gets a leader without an election timeout.
 func (h splitHost) Host(left uint64, right *shard.Shard) error {

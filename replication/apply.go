@@ -1,0 +1,355 @@
+package replication
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Committed entries are applied off the Raft loop. The loop persists,
+// sends, and hands each replica's committed entries, in log order, to the
+// apply workers as tasks; it then advances Raft at once. The workers apply
+// the tasks of one replica in order (never two at a time for one replica)
+// and the replicas in parallel, answer the proposals of the entries, and
+// report the applied index back to the loop, which releases the reads
+// waiting for it, truncates the log up to it and removes replicas that left
+// their shard. One slow state machine therefore delays only its own shard:
+// the loop keeps ticking, heartbeating and persisting every other group.
+//
+// The order the Raft layer needs is kept: an entry is handed off only once
+// it is durable in the local log (the state machine never gets ahead of the
+// log a restart replays), configuration changes are applied to Raft at the
+// hand-off, in log order, and a snapshot is installed only after the
+// replica's earlier tasks have applied. The log is truncated only up to
+// what the state machine reports durable (Flush), which is at or below the
+// applied index the workers reported.
+
+// applyTask is a run of committed entries of one replica, in log order.
+type applyTask struct {
+	entries []Entry
+	// props[i] is the local proposal waiting for entries[i], or nil.
+	props []*proposal
+	// removedSelf is set when a configuration change of the run removed
+	// this replica from its group.
+	removedSelf bool
+}
+
+// applyReport is what a worker tells the loop after applying a replica's
+// tasks.
+type applyReport struct {
+	r       *Replica
+	applied uint64 // the last index applied
+	// removed says the replica left its shard: a configuration change
+	// removed it, or its shard was retired (merged into another).
+	removed bool
+	err     error // the state machine failed; nothing of the run applied
+}
+
+// applyQueue is a replica's apply state, guarded by applyPool.mu.
+type applyQueue struct {
+	tasks   []applyTask
+	queued  bool // in the pool's ready list or being applied
+	running bool // a worker is applying its tasks
+	// stopped: the replica halted or was removed; tasks are dropped.
+	stopped bool
+}
+
+// applyPool is the apply workers of a Store.
+type applyPool struct {
+	s       *Store
+	mu      sync.Mutex
+	cond    *sync.Cond
+	ready   []*Replica
+	closing bool
+	wg      sync.WaitGroup
+}
+
+func newApplyPool(s *Store) *applyPool {
+	p := &applyPool{s: s}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// start runs n workers.
+func (p *applyPool) start(n int) {
+	for range n {
+		p.wg.Add(1)
+		go p.work()
+	}
+}
+
+// stop lets the workers apply what is queued, then ends them.
+func (p *applyPool) stop() {
+	p.mu.Lock()
+	p.closing = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// enqueue hands a task of r to the workers.
+func (p *applyPool) enqueue(r *Replica, t applyTask) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := &r.applyQ
+	if q.stopped {
+		dropTask(t, stoppedErr(r))
+		return
+	}
+	q.tasks = append(q.tasks, t)
+	if !q.queued {
+		q.queued = true
+		p.ready = append(p.ready, r)
+		p.cond.Broadcast()
+	}
+}
+
+// stopReplica drops r's queued tasks (their proposals' outcome is unknown:
+// the entries committed) and waits until no worker applies for r: then
+// nothing applies to r's state machine any more.
+func (p *applyPool) stopReplica(r *Replica, err error) {
+	p.mu.Lock()
+	q := &r.applyQ
+	q.stopped = true
+	tasks := q.tasks
+	q.tasks = nil
+	for q.running {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+	for _, t := range tasks {
+		dropTask(t, err)
+	}
+}
+
+// waitIdle waits until every task of r handed off so far has applied.
+func (p *applyPool) waitIdle(r *Replica) {
+	p.mu.Lock()
+	for r.applyQ.queued {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+}
+
+func (p *applyPool) work() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		for len(p.ready) == 0 && !p.closing {
+			p.cond.Wait()
+		}
+		if len(p.ready) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		r := p.ready[0]
+		p.ready[0] = nil
+		p.ready = p.ready[1:]
+		q := &r.applyQ
+		tasks := q.tasks
+		q.tasks = nil
+		q.running = true
+		p.mu.Unlock()
+
+		rep, ok := p.s.applyTasks(r, tasks)
+
+		p.mu.Lock()
+		q.running = false
+		if rep.err != nil {
+			q.stopped = true
+		}
+		if len(q.tasks) > 0 && !q.stopped {
+			p.ready = append(p.ready, r)
+		} else {
+			q.queued = false
+			for _, t := range q.tasks {
+				dropTask(t, stoppedErr(r))
+			}
+			q.tasks = nil
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if ok {
+			p.s.report(rep)
+		}
+	}
+}
+
+// stoppedErr is the error of proposals whose entries a stopped replica
+// will not apply: they committed, so they may apply elsewhere.
+func stoppedErr(r *Replica) error {
+	return fmt.Errorf("%w: replication: shard %d: the replica stopped before applying the entry", ErrOutcomeUnknown, r.shardID)
+}
+
+func dropTask(t applyTask, err error) {
+	for _, p := range t.props {
+		if p != nil {
+			p.finish(nil, err)
+		}
+	}
+}
+
+// applyTasks applies a replica's tasks as one state machine call (worker
+// side) and answers their proposals. ok is false when there was nothing to
+// report.
+func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
+	var ents []Entry
+	var props []*proposal
+	rep := applyReport{r: r}
+	for _, t := range tasks {
+		ents = append(ents, t.entries...)
+		props = append(props, t.props...)
+		rep.removed = rep.removed || t.removedSelf
+	}
+	if len(ents) == 0 {
+		return rep, false
+	}
+	rep.applied = ents[len(ents)-1].Index
+	if h := s.cfg.applyHook; h != nil {
+		h(r.shardID)
+	}
+	// Applies run together; creating or removing replicas waits for them
+	// (a split's new shard is created by its left shard's apply).
+	s.hostMu.RLock()
+	results, err := r.sm.Apply(ents)
+	s.hostMu.RUnlock()
+	if err != nil {
+		rep.err = err
+		dropTask(applyTask{props: props}, fmt.Errorf("%w: replication: shard %d: apply: %w", ErrOutcomeUnknown, r.shardID, err))
+		return rep, true
+	}
+	now := time.Now()
+	for i, p := range props {
+		if p == nil {
+			continue
+		}
+		var res any
+		if i < len(results) {
+			res = results[i]
+		}
+		p.finish(res, nil)
+		if m := s.cfg.Metrics; m != nil {
+			m.commitLatency.Observe(now.Sub(p.start).Seconds())
+		}
+	}
+	if r.sm.AppliedState().Descriptor.GetRetired() {
+		// The shard was merged into its left neighbour.
+		rep.removed = true
+	}
+	return rep, true
+}
+
+// report queues a worker's report for the loop.
+func (s *Store) report(rep applyReport) {
+	s.mu.Lock()
+	s.applyReports = append(s.applyReports, rep)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// handleApplyReports takes in the workers' reports (loop side).
+func (s *Store) handleApplyReports() {
+	s.mu.Lock()
+	reps := s.applyReports
+	s.applyReports = nil
+	s.mu.Unlock()
+	for _, rep := range reps {
+		r := rep.r
+		if r.dead() {
+			continue
+		}
+		if rep.err != nil {
+			r.fatal(rep.err)
+			continue
+		}
+		r.applied = max(r.applied, rep.applied)
+		if len(r.appliedWaiters) > 0 {
+			keep := r.appliedWaiters[:0]
+			for _, w := range r.appliedWaiters {
+				if w.index <= r.applied {
+					w.done <- nil
+				} else {
+					keep = append(keep, w)
+				}
+			}
+			r.appliedWaiters = keep
+		}
+		r.updateNodes(r.sm.AppliedState().Descriptor)
+		if rep.removed {
+			s.removeReplica(r)
+			continue
+		}
+		r.refreshStatus()
+	}
+}
+
+// handOff turns committed entries into an apply task: it decodes them,
+// applies configuration changes to Raft (in log order, now), and takes the
+// local proposals they answer (loop side).
+func (r *Replica) handOff(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	t := applyTask{entries: make([]Entry, len(ents)), props: make([]*proposal, len(ents))}
+	for i, e := range ents {
+		t.entries[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm()}
+		var id uint64
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				continue
+			}
+			pid, payload, err := decodeEntry(e.GetData())
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			id, t.entries[i].Payload = pid, payload
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			var cc *raftpb.ConfChangeV2
+			if e.GetType() == raftpb.EntryConfChange {
+				var v1 raftpb.ConfChange
+				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
+					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
+				}
+				cc = v1.AsV2()
+			} else {
+				cc = &raftpb.ConfChangeV2{}
+				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+					return fmt.Errorf("entry %d: conf change: %w", e.GetIndex(), err)
+				}
+			}
+			acc := &AppliedConfChange{Change: cc}
+			if len(cc.GetContext()) > 0 {
+				pid, payload, err := decodeEntry(cc.GetContext())
+				if err != nil {
+					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
+				}
+				id = pid
+				var cctx shalev1.ConfChangeContext
+				if err := proto.Unmarshal(payload, &cctx); err != nil {
+					return fmt.Errorf("entry %d: conf change context: %w", e.GetIndex(), err)
+				}
+				acc.Context = &cctx
+				for _, rd := range cctx.GetReplicas() {
+					r.noteNode(rd.GetReplicaId(), rd.GetNodeId(), "conf change context")
+				}
+			}
+			acc.ConfState = r.rn.ApplyConfChange(cc)
+			t.entries[i].ConfChange = acc
+			t.removedSelf = !inConf(acc.ConfState, r.replicaID)
+		}
+		if id != 0 {
+			if p, ok := r.waiters[id]; ok {
+				delete(r.waiters, id)
+				t.props[i] = p
+			}
+		}
+	}
+	r.store.applier.enqueue(r, t)
+	return nil
+}

@@ -1,0 +1,188 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// applyGate blocks the apply of one shard on chosen nodes until opened.
+type applyGate struct {
+	mu     sync.Mutex
+	closed map[uint64]bool // node → its applies of shard wait
+	shard  uint64
+	open   chan struct{}
+	// waiting counts applies blocked at the gate.
+	waiting atomic.Int64
+}
+
+func newApplyGate(shard uint64) *applyGate {
+	return &applyGate{closed: map[uint64]bool{}, shard: shard, open: make(chan struct{})}
+}
+
+// hook is the Config.applyHook of node.
+func (g *applyGate) hook(node uint64) func(uint64) {
+	return func(shardID uint64) {
+		g.mu.Lock()
+		wait := shardID == g.shard && g.closed[node]
+		g.mu.Unlock()
+		if wait {
+			g.waiting.Add(1)
+			<-g.open
+			g.waiting.Add(-1)
+		}
+	}
+}
+
+func (g *applyGate) close(nodes ...uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, n := range nodes {
+		g.closed[n] = true
+	}
+}
+
+// release opens the gate for good (idempotent).
+func (g *applyGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+	clear(g.closed)
+}
+
+func newGatedCluster(t *testing.T, gate *applyGate) *testCluster {
+	c := newTestCluster(t, func(cfg *Config) { cfg.applyHook = gate.hook(cfg.NodeID) })
+	t.Cleanup(gate.release) // runs before the cluster's close
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	return c
+}
+
+// TestBlockedApplyDoesNotStallOtherShards: while one shard's apply is
+// stuck on every node, the node's other shard keeps committing and
+// applying, and neither shard holds an election (the Raft loop keeps
+// ticking and heartbeating both).
+func TestBlockedApplyDoesNotStallOtherShards(t *testing.T) {
+	gate := newApplyGate(1)
+	c := newGatedCluster(t, gate)
+	c.bootstrap(1, 1, 2, 3)
+	c.bootstrap(2, 1, 2, 3)
+	lead1, lead2 := c.leader(1), c.leader(2)
+	c.propose(1, "a", "0")
+	c.propose(2, "b", "0")
+	term := func(shard, node uint64) uint64 { return c.get(node).store.Replica(shard).Status().Term }
+	term1, term2 := term(1, lead1), term(2, lead2)
+
+	gate.close(1, 2, 3)
+	blocked := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.get(lead1).store.Replica(1).Propose(ctx, []byte("a=1"))
+		blocked <- err
+	}()
+	c.waitFor("shard 1's apply to block", 5*time.Second, func() bool { return gate.waiting.Load() > 0 })
+
+	// 20 election timeouts (10 ticks of 10 ms each) of writes to shard 2.
+	end := time.Now().Add(20 * 10 * 10 * time.Millisecond)
+	n := 0
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		_, err := c.get(lead2).store.Replica(2).Propose(ctx, []byte(fmt.Sprintf("b=%d", n)))
+		cancel()
+		if err != nil {
+			t.Fatalf("shard 2 write %d while shard 1's apply is blocked: %v (after %v)", n, err, time.Since(start))
+		}
+		n++
+	}
+	select {
+	case err := <-blocked:
+		t.Fatalf("shard 1's write finished while its apply was blocked: %v", err)
+	default:
+	}
+	if got := term(1, lead1); got != term1 || !c.get(lead1).store.Replica(1).IsLeader() {
+		t.Errorf("shard 1 held an election while its apply was blocked: term %d → %d", term1, got)
+	}
+	if got := term(2, lead2); got != term2 || !c.get(lead2).store.Replica(2).IsLeader() {
+		t.Errorf("shard 2 held an election while shard 1's apply was blocked: term %d → %d", term2, got)
+	}
+	t.Logf("%d writes to shard 2 while shard 1's apply was blocked", n)
+
+	gate.release()
+	if err := <-blocked; err != nil {
+		t.Fatalf("shard 1's write after its apply resumed: %v", err)
+	}
+	c.converged(1, 1, 2, 3)
+	c.converged(2, 1, 2, 3)
+	if v, _ := c.get(3).sm(1).get("a"); v != "1" {
+		t.Fatalf("shard 1 on node 3: a=%q, want 1", v)
+	}
+}
+
+// TestCrashBetweenPersistAndApply: a follower that made entries durable in
+// its Raft log but never applied them (its apply stuck, then the process
+// gone) keeps them in its log (truncation follows the applied index, not
+// the committed one), and after a restart applies exactly the unapplied
+// tail: each entry once, in order (memSM refuses a gap or a repeat).
+func TestCrashBetweenPersistAndApply(t *testing.T) {
+	gate := newApplyGate(1)
+	c := newGatedCluster(t, gate)
+	c.bootstrap(1, 1, 2, 3)
+	lead := c.leader(1)
+	if lead == 3 {
+		if err := c.get(3).store.Replica(1).TransferLeader(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		lead = c.leader(1)
+	}
+	c.propose(1, "k-before", "0")
+	c.converged(1, 1, 2, 3)
+	before := c.get(3).sm(1).AppliedState().Index
+
+	gate.close(3)
+	// More than LogTruncateEntries (200), so that the other nodes truncate.
+	for i := range 300 {
+		c.propose(1, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	commit := c.get(lead).store.Replica(1).Status().Commit
+	r3 := c.get(3).store.Replica(1)
+	c.waitFor("node 3 to persist the entries", 10*time.Second, func() bool {
+		st := r3.Status()
+		return st.LastIndex >= commit && st.Commit >= commit
+	})
+	if got := c.get(3).sm(1).AppliedState().Index; got > before+1 {
+		t.Fatalf("node 3 applied up to %d with its apply blocked (before: %d)", got, before)
+	}
+	if st := r3.Status(); st.Applied > before+1 {
+		t.Fatalf("node 3 reports applied %d with its apply blocked", st.Applied)
+	}
+	// The process dies before applying: the blocked apply fails, and
+	// nothing of it reaches the state machine.
+	sm3 := c.get(3).sm(1)
+	sm3.mu.Lock()
+	sm3.applyErr = errors.New("the process is gone")
+	sm3.mu.Unlock()
+	gate.release()
+	c.waitFor("node 3's replica to stop", 5*time.Second, func() bool { return r3.Status().Stopped != "" })
+	if got := sm3.AppliedState().Index; got > before+1 {
+		t.Fatalf("node 3 applied up to %d after the crash", got)
+	}
+	c.stopNode(3)
+
+	c.startNode(3)
+	c.propose(1, "k-after", "1")
+	c.converged(1, 1, 2, 3)
+	if v, _ := c.get(3).sm(1).get("k299"); v != "299" {
+		t.Fatalf("node 3 after restart: k299=%q", v)
+	}
+}
