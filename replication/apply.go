@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -213,10 +214,13 @@ func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
 	if h := s.cfg.applyHook; h != nil {
 		h(r.shardID)
 	}
-	// Applies run together; creating or removing replicas waits for them
-	// (a split's new shard is created by its left shard's apply).
+	// Applies run together; creating replicas on demand waits for them (a
+	// split's apply creates its new shard's replica).
 	s.hostMu.RLock()
-	results, err := r.sm.Apply(ents)
+	applied, err := r.sm.Apply(ents)
+	if err == nil {
+		err = s.carryOut(r, applied.Effects)
+	}
 	s.hostMu.RUnlock()
 	if err != nil {
 		rep.err = err
@@ -229,19 +233,47 @@ func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
 			continue
 		}
 		var res any
-		if i < len(results) {
-			res = results[i]
+		if i < len(applied.Results) {
+			res = applied.Results[i]
 		}
 		p.finish(res, nil)
 		if m := s.cfg.Metrics; m != nil {
 			m.commitLatency.Observe(now.Sub(p.start).Seconds())
 		}
 	}
-	if r.sm.AppliedState().Descriptor.GetRetired() {
-		// The shard was merged into its left neighbour.
+	if r.sm.AppliedState().Retired {
 		rep.removed = true
 	}
 	return rep, true
+}
+
+// carryOut carries out the effects of r's applied entries (worker side,
+// under hostMu's read lock).
+func (s *Store) carryOut(r *Replica, effects []Effect) error {
+	for _, e := range effects {
+		switch e := e.(type) {
+		case HostShard:
+			nr, err := s.AddReplica(e.StateMachine)
+			if err != nil {
+				_ = e.StateMachine.Close()
+				return fmt.Errorf("host shard %d: %w", e.StateMachine.AppliedState().Descriptor.GetShardId(), err)
+			}
+			if r.IsLeader() {
+				s.bg.Add(1)
+				go func() {
+					defer s.bg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.TickInterval*time.Duration(s.cfg.ElectionTicks))
+					defer cancel()
+					if err := nr.Campaign(ctx); err != nil {
+						s.cfg.Logger.Debug("campaign in a new shard", "shard", nr.ShardID(), "err", err)
+					}
+				}()
+			}
+		default:
+			return fmt.Errorf("unknown effect %T", e)
+		}
+	}
+	return nil
 }
 
 // report queues a worker's report for the loop.

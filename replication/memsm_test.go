@@ -116,7 +116,12 @@ func (m *memSM) AppliedState() AppliedState {
 	return m.st
 }
 
-func (m *memSM) Apply(ents []Entry) ([]any, error) {
+func (m *memSM) Apply(ents []Entry) (Applied, error) {
+	res, err := m.apply(ents)
+	return Applied{Results: res}, err
+}
+
+func (m *memSM) apply(ents []Entry) ([]any, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.applyErr != nil {

@@ -16,7 +16,40 @@ type AppliedState struct {
 	ConfState *raftpb.ConfState
 	// Descriptor is the shard descriptor after applying Index.
 	Descriptor *shalev1.ShardDescriptor
+	// Retired says the shard no longer exists (its keys went to another
+	// shard): the replica has nothing left to replicate. The Store removes
+	// a replica whose state machine is retired, when it is added or once an
+	// Apply retired it.
+	Retired bool
 }
+
+// Applied is what an Apply call produced.
+type Applied struct {
+	// Results holds one result per entry (nil where the entry produces
+	// none); the proposer of an entry gets its result.
+	Results []any
+	// Effects are what the entries ask of the Store beyond the state
+	// machine, in log order. The Store carries them out after the call,
+	// before the replica applies anything more.
+	Effects []Effect
+}
+
+// Effect is something applying entries asks of the Store: HostShard.
+type Effect interface{ effect() }
+
+// HostShard asks the Store to host a new shard whose first replica on this
+// node the entries created (a split's right-hand shard): StateMachine is
+// its state machine, open and initialized at the start of the new shard's
+// own Raft group. If this node leads the shard whose entry created it, the
+// new replica campaigns at once, so that the new shard gets a leader
+// without an election timeout. If the Store cannot host it, the replica
+// that applied the entry halts (a restart hosts the new shard from its
+// state on disk).
+type HostShard struct {
+	StateMachine StateMachine
+}
+
+func (HostShard) effect() {}
 
 // Entry is one committed Raft entry handed to a state machine.
 type Entry struct {
@@ -44,18 +77,20 @@ type AppliedConfChange struct {
 // time for a state machine, never concurrently with each other; Flush,
 // Checkpoint and AppliedState may be called from other goroutines
 // concurrently with Apply (but not with Restore). Reads may run
-// concurrently with all of them. An Apply may add a replica to the Store
-// (AddReplica: a split's new shard); the Store creates no replica on
-// demand while an Apply runs.
+// concurrently with all of them. The Store creates no replica on demand
+// while an Apply runs, so a state machine may create another shard's
+// replica on disk in Apply (HostShard) without racing a message of the
+// new shard's group.
 type StateMachine interface {
 	// AppliedState reports the last applied entry, configuration and descriptor.
 	AppliedState() AppliedState
 	// Apply applies committed entries in order and records the new applied
 	// state in the same atomic write, so that a restart resumes exactly after
-	// the last entry applied. It returns one result per entry (nil where the
-	// entry produces none). An error means the state machine can no longer
-	// make progress (I/O failure): nothing after the error is applied.
-	Apply(entries []Entry) ([]any, error)
+	// the last entry applied. It returns one result per entry and the
+	// entries' effects (Applied). An error means the state machine can no
+	// longer make progress (I/O failure): nothing after the error is
+	// applied.
+	Apply(entries []Entry) (Applied, error)
 	// Flush makes everything applied so far durable on its own (without the
 	// Raft log) and returns the applied index that is now durable: the Raft
 	// log may be truncated up to it.

@@ -413,8 +413,8 @@ func (s *Store) AddReplica(sm StateMachine) (*Replica, error) {
 		replicaID = id
 	}
 	r, err := s.addReplica(shardID, replicaID, sm, true)
-	if err == nil && st.Descriptor.GetRetired() {
-		// Retired (merged away) before a restart removed it: remove it now.
+	if err == nil && st.Retired {
+		// Retired before a restart removed it: remove it now.
 		s.removeReplica(r)
 		return nil, ErrReplicaRemoved
 	}

@@ -106,7 +106,6 @@ type Node struct {
 	remoteReg   []*shalev1.NodeDescriptor
 	remoteRegAt time.Time
 	addrs       map[uint64]string
-	shards      map[uint64]*shard.Shard
 	lastSplit   map[uint64]time.Time // shard → when this node last split it (under mu)
 	loads       sync.Map             // shard ID → *shardLoad
 	reported    map[uint64]uint64    // shard → epoch last reported to the directory (under mu)
@@ -162,7 +161,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		log:           cfg.Logger,
 		clock:         hlc.New(cfg.WallClock, cfg.MaxClockOffset),
 		addrs:         map[uint64]string{},
-		shards:        map[uint64]*shard.Shard{},
 		hubs:          map[uint64]*hubRef{},
 		lastSplit:     map[uint64]time.Time{},
 		reported:      map[uint64]uint64{},
@@ -373,7 +371,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.placementLoop()
 	go n.watchStorage()
 	go n.expiryLoop()
-	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.shards))
+	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.store.Replicas()))
 	return n, nil
 }
 
@@ -424,9 +422,15 @@ func (n *Node) Store() *replication.Store { return n.store }
 
 // Shard returns the local state machine of a shard, or nil.
 func (n *Node) Shard(id uint64) *shard.Shard {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.shards[id]
+	if n.store == nil {
+		return nil
+	}
+	r := n.store.Replica(id)
+	if r == nil {
+		return nil
+	}
+	s, _ := r.StateMachine().(*shard.Shard)
+	return s
 }
 
 // Stop stops serving and closes every engine. Writes acknowledged before
@@ -467,13 +471,14 @@ func (n *Node) Stop() {
 			_ = n.lis.Close()
 		}
 		n.wg.Wait()
-		n.mu.Lock()
-		for id, s := range n.shards {
-			if err := s.Close(); err != nil {
-				n.log.Warn("close shard", "shard", id, "err", err)
+		if n.store != nil {
+			for _, r := range n.store.Replicas() {
+				if err := r.StateMachine().Close(); err != nil {
+					n.log.Warn("close shard", "shard", r.ShardID(), "err", err)
+				}
 			}
 		}
-		n.shards = map[uint64]*shard.Shard{}
+		n.mu.Lock()
 		for _, c := range n.conns {
 			_ = c.Close()
 		}
@@ -543,9 +548,10 @@ func (n *Node) httpClientCertGate(next http.Handler) http.Handler {
 
 // --- shards ---
 
-func (n *Node) shardDir(id uint64) string {
-	return filepath.Join(n.cfg.DataDir, "shards", strconv.FormatUint(id, 10))
-}
+// shardsDir holds the node's shard engines, each in shard.Dir(shardsDir, ID).
+func (n *Node) shardsDir() string { return filepath.Join(n.cfg.DataDir, "shards") }
+
+func (n *Node) shardDir(id uint64) string { return shard.Dir(n.shardsDir(), id) }
 
 func (n *Node) shardOptions() shard.Options {
 	return shard.Options{
@@ -570,8 +576,8 @@ func (n *Node) shardOptions() shard.Options {
 			WALPreallocateSize:  -1,
 			WALFlushThreshold:   64 << 10,
 		},
-		Logger: n.log,
-		Splits: splitHost{n},
+		Logger:    n.log,
+		ShardsDir: n.shardsDir(),
 	}
 }
 
@@ -616,9 +622,6 @@ func (n *Node) openShards() error {
 			}
 			return fmt.Errorf("server: host shard %d: %w", id, err)
 		}
-		n.mu.Lock()
-		n.shards[id] = s
-		n.mu.Unlock()
 	}
 	return nil
 }
@@ -687,9 +690,6 @@ func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) error 
 			_ = s.Close()
 			return fmt.Errorf("server: host shard %d: %w", d.GetShardId(), err)
 		}
-		n.mu.Lock()
-		n.shards[d.GetShardId()] = s
-		n.mu.Unlock()
 	}
 	return nil
 }
@@ -708,17 +708,11 @@ func (n *Node) openEmptyShard(id uint64) (replication.StateMachine, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	n.shards[id] = s
-	n.mu.Unlock()
 	return s, nil
 }
 
 func (n *Node) onReplicaRemoved(id uint64) {
 	n.stopHub(id)
-	n.mu.Lock()
-	delete(n.shards, id)
-	n.mu.Unlock()
 	n.loads.Delete(id)
 	if err := os.RemoveAll(n.shardDir(id)); err != nil {
 		n.log.Warn("delete removed replica's data", "shard", id, "err", err)

@@ -11,42 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
-	"github.com/shale-db/shale/server/shard"
 )
-
-// splitHost is the node's part in splits (shard.Splitter): the new
-// right-hand shard's engine goes in the node's shards directory and is
-// hosted like any other replica.
-type splitHost struct{ n *Node }
-
-// RightDir implements shard.Splitter.
-func (h splitHost) RightDir(shardID uint64) (string, bool) {
-	return h.n.shardDir(shardID), h.n.store.Replica(shardID) != nil
-}
-
-// Host implements shard.Splitter. It runs on an apply worker (inside the left
-// shard's Apply). The left shard's leader campaigns in the new group at
-// once, so the right shard gets a leader without an election timeout.
-func (h splitHost) Host(left uint64, right *shard.Shard) error {
-	n := h.n
-	rr, err := n.store.AddReplica(right)
-	if err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.shards[rr.ShardID()] = right
-	n.mu.Unlock()
-	if lr := n.store.Replica(left); lr != nil && lr.IsLeader() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
-			defer cancel()
-			if err := rr.Campaign(ctx); err != nil {
-				n.log.Debug("campaign in a split's new shard", "shard", rr.ShardID(), "err", err)
-			}
-		}()
-	}
-	return nil
-}
 
 // shardHolding returns, of the shards the nodes report, the one holding key
 // and its leader, and the highest shard ID reported. A replica left behind

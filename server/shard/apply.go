@@ -26,7 +26,7 @@ import (
 // command) see the writes of earlier ones. Each entry's writes are
 // followed in the batch by its EntryMark, as LogData.
 //
-// It returns one result per entry: a *shalev1.CommandResult for every entry
+// It returns one result per entry (Applied.Results): a *shalev1.CommandResult for every entry
 // carrying a Txn or SystemCommand (including commands rejected at apply,
 // which carry an error code and change nothing), nil for empty entries,
 // no-ops and configuration changes. Entries at or below the applied index
@@ -35,17 +35,17 @@ import (
 //
 // An error (engine I/O or corrupt stored data) means nothing of this call
 // was applied and the Shard stops: every later Apply returns the error.
-func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
+func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if err := s.failure(); err != nil {
-		return nil, err
+		return replication.Applied{}, err
 	}
 	if s.db == nil {
-		return nil, ErrClosed
+		return replication.Applied{}, ErrClosed
 	}
 	if len(entries) == 0 {
-		return nil, nil
+		return replication.Applied{}, nil
 	}
 	cur := s.st.Load()
 	ns := *cur
@@ -77,7 +77,7 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 			err = a.endEntryLog(before)
 		}
 		if err != nil {
-			return nil, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
+			return replication.Applied{}, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
 		}
 		results[i] = res
 		a.st.index, a.st.term = e.Index, e.Term
@@ -87,20 +87,25 @@ func (s *Shard) Apply(entries []replication.Entry) ([]any, error) {
 		applied = true
 	}
 	if !applied {
-		return results, nil
+		return replication.Applied{Results: results}, nil
 	}
 	a.st.writeMeta(a.b)
 	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
-		return nil, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
+		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
 	s.st.Store(a.st)
 	s.notifyChanged()
 	for _, fn := range a.after {
 		if err := fn(); err != nil {
-			return nil, s.fail(fmt.Errorf("shard %s: %w", s.dir, err))
+			for _, e := range a.effects {
+				if h, ok := e.(replication.HostShard); ok {
+					_ = h.StateMachine.Close()
+				}
+			}
+			return replication.Applied{}, s.fail(fmt.Errorf("shard %s: %w", s.dir, err))
 		}
 	}
-	return results, nil
+	return replication.Applied{Results: results, Effects: a.effects}, nil
 }
 
 // ovWrite is a write staged in the current batch: a value or a deletion.
@@ -169,9 +174,11 @@ type applier struct {
 	st *state
 	b  *storage.Batch
 	ov overlay
-	// after runs once the call's state is published (a split hosts its new
+	// after runs once the call's state is published (a split opens its new
 	// shard).
 	after []func() error
+	// effects are the call's effects for the Store (a split's new shard).
+	effects []replication.Effect
 	// proposedAt is the current entry's proposer's clock reading, if any.
 	proposedAt *shalev1.HlcTimestamp
 	// mark is a buffer for encoding entry marks.

@@ -23,7 +23,7 @@ func FuzzApplyPayload(f *testing.F) {
 		if len(payload) == 0 {
 			payload = []byte{0}
 		}
-		res, err := s.Apply([]replication.Entry{fd.entry(payload)})
+		res, err := results(s.Apply([]replication.Entry{fd.entry(payload)}))
 		if err != nil {
 			t.Fatalf("apply failed on a bad payload: %v", err)
 		}
@@ -32,7 +32,7 @@ func FuzzApplyPayload(f *testing.F) {
 		}
 		// The shard still works.
 		good := marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("ok", "1", 0, false)}}))
-		if _, err := s.Apply([]replication.Entry{fd.entry(good)}); err != nil {
+		if _, err := results(s.Apply([]replication.Entry{fd.entry(good)})); err != nil {
 			t.Fatalf("apply after a bad payload: %v", err)
 		}
 	})

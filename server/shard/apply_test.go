@@ -59,7 +59,7 @@ func TestDedupSameRequestOnce(t *testing.T) {
 	first := applyOne(t, s, f, put())
 	// Again in a later Apply call, and twice within one call.
 	second := applyOne(t, s, f, put())
-	res, err := s.Apply([]replication.Entry{f.entry(marshalCmd(t, put())), f.entry(marshalCmd(t, put()))})
+	res, err := results(s.Apply([]replication.Entry{f.entry(marshalCmd(t, put())), f.entry(marshalCmd(t, put()))}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestDedupEvictionOrder(t *testing.T) {
 		entries = append(entries, f.entry(marshalCmd(t, withID(id, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", id, 0, false)}})))))
 	}
 	entries = append(entries, f.entry(marshalCmd(t, withID("batch4", txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", "x", 0, false)}})))))
-	res, err := s.Apply(entries)
+	res, err := results(s.Apply(entries))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestReplicasConverge(t *testing.T) {
 		var all []any
 		for rest := entries; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(maxGroup))
-			res, err := s.Apply(rest[:n])
+			res, err := results(s.Apply(rest[:n]))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,14 +342,14 @@ func TestTxnSeesOwnWrites(t *testing.T) {
 		t.Fatalf("key at the range end: %v", kv)
 	}
 	// Across entries of one Apply call.
-	res2, err := s.Apply([]replication.Entry{
+	res2, err := results(s.Apply([]replication.Entry{
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("x", "1", 0, false)}}))),
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{
 			Compares: []*shalev1.Compare{{Key: []byte("x"), Target: shalev1.Compare_TARGET_VERSION, Number: 1}},
 			Success:  []*shalev1.RequestOp{delRangeOp("\x00", "")},
 		}))),
 		f.entry(marshalCmd(t, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{getOp("x"), getOp("c")}}))),
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,11 +402,11 @@ func TestConfChangeRoles(t *testing.T) {
 	step := func(name string, changes []*raftpb.ConfChangeSingle, cs *raftpb.ConfState, ctx []*shalev1.ReplicaDescriptor, want map[uint64]role, wantNodes map[uint64]uint64, wantNext uint64) {
 		t.Helper()
 		before := s.Descriptor()
-		res, err := s.Apply([]replication.Entry{f.confEntry(&replication.AppliedConfChange{
+		res, err := results(s.Apply([]replication.Entry{f.confEntry(&replication.AppliedConfChange{
 			Change:    &raftpb.ConfChangeV2{Changes: changes},
 			ConfState: cs,
 			Context:   &shalev1.ConfChangeContext{Replicas: ctx},
-		})})
+		})}))
 		if err != nil || res[0] != nil {
 			t.Fatalf("%s: %v %v", name, res, err)
 		}

@@ -164,7 +164,7 @@ func getOp(k string) *shalev1.RequestOp {
 // applyOne applies one command and returns its result.
 func applyOne(t testing.TB, s *Shard, f *feeder, cmd *shalev1.RaftCommand) *shalev1.CommandResult {
 	t.Helper()
-	res, err := s.Apply([]replication.Entry{f.entry(marshalCmd(t, cmd))})
+	res, err := results(s.Apply([]replication.Entry{f.entry(marshalCmd(t, cmd))}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,3 +249,6 @@ func diffMaps[V comparable](a, b map[string]V) string {
 	}
 	return fmt.Sprint(out)
 }
+
+// results returns an Apply call's results.
+func results(ap replication.Applied, err error) ([]any, error) { return ap.Results, err }

@@ -363,7 +363,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				wantEvents[f.index] = m.events
 			}
 		}
-		res, err := s.Apply(entries)
+		res, err := results(s.Apply(entries))
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}

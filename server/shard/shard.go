@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -60,10 +61,17 @@ type Options struct {
 	// Logger receives the shard's logs. Default slog.Default(). It is also
 	// the engine's logger when Storage.Logger is nil.
 	Logger *slog.Logger
-	// Splits, when set, lets the shard apply split commands: it places and
-	// hosts the new right-hand shards. Without it split commands are
-	// rejected (FailedPrecondition).
-	Splits Splitter
+	// ShardsDir is the directory holding the node's shard engines, each in
+	// Dir(ShardsDir, its ID). A split creates its new right-hand shard's
+	// engine there and asks the Store to host it (replication.HostShard).
+	// Without it split commands are rejected (FailedPrecondition).
+	ShardsDir string
+}
+
+// Dir returns the directory of the engine of shard id among a node's
+// shards (in shardsDir).
+func Dir(shardsDir string, id uint64) string {
+	return filepath.Join(shardsDir, strconv.FormatUint(id, 10))
 }
 
 // state is the applied state of a shard: an immutable value, replaced as a
@@ -255,7 +263,6 @@ func emptyState() *state {
 type Shard struct {
 	dir      string
 	opts     Options // as given (the right-hand shards of splits reuse them)
-	splits   Splitter
 	fs       vfs.FS
 	engOpts  storage.Options
 	log      *slog.Logger
@@ -317,7 +324,7 @@ func (s *Shard) fail(err error) error {
 }
 
 func newShard(dir string, opts Options) *Shard {
-	s := &Shard{dir: filepath.Clean(dir), opts: opts, splits: opts.Splits, log: opts.Logger}
+	s := &Shard{dir: filepath.Clean(dir), opts: opts, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -563,6 +570,7 @@ func (s *Shard) AppliedState() replication.AppliedState {
 		Term:       st.term,
 		ConfState:  cloneConfState(st.conf),
 		Descriptor: cloneDesc(st.desc),
+		Retired:    st.desc.GetRetired(),
 	}
 }
 

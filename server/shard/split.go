@@ -2,7 +2,9 @@ package shard
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"google.golang.org/grpc/codes"
@@ -13,19 +15,6 @@ import (
 	"github.com/shale-db/shale/storage/vfs"
 )
 
-// Splitter is how a shard's node takes part in splits (see Options.Splits).
-type Splitter interface {
-	// RightDir returns the directory of the engine of a new right-hand
-	// shard, and whether this node already hosts a replica of that shard
-	// (one its Raft group created before this replica applied the split,
-	// or one opened after a restart that followed the split): the split
-	// then leaves it alone.
-	RightDir(shardID uint64) (dir string, hosted bool)
-	// Host starts serving the new right-hand shard of a split of shard
-	// left, once the split has applied here. An error halts the left shard.
-	Host(left uint64, right *Shard) error
-}
-
 // applySplit applies a SplitCommand: the keys from the split key on move to
 // a new engine (a checkpoint of this one with the left half deleted) that
 // the node hosts as a new shard with the same replicas and a fresh Raft
@@ -35,7 +24,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	desc := a.st.desc
 	key, rightID := sc.GetSplitKey(), sc.GetRightShardId()
 	switch {
-	case a.s.splits == nil:
+	case a.s.opts.ShardsDir == "":
 		return errResult(codes.FailedPrecondition, desc, "this node cannot host split shards"), false, nil
 	case desc == nil || desc.GetSystem():
 		return errResult(codes.InvalidArgument, desc, "the system shard does not split"), false, nil
@@ -63,7 +52,17 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	right.AutoSplit = sc.GetAutomatic()
 	right.RangeChangedUnixNanos = date
 
-	dir, hosted := a.s.splits.RightDir(rightID)
+	// The node already hosts the new shard when its engine's directory
+	// exists: a message of the new shard's group made this node create an
+	// empty replica before this split applied here (the Store creates none
+	// while an Apply runs), or a restart opened the engine this split made
+	// before its own state became durable. The split then leaves it alone.
+	dir := Dir(a.s.opts.ShardsDir, rightID)
+	_, err := a.s.fs.Stat(dir)
+	hosted := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, false, fmt.Errorf("split: shard %d: %w", rightID, err)
+	}
 	if !hosted {
 		// The right engine starts from everything applied so far: write
 		// what this Apply call staged, then checkpoint.
@@ -73,7 +72,6 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		if err := a.s.makeRight(dir, right, a.st); err != nil {
 			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
 		}
-		leftID := desc.GetShardId()
 		a.after = append(a.after, func() error {
 			rs, err := Open(dir, a.s.opts)
 			if err != nil {
@@ -83,10 +81,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 			if len(desc.GetEndKey()) > 0 {
 				rs.compactAway(dataKey(desc.GetEndKey()), dataUpper)
 			}
-			if err := a.s.splits.Host(leftID, rs); err != nil {
-				_ = rs.Close()
-				return fmt.Errorf("split: host shard %d: %w", rightID, err)
-			}
+			a.effects = append(a.effects, replication.HostShard{StateMachine: rs})
 			return nil
 		})
 	}

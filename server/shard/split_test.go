@@ -3,7 +3,6 @@ package shard
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -12,29 +11,33 @@ import (
 	"github.com/shale-db/shale/replication"
 )
 
-// testSplitter hosts split shards in a map, as a node would.
+// testSplitter hosts split shards in a map, as a node's Store would (from
+// the HostShard effects of Apply).
 type testSplitter struct {
-	root   string
 	hosted map[uint64]*Shard
 }
 
-func (sp *testSplitter) RightDir(id uint64) (string, bool) {
-	return filepath.Join(sp.root, fmt.Sprint(id)), sp.hosted[id] != nil
+// apply applies entries to s and hosts the shards they create.
+func (sp *testSplitter) apply(s *Shard, entries []replication.Entry) ([]any, error) {
+	ap, err := s.Apply(entries)
+	for _, e := range ap.Effects {
+		if h, ok := e.(replication.HostShard); ok {
+			right := h.StateMachine.(*Shard)
+			sp.hosted[right.Descriptor().GetShardId()] = right
+		}
+	}
+	return ap.Results, err
 }
 
-func (sp *testSplitter) Host(_ uint64, right *Shard) error {
-	sp.hosted[right.Descriptor().GetShardId()] = right
-	return nil
-}
-
-// newSplittingShard bootstraps shard 2 over [b, y) with a testSplitter.
+// newSplittingShard bootstraps shard 2 over [b, y) among the node's
+// shards in "shards".
 func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
 	t.Helper()
 	e := newTestEnv(t, nil)
 	e.keepWAL = true
-	sp := &testSplitter{root: "shards", hosted: map[uint64]*Shard{}}
+	sp := &testSplitter{hosted: map[uint64]*Shard{}}
 	opts := e.opts(0)
-	opts.Splits = sp
+	opts.ShardsDir = "shards"
 	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +63,7 @@ func TestSplit(t *testing.T) {
 	}
 	before := dataDump(t, s)
 	// One Apply call: a write, the split, a write to the left half.
-	res, err := s.Apply([]replication.Entry{
+	res, err := sp.apply(s, []replication.Entry{
 		f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("o", "vo", 0, false)}}))),
 		f.entry(marshalCmd(t, splitCmd("m", 7))),
 		f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("d", "vd", 0, false)}}))),
@@ -169,19 +172,23 @@ func TestSplitRejected(t *testing.T) {
 	if d := s.Descriptor(); d.GetEpoch() != 1 || string(d.GetEndKey()) != "y" {
 		t.Fatalf("a refused split changed the descriptor: %v", d)
 	}
-	// Without a Splitter, splits are refused.
+	// Without a shards directory, splits are refused.
 	plain := e.bootstrap("shards/3", userDesc(3, "", ""), 0)
 	if cr := applyOne(t, plain, newFeeder(plain), splitCmd("m", 8)); codes.Code(cr.GetErrorCode()) != codes.FailedPrecondition {
-		t.Errorf("split without a Splitter: %v %q", codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
+		t.Errorf("split without a shards directory: %v %q", codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
 	}
-	// A right shard already hosted is not recreated; the left still shrinks.
+	// A right shard already hosted (its engine's directory exists) is not
+	// recreated; the left still shrinks.
 	existing := e.bootstrap("shards/9", userDesc(9, "m", "y"), 0)
-	sp.hosted[9] = existing
-	if cr := applyOne(t, s, f, splitCmd("m", 9)); cr.GetErrorCode() != 0 {
+	res, err := sp.apply(s, []replication.Entry{f.entry(marshalCmd(t, splitCmd("m", 9)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr := res[0].(*shalev1.CommandResult); cr.GetErrorCode() != 0 {
 		t.Fatalf("split into a hosted shard: %s", cr.GetErrorMessage())
 	}
-	if sp.hosted[9] != existing || string(s.Descriptor().GetEndKey()) != "m" {
-		t.Fatalf("split into a hosted shard: hosted %v, left %v", sp.hosted[9] == existing, s.Descriptor())
+	if sp.hosted[9] != nil || string(s.Descriptor().GetEndKey()) != "m" || existing.Descriptor().GetEpoch() != 1 {
+		t.Fatalf("split into a hosted shard: hosted again %v, left %v, existing %v", sp.hosted[9] != nil, s.Descriptor(), existing.Descriptor())
 	}
 }
 

@@ -38,6 +38,8 @@ type testShard struct {
 	rev  uint64
 	// events are every change applied, as a watcher must see them.
 	events []ev
+	// splits hosts the shards splits create, if the shard may split.
+	splits *splitter
 }
 
 // ev is an event in a comparable form.
@@ -58,13 +60,17 @@ func (e ev) String() string {
 	return fmt.Sprintf("%d:%s:%s=%s(prev %v %s)", e.rev, op, e.key, e.value, e.hasPrev, e.prev)
 }
 
-func newTestShard(t *testing.T, archiveWAL int64, splits shard.Splitter) *testShard {
+func newTestShard(t *testing.T, archiveWAL int64, splits *splitter) *testShard {
 	return newTestShardTo(t, archiveWAL, splits, nil)
 }
 
 // newTestShardTo bootstraps shard 1 over ["", end).
-func newTestShardTo(t *testing.T, archiveWAL int64, splits shard.Splitter, end []byte) *testShard {
+func newTestShardTo(t *testing.T, archiveWAL int64, splits *splitter, end []byte) *testShard {
 	t.Helper()
+	shardsDir := ""
+	if splits != nil {
+		shardsDir = "shards"
+	}
 	sh, err := shard.Bootstrap("shard", replication.AppliedState{
 		Index: 10, Term: 1, ConfState: &raftpb.ConfState{Voters: []uint64{1}},
 		Descriptor: &shalev1.ShardDescriptor{ShardId: 1, Epoch: 1, NextReplicaId: 2, EndKey: end,
@@ -72,14 +78,14 @@ func newTestShardTo(t *testing.T, archiveWAL int64, splits shard.Splitter, end [
 	}, shard.Options{
 		Storage: &storage.Options{FS: vfs.NewMem(), MemTableSize: 64 << 10, WALArchiveMaxBytes: archiveWAL,
 			DisableWritePacing: true, Logger: quiet},
-		Logger: quiet,
-		Splits: splits,
+		Logger:    quiet,
+		ShardsDir: shardsDir,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sh.Close() })
-	return &testShard{t: t, sh: sh, index: 10, model: map[string]string{}, keys: 20}
+	return &testShard{t: t, sh: sh, index: 10, model: map[string]string{}, keys: 20, splits: splits}
 }
 
 // apply applies one entry holding cmd and returns its result.
@@ -90,11 +96,16 @@ func (s *testShard) apply(cmd *shalev1.RaftCommand) *shalev1.CommandResult {
 		s.t.Fatal(err)
 	}
 	s.index++
-	res, err := s.sh.Apply([]replication.Entry{{Index: s.index, Term: 1, Payload: payload}})
+	ap, err := s.sh.Apply([]replication.Entry{{Index: s.index, Term: 1, Payload: payload}})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	r, _ := res[0].(*shalev1.CommandResult)
+	for _, e := range ap.Effects {
+		if h, ok := e.(replication.HostShard); ok && s.splits != nil {
+			s.splits.right = h.StateMachine.(*shard.Shard)
+		}
+	}
+	r, _ := ap.Results[0].(*shalev1.CommandResult)
 	if r.GetErrorCode() != 0 {
 		s.t.Fatalf("entry %d: %s", s.index, r.GetErrorMessage())
 	}
@@ -491,14 +502,9 @@ func TestHubAfterMerge(t *testing.T) {
 	}
 }
 
-// splitter hosts the right shards of splits in memory.
+// splitter hosts the right shards of splits in memory (from the HostShard
+// effects of Apply).
 type splitter struct{ right *shard.Shard }
-
-func (sp *splitter) RightDir(id uint64) (string, bool) { return fmt.Sprint("right", id), false }
-func (sp *splitter) Host(_ uint64, right *shard.Shard) error {
-	sp.right = right
-	return nil
-}
 
 // TestHubRangeChange: a split that leaves part of a watcher's range to the
 // new shard ends it with the new descriptor at the split's revision, after
