@@ -37,6 +37,9 @@ type MergeOperator = base.Merger
 // rewrite values; see base.CompactionFilter for the contract.
 type CompactionFilter = base.CompactionFilter
 
+// FilterDecision is what a CompactionFilter decides for one entry.
+type FilterDecision = base.FilterDecision
+
 // The decisions a CompactionFilter returns.
 const (
 	FilterKeep        = base.FilterKeep

@@ -62,7 +62,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		s.applyBatch.Reset()
 		clear(s.applyWrites)
 	}()
-	a := &applier{s: s, st: &ns, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites}}
+	a := &applier{s: s, st: &ns, written: cur, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites}}
 	results := make([]any, len(entries))
 	applied := false
 	for i := range entries {
@@ -89,7 +89,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 	if !applied {
 		return replication.Applied{Results: results}, nil
 	}
-	a.st.writeMeta(a.b)
+	a.st.writeMeta(a.b, a.written)
 	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
 		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
@@ -172,8 +172,11 @@ func (o *overlay) delRange(b *storage.Batch, lo, hi []byte) {
 type applier struct {
 	s  *Shard
 	st *state
-	b  *storage.Batch
-	ov overlay
+	// written is the state whose metadata the engine holds (or will, once
+	// the batch is written): writeMeta writes only what changed since.
+	written *state
+	b       *storage.Batch
+	ov      overlay
 	// after runs once the call's state is published (a split opens its new
 	// shard).
 	after []func() error
@@ -290,7 +293,8 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 	return res, nil
 }
 
-// dedupLookup returns the stored result of request id, if any.
+// dedupLookup returns the stored result of request id, if the table holds
+// it (an entry below the oldest live sequence was evicted).
 func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 	raw, ok, err := a.ov.get(dedupIDKey(id))
 	if err != nil || !ok {
@@ -299,6 +303,9 @@ func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 	if len(raw) < 8 {
 		return nil, false, fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, id, len(raw))
 	}
+	if binary.BigEndian.Uint64(raw) < a.st.dedupOldest {
+		return nil, false, nil
+	}
 	res := &shalev1.CommandResult{}
 	if err := proto.Unmarshal(raw[8:], res); err != nil {
 		return nil, false, fmt.Errorf("%w: dedup entry of %x: %v", ErrCorrupt, id, err)
@@ -306,31 +313,21 @@ func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 	return res, true, nil
 }
 
-// dedupStore records res under id, evicting the oldest entries first while
-// the table is full.
+// dedupStore records res under id. While the table is full, the oldest
+// entry is evicted: the oldest live sequence moves past it, which makes it
+// absent without a read or a write (compactions drop it, dedupFilter).
 func (a *applier) dedupStore(id []byte, res *shalev1.CommandResult) error {
-	for a.st.dedupNext-a.st.dedupOldest >= a.s.dedupCap {
-		seqKey := dedupSeqKey(a.st.dedupOldest)
-		oldID, ok, err := a.ov.get(seqKey)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: dedup sequence %d missing", ErrCorrupt, a.st.dedupOldest)
-		}
-		a.ov.del(a.b, dedupIDKey(oldID))
-		a.ov.del(a.b, seqKey)
-		a.st.dedupOldest++
-	}
 	enc, err := marshalOpts.Marshal(res)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
 	seq := a.st.dedupNext
 	a.st.dedupNext++
+	if a.st.dedupNext-a.st.dedupOldest > a.s.dedupCap {
+		a.st.dedupOldest = a.st.dedupNext - a.s.dedupCap
+	}
 	val := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(enc)), seq)
 	a.ov.set(a.b, dedupIDKey(id), append(val, enc...))
-	a.ov.set(a.b, dedupSeqKey(seq), bytes.Clone(id))
 	return nil
 }
 

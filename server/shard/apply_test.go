@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -23,28 +25,36 @@ func withID(id string, cmd *shalev1.RaftCommand) *shalev1.RaftCommand {
 	return cmd
 }
 
-// dedupIDs returns the request IDs in the dedup table, in insertion order.
+// dedupIDs returns the request IDs in the dedup table, in insertion order:
+// the entries at or above the oldest live sequence (those below it were
+// evicted, and are left for compactions to drop).
 func dedupIDs(t *testing.T, s *Shard) []string {
 	t.Helper()
 	dump := engineDump(t, s)
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(dump)) {
+	type entry struct {
+		seq uint64
+		id  string
+	}
+	var live []entry
+	oldest := s.st.Load().dedupOldest
+	for k, v := range dump {
 		if strings.HasPrefix(k, string(dedupSeqPrefix)) {
-			id := dump[k]
-			if _, ok := dump[string(dedupIDKey([]byte(id)))]; !ok {
-				t.Fatalf("dedup seq entry for %q has no id entry", id)
-			}
-			out = append(out, id)
+			t.Fatalf("a format 1 eviction record %q remains", k)
+		}
+		if !strings.HasPrefix(k, string(dedupIDPrefix)) {
+			continue
+		}
+		if len(v) < 8 {
+			t.Fatalf("dedup entry %q of %d bytes", k, len(v))
+		}
+		if seq := binary.BigEndian.Uint64([]byte(v)); seq >= oldest {
+			live = append(live, entry{seq, k[len(dedupIDPrefix):]})
 		}
 	}
-	n := 0
-	for k := range dump {
-		if strings.HasPrefix(k, string(dedupIDPrefix)) {
-			n++
-		}
-	}
-	if n != len(out) {
-		t.Fatalf("%d dedup id entries, %d seq entries", n, len(out))
+	slices.SortFunc(live, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	var out []string
+	for _, e := range live {
+		out = append(out, e.id)
 	}
 	return out
 }

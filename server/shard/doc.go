@@ -9,14 +9,14 @@
 //	'd' + userKey                   -> stored value (format byte, create_revision,
 //	                                   mod_revision, version as uvarints,
 //	                                   expire_unix_nanos as varint, value bytes)
-//	'm' + "format"                  -> layout version (1 byte)
-//	'm' + "applied"                 -> applied index, term (8 bytes BE each)
-//	'm' + "confstate"               -> raftpb.ConfState
-//	'm' + "descriptor"              -> shalev1.ShardDescriptor
-//	'm' + "revision"                -> shard revision (8 bytes BE)
-//	'm' + "dedup-bounds"            -> oldest live, next dedup sequence (8 bytes BE each)
-//	'm' + "dedup-id/" + requestID   -> sequence (8 bytes BE) + shalev1.CommandResult
-//	'm' + "dedup-seq/" + seq (8 BE) -> requestID
+//	'm' + "format"                  -> layout version (1 byte: 2)
+//	'm' + "applied"                 -> applied index, term, revision, oldest live and
+//	                                   next dedup sequence (8 bytes BE each), date of
+//	                                   the last applied entry (hlc encoding)
+//	'm' + "confstate"               -> raftpb.ConfState (written when it changes)
+//	'm' + "descriptor"              -> shalev1.ShardDescriptor (written when it changes)
+//	'm' + "dedup-id/" + requestID   -> sequence (8 bytes BE) + shalev1.CommandResult;
+//	                                   evicted (absent) below the oldest live sequence
 //	's' + "node/" + nodeID (8 BE)   -> shalev1.NodeDescriptor   (system shard)
 //	's' + "shard/" + shardID (8 BE) -> shalev1.ShardDescriptor  (system shard)
 //	's' + "pin/" + shardID (8 BE)   -> shalev1.ShardPin         (system shard)

@@ -20,25 +20,31 @@ const (
 var (
 	// keyFormat holds one byte: the layout version (formatVersion).
 	keyFormat = []byte("mformat")
-	// keyApplied holds the applied index and term, 8 bytes BE each.
+	// keyApplied holds the applied state that changes with every Apply
+	// (appliedRecord): applied index, term, revision, dedup bounds and the
+	// last entry's date. Format 1 engines held only the index and term
+	// here, and the rest under keyRevision, keyDedupBounds and keyHLC.
 	keyApplied = []byte("mapplied")
 	// keyConfState holds the raftpb.ConfState, protobuf-encoded.
 	keyConfState = []byte("mconfstate")
 	// keyDescriptor holds the shalev1.ShardDescriptor, protobuf-encoded.
 	keyDescriptor = []byte("mdescriptor")
-	// keyRevision holds the shard revision, 8 bytes BE.
+	// keyRevision held the shard revision, 8 bytes BE (format 1).
 	keyRevision = []byte("mrevision")
-	// keyDedupBounds holds the dedup table's oldest live and next insertion
-	// sequence numbers, 8 bytes BE each.
+	// keyDedupBounds held the dedup table's oldest live and next insertion
+	// sequence numbers, 8 bytes BE each (format 1).
 	keyDedupBounds = []byte("mdedup-bounds")
-	// keyHLC holds the date of the last applied entry (hlc encoding).
+	// keyHLC held the date of the last applied entry (format 1).
 	keyHLC = []byte("mhlc")
 	// keyAbsorbed holds the ranges merges added, with their revisions
 	// (encodeAbsorbed).
 	keyAbsorbed = []byte("mabsorbed")
 	// dedupIDPrefix + requestID -> insertion seq (8 bytes BE) + CommandResult.
+	// An entry whose seq is below the table's oldest live one is evicted:
+	// absent for lookups, and dropped by the engine's compactions.
 	dedupIDPrefix = []byte("mdedup-id/")
-	// dedupSeqPrefix + seq (8 bytes BE) -> requestID.
+	// dedupSeqPrefix + seq (8 bytes BE) -> requestID (format 1: the
+	// eviction order; deleted when an engine moves to format 2).
 	dedupSeqPrefix = []byte("mdedup-seq/")
 )
 
@@ -58,8 +64,11 @@ var (
 	keyAuthState = []byte("sauth/state")
 )
 
-// formatVersion is the version of the engine key layout written in keyFormat.
-const formatVersion = 1
+// formatVersion is the version of the engine key layout written in
+// keyFormat. Version 2 keeps the per-Apply state in one record (keyApplied)
+// and evicts dedup entries without deleting them; a version 1 engine is
+// read as it is and moves to version 2 at its next write of metadata.
+const formatVersion = 2
 
 // dataUpper is the exclusive upper bound of every data key.
 var dataUpper = []byte{prefixData + 1}

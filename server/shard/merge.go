@@ -191,6 +191,10 @@ func (s *Shard) ScanDedup(fn func(id, result []byte) error) error {
 		result []byte
 	}
 	var entries []entry
+	ai, err := readApplied(v.snap)
+	if err != nil {
+		return err
+	}
 	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dedupIDPrefix, UpperBound: prefixEnd(dedupIDPrefix)})
 	if err != nil {
 		return err
@@ -201,7 +205,11 @@ func (s *Shard) ScanDedup(fn func(id, result []byte) error) error {
 		if len(val) < 8 {
 			return fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, it.Key()[len(dedupIDPrefix):], len(val))
 		}
-		entries = append(entries, entry{seq: binary.BigEndian.Uint64(val), id: bytes.Clone(it.Key()[len(dedupIDPrefix):]), result: bytes.Clone(val[8:])})
+		seq := binary.BigEndian.Uint64(val)
+		if seq < ai.dedupOldest {
+			continue // evicted
+		}
+		entries = append(entries, entry{seq: seq, id: bytes.Clone(it.Key()[len(dedupIDPrefix):]), result: bytes.Clone(val[8:])})
 	}
 	if err := it.Error(); err != nil {
 		return err

@@ -53,14 +53,8 @@ func (v *readView) userRange() (keyRange, error) {
 
 // revision reads the shard revision at the view's point.
 func (v *readView) revision() (uint64, error) {
-	b, ok, err := getOpt(v.snap, keyRevision)
-	if err != nil || !ok {
-		return 0, err
-	}
-	if len(b) != 8 {
-		return 0, fmt.Errorf("%w: revision record is %d bytes", ErrCorrupt, len(b))
-	}
-	return binary.BigEndian.Uint64(b), nil
+	ai, err := readApplied(v.snap)
+	return ai.rev, err
 }
 
 // get reads one user key at the view's point; nil when absent or expired.
@@ -375,16 +369,11 @@ func (s *Shard) ChecksumAt() (applied, sum uint64, err error) {
 		return 0, 0, err
 	}
 	defer v.release()
-	b, ok, err := getOpt(v.snap, keyApplied)
+	ai, err := readApplied(v.snap)
 	if err != nil {
 		return 0, 0, err
 	}
-	if ok {
-		if len(b) != 16 {
-			return 0, 0, fmt.Errorf("%w: applied state of %d bytes", ErrCorrupt, len(b))
-		}
-		applied = binary.BigEndian.Uint64(b[:8])
-	}
+	applied = ai.index
 	h := sha256.New()
 	var lenBuf [binary.MaxVarintLen64]byte
 	for _, span := range [][2][]byte{{{prefixData}, {prefixData + 1}}, {{prefixSystem}, {prefixSystem + 1}}} {

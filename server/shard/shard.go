@@ -92,6 +92,9 @@ type state struct {
 	absorbed []absorbedRange
 	// confBytes and descBytes cache the encodings of conf and desc.
 	confBytes, descBytes []byte
+	// legacy is set for a state read from a format 1 engine: its next
+	// metadata write is a full one, which moves the engine to format 2.
+	legacy bool
 }
 
 var marshalOpts = proto.MarshalOptions{Deterministic: true}
@@ -118,26 +121,73 @@ func (st *state) setDesc(d *shalev1.ShardDescriptor) error {
 	return nil
 }
 
-// writeMeta stages every metadata record of st into b.
-func (st *state) writeMeta(b *storage.Batch) {
-	b.Set(keyFormat, []byte{formatVersion})
-	var buf [16]byte
-	binary.BigEndian.PutUint64(buf[:8], st.index)
-	binary.BigEndian.PutUint64(buf[8:], st.term)
-	b.Set(keyApplied, buf[:])
-	b.Set(keyConfState, st.confBytes)
-	if st.desc != nil {
+// appliedRecordLen is the size of keyApplied's value (format 2).
+const appliedRecordLen = 5*8 + hlc.EncodedLen
+
+// appliedRecord encodes the state that changes with every Apply.
+func (st *state) appliedRecord(buf []byte) []byte {
+	buf = binary.BigEndian.AppendUint64(buf, st.index)
+	buf = binary.BigEndian.AppendUint64(buf, st.term)
+	buf = binary.BigEndian.AppendUint64(buf, st.rev)
+	buf = binary.BigEndian.AppendUint64(buf, st.dedupOldest)
+	buf = binary.BigEndian.AppendUint64(buf, st.dedupNext)
+	return st.hlc.Append(buf)
+}
+
+// writeMeta stages the metadata records of st into b: those that differ
+// from old, the state the engine holds, or all of them when old is nil or
+// was read from a format 1 engine (deleting what format 1 kept apart).
+func (st *state) writeMeta(b *storage.Batch, old *state) {
+	full := old == nil || old.legacy
+	var buf [appliedRecordLen]byte
+	b.Set(keyApplied, st.appliedRecord(buf[:0]))
+	if full || !bytes.Equal(st.confBytes, old.confBytes) {
+		b.Set(keyConfState, st.confBytes)
+	}
+	if st.desc != nil && (full || !bytes.Equal(st.descBytes, old.descBytes)) {
 		b.Set(keyDescriptor, st.descBytes)
 	}
-	binary.BigEndian.PutUint64(buf[:8], st.rev)
-	b.Set(keyRevision, buf[:8])
-	binary.BigEndian.PutUint64(buf[:8], st.dedupOldest)
-	binary.BigEndian.PutUint64(buf[8:], st.dedupNext)
-	b.Set(keyDedupBounds, buf[:])
-	b.Set(keyHLC, st.hlc.Append(buf[:0]))
-	if len(st.absorbed) > 0 {
+	// appendAbsorbed makes a new list: the same list is the same backing array.
+	if len(st.absorbed) > 0 && (full || len(st.absorbed) != len(old.absorbed) || &st.absorbed[0] != &old.absorbed[0]) {
 		b.Set(keyAbsorbed, encodeAbsorbed(st.absorbed))
 	}
+	if full {
+		b.Set(keyFormat, []byte{formatVersion})
+		// What a format 1 engine (or a copy of one) kept apart.
+		b.Delete(keyRevision)
+		b.Delete(keyDedupBounds)
+		b.Delete(keyHLC)
+		b.DeleteRange(dedupSeqPrefix, prefixEnd(dedupSeqPrefix))
+	}
+	st.legacy = false
+}
+
+// appliedInfo is what readers need of the applied state at one point.
+type appliedInfo struct {
+	index, rev uint64
+	// dedupOldest is the oldest live sequence of the dedup table.
+	dedupOldest uint64
+}
+
+// readApplied reads the applied state's index, revision and oldest live
+// dedup sequence (either format); zero when the engine has no metadata.
+func readApplied(g getter) (appliedInfo, error) {
+	b, ok, err := getOpt(g, keyApplied)
+	if err != nil || !ok {
+		return appliedInfo{}, err
+	}
+	switch len(b) {
+	case appliedRecordLen:
+		return appliedInfo{index: binary.BigEndian.Uint64(b), rev: binary.BigEndian.Uint64(b[16:]),
+			dedupOldest: binary.BigEndian.Uint64(b[24:])}, nil
+	case 16: // format 1
+		var st state
+		if err := loadLegacyState(g, &st); err != nil {
+			return appliedInfo{}, err
+		}
+		return appliedInfo{index: binary.BigEndian.Uint64(b), rev: st.rev, dedupOldest: st.dedupOldest}, nil
+	}
+	return appliedInfo{}, fmt.Errorf("%w: applied state record is %d bytes", ErrCorrupt, len(b))
 }
 
 // getter is what loadState reads from: a DB or a snapshot.
@@ -167,19 +217,36 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 	if !ok {
 		return nil, false, nil
 	}
-	if len(f) != 1 || f[0] != formatVersion {
+	if len(f) != 1 || (f[0] != formatVersion && f[0] != 1) {
 		return nil, false, fmt.Errorf("%w: unsupported metadata format %x", ErrCorrupt, f)
 	}
-	st := &state{}
+	st := &state{legacy: f[0] == 1}
 	applied, ok, err := getOpt(g, keyApplied)
 	if err != nil {
 		return nil, false, fmt.Errorf("shard: read applied state: %w", err)
 	}
-	if !ok || len(applied) != 16 {
+	want := appliedRecordLen
+	if st.legacy {
+		want = 16
+	}
+	if !ok || len(applied) != want {
 		return nil, false, fmt.Errorf("%w: applied state record missing or %d bytes", ErrCorrupt, len(applied))
 	}
 	st.index = binary.BigEndian.Uint64(applied[:8])
 	st.term = binary.BigEndian.Uint64(applied[8:])
+	if !st.legacy {
+		st.rev = binary.BigEndian.Uint64(applied[16:])
+		st.dedupOldest = binary.BigEndian.Uint64(applied[24:])
+		st.dedupNext = binary.BigEndian.Uint64(applied[32:])
+		if st.hlc, err = hlc.Decode(applied[40:]); err != nil {
+			return nil, false, fmt.Errorf("%w: entry date: %v", ErrCorrupt, err)
+		}
+	} else if err := loadLegacyState(g, st); err != nil {
+		return nil, false, err
+	}
+	if st.dedupOldest > st.dedupNext {
+		return nil, false, fmt.Errorf("%w: dedup bounds [%d, %d)", ErrCorrupt, st.dedupOldest, st.dedupNext)
+	}
 
 	cs := &raftpb.ConfState{}
 	if b, ok, err := getOpt(g, keyConfState); err != nil {
@@ -203,36 +270,6 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 			return nil, false, err
 		}
 	}
-	if b, ok, err := getOpt(g, keyRevision); err != nil {
-		return nil, false, fmt.Errorf("shard: read revision: %w", err)
-	} else if ok {
-		if len(b) != 8 {
-			return nil, false, fmt.Errorf("%w: revision record is %d bytes", ErrCorrupt, len(b))
-		}
-		st.rev = binary.BigEndian.Uint64(b)
-	}
-	if b, ok, err := getOpt(g, keyDedupBounds); err != nil {
-		return nil, false, fmt.Errorf("shard: read dedup bounds: %w", err)
-	} else if ok {
-		if len(b) != 16 {
-			return nil, false, fmt.Errorf("%w: dedup bounds record is %d bytes", ErrCorrupt, len(b))
-		}
-		st.dedupOldest = binary.BigEndian.Uint64(b[:8])
-		st.dedupNext = binary.BigEndian.Uint64(b[8:])
-		if st.dedupOldest > st.dedupNext {
-			return nil, false, fmt.Errorf("%w: dedup bounds [%d, %d)", ErrCorrupt, st.dedupOldest, st.dedupNext)
-		}
-	}
-	if b, ok, err := getOpt(g, keyHLC); err != nil {
-		return nil, false, fmt.Errorf("shard: read entry date: %w", err)
-	} else if ok {
-		if len(b) != hlc.EncodedLen {
-			return nil, false, fmt.Errorf("%w: entry date record is %d bytes", ErrCorrupt, len(b))
-		}
-		if st.hlc, err = hlc.Decode(b); err != nil {
-			return nil, false, fmt.Errorf("%w: entry date: %v", ErrCorrupt, err)
-		}
-	}
 	if b, ok, err := getOpt(g, keyAbsorbed); err != nil {
 		return nil, false, fmt.Errorf("shard: read absorbed ranges: %w", err)
 	} else if ok {
@@ -241,6 +278,39 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 		}
 	}
 	return st, true, nil
+}
+
+// loadLegacyState reads the records a format 1 engine kept apart from
+// keyApplied: revision, dedup bounds and entry date.
+func loadLegacyState(g getter, st *state) error {
+	if b, ok, err := getOpt(g, keyRevision); err != nil {
+		return fmt.Errorf("shard: read revision: %w", err)
+	} else if ok {
+		if len(b) != 8 {
+			return fmt.Errorf("%w: revision record is %d bytes", ErrCorrupt, len(b))
+		}
+		st.rev = binary.BigEndian.Uint64(b)
+	}
+	if b, ok, err := getOpt(g, keyDedupBounds); err != nil {
+		return fmt.Errorf("shard: read dedup bounds: %w", err)
+	} else if ok {
+		if len(b) != 16 {
+			return fmt.Errorf("%w: dedup bounds record is %d bytes", ErrCorrupt, len(b))
+		}
+		st.dedupOldest = binary.BigEndian.Uint64(b[:8])
+		st.dedupNext = binary.BigEndian.Uint64(b[8:])
+	}
+	if b, ok, err := getOpt(g, keyHLC); err != nil {
+		return fmt.Errorf("shard: read entry date: %w", err)
+	} else if ok {
+		if len(b) != hlc.EncodedLen {
+			return fmt.Errorf("%w: entry date record is %d bytes", ErrCorrupt, len(b))
+		}
+		if st.hlc, err = hlc.Decode(b); err != nil {
+			return fmt.Errorf("%w: entry date: %v", ErrCorrupt, err)
+		}
+	}
+	return nil
 }
 
 // emptyState is the state of an uninitialized replica.
@@ -342,7 +412,31 @@ func newShard(dir string, opts Options) *Shard {
 	if opts.DedupCapacity > 0 {
 		s.dedupCap = uint64(opts.DedupCapacity)
 	}
+	s.engOpts.CompactionFilter = dedupFilter{s: s, next: s.engOpts.CompactionFilter}
 	return s
+}
+
+// dedupFilter drops, in compactions, the dedup entries the table evicted
+// (below its oldest live sequence), and hands every other entry to next.
+// Evicting writes nothing (see dedupStore): this is where the space goes.
+type dedupFilter struct {
+	s    *Shard
+	next storage.CompactionFilter
+}
+
+func (f dedupFilter) Name() string { return "shard.dedup" }
+
+func (f dedupFilter) Filter(level int, key, value []byte) (storage.FilterDecision, []byte) {
+	if bytes.HasPrefix(key, dedupIDPrefix) {
+		if len(value) >= 8 && binary.BigEndian.Uint64(value) < f.s.st.Load().dedupOldest {
+			return storage.FilterRemove, nil
+		}
+		return storage.FilterKeep, nil
+	}
+	if f.next != nil {
+		return f.next.Filter(level, key, value)
+	}
+	return storage.FilterKeep, nil
 }
 
 // engineOptions returns a fresh copy of the engine options.
@@ -376,7 +470,7 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	}
 	if err == nil {
 		b := storage.NewBatch()
-		ns.writeMeta(b)
+		ns.writeMeta(b, nil)
 		err = db.Apply(b, storage.Sync)
 	}
 	if err != nil {
@@ -492,7 +586,7 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 	}
 	if err == nil {
 		b := storage.NewBatch()
-		ns.writeMeta(b)
+		ns.writeMeta(b, nil)
 		err = s.db.Apply(b, storage.Sync)
 	}
 	if err != nil {

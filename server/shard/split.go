@@ -98,12 +98,13 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 // flushStaged writes the batch staged so far in this Apply call, with the
 // metadata of the last entry applied, and publishes that state.
 func (a *applier) flushStaged() error {
-	a.st.writeMeta(a.b)
+	a.st.writeMeta(a.b, a.written)
 	if err := a.s.db.Apply(a.b, storage.NoSync); err != nil {
 		return err
 	}
 	published := *a.st
 	a.s.st.Store(&published)
+	a.written = &published
 	a.b.Reset()
 	clear(a.ov.writes)
 	a.ov.rangeDels = a.ov.rangeDels[:0]
@@ -144,7 +145,7 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	if len(right.GetEndKey()) > 0 {
 		b.DeleteRange(dataKey(right.GetEndKey()), dataUpper)
 	}
-	st.writeMeta(b)
+	st.writeMeta(b, nil)
 	if err := db.Apply(b, storage.Sync); err != nil {
 		_ = db.Close()
 		return err
