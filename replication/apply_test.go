@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // applyGate blocks the apply of one shard on chosen nodes until opened.
@@ -185,4 +187,78 @@ func TestCrashBetweenPersistAndApply(t *testing.T) {
 	if v, _ := c.get(3).sm(1).get("k299"); v != "299" {
 		t.Fatalf("node 3 after restart: k299=%q", v)
 	}
+}
+
+// TestConcurrentProposalsShareOneAppend: proposals queued while the loop is
+// busy are handed to Raft together on its next cycle: one append to the
+// log, covered by one synced write (not one per proposal), and each gets
+// its own result.
+func TestConcurrentProposalsShareOneAppend(t *testing.T) {
+	var mu sync.Mutex
+	regs := map[uint64]*prometheus.Registry{}
+	c := newTestCluster(t, func(cfg *Config) {
+		reg := prometheus.NewRegistry()
+		mu.Lock()
+		regs[cfg.NodeID] = reg
+		mu.Unlock()
+		cfg.Metrics = NewMetrics(reg)
+	})
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	lead := c.leader(1)
+	c.propose(1, "warm", "up")
+	r := c.get(lead).store.Replica(1)
+	syncs := func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		mfs, err := regs[lead].Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "shale_raft_log_sync_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no log sync metric")
+		return 0
+	}
+
+	// Hold the leader's loop while 64 proposals queue up.
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = r.runOnLoop(context.Background(), func() error { close(started); <-release; return nil })
+	}()
+	<-started
+	before := syncs()
+	const n = 64
+	errs := make(chan error, n)
+	results := make(chan any, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := r.Propose(ctx, []byte(fmt.Sprintf("k%02d=%d", i, i)))
+			errs <- err
+			results <- res
+		}()
+	}
+	c.waitFor("64 queued proposals", 5*time.Second, func() bool { return r.inflight.Load() == n })
+	close(release)
+	seen := map[any]bool{}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		seen[<-results] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct results for %d proposals", len(seen), n)
+	}
+	if d := syncs() - before; d > 2 {
+		t.Fatalf("%d synced log writes for %d proposals queued together, want at most 2", d, n)
+	}
+	c.converged(1, 1, 2, 3)
 }

@@ -583,3 +583,38 @@ func TestSystemShard(t *testing.T) {
 		t.Fatal(c, err)
 	}
 }
+
+// TestBatchedEntriesFailAlone: an apply worker hands a busy shard's
+// entries to one Apply call; a command among them that fails validation
+// (a key outside the shard, a stale epoch) fails alone, and every other
+// command of the call applies.
+func TestBatchedEntriesFailAlone(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s := env.bootstrap("a", userDesc(1, "b", "m"), 0)
+	f := newFeeder(s)
+	var ents []replication.Entry
+	bad := map[int]codes.Code{5: codes.OutOfRange, 11: codes.FailedPrecondition}
+	for i := range 16 {
+		cmd := txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(fmt.Sprintf("c%02d", i), "v", 0, false)}})
+		switch bad[i] {
+		case codes.OutOfRange:
+			cmd = txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("z", "v", 0, false)}})
+		case codes.FailedPrecondition:
+			cmd.Epoch = 7
+		}
+		ents = append(ents, f.entry(marshalCmd(t, cmd)))
+	}
+	res, err := results(s.Apply(ents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		cr := r.(*shalev1.CommandResult)
+		if want := bad[i]; codes.Code(cr.GetErrorCode()) != want {
+			t.Errorf("entry %d: %v %q, want %v", i, codes.Code(cr.GetErrorCode()), cr.GetErrorMessage(), want)
+		}
+	}
+	if n := len(dataDump(t, s)); n != 14 || s.Revision() != 14 {
+		t.Fatalf("%d keys at revision %d after 16 entries with 2 refused; want 14 and 14", n, s.Revision())
+	}
+}
