@@ -16,19 +16,20 @@ import (
 // measured, cpu_us_per_op; space_amp and disk_over_logical do not apply to
 // clusters and are always 0.
 type JSONResult struct {
-	Engine          string  `json:"engine"`                  // engine name: shale, etcd
-	Workload        string  `json:"workload"`                // workload name: put, get, ycsb-a, ycsb-b, ycsb-e
-	Clients         int     `json:"clients"`                 // concurrent clients
-	OpsPerSec       float64 `json:"ops_per_sec"`             // operations per second of the timed phase
-	MBPerSec        float64 `json:"mb_per_sec"`              // key+value MB (10^6 bytes) moved per second
-	P50us           float64 `json:"p50_us"`                  // median latency, µs
-	P99us           float64 `json:"p99_us"`                  // 99th percentile latency, µs
-	P999us          float64 `json:"p999_us"`                 // 99.9th percentile latency, µs
-	MaxUs           float64 `json:"max_us"`                  // largest latency (exact), µs
-	MinOpsIn1s      int64   `json:"min_ops_in_1s"`           // fewest operations completed in a whole second
-	SpaceAmp        float64 `json:"space_amp"`               // always 0 (storage benchmark field)
-	DiskOverLogical float64 `json:"disk_over_logical"`       // always 0 (storage benchmark field)
-	CPUusPerOp      float64 `json:"cpu_us_per_op,omitempty"` // servers' CPU time per operation, µs (absent: not measured)
+	Engine           string  `json:"engine"`                         // engine name: shale, etcd
+	Workload         string  `json:"workload"`                       // workload name: put, get, ycsb-a, ycsb-b, ycsb-e
+	Clients          int     `json:"clients"`                        // concurrent clients
+	OpsPerSec        float64 `json:"ops_per_sec"`                    // operations per second of the timed phase
+	MBPerSec         float64 `json:"mb_per_sec"`                     // key+value MB (10^6 bytes) moved per second
+	P50us            float64 `json:"p50_us"`                         // median latency, µs
+	P99us            float64 `json:"p99_us"`                         // 99th percentile latency, µs
+	P999us           float64 `json:"p999_us"`                        // 99.9th percentile latency, µs
+	MaxUs            float64 `json:"max_us"`                         // largest latency (exact), µs
+	MinOpsIn1s       int64   `json:"min_ops_in_1s"`                  // fewest operations completed in a whole second
+	SpaceAmp         float64 `json:"space_amp"`                      // always 0 (storage benchmark field)
+	DiskOverLogical  float64 `json:"disk_over_logical"`              // always 0 (storage benchmark field)
+	CPUusPerOp       float64 `json:"cpu_us_per_op,omitempty"`        // servers' CPU time per operation, µs (absent: not measured)
+	ClientCPUusPerOp float64 `json:"client_cpu_us_per_op,omitempty"` // the clients' (the benchmark process's) CPU time per operation, µs
 }
 
 func us(d time.Duration) float64 { return round(float64(d)/1e3, 3) }
@@ -41,17 +42,18 @@ func round(v float64, digits int) float64 {
 // JSON returns the result's JSON form.
 func (r *Result) JSON() JSONResult {
 	return JSONResult{
-		Engine:     r.Engine,
-		Workload:   r.Workload,
-		Clients:    r.Clients,
-		OpsPerSec:  round(r.OpsPerSec(), 1),
-		MBPerSec:   round(r.MBPerSec(), 3),
-		P50us:      us(r.Latency.Quantile(0.50)),
-		P99us:      us(r.Latency.Quantile(0.99)),
-		P999us:     us(r.Latency.Quantile(0.999)),
-		MaxUs:      us(r.Latency.Max()),
-		MinOpsIn1s: r.MinOpsIn1s,
-		CPUusPerOp: us(r.CPUPerOp()),
+		Engine:           r.Engine,
+		Workload:         r.Workload,
+		Clients:          r.Clients,
+		OpsPerSec:        round(r.OpsPerSec(), 1),
+		MBPerSec:         round(r.MBPerSec(), 3),
+		P50us:            us(r.Latency.Quantile(0.50)),
+		P99us:            us(r.Latency.Quantile(0.99)),
+		P999us:           us(r.Latency.Quantile(0.999)),
+		MaxUs:            us(r.Latency.Max()),
+		MinOpsIn1s:       r.MinOpsIn1s,
+		CPUusPerOp:       us(r.CPUPerOp()),
+		ClientCPUusPerOp: us(r.ClientCPUPerOp()),
 	}
 }
 
@@ -122,7 +124,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 	for _, wl := range order {
 		fmt.Fprintf(w, "\n== %s ==\n", wl)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tCPU µs/op\t%s\t\n", ratioHeader)
+		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tCPU µs/op\tclient CPU µs/op\t%s\t\n", ratioHeader)
 		for _, c := range levels {
 			b := cells[cellKey{wl, base, c}]
 			for _, e := range engines {
@@ -131,7 +133,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					continue
 				}
 				if r.Err != nil {
-					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\t\n", c, e)
+					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\t\t\n", c, e)
 					continue
 				}
 				j := r.JSON()
@@ -141,12 +143,15 @@ func WriteTable(w io.Writer, results []Result, base string) {
 						ratio = fmt.Sprintf("%.2fx", v)
 					}
 				}
-				cpu := "-"
+				cpu, ccpu := "-", "-"
 				if j.CPUusPerOp > 0 {
 					cpu = fmt.Sprintf("%.1f", j.CPUusPerOp)
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t\n",
-					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, cpu, ratio)
+				if j.ClientCPUusPerOp > 0 {
+					ccpu = fmt.Sprintf("%.1f", j.ClientCPUusPerOp)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t\n",
+					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, cpu, ccpu, ratio)
 			}
 		}
 		tw.Flush()

@@ -104,6 +104,10 @@ type Result struct {
 	// processes used during the timed phase, 0 when the cluster does not
 	// list its processes or /proc cannot be read (see CPUPerOp).
 	ServerCPU time.Duration
+	// ClientCPU is the CPU time (user + system) this process (every client
+	// of the cell, and nothing else of weight) used during the timed
+	// phase, 0 when /proc cannot be read.
+	ClientCPU time.Duration
 	// Notes are remarks (preload time, kept directories, ...).
 	Notes []string
 	// Err is the cell's failure, if any.
@@ -125,6 +129,15 @@ func (r *Result) CPUPerOp() time.Duration {
 		return 0
 	}
 	return r.ServerCPU / time.Duration(r.Ops)
+}
+
+// ClientCPUPerOp is the clients' CPU time per operation of the timed
+// phase, 0 when not measured.
+func (r *Result) ClientCPUPerOp() time.Duration {
+	if r.Ops <= 0 || r.ClientCPU <= 0 {
+		return 0
+	}
+	return r.ClientCPU / time.Duration(r.Ops)
 }
 
 // MBPerSec is the key+value bytes per second, in MB (10^6 bytes).
@@ -521,7 +534,7 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		return res
 	}
 	runtime.GC()
-	cpu := startCPU(cl)
+	cpu, self := startCPU(cl), selfCPU()
 
 	cellCtx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.HangTimeout)
 	defer cancel()
@@ -573,6 +586,7 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	}
 	wg.Wait()
 	res.ServerCPU = cpu.used()
+	res.ClientCPU = self.used()
 	end := start
 	var perSec []int64
 	for i := range workers {
@@ -603,7 +617,18 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	return res
 }
 
-// cpuMeter measures the CPU time of a cluster's server processes.
+// selfCPU starts measuring this process's CPU time (nil when /proc cannot
+// be read).
+func selfCPU() *cpuMeter {
+	pid := os.Getpid()
+	t, err := cpuTicks(pid)
+	if err != nil {
+		return nil
+	}
+	return &cpuMeter{pids: []int{pid}, before: []uint64{t}}
+}
+
+// cpuMeter measures the CPU time of a set of processes.
 type cpuMeter struct {
 	pids   []int
 	before []uint64

@@ -159,7 +159,8 @@ type ShaleOptions struct {
 	// executable's), or else use a prebuilt bin/shale-server.
 	ServerPath string
 	// Splits is the benchmark cluster's --initial-splits (default
-	// DefaultShaleSplits).
+	// DefaultShaleSplits); NoSplits starts with one user shard, which load
+	// splits then cut as a real workload's keys would be.
 	Splits string
 	// ExtraArgs are appended to every shale-server command line.
 	ExtraArgs []string
@@ -187,11 +188,18 @@ func currentShaleOptions() ShaleOptions {
 	shaleMu.Lock()
 	defer shaleMu.Unlock()
 	o := shaleOpts
-	if strings.TrimSpace(o.Splits) == "" {
+	switch strings.TrimSpace(o.Splits) {
+	case "":
 		o.Splits = DefaultShaleSplits
+	case NoSplits:
+		o.Splits = ""
 	}
 	return o
 }
+
+// NoSplits, as ShaleOptions.Splits (--shale-splits none), starts the
+// cluster with one user shard.
+const NoSplits = "none"
 
 // CleanupShaleServer removes the shale-server binary built by this process,
 // if any. Call it once no Shale cluster runs any more.

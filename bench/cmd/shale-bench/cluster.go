@@ -154,7 +154,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.IntVar(&rounds, "rounds", 1, "run every (workload, engine) this many times on fresh clusters, alternating the engines' order, and report each cell's median round (tames a machine whose speed drifts)")
 	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary for the Shale peer (default: go build it once per run, else bin/shale-server)")
-	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node")
+	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node; \"none\" starts with one user shard, which load splits cut")
 	f.BoolVar(&useTLS, "tls", false, "also run the Shale peer with TLS (\"shale+tls\"), next to plaintext \"shale\", and report the ratios")
 	f.BoolVar(&useAuth, "auth", false, "with --tls: the secured Shale peer also has auth enabled, its clients logged in as user bench (\"shale+tls+auth\")")
 	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
