@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -262,11 +263,7 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 				s.bg.Add(1)
 				go func() {
 					defer s.bg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.TickInterval*time.Duration(s.cfg.ElectionTicks))
-					defer cancel()
-					if err := nr.Campaign(ctx); err != nil {
-						s.cfg.Logger.Debug("campaign in a new shard", "shard", nr.ShardID(), "err", err)
-					}
+					s.campaignNew(nr)
 				}()
 			}
 		default:
@@ -274,6 +271,34 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 		}
 	}
 	return nil
+}
+
+// campaignNew makes the new replica nr (a split's new shard on the node
+// leading the shard that split) campaign until its group has a leader, for
+// at most one election timeout. The other replicas create theirs when they
+// apply the split, and until then drop its votes: a single campaign would
+// mostly fail and leave the shard without a leader for a randomized
+// election timeout, while requests for its keys wait.
+func (s *Store) campaignNew(nr *Replica) {
+	retry := s.cfg.TickInterval
+	deadline := time.Now().Add(s.cfg.TickInterval * time.Duration(s.cfg.ElectionTicks))
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), retry)
+		err := nr.Campaign(ctx)
+		cancel()
+		if errors.Is(err, ErrStopped) || errors.Is(err, ErrReplicaRemoved) {
+			return
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(retry):
+		}
+		if st := nr.Status(); st.LeaderNodeID != 0 || st.Stopped != "" {
+			return
+		}
+	}
+	s.cfg.Logger.Debug("a split's new shard has no leader after an election timeout of campaigns", "shard", nr.ShardID())
 }
 
 // report queues a worker's report for the loop.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ func clusterCmd() *cobra.Command {
 	var (
 		engines, workloads, clients, dir string
 		shaleServer, shaleSplits         string
-		shaleArgs                        string
+		shaleArgs, cpuProfile            string
 		quick, keep, asJSON              bool
 		useTLS, useAuth                  bool
 		keys, valueSize, conns, rounds   int
@@ -87,6 +88,17 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 			defer cluster.CleanupShaleServer()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			cfg := cluster.Config{
 				Engines:     engs,
 				Workloads:   wls,
@@ -157,6 +169,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node; \"none\" starts with one user shard, which load splits cut")
 	f.BoolVar(&useTLS, "tls", false, "also run the Shale peer with TLS (\"shale+tls\"), next to plaintext \"shale\", and report the ratios")
 	f.BoolVar(&useAuth, "auth", false, "with --tls: the secured Shale peer also has auth enabled, its clients logged in as user bench (\"shale+tls+auth\")")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the clients of every cell, and the benchmark's own work) to this file")
 	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
 	return cmd
 }

@@ -9,6 +9,7 @@ package shalev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -128,7 +129,7 @@ func (x Compare_Target) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Compare_Target.Descriptor instead.
 func (Compare_Target) EnumDescriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{27, 0}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31, 0}
 }
 
 type Compare_Result int32
@@ -180,7 +181,7 @@ func (x Compare_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Compare_Result.Descriptor instead.
 func (Compare_Result) EnumDescriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{27, 1}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31, 1}
 }
 
 type WatchEvent_Type int32
@@ -226,7 +227,255 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31, 0}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{35, 0}
+}
+
+// CallBatch is a batch of unary KV calls sent over KV.Calls.
+type CallBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallBatch) Reset() {
+	*x = CallBatch{}
+	mi := &file_shale_v1_kv_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallBatch) ProtoMessage() {}
+
+func (x *CallBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallBatch.ProtoReflect.Descriptor instead.
+func (*CallBatch) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallBatch) GetCalls() []*Call {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// Call is one unary KV call carried by KV.Calls.
+type Call struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the call in its result; the client keeps it unique among its
+	// calls in flight on the stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// method is the unary method's name in the KV service ("Get", "Put", ...).
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// request is the method's request message, encoded.
+	Request []byte `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	// timeout_ms bounds the call: the time left before the client's
+	// deadline. 0: no bound other than the stream's.
+	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Call) Reset() {
+	*x = Call{}
+	mi := &file_shale_v1_kv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Call) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Call) ProtoMessage() {}
+
+func (x *Call) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Call.ProtoReflect.Descriptor instead.
+func (*Call) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Call) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Call) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Call) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Call) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// ResultBatch carries the results of calls made over KV.Calls.
+type ResultBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CallResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultBatch) Reset() {
+	*x = ResultBatch{}
+	mi := &file_shale_v1_kv_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultBatch) ProtoMessage() {}
+
+func (x *ResultBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
+func (*ResultBatch) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResultBatch) GetResults() []*CallResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CallResult is the outcome of one call: its response, or the gRPC status
+// the unary method would have returned (code, message and details, as in
+// google.rpc.Status).
+type CallResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// response is the method's response message, encoded (code 0).
+	Response []byte `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	// code is the gRPC status code; 0 (OK) when the call succeeded.
+	Code uint32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// message is the status message.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// details are the status's typed details (EpochMismatch, NotLeader, ...).
+	Details       []*anypb.Any `protobuf:"bytes,5,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResult) Reset() {
+	*x = CallResult{}
+	mi := &file_shale_v1_kv_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResult) ProtoMessage() {}
+
+func (x *CallResult) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_kv_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
+func (*CallResult) Descriptor() ([]byte, []int) {
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CallResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallResult) GetResponse() []byte {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *CallResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallResult) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
 }
 
 // RequestHeader addresses a shard and identifies a request.
@@ -252,7 +501,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_shale_v1_kv_proto_msgTypes[0]
+	mi := &file_shale_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +513,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[0]
+	mi := &file_shale_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +526,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{0}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RequestHeader) GetShardId() uint64 {
@@ -330,7 +579,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_shale_v1_kv_proto_msgTypes[1]
+	mi := &file_shale_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +591,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[1]
+	mi := &file_shale_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +604,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{1}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResponseHeader) GetShardId() uint64 {
@@ -406,7 +655,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_shale_v1_kv_proto_msgTypes[2]
+	mi := &file_shale_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +667,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[2]
+	mi := &file_shale_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +680,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{2}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -486,7 +735,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[3]
+	mi := &file_shale_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +747,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[3]
+	mi := &file_shale_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +760,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -539,7 +788,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[4]
+	mi := &file_shale_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +800,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[4]
+	mi := &file_shale_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +813,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetResponse) GetHeader() *ResponseHeader {
@@ -591,7 +840,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[5]
+	mi := &file_shale_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +852,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[5]
+	mi := &file_shale_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +865,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MultiGetRequest) GetHeader() *RequestHeader {
@@ -644,7 +893,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_shale_v1_kv_proto_msgTypes[6]
+	mi := &file_shale_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +905,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[6]
+	mi := &file_shale_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +918,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MultiGetResult) GetKey() []byte {
@@ -697,7 +946,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[7]
+	mi := &file_shale_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +958,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[7]
+	mi := &file_shale_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +971,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MultiGetResponse) GetHeader() *ResponseHeader {
@@ -754,7 +1003,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[8]
+	mi := &file_shale_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1015,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[8]
+	mi := &file_shale_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1028,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -827,7 +1076,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[9]
+	mi := &file_shale_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1088,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[9]
+	mi := &file_shale_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1101,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -880,7 +1129,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[10]
+	mi := &file_shale_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1141,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[10]
+	mi := &file_shale_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1154,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -941,7 +1190,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[11]
+	mi := &file_shale_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1202,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[11]
+	mi := &file_shale_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1215,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteResponse) GetHeader() *ResponseHeader {
@@ -1002,7 +1251,7 @@ type DeleteRangeRequest struct {
 
 func (x *DeleteRangeRequest) Reset() {
 	*x = DeleteRangeRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[12]
+	mi := &file_shale_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1263,7 @@ func (x *DeleteRangeRequest) String() string {
 func (*DeleteRangeRequest) ProtoMessage() {}
 
 func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[12]
+	mi := &file_shale_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1276,7 @@ func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRangeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteRangeRequest) GetHeader() *RequestHeader {
@@ -1060,7 +1309,7 @@ type DeleteRangeResponse struct {
 
 func (x *DeleteRangeResponse) Reset() {
 	*x = DeleteRangeResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[13]
+	mi := &file_shale_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1321,7 @@ func (x *DeleteRangeResponse) String() string {
 func (*DeleteRangeResponse) ProtoMessage() {}
 
 func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[13]
+	mi := &file_shale_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1334,7 @@ func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRangeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRangeResponse) GetHeader() *ResponseHeader {
@@ -1118,7 +1367,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[14]
+	mi := &file_shale_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1379,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[14]
+	mi := &file_shale_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1392,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -1218,7 +1467,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[15]
+	mi := &file_shale_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1479,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[15]
+	mi := &file_shale_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1492,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ScanResponse) GetHeader() *ResponseHeader {
@@ -1287,7 +1536,7 @@ type ScanToken struct {
 
 func (x *ScanToken) Reset() {
 	*x = ScanToken{}
-	mi := &file_shale_v1_kv_proto_msgTypes[16]
+	mi := &file_shale_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1548,7 @@ func (x *ScanToken) String() string {
 func (*ScanToken) ProtoMessage() {}
 
 func (x *ScanToken) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[16]
+	mi := &file_shale_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1561,7 @@ func (x *ScanToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanToken.ProtoReflect.Descriptor instead.
 func (*ScanToken) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ScanToken) GetResumeKey() []byte {
@@ -1348,7 +1597,7 @@ type PutOp struct {
 
 func (x *PutOp) Reset() {
 	*x = PutOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[17]
+	mi := &file_shale_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1609,7 @@ func (x *PutOp) String() string {
 func (*PutOp) ProtoMessage() {}
 
 func (x *PutOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[17]
+	mi := &file_shale_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1622,7 @@ func (x *PutOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOp.ProtoReflect.Descriptor instead.
 func (*PutOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{17}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutOp) GetKey() []byte {
@@ -1414,7 +1663,7 @@ type DeleteOp struct {
 
 func (x *DeleteOp) Reset() {
 	*x = DeleteOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[18]
+	mi := &file_shale_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1675,7 @@ func (x *DeleteOp) String() string {
 func (*DeleteOp) ProtoMessage() {}
 
 func (x *DeleteOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[18]
+	mi := &file_shale_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1688,7 @@ func (x *DeleteOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOp.ProtoReflect.Descriptor instead.
 func (*DeleteOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteOp) GetKey() []byte {
@@ -1466,7 +1715,7 @@ type DeleteRangeOp struct {
 
 func (x *DeleteRangeOp) Reset() {
 	*x = DeleteRangeOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[19]
+	mi := &file_shale_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1727,7 @@ func (x *DeleteRangeOp) String() string {
 func (*DeleteRangeOp) ProtoMessage() {}
 
 func (x *DeleteRangeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[19]
+	mi := &file_shale_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1740,7 @@ func (x *DeleteRangeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeOp.ProtoReflect.Descriptor instead.
 func (*DeleteRangeOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteRangeOp) GetStartKey() []byte {
@@ -1517,7 +1766,7 @@ type GetOp struct {
 
 func (x *GetOp) Reset() {
 	*x = GetOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[20]
+	mi := &file_shale_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1778,7 @@ func (x *GetOp) String() string {
 func (*GetOp) ProtoMessage() {}
 
 func (x *GetOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[20]
+	mi := &file_shale_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1791,7 @@ func (x *GetOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOp.ProtoReflect.Descriptor instead.
 func (*GetOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetOp) GetKey() []byte {
@@ -1568,7 +1817,7 @@ type RequestOp struct {
 
 func (x *RequestOp) Reset() {
 	*x = RequestOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[21]
+	mi := &file_shale_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1829,7 @@ func (x *RequestOp) String() string {
 func (*RequestOp) ProtoMessage() {}
 
 func (x *RequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[21]
+	mi := &file_shale_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1842,7 @@ func (x *RequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestOp.ProtoReflect.Descriptor instead.
 func (*RequestOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RequestOp) GetOp() isRequestOp_Op {
@@ -1683,7 +1932,7 @@ type ResponseOp struct {
 
 func (x *ResponseOp) Reset() {
 	*x = ResponseOp{}
-	mi := &file_shale_v1_kv_proto_msgTypes[22]
+	mi := &file_shale_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1944,7 @@ func (x *ResponseOp) String() string {
 func (*ResponseOp) ProtoMessage() {}
 
 func (x *ResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[22]
+	mi := &file_shale_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1957,7 @@ func (x *ResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseOp.ProtoReflect.Descriptor instead.
 func (*ResponseOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResponseOp) GetOp() isResponseOp_Op {
@@ -1793,7 +2042,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[23]
+	mi := &file_shale_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2054,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[23]
+	mi := &file_shale_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2067,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BatchRequest) GetHeader() *RequestHeader {
@@ -1845,7 +2094,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[24]
+	mi := &file_shale_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2106,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[24]
+	mi := &file_shale_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2119,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{24}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchResponse) GetHeader() *ResponseHeader {
@@ -1901,7 +2150,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[25]
+	mi := &file_shale_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2162,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[25]
+	mi := &file_shale_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2175,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{25}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -1983,7 +2232,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[26]
+	mi := &file_shale_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2244,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[26]
+	mi := &file_shale_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2257,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{26}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompareAndSwapResponse) GetHeader() *ResponseHeader {
@@ -2047,7 +2296,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_shale_v1_kv_proto_msgTypes[27]
+	mi := &file_shale_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2308,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[27]
+	mi := &file_shale_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2321,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{27}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Compare) GetKey() []byte {
@@ -2122,7 +2371,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[28]
+	mi := &file_shale_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2383,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[28]
+	mi := &file_shale_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2396,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{28}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TxnRequest) GetHeader() *RequestHeader {
@@ -2189,7 +2438,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[29]
+	mi := &file_shale_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2450,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[29]
+	mi := &file_shale_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2463,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{29}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TxnResponse) GetHeader() *ResponseHeader {
@@ -2283,7 +2532,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_shale_v1_kv_proto_msgTypes[30]
+	mi := &file_shale_v1_kv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2544,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[30]
+	mi := &file_shale_v1_kv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2557,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{30}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchRequest) GetHeader() *RequestHeader {
@@ -2391,7 +2640,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_shale_v1_kv_proto_msgTypes[31]
+	mi := &file_shale_v1_kv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2652,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[31]
+	mi := &file_shale_v1_kv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2665,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{31}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -2458,7 +2707,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_shale_v1_kv_proto_msgTypes[32]
+	mi := &file_shale_v1_kv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2719,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_kv_proto_msgTypes[32]
+	mi := &file_shale_v1_kv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2732,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_kv_proto_rawDescGZIP(), []int{32}
+	return file_shale_v1_kv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchResponse) GetHeader() *ResponseHeader {
@@ -2511,7 +2760,24 @@ var File_shale_v1_kv_proto protoreflect.FileDescriptor
 
 const file_shale_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x11shale/v1/kv.proto\x12\bshale.v1\x1a\x13shale/v1/meta.proto\"\xc1\x01\n" +
+	"\x11shale/v1/kv.proto\x12\bshale.v1\x1a\x19google/protobuf/any.proto\x1a\x13shale/v1/meta.proto\"1\n" +
+	"\tCallBatch\x12$\n" +
+	"\x05calls\x18\x01 \x03(\v2\x0e.shale.v1.CallR\x05calls\"g\n" +
+	"\x04Call\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
+	"\arequest\x18\x03 \x01(\fR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"=\n" +
+	"\vResultBatch\x12.\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.shale.v1.CallResultR\aresults\"\x96\x01\n" +
+	"\n" +
+	"CallResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
+	"\bresponse\x18\x02 \x01(\fR\bresponse\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x05 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\xc1\x01\n" +
 	"\rRequestHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -2687,7 +2953,7 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12-\n" +
 	")READ_CONSISTENCY_LINEARIZABLE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19READ_CONSISTENCY_FOLLOWER\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x022\xad\x05\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x022\xe6\x05\n" +
 	"\x02KV\x122\n" +
 	"\x03Get\x12\x14.shale.v1.GetRequest\x1a\x15.shale.v1.GetResponse\x12A\n" +
 	"\bMultiGet\x12\x19.shale.v1.MultiGetRequest\x1a\x1a.shale.v1.MultiGetResponse\x122\n" +
@@ -2700,7 +2966,8 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\x05Batch\x12\x16.shale.v1.BatchRequest\x1a\x17.shale.v1.BatchResponse\x12S\n" +
 	"\x0eCompareAndSwap\x12\x1f.shale.v1.CompareAndSwapRequest\x1a .shale.v1.CompareAndSwapResponse\x122\n" +
 	"\x03Txn\x12\x14.shale.v1.TxnRequest\x1a\x15.shale.v1.TxnResponse\x12:\n" +
-	"\x05Watch\x12\x16.shale.v1.WatchRequest\x1a\x17.shale.v1.WatchResponse0\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\x05Watch\x12\x16.shale.v1.WatchRequest\x1a\x17.shale.v1.WatchResponse0\x01\x127\n" +
+	"\x05Calls\x12\x13.shale.v1.CallBatch\x1a\x15.shale.v1.ResultBatch(\x010\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_kv_proto_rawDescOnce sync.Once
@@ -2715,124 +2982,134 @@ func file_shale_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_shale_v1_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),           // 0: shale.v1.ReadConsistency
 	(Compare_Target)(0),            // 1: shale.v1.Compare.Target
 	(Compare_Result)(0),            // 2: shale.v1.Compare.Result
 	(WatchEvent_Type)(0),           // 3: shale.v1.WatchEvent.Type
-	(*RequestHeader)(nil),          // 4: shale.v1.RequestHeader
-	(*ResponseHeader)(nil),         // 5: shale.v1.ResponseHeader
-	(*KeyValue)(nil),               // 6: shale.v1.KeyValue
-	(*GetRequest)(nil),             // 7: shale.v1.GetRequest
-	(*GetResponse)(nil),            // 8: shale.v1.GetResponse
-	(*MultiGetRequest)(nil),        // 9: shale.v1.MultiGetRequest
-	(*MultiGetResult)(nil),         // 10: shale.v1.MultiGetResult
-	(*MultiGetResponse)(nil),       // 11: shale.v1.MultiGetResponse
-	(*PutRequest)(nil),             // 12: shale.v1.PutRequest
-	(*PutResponse)(nil),            // 13: shale.v1.PutResponse
-	(*DeleteRequest)(nil),          // 14: shale.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 15: shale.v1.DeleteResponse
-	(*DeleteRangeRequest)(nil),     // 16: shale.v1.DeleteRangeRequest
-	(*DeleteRangeResponse)(nil),    // 17: shale.v1.DeleteRangeResponse
-	(*ScanRequest)(nil),            // 18: shale.v1.ScanRequest
-	(*ScanResponse)(nil),           // 19: shale.v1.ScanResponse
-	(*ScanToken)(nil),              // 20: shale.v1.ScanToken
-	(*PutOp)(nil),                  // 21: shale.v1.PutOp
-	(*DeleteOp)(nil),               // 22: shale.v1.DeleteOp
-	(*DeleteRangeOp)(nil),          // 23: shale.v1.DeleteRangeOp
-	(*GetOp)(nil),                  // 24: shale.v1.GetOp
-	(*RequestOp)(nil),              // 25: shale.v1.RequestOp
-	(*ResponseOp)(nil),             // 26: shale.v1.ResponseOp
-	(*BatchRequest)(nil),           // 27: shale.v1.BatchRequest
-	(*BatchResponse)(nil),          // 28: shale.v1.BatchResponse
-	(*CompareAndSwapRequest)(nil),  // 29: shale.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 30: shale.v1.CompareAndSwapResponse
-	(*Compare)(nil),                // 31: shale.v1.Compare
-	(*TxnRequest)(nil),             // 32: shale.v1.TxnRequest
-	(*TxnResponse)(nil),            // 33: shale.v1.TxnResponse
-	(*WatchRequest)(nil),           // 34: shale.v1.WatchRequest
-	(*WatchEvent)(nil),             // 35: shale.v1.WatchEvent
-	(*WatchResponse)(nil),          // 36: shale.v1.WatchResponse
-	(*ShardDescriptor)(nil),        // 37: shale.v1.ShardDescriptor
+	(*CallBatch)(nil),              // 4: shale.v1.CallBatch
+	(*Call)(nil),                   // 5: shale.v1.Call
+	(*ResultBatch)(nil),            // 6: shale.v1.ResultBatch
+	(*CallResult)(nil),             // 7: shale.v1.CallResult
+	(*RequestHeader)(nil),          // 8: shale.v1.RequestHeader
+	(*ResponseHeader)(nil),         // 9: shale.v1.ResponseHeader
+	(*KeyValue)(nil),               // 10: shale.v1.KeyValue
+	(*GetRequest)(nil),             // 11: shale.v1.GetRequest
+	(*GetResponse)(nil),            // 12: shale.v1.GetResponse
+	(*MultiGetRequest)(nil),        // 13: shale.v1.MultiGetRequest
+	(*MultiGetResult)(nil),         // 14: shale.v1.MultiGetResult
+	(*MultiGetResponse)(nil),       // 15: shale.v1.MultiGetResponse
+	(*PutRequest)(nil),             // 16: shale.v1.PutRequest
+	(*PutResponse)(nil),            // 17: shale.v1.PutResponse
+	(*DeleteRequest)(nil),          // 18: shale.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 19: shale.v1.DeleteResponse
+	(*DeleteRangeRequest)(nil),     // 20: shale.v1.DeleteRangeRequest
+	(*DeleteRangeResponse)(nil),    // 21: shale.v1.DeleteRangeResponse
+	(*ScanRequest)(nil),            // 22: shale.v1.ScanRequest
+	(*ScanResponse)(nil),           // 23: shale.v1.ScanResponse
+	(*ScanToken)(nil),              // 24: shale.v1.ScanToken
+	(*PutOp)(nil),                  // 25: shale.v1.PutOp
+	(*DeleteOp)(nil),               // 26: shale.v1.DeleteOp
+	(*DeleteRangeOp)(nil),          // 27: shale.v1.DeleteRangeOp
+	(*GetOp)(nil),                  // 28: shale.v1.GetOp
+	(*RequestOp)(nil),              // 29: shale.v1.RequestOp
+	(*ResponseOp)(nil),             // 30: shale.v1.ResponseOp
+	(*BatchRequest)(nil),           // 31: shale.v1.BatchRequest
+	(*BatchResponse)(nil),          // 32: shale.v1.BatchResponse
+	(*CompareAndSwapRequest)(nil),  // 33: shale.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil), // 34: shale.v1.CompareAndSwapResponse
+	(*Compare)(nil),                // 35: shale.v1.Compare
+	(*TxnRequest)(nil),             // 36: shale.v1.TxnRequest
+	(*TxnResponse)(nil),            // 37: shale.v1.TxnResponse
+	(*WatchRequest)(nil),           // 38: shale.v1.WatchRequest
+	(*WatchEvent)(nil),             // 39: shale.v1.WatchEvent
+	(*WatchResponse)(nil),          // 40: shale.v1.WatchResponse
+	(*anypb.Any)(nil),              // 41: google.protobuf.Any
+	(*ShardDescriptor)(nil),        // 42: shale.v1.ShardDescriptor
 }
 var file_shale_v1_kv_proto_depIdxs = []int32{
-	0,  // 0: shale.v1.RequestHeader.consistency:type_name -> shale.v1.ReadConsistency
-	4,  // 1: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 2: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
-	6,  // 3: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
-	4,  // 4: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
-	6,  // 5: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
-	5,  // 6: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 7: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
-	4,  // 8: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 9: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
-	6,  // 10: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
-	4,  // 11: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 12: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
-	6,  // 13: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
-	4,  // 14: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 15: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
-	4,  // 16: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 17: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
-	6,  // 18: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
-	21, // 19: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
-	22, // 20: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
-	23, // 21: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
-	24, // 22: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
-	13, // 23: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
-	15, // 24: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
-	17, // 25: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
-	8,  // 26: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
-	4,  // 27: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
-	25, // 28: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
-	5,  // 29: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
-	26, // 30: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
-	4,  // 31: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
-	5,  // 32: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
-	6,  // 33: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
-	1,  // 34: shale.v1.Compare.target:type_name -> shale.v1.Compare.Target
-	2,  // 35: shale.v1.Compare.result:type_name -> shale.v1.Compare.Result
-	4,  // 36: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
-	31, // 37: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
-	25, // 38: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
-	25, // 39: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
-	5,  // 40: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
-	26, // 41: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
-	4,  // 42: shale.v1.WatchRequest.header:type_name -> shale.v1.RequestHeader
-	3,  // 43: shale.v1.WatchEvent.type:type_name -> shale.v1.WatchEvent.Type
-	6,  // 44: shale.v1.WatchEvent.kv:type_name -> shale.v1.KeyValue
-	6,  // 45: shale.v1.WatchEvent.prev_kv:type_name -> shale.v1.KeyValue
-	5,  // 46: shale.v1.WatchResponse.header:type_name -> shale.v1.ResponseHeader
-	35, // 47: shale.v1.WatchResponse.events:type_name -> shale.v1.WatchEvent
-	37, // 48: shale.v1.WatchResponse.range_change:type_name -> shale.v1.ShardDescriptor
-	7,  // 49: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
-	9,  // 50: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
-	12, // 51: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
-	14, // 52: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
-	16, // 53: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
-	18, // 54: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
-	18, // 55: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
-	27, // 56: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
-	29, // 57: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
-	32, // 58: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
-	34, // 59: shale.v1.KV.Watch:input_type -> shale.v1.WatchRequest
-	8,  // 60: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
-	11, // 61: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
-	13, // 62: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
-	15, // 63: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
-	17, // 64: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
-	19, // 65: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
-	19, // 66: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
-	28, // 67: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
-	30, // 68: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
-	33, // 69: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
-	36, // 70: shale.v1.KV.Watch:output_type -> shale.v1.WatchResponse
-	60, // [60:71] is the sub-list for method output_type
-	49, // [49:60] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	5,  // 0: shale.v1.CallBatch.calls:type_name -> shale.v1.Call
+	7,  // 1: shale.v1.ResultBatch.results:type_name -> shale.v1.CallResult
+	41, // 2: shale.v1.CallResult.details:type_name -> google.protobuf.Any
+	0,  // 3: shale.v1.RequestHeader.consistency:type_name -> shale.v1.ReadConsistency
+	8,  // 4: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 5: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 6: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
+	8,  // 7: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
+	10, // 8: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
+	9,  // 9: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
+	14, // 10: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
+	8,  // 11: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 12: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 13: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
+	8,  // 14: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 15: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 16: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
+	8,  // 17: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 18: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
+	8,  // 19: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 20: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 21: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
+	25, // 22: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
+	26, // 23: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
+	27, // 24: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
+	28, // 25: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
+	17, // 26: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
+	19, // 27: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
+	21, // 28: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
+	12, // 29: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
+	8,  // 30: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
+	29, // 31: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
+	9,  // 32: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
+	30, // 33: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
+	8,  // 34: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 35: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 36: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
+	1,  // 37: shale.v1.Compare.target:type_name -> shale.v1.Compare.Target
+	2,  // 38: shale.v1.Compare.result:type_name -> shale.v1.Compare.Result
+	8,  // 39: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
+	35, // 40: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
+	29, // 41: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
+	29, // 42: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
+	9,  // 43: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
+	30, // 44: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
+	8,  // 45: shale.v1.WatchRequest.header:type_name -> shale.v1.RequestHeader
+	3,  // 46: shale.v1.WatchEvent.type:type_name -> shale.v1.WatchEvent.Type
+	10, // 47: shale.v1.WatchEvent.kv:type_name -> shale.v1.KeyValue
+	10, // 48: shale.v1.WatchEvent.prev_kv:type_name -> shale.v1.KeyValue
+	9,  // 49: shale.v1.WatchResponse.header:type_name -> shale.v1.ResponseHeader
+	39, // 50: shale.v1.WatchResponse.events:type_name -> shale.v1.WatchEvent
+	42, // 51: shale.v1.WatchResponse.range_change:type_name -> shale.v1.ShardDescriptor
+	11, // 52: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
+	13, // 53: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
+	16, // 54: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
+	18, // 55: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
+	20, // 56: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
+	22, // 57: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
+	22, // 58: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
+	31, // 59: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
+	33, // 60: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
+	36, // 61: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
+	38, // 62: shale.v1.KV.Watch:input_type -> shale.v1.WatchRequest
+	4,  // 63: shale.v1.KV.Calls:input_type -> shale.v1.CallBatch
+	12, // 64: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
+	15, // 65: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
+	17, // 66: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
+	19, // 67: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
+	21, // 68: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
+	23, // 69: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
+	23, // 70: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
+	32, // 71: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
+	34, // 72: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
+	37, // 73: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
+	40, // 74: shale.v1.KV.Watch:output_type -> shale.v1.WatchResponse
+	6,  // 75: shale.v1.KV.Calls:output_type -> shale.v1.ResultBatch
+	64, // [64:76] is the sub-list for method output_type
+	52, // [52:64] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_kv_proto_init() }
@@ -2841,13 +3118,13 @@ func file_shale_v1_kv_proto_init() {
 		return
 	}
 	file_shale_v1_meta_proto_init()
-	file_shale_v1_kv_proto_msgTypes[21].OneofWrappers = []any{
+	file_shale_v1_kv_proto_msgTypes[25].OneofWrappers = []any{
 		(*RequestOp_Put)(nil),
 		(*RequestOp_Delete)(nil),
 		(*RequestOp_DeleteRange)(nil),
 		(*RequestOp_Get)(nil),
 	}
-	file_shale_v1_kv_proto_msgTypes[22].OneofWrappers = []any{
+	file_shale_v1_kv_proto_msgTypes[26].OneofWrappers = []any{
 		(*ResponseOp_Put)(nil),
 		(*ResponseOp_Delete)(nil),
 		(*ResponseOp_DeleteRange)(nil),
@@ -2859,7 +3136,7 @@ func file_shale_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_kv_proto_rawDesc), len(file_shale_v1_kv_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	KV_CompareAndSwap_FullMethodName = "/shale.v1.KV/CompareAndSwap"
 	KV_Txn_FullMethodName            = "/shale.v1.KV/Txn"
 	KV_Watch_FullMethodName          = "/shale.v1.KV/Watch"
+	KV_Calls_FullMethodName          = "/shale.v1.KV/Calls"
 )
 
 // KVClient is the client API for KV service.
@@ -82,6 +83,16 @@ type KVClient interface {
 	// stopped serving the shard (Unavailable); resuming from the detail's
 	// resume_revision on the same shard loses and repeats nothing.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// Calls carries unary KV calls over one long-lived stream: each CallBatch
+	// holds one or more calls (Get, MultiGet, Put, Delete, DeleteRange, Scan,
+	// Batch, CompareAndSwap, Txn), and each ResultBatch one or more of their
+	// results, in the order they complete. A call is served exactly as its
+	// unary method is (the same validation, authorization, errors and typed
+	// details), and the calls of a stream run concurrently. The Go SDK sends
+	// a node's requests over one such stream, so that concurrent requests
+	// share messages and response writes; a server without it answers
+	// Unimplemented and the SDK makes unary calls.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallBatch, ResultBatch], error)
 }
 
 type kVClient struct {
@@ -220,6 +231,19 @@ func (c *kVClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *kVClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallBatch, ResultBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[2], KV_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallBatch, ResultBatch]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_CallsClient = grpc.BidiStreamingClient[CallBatch, ResultBatch]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -270,6 +294,16 @@ type KVServer interface {
 	// stopped serving the shard (Unavailable); resuming from the detail's
 	// resume_revision on the same shard loses and repeats nothing.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// Calls carries unary KV calls over one long-lived stream: each CallBatch
+	// holds one or more calls (Get, MultiGet, Put, Delete, DeleteRange, Scan,
+	// Batch, CompareAndSwap, Txn), and each ResultBatch one or more of their
+	// results, in the order they complete. A call is served exactly as its
+	// unary method is (the same validation, authorization, errors and typed
+	// details), and the calls of a stream run concurrently. The Go SDK sends
+	// a node's requests over one such stream, so that concurrent requests
+	// share messages and response writes; a server without it answers
+	// Unimplemented and the SDK makes unary calls.
+	Calls(grpc.BidiStreamingServer[CallBatch, ResultBatch]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -312,6 +346,9 @@ func (UnimplementedKVServer) Txn(context.Context, *TxnRequest) (*TxnResponse, er
 }
 func (UnimplementedKVServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedKVServer) Calls(grpc.BidiStreamingServer[CallBatch, ResultBatch]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -518,6 +555,13 @@ func _KV_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _KV_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).Calls(&grpc.GenericServerStream[CallBatch, ResultBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_CallsServer = grpc.BidiStreamingServer[CallBatch, ResultBatch]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -572,6 +616,12 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _KV_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Calls",
+			Handler:       _KV_Calls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "shale/v1/kv.proto",

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// Limits of one KV.Calls stream.
+const (
+	// callsInFlight bounds the calls of one stream running at once; the
+	// stream reads no more batches meanwhile (HTTP/2 flow control then
+	// holds the client back).
+	callsInFlight = 4096
+	// callsPerResultBatch bounds the results sent in one message.
+	callsPerResultBatch = 512
+)
+
+// kvUnaryMethods are the KV service's unary methods, by name: what a
+// KV.Calls stream may carry. They run through the generated handlers, as a
+// unary call does.
+var kvUnaryMethods = func() map[string]grpc.MethodDesc {
+	m := map[string]grpc.MethodDesc{}
+	for _, md := range shalev1.KV_ServiceDesc.Methods {
+		m[md.MethodName] = md
+	}
+	return m
+}()
+
+// Calls implements KV.Calls: every call of every batch runs concurrently
+// through the unary method's handler, authorized as a unary call of that
+// method is; results go back batched, in the order they complete. The
+// stream ends once the client closed its side and every call answered.
+func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
+	ctx := stream.Context()
+	results := make(chan *shalev1.CallResult, callsPerResultBatch)
+	sent := make(chan error, 1)
+	go func() { sent <- sendResults(stream, results) }()
+
+	slots := make(chan struct{}, callsInFlight)
+	var wg sync.WaitGroup
+	var recvErr error
+recv:
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		for _, c := range in.GetCalls() {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				recvErr = ctx.Err()
+				break recv
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				results <- s.serveCall(ctx, c)
+			}()
+		}
+	}
+	wg.Wait()
+	close(results)
+	if err := <-sent; err != nil {
+		return err
+	}
+	return recvErr
+}
+
+// sendResults sends the results as they come, each message holding what is
+// ready (up to callsPerResultBatch). After a failed send it keeps draining
+// results, so that no call blocks, and returns the failure.
+func sendResults(stream shalev1.KV_CallsServer, results <-chan *shalev1.CallResult) error {
+	var failed error
+	batch := &shalev1.ResultBatch{}
+	for r := range results {
+		batch.Results = append(batch.Results[:0], r)
+	more:
+		for len(batch.Results) < callsPerResultBatch {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch.Results = append(batch.Results, r)
+			default:
+				break more
+			}
+		}
+		if failed == nil {
+			failed = stream.Send(batch)
+		}
+	}
+	return failed
+}
+
+// serveCall runs one call of a KV.Calls stream and returns its result.
+func (s *kvService) serveCall(ctx context.Context, c *shalev1.Call) *shalev1.CallResult {
+	out := &shalev1.CallResult{Id: c.GetId()}
+	md, ok := kvUnaryMethods[c.GetMethod()]
+	if !ok || strings.Contains(c.GetMethod(), "/") {
+		st := status.Newf(codes.InvalidArgument, "KV.Calls: %q is not a unary method of the KV service", c.GetMethod())
+		out.Code, out.Message = uint32(st.Code()), st.Message()
+		return out
+	}
+	if ms := c.GetTimeoutMs(); ms > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+		defer cancel()
+	} else if ms < 0 {
+		out.Code, out.Message = uint32(codes.InvalidArgument), "KV.Calls: timeout_ms is negative"
+		return out
+	}
+	dec := func(m any) error {
+		if err := proto.Unmarshal(c.GetRequest(), m.(proto.Message)); err != nil {
+			return status.Errorf(codes.InvalidArgument, "KV.Calls: %s request: %v", c.GetMethod(), err)
+		}
+		return nil
+	}
+	resp, err := md.Handler(s, ctx, dec, s.n.authUnaryInterceptor)
+	if err == nil {
+		out.Response, err = proto.Marshal(resp.(proto.Message))
+	}
+	if err != nil {
+		st := status.Convert(err)
+		p := st.Proto()
+		out.Response = nil
+		out.Code, out.Message, out.Details = uint32(st.Code()), st.Message(), p.GetDetails()
+	}
+	s.n.streamCalls.WithLabelValues(md.MethodName, codes.Code(out.Code).String()).Inc()
+	return out
+}
