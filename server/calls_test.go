@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,7 +119,7 @@ func TestCallsStream(t *testing.T) {
 		if want.Code() == codes.OK {
 			t.Fatalf("refusal %d (%s %v): the unary call succeeded", i, rf.method, rf.req)
 		}
-		if codes.Code(r.GetCode()) != want.Code() || !sameDetails(r.GetDetails(), want.Proto().GetDetails()) {
+		if codes.Code(r.GetCode()) != want.Code() || !slices.EqualFunc(r.GetDetails(), want.Proto().GetDetails(), func(x, y *anypb.Any) bool { return proto.Equal(x, y) }) {
 			t.Errorf("%s %v over the stream: %v %q %v; unary: %v", rf.method, rf.req, codes.Code(r.GetCode()), r.GetMessage(), r.GetDetails(), want)
 		}
 	}
@@ -139,16 +140,4 @@ func TestCallsStream(t *testing.T) {
 	if _, err := stream.Recv(); err == nil {
 		t.Fatal("the stream goes on after the client closed its side with nothing in flight")
 	}
-}
-
-func sameDetails(a, b []*anypb.Any) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
