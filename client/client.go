@@ -66,6 +66,8 @@ type options struct {
 	// authUser and authPassword are WithCredentials' (authSet).
 	authUser, authPassword string
 	authSet                bool
+	// unaryCalls (WithUnaryCalls) keeps KV calls off KV.Calls streams.
+	unaryCalls bool
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -112,6 +114,14 @@ func WithReconnectBackoff(max time.Duration) Option {
 			o.reconnectMax = max
 		}
 	}
+}
+
+// WithUnaryCalls makes every KV request its own unary gRPC call. By
+// default a connection's KV requests go over one KV.Calls stream, which
+// sends the requests made at the same time together and gets their
+// responses together (unary calls to a node without it).
+func WithUnaryCalls() Option {
+	return func(o *options) { o.unaryCalls = true }
 }
 
 // WithLogger sets the logger for retries and routing changes (debug level)
@@ -370,6 +380,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
 	opts = append(opts, c.authInterceptors()...)
 	opts = append(opts, grpc.WithChainUnaryInterceptor(sentInterceptor))
+	if !c.opts.unaryCalls {
+		opts = append(opts, grpc.WithChainUnaryInterceptor((&callMux{}).intercept))
+	}
 	target := addr
 	if c.opts.addrMap != nil {
 		target = c.opts.addrMap(addr)

@@ -110,7 +110,9 @@ type attemptProbeKey struct{}
 
 // sentInterceptor marks the attemptProbe of the call's context when the
 // RPC got a transport stream. It is the innermost interceptor of every
-// connection, so a call the auth interceptor resends is seen each time.
+// connection but the KV.Calls one (callMux, which reports a call it queued
+// on its stream as sent), so a call the auth interceptor resends is seen
+// each time.
 func sentInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	p, _ := ctx.Value(attemptProbeKey{}).(*attemptProbe)
 	if p == nil {

@@ -22,8 +22,10 @@ const (
 	// stream reads no more batches meanwhile (HTTP/2 flow control then
 	// holds the client back).
 	callsInFlight = 4096
-	// callsPerResultBatch bounds the results sent in one message.
+	// callsPerResultBatch and resultBatchBytes bound the results sent in
+	// one message (a larger result goes alone).
 	callsPerResultBatch = 512
+	resultBatchBytes    = 1 << 20
 )
 
 // kvUnaryMethods are the KV service's unary methods, by name: what a
@@ -87,23 +89,36 @@ recv:
 // results, so that no call blocks, and returns the failure.
 func sendResults(stream shalev1.KV_CallsServer, results <-chan *shalev1.CallResult) error {
 	var failed error
+	send := func(b *shalev1.ResultBatch) {
+		if failed == nil {
+			failed = stream.Send(b)
+		}
+	}
 	batch := &shalev1.ResultBatch{}
 	for r := range results {
 		batch.Results = append(batch.Results[:0], r)
+		size := len(r.GetResponse())
+		var over *shalev1.CallResult // taken, but too large for this message
 	more:
-		for len(batch.Results) < callsPerResultBatch {
+		for len(batch.Results) < callsPerResultBatch && size < resultBatchBytes {
 			select {
 			case r, ok := <-results:
 				if !ok {
 					break more
 				}
+				if size+len(r.GetResponse()) > resultBatchBytes {
+					over = r
+					break more
+				}
+				size += len(r.GetResponse())
 				batch.Results = append(batch.Results, r)
 			default:
 				break more
 			}
 		}
-		if failed == nil {
-			failed = stream.Send(batch)
+		send(batch)
+		if over != nil {
+			send(&shalev1.ResultBatch{Results: []*shalev1.CallResult{over}})
 		}
 	}
 	return failed

@@ -53,6 +53,24 @@ func init() {
 	RegisterVariant(ShaleEngineName(ShaleSecurity{TLS: true, Auth: true}), func(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
 		return startShaleWith(ctx, cfg, ShaleSecurity{TLS: true, Auth: true})
 	})
+	RegisterVariant(ShaleUnaryName, startShaleUnary)
+}
+
+// ShaleUnaryName is the variant of the Shale peer whose clients make every
+// request a unary gRPC call (client.WithUnaryCalls) instead of sending a
+// connection's requests over one KV.Calls stream.
+const ShaleUnaryName = "shale+unary"
+
+// startShaleUnary starts a plaintext Shale cluster whose clients make
+// unary calls.
+func startShaleUnary(ctx context.Context, cfg ClusterConfig) (Cluster, error) {
+	cl, err := startShaleWith(ctx, cfg, ShaleSecurity{})
+	if err != nil {
+		return nil, err
+	}
+	c := cl.(*shaleCluster)
+	c.nodes.unaryCalls, c.name = true, ShaleUnaryName
+	return c, nil
 }
 
 // ShaleSecurity is how a Shale cluster of the benchmark is secured.
@@ -343,6 +361,8 @@ type ShaleNodes struct {
 	// none).
 	tls            *shaleTLS
 	user, password string
+	// unaryCalls makes NewClient's clients use client.WithUnaryCalls.
+	unaryCalls bool
 }
 
 // Pids are the processes' IDs, node i+1 at index i.
@@ -581,6 +601,9 @@ func (c *ShaleNodes) newClient(ctx context.Context, endpoints []string, user, pa
 	if user != "" {
 		opts = append(opts, shaleclient.WithCredentials(user, password))
 	}
+	if c.unaryCalls {
+		opts = append(opts, shaleclient.WithUnaryCalls())
+	}
 	if err := c.waitListening(ctx, endpoints); err != nil {
 		return nil, err
 	}
@@ -670,6 +693,8 @@ type shaleCluster struct {
 	nodes *ShaleNodes
 	log   io.Writer
 	sec   ShaleSecurity
+	// name overrides the engine name derived from sec (a variant's).
+	name string
 }
 
 // startShale starts the nodes, waits for every shard to have a leader,
@@ -867,7 +892,12 @@ func (c *shaleCluster) moveLeader(ctx context.Context, cli *shaleclient.Client, 
 }
 
 // Name implements Cluster.
-func (c *shaleCluster) Name() string { return ShaleEngineName(c.sec) }
+func (c *shaleCluster) Name() string {
+	if c.name != "" {
+		return c.name
+	}
+	return ShaleEngineName(c.sec)
+}
 
 // Pids are the nodes' process IDs (for the cells' CPU time).
 func (c *shaleCluster) Pids() []int { return c.nodes.Pids() }

@@ -1,0 +1,317 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
+// A connection's unary KV calls go over one KV.Calls stream (callMux, the
+// connection's innermost interceptor): the calls made while the stream's
+// sender is busy leave together in one message, and the node answers many
+// in one, instead of each call being its own HTTP/2 stream with its own
+// headers and writes. Everything around a call is unchanged: the outer
+// interceptors (auth, wrong-node, sent) see each call as a unary call, the
+// node serves each as its unary method, and errors come back with the same
+// status and details. A node without KV.Calls (Unimplemented) gets unary
+// calls from then on.
+
+// kvCallsPrefix is the prefix of the KV service's methods.
+const kvCallsPrefix = "/shale.v1.KV/"
+
+// callBatchBytes bounds the requests sent in one KV.Calls message; a
+// request larger than it goes as a unary call (a message over the node's
+// limit would end the stream and every call on it).
+const callBatchBytes = 1 << 20
+
+// streamable reports whether the unary method goes over KV.Calls, and
+// its name there.
+func streamable(method string) (string, bool) {
+	name, ok := strings.CutPrefix(method, kvCallsPrefix)
+	if !ok {
+		return "", false
+	}
+	switch name {
+	case "Get", "MultiGet", "Put", "Delete", "DeleteRange", "Scan", "Batch", "CompareAndSwap", "Txn":
+		return name, true
+	}
+	return "", false
+}
+
+// callMux carries one connection's unary KV calls over a KV.Calls stream.
+type callMux struct {
+	mu  sync.Mutex
+	cur *callStream
+	// unary is set once the node answered Unimplemented: calls are unary.
+	unary bool
+}
+
+// errNoCalls is how a call learns that the node has no KV.Calls and must
+// be made unary.
+var errNoCalls = errors.New("shale client: the node has no KV.Calls")
+
+// intercept is the unary interceptor.
+func (m *callMux) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	name, ok := streamable(method)
+	if ok {
+		m.mu.Lock()
+		ok = !m.unary
+		m.mu.Unlock()
+	}
+	if !ok {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	body, err := proto.Marshal(req.(proto.Message))
+	if err != nil {
+		return status.Errorf(codes.Internal, "shale client: encode %s request: %v", name, err)
+	}
+	if len(body) > callBatchBytes {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	s := m.stream(cc, md)
+	err = s.call(ctx, name, body, reply, opts)
+	if errors.Is(err, errNoCalls) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	return err
+}
+
+// stream returns the open stream for calls with outgoing metadata md (the
+// target node and the token), opening one if there is none or the open
+// one was opened with other metadata (a renewed token).
+func (m *callMux) stream(cc *grpc.ClientConn, md metadata.MD) *callStream {
+	key := strings.Join(md.Get(AuthorizationMetadataKey), ",") + "|" + strings.Join(md.Get(shalev1.TargetNodeMetadataKey), ",")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.cur; s != nil && s.key == key && !s.isBroken() {
+		return s
+	}
+	if old := m.cur; old != nil {
+		old.retire()
+	}
+	s := openCallStream(m, cc, md, key)
+	m.cur = s
+	return s
+}
+
+// noCalls records that the node has no KV.Calls.
+func (m *callMux) noCalls() {
+	m.mu.Lock()
+	m.unary = true
+	m.mu.Unlock()
+}
+
+// callStream is one KV.Calls stream and its calls in flight.
+type callStream struct {
+	m      *callMux
+	key    string
+	stream shalev1.KV_CallsClient
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	next    uint64
+	queue   []*shalev1.Call
+	waiting map[uint64]chan *shalev1.CallResult
+	// err is set once the stream broke: calls fail with it.
+	err error
+	// retired: no new calls; it closes once its calls are answered.
+	retired bool
+	// received is set once a result arrived (the node has KV.Calls).
+	received bool
+}
+
+// openCallStream opens a stream with the call's outgoing metadata; the
+// connection's stream interceptors add the current token.
+func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD, key string) *callStream {
+	md = md.Copy()
+	md.Delete(AuthorizationMetadataKey)
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
+	s := &callStream{m: m, key: key, cancel: cancel, wake: make(chan struct{}, 1),
+		waiting: map[uint64]chan *shalev1.CallResult{}}
+	st, err := shalev1.NewKVClient(cc).Calls(ctx)
+	if err != nil {
+		s.err = err
+		cancel()
+		return s
+	}
+	s.stream = st
+	go s.send()
+	go s.receive()
+	return s
+}
+
+func (s *callStream) isBroken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil || s.retired
+}
+
+// retire stops new calls; the stream ends once its calls are answered.
+func (s *callStream) retire() {
+	s.mu.Lock()
+	s.retired = true
+	idle := len(s.waiting) == 0 && s.err == nil
+	s.mu.Unlock()
+	if idle {
+		s.cancel()
+	}
+}
+
+// call sends one call (its encoded request) and waits for its result.
+func (s *callStream) call(ctx context.Context, method string, body []byte, reply any, opts []grpc.CallOption) error {
+	c := &shalev1.Call{Method: method, Request: body}
+	if dl, ok := ctx.Deadline(); ok {
+		c.TimeoutMs = max(time.Until(dl).Milliseconds(), 1)
+	}
+	done := make(chan *shalev1.CallResult, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	s.next++
+	c.Id = s.next
+	s.waiting[c.Id] = done
+	s.queue = append(s.queue, c)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	// The call left the client once it is queued on an open stream: mark
+	// it sent for the outer interceptors (an outcome may be unknown).
+	for _, o := range opts {
+		if p, ok := o.(grpc.PeerCallOption); ok && p.PeerAddr != nil {
+			*p.PeerAddr = peer.Peer{Addr: streamAddr{}}
+		}
+	}
+	select {
+	case r := <-done:
+		if r == nil {
+			s.mu.Lock()
+			err := s.err
+			s.mu.Unlock()
+			return err
+		}
+		if r.GetCode() != 0 {
+			return status.FromProto(&spb.Status{Code: int32(r.GetCode()), Message: r.GetMessage(), Details: r.GetDetails()}).Err()
+		}
+		if err := proto.Unmarshal(r.GetResponse(), reply.(proto.Message)); err != nil {
+			return status.Errorf(codes.Internal, "shale client: decode %s response: %v", method, err)
+		}
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.waiting, c.Id)
+		s.mu.Unlock()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// streamAddr is the peer of a call made over a KV.Calls stream: what
+// matters to the caller is that the call left.
+type streamAddr struct{}
+
+func (streamAddr) Network() string { return "tcp" }
+func (streamAddr) String() string  { return "kv-calls-stream" }
+
+// send sends the queued calls, as many in one message as callBatchBytes
+// allows.
+func (s *callStream) send() {
+	for range s.wake {
+		s.mu.Lock()
+		q := s.queue
+		s.queue = nil
+		broken := s.err != nil
+		s.mu.Unlock()
+		if broken {
+			return
+		}
+		for len(q) > 0 {
+			n, size := 0, 0
+			for n < len(q) && (n == 0 || size+len(q[n].GetRequest()) <= callBatchBytes) {
+				size += len(q[n].GetRequest())
+				n++
+			}
+			if err := s.stream.Send(&shalev1.CallBatch{Calls: q[:n]}); err != nil {
+				return // receive reports the stream's status
+			}
+			q = q[n:]
+		}
+	}
+}
+
+// receive delivers results until the stream ends, then fails the calls
+// still waiting.
+func (s *callStream) receive() {
+	for {
+		rb, err := s.stream.Recv()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		s.received = true
+		for _, r := range rb.GetResults() {
+			if ch, ok := s.waiting[r.GetId()]; ok {
+				delete(s.waiting, r.GetId())
+				ch <- r
+			}
+		}
+		idle := s.retired && len(s.waiting) == 0
+		s.mu.Unlock()
+		if idle {
+			s.cancel()
+		}
+	}
+}
+
+// fail ends the stream: the calls waiting get nil (and read s.err). A node
+// without KV.Calls makes them unary calls; otherwise they fail Unavailable
+// (a write's outcome is unknown: the node may have applied it).
+func (s *callStream) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	switch {
+	case status.Code(err) == codes.Unimplemented && !s.received:
+		s.m.noCalls()
+		s.err = errNoCalls
+	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled && s.retired:
+		s.err = status.Error(codes.Unavailable, "shale client: KV.Calls stream closed")
+	default:
+		st := status.Convert(err)
+		if st.Code() == codes.Canceled || st.Code() == codes.Internal {
+			st = status.New(codes.Unavailable, fmt.Sprintf("shale client: KV.Calls stream: %s", st.Message()))
+		}
+		s.err = st.Err()
+	}
+	for id, ch := range s.waiting {
+		delete(s.waiting, id)
+		ch <- nil
+	}
+	s.cancel()
+	select { // the sender sees the stream broken and ends
+	case s.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,108 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/shale-db/shale/client"
+	"github.com/shale-db/shale/internal/testcluster"
+)
+
+// callsServed sums, over the cluster's nodes, the KV calls served over
+// KV.Calls streams and the unary Puts served.
+func callsServed(t *testing.T, c *testcluster.Cluster) (stream, unaryPuts float64) {
+	t.Helper()
+	for _, id := range c.NodeIDs() {
+		mfs, err := c.Node(id).Metrics().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "shale_kv_stream_calls_total":
+					stream += m.GetCounter().GetValue()
+				case "grpc_server_handled_total":
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if labels["grpc_service"] == "shale.v1.KV" && labels["grpc_method"] == "Put" {
+						unaryPuts += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return stream, unaryPuts
+}
+
+// TestCallsStreamCarriesRequests: by default the SDK's KV requests go over
+// KV.Calls streams, concurrent ones sharing them, with the same results
+// and errors as unary calls; WithUnaryCalls makes them unary.
+func TestCallsStreamCarriesRequests(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	ctx := context.Background()
+	cl, err := client.New(ctx, c.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	stream0, unary0 := callsServed(t, c)
+	const workers, each = 16, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				k := []byte(fmt.Sprintf("%c/%d/%d", "am"[w%2], w, i))
+				if _, err := cl.Put(ctx, k, k); err != nil {
+					errs <- err
+					return
+				}
+				kv, err := cl.Get(ctx, k)
+				if err != nil || string(kv.Value) != string(k) {
+					errs <- fmt.Errorf("get %s: %v %v", k, kv, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Errors keep their types over the stream.
+	if _, err := cl.Put(ctx, nil, []byte("v")); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("empty key over the stream: %v", err)
+	}
+	if _, err := cl.Get(ctx, []byte("a/absent")); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("absent key over the stream: %v", err)
+	}
+	stream1, unary1 := callsServed(t, c)
+	if got := stream1 - stream0; got < 2*workers*each {
+		t.Fatalf("%v calls over KV.Calls for %d puts and gets", got, 2*workers*each)
+	}
+	if unary1 != unary0 {
+		t.Fatalf("%v unary puts with KV.Calls available", unary1-unary0)
+	}
+
+	ucl, err := client.New(ctx, c.Endpoints(), client.WithUnaryCalls())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ucl.Close()
+	if _, err := ucl.Put(ctx, []byte("a/unary"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	stream2, unary2 := callsServed(t, c)
+	if stream2 != stream1 || unary2 != unary1+1 {
+		t.Fatalf("WithUnaryCalls: %v stream calls, %v unary puts; want 0 and 1", stream2-stream1, unary2-unary1)
+	}
+}
