@@ -93,7 +93,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
 		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
-	s.st.Store(a.st)
+	s.publish(a.st)
 	s.notifyChanged()
 	for _, fn := range a.after {
 		if err := fn(); err != nil {

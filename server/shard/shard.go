@@ -364,6 +364,11 @@ type Shard struct {
 	// of an earlier engine is void. Guarded like db.
 	logGen uint64
 
+	// dedupFloor is the oldest live dedup sequence of the state of the
+	// engine open now (0 while an engine opens): compactions drop the
+	// dedup entries below it (dedupFilter).
+	dedupFloor atomic.Uint64
+
 	// changed is the channel Changed handed out (nil when none is
 	// waiting), closed at the next change.
 	changed atomic.Pointer[chan struct{}]
@@ -416,6 +421,12 @@ func newShard(dir string, opts Options) *Shard {
 	return s
 }
 
+// publish makes st the shard's applied state.
+func (s *Shard) publish(st *state) {
+	s.st.Store(st)
+	s.dedupFloor.Store(st.dedupOldest)
+}
+
 // dedupFilter drops, in compactions, the dedup entries the table evicted
 // (below its oldest live sequence), and hands every other entry to next.
 // Evicting writes nothing (see dedupStore): this is where the space goes.
@@ -428,7 +439,7 @@ func (f dedupFilter) Name() string { return "shard.dedup" }
 
 func (f dedupFilter) Filter(level int, key, value []byte) (storage.FilterDecision, []byte) {
 	if bytes.HasPrefix(key, dedupIDPrefix) {
-		if len(value) >= 8 && binary.BigEndian.Uint64(value) < f.s.st.Load().dedupOldest {
+		if len(value) >= 8 && binary.BigEndian.Uint64(value) < f.s.dedupFloor.Load() {
 			return storage.FilterRemove, nil
 		}
 		return storage.FilterKeep, nil
@@ -478,7 +489,7 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
 	}
 	s.db = db
-	s.st.Store(ns)
+	s.publish(ns)
 	return s, nil
 }
 
@@ -593,7 +604,7 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 		_ = s.db.Close()
 		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
 	}
-	s.st.Store(&ns)
+	s.publish(&ns)
 	return s, nil
 }
 
@@ -633,6 +644,9 @@ func OpenEmpty(dir string, opts Options) (*Shard, error) {
 // openEngine opens the engine in s.dir and loads its state; with
 // requireMeta, missing metadata is an error.
 func (s *Shard) openEngine(o *storage.Options, requireMeta bool) error {
+	// Until its state is loaded, the compactions of the engine opening
+	// (a recovery's flushes) drop no dedup entry.
+	s.dedupFloor.Store(0)
 	db, err := storage.Open(s.dir, o)
 	if err != nil {
 		return fmt.Errorf("shard: open %s: %w", s.dir, err)
@@ -650,7 +664,7 @@ func (s *Shard) openEngine(o *storage.Options, requireMeta bool) error {
 		return fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
 	s.db = db
-	s.st.Store(st)
+	s.publish(st)
 	return nil
 }
 

@@ -103,7 +103,7 @@ func (a *applier) flushStaged() error {
 		return err
 	}
 	published := *a.st
-	a.s.st.Store(&published)
+	a.s.publish(&published)
 	a.written = &published
 	a.b.Reset()
 	clear(a.ov.writes)
