@@ -262,3 +262,36 @@ func TestConcurrentProposalsShareOneAppend(t *testing.T) {
 	}
 	c.converged(1, 1, 2, 3)
 }
+
+// TestHaltFailsQueuedProposalsAsStopped: proposals still queued when their
+// replica halts fail with ErrStopped (they never reached the log; callers
+// go to another replica), not with the halt's bare cause. Found by the
+// chaos harness: a node whose disk filled answered such requests Internal,
+// and the client gave up instead of trying another replica.
+func TestHaltFailsQueuedProposalsAsStopped(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	lead := c.leader(1)
+	r := c.get(lead).store.Replica(1)
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = r.runOnLoop(context.Background(), func() error {
+			close(started)
+			<-release
+			r.fatal(errors.New("the state machine is corrupt"))
+			return nil
+		})
+	}()
+	<-started
+	errs := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := r.Propose(ctx, []byte("k=v"))
+		errs <- err
+	}()
+	c.waitFor("the proposal to queue", 5*time.Second, func() bool { return r.inflight.Load() == 1 })
+	close(release)
+	if err := <-errs; !errors.Is(err, ErrStopped) {
+		t.Fatalf("a proposal queued when its replica halted: %v, want ErrStopped", err)
+	}
+}

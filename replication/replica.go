@@ -547,7 +547,7 @@ func (r *Replica) fatal(err error) {
 	if isIOError(err) {
 		r.store.fail(fmt.Errorf("shard %d: %w", r.shardID, err))
 	}
-	r.failAll(fmt.Errorf("replication: shard %d halted: %w", r.shardID, err))
+	r.failAll(fmt.Errorf("%w: shard %d halted: %w", ErrStopped, r.shardID, err))
 }
 
 // stepPeer hands a peer's message to raft. etcd raft panics on a message

@@ -582,8 +582,12 @@ func (s *Store) run() {
 				reps = append(reps, r)
 			}
 			s.mu.Unlock()
+			// Calls fail as on a stopped node (clients go to another
+			// replica); those whose entries were proposed, with an
+			// unknown outcome.
+			stopped := fmt.Errorf("%w: the node's Raft log failed: %w", ErrStopped, err)
 			for _, r := range reps {
-				r.failAll(err)
+				r.failAll(stopped)
 			}
 			<-s.stop
 			return
