@@ -25,6 +25,12 @@
 // or after WithMaxAttempts attempts; the error is then one that
 // errors.Is(err, ErrUnavailable), wrapping the last error seen.
 //
+// Transport: one gRPC connection per node, shared by every caller; a
+// connection's KV requests travel over one KV.Calls stream, so that the
+// requests made at the same time leave in one message and their responses
+// come back together (a node without KV.Calls gets unary calls;
+// WithUnaryCalls makes every request a unary call).
+//
 // Security: WithTLSFiles (or WithTLS) connects with TLS, re-reading the
 // files so that rotated certificates need no restart; a refused handshake
 // fails New at once with the cause. WithCredentials logs in
