@@ -254,10 +254,11 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 	for _, e := range effects {
 		switch e := e.(type) {
 		case HostShard:
+			id := e.StateMachine.AppliedState().Descriptor.GetShardId()
 			nr, err := s.AddReplica(e.StateMachine)
 			if err != nil {
 				_ = e.StateMachine.Close()
-				return fmt.Errorf("host shard %d: %w", e.StateMachine.AppliedState().Descriptor.GetShardId(), err)
+				return fmt.Errorf("host shard %d: %w", id, err)
 			}
 			if r.IsLeader() {
 				s.bg.Add(1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -128,35 +127,36 @@ func sendResults(stream shalev1.KV_CallsServer, results <-chan *shalev1.CallResu
 func (s *kvService) serveCall(ctx context.Context, c *shalev1.Call) *shalev1.CallResult {
 	out := &shalev1.CallResult{Id: c.GetId()}
 	md, ok := kvUnaryMethods[c.GetMethod()]
-	if !ok || strings.Contains(c.GetMethod(), "/") {
-		st := status.Newf(codes.InvalidArgument, "KV.Calls: %q is not a unary method of the KV service", c.GetMethod())
-		out.Code, out.Message = uint32(st.Code()), st.Message()
-		return out
-	}
-	if ms := c.GetTimeoutMs(); ms > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
-		defer cancel()
-	} else if ms < 0 {
-		out.Code, out.Message = uint32(codes.InvalidArgument), "KV.Calls: timeout_ms is negative"
-		return out
-	}
-	dec := func(m any) error {
-		if err := proto.Unmarshal(c.GetRequest(), m.(proto.Message)); err != nil {
-			return status.Errorf(codes.InvalidArgument, "KV.Calls: %s request: %v", c.GetMethod(), err)
+	method := md.MethodName
+	var resp any
+	var err error
+	switch {
+	case !ok:
+		method = "unknown" // a label per name a client sends would grow without bound
+		err = status.Errorf(codes.InvalidArgument, "KV.Calls: %q is not a unary method of the KV service", c.GetMethod())
+	case c.GetTimeoutMs() < 0:
+		err = status.Error(codes.InvalidArgument, "KV.Calls: timeout_ms is negative")
+	default:
+		if ms := c.GetTimeoutMs(); ms > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+			defer cancel()
 		}
-		return nil
-	}
-	resp, err := md.Handler(s, ctx, dec, s.n.authUnaryInterceptor)
-	if err == nil {
-		out.Response, err = proto.Marshal(resp.(proto.Message))
+		dec := func(m any) error {
+			if err := proto.Unmarshal(c.GetRequest(), m.(proto.Message)); err != nil {
+				return status.Errorf(codes.InvalidArgument, "KV.Calls: %s request: %v", method, err)
+			}
+			return nil
+		}
+		if resp, err = md.Handler(s, ctx, dec, s.n.authUnaryInterceptor); err == nil {
+			out.Response, err = proto.Marshal(resp.(proto.Message))
+		}
 	}
 	if err != nil {
 		st := status.Convert(err)
-		p := st.Proto()
 		out.Response = nil
-		out.Code, out.Message, out.Details = uint32(st.Code()), st.Message(), p.GetDetails()
+		out.Code, out.Message, out.Details = uint32(st.Code()), st.Message(), st.Proto().GetDetails()
 	}
-	s.n.streamCalls.WithLabelValues(md.MethodName, codes.Code(out.Code).String()).Inc()
+	s.n.streamCalls.WithLabelValues(method, codes.Code(out.Code).String()).Inc()
 	return out
 }

@@ -136,9 +136,11 @@ func (st *state) appliedRecord(buf []byte) []byte {
 
 // writeMeta stages the metadata records of st into b: those that differ
 // from old, the state the engine holds, or all of them when old is nil or
-// was read from a format 1 engine (deleting what format 1 kept apart).
+// the engine is of format 1 (old or st read from one; then it deletes what
+// format 1 kept apart).
 func (st *state) writeMeta(b *storage.Batch, old *state) {
-	full := old == nil || old.legacy
+	legacy := st.legacy || (old != nil && old.legacy)
+	full := old == nil || legacy
 	var buf [appliedRecordLen]byte
 	b.Set(keyApplied, st.appliedRecord(buf[:0]))
 	if full || !bytes.Equal(st.confBytes, old.confBytes) {
@@ -153,7 +155,8 @@ func (st *state) writeMeta(b *storage.Batch, old *state) {
 	}
 	if full {
 		b.Set(keyFormat, []byte{formatVersion})
-		// What a format 1 engine (or a copy of one) kept apart.
+	}
+	if legacy {
 		b.Delete(keyRevision)
 		b.Delete(keyDedupBounds)
 		b.Delete(keyHLC)

@@ -85,33 +85,26 @@ func CheckTxn(txn *shalev1.TxnRequest, lim Limits, req Request) *Invalid {
 			return malformed("%s is %d bytes, limit %d", what, sz, lim.MaxBytes)
 		}
 	}
+	single := req == RequestSingle
 	for i, c := range txn.GetCompares() {
-		at := func() string { return fmt.Sprintf("compare %d: ", i) }
-		if req == RequestSingle {
-			at = func() string { return "" }
-		}
+		at := where{single, "compare", i}
 		if inv := checkKey(c.GetKey(), lim, at); inv != nil {
 			return inv
 		}
 		if _, ok := shalev1.Compare_Target_name[int32(c.GetTarget())]; !ok {
-			return malformed("%sunknown compare target %d", at(), c.GetTarget())
+			return malformed("%sunknown compare target %d", at, c.GetTarget())
 		}
 		if _, ok := shalev1.Compare_Result_name[int32(c.GetResult())]; !ok {
-			return malformed("%sunknown compare result %d", at(), c.GetResult())
+			return malformed("%sunknown compare result %d", at, c.GetResult())
 		}
 	}
 	for branch, ops := range [][]*shalev1.RequestOp{txn.GetSuccess(), txn.GetFailure()} {
+		part := "op"
+		if branch == 1 {
+			part = "failure op"
+		}
 		for i, op := range ops {
-			at := func() string {
-				if branch == 1 {
-					return fmt.Sprintf("failure op %d: ", i)
-				}
-				return fmt.Sprintf("op %d: ", i)
-			}
-			if req == RequestSingle {
-				at = func() string { return "" }
-			}
-			if inv := checkOp(op, lim, req, at); inv != nil {
+			if inv := checkOp(op, lim, req, where{single, part, i}); inv != nil {
 				return inv
 			}
 		}
@@ -119,38 +112,53 @@ func CheckTxn(txn *shalev1.TxnRequest, lim Limits, req Request) *Invalid {
 	return nil
 }
 
-func checkOp(op *shalev1.RequestOp, lim Limits, req Request, at func() string) *Invalid {
+// where names the part of a command an error is about ("op 2: "), or
+// nothing in a single-operation request; it is formatted only for an error.
+type where struct {
+	single bool
+	part   string
+	i      int
+}
+
+func (w where) String() string {
+	if w.single {
+		return ""
+	}
+	return fmt.Sprintf("%s %d: ", w.part, w.i)
+}
+
+func checkOp(op *shalev1.RequestOp, lim Limits, req Request, at where) *Invalid {
 	switch o := op.GetOp().(type) {
 	case *shalev1.RequestOp_Put:
 		if inv := checkKey(o.Put.GetKey(), lim, at); inv != nil {
 			return inv
 		}
 		if v := o.Put.GetValue(); lim.MaxValueBytes > 0 && len(v) > lim.MaxValueBytes {
-			return malformed("%svalue is %d bytes, limit %d", at(), len(v), lim.MaxValueBytes)
+			return malformed("%svalue is %d bytes, limit %d", at, len(v), lim.MaxValueBytes)
 		}
 		if o.Put.GetTtlMs() < 0 {
-			return malformed("%sttl_ms is negative", at())
+			return malformed("%sttl_ms is negative", at)
 		}
 	case *shalev1.RequestOp_Delete:
 		return checkKey(o.Delete.GetKey(), lim, at)
 	case *shalev1.RequestOp_Get:
 		if req == RequestBatch {
-			return malformed("%sa Batch holds only writes; use Txn to read", at())
+			return malformed("%sa Batch holds only writes; use Txn to read", at)
 		}
 		return checkKey(o.Get.GetKey(), lim, at)
 	case *shalev1.RequestOp_DeleteRange:
 		start, end := o.DeleteRange.GetStartKey(), o.DeleteRange.GetEndKey()
 		if len(start) == 0 {
-			return malformed("%sdelete range: start_key is empty", at())
+			return malformed("%sdelete range: start_key is empty", at)
 		}
 		if lim.MaxKeyBytes > 0 && (len(start) > lim.MaxKeyBytes || len(end) > lim.MaxKeyBytes) {
-			return malformed("%sdelete range: bound over %d bytes", at(), lim.MaxKeyBytes)
+			return malformed("%sdelete range: bound over %d bytes", at, lim.MaxKeyBytes)
 		}
 		if len(end) > 0 && bytes.Compare(start, end) >= 0 {
-			return malformed("%sdelete range [%q, %q) is empty or inverted", at(), start, end)
+			return malformed("%sdelete range [%q, %q) is empty or inverted", at, start, end)
 		}
 	default:
-		return malformed("%sthe operation is empty", at())
+		return malformed("%sthe operation is empty", at)
 	}
 	return nil
 }
@@ -158,15 +166,15 @@ func checkOp(op *shalev1.RequestOp, lim Limits, req Request, at func() string) *
 // CheckKey checks a key as CheckTxn checks the keys of a command: not
 // empty and within lim.
 func CheckKey(k []byte, lim Limits) *Invalid {
-	return checkKey(k, lim, func() string { return "" })
+	return checkKey(k, lim, where{single: true})
 }
 
-func checkKey(k []byte, lim Limits, at func() string) *Invalid {
+func checkKey(k []byte, lim Limits, at where) *Invalid {
 	if len(k) == 0 {
-		return malformed("%skey is empty", at())
+		return malformed("%skey is empty", at)
 	}
 	if lim.MaxKeyBytes > 0 && len(k) > lim.MaxKeyBytes {
-		return malformed("%skey is %d bytes, limit %d", at(), len(k), lim.MaxKeyBytes)
+		return malformed("%skey is %d bytes, limit %d", at, len(k), lim.MaxKeyBytes)
 	}
 	return nil
 }
