@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -874,6 +875,77 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	}
 	if got := c.leader(1); got != target {
 		t.Fatalf("leader is %d after transfer to %d", got, target)
+	}
+}
+
+// TestLeaseReadsEndBeforeANewLeader: with lease reads, a leader cut off
+// from its followers stops serving reads before they can elect a new
+// leader and commit a write: no read that starts on the old leader after
+// the new leader acknowledged a write succeeds. (Raft's own lease-based
+// reads let the old leader serve until CheckQuorum deposed it, up to two
+// election timeouts: found by the porcupine test under CPU load.)
+func TestLeaseReadsEndBeforeANewLeader(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.LeaseReads = true })
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	for round := range 6 {
+		c.propose(1, "a", fmt.Sprint(round))
+		lead := c.leader(1)
+		old := c.get(lead).store.Replica(1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := old.ReadIndex(ctx); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cancel()
+		c.net.Isolate(lead)
+		var written atomic.Int64 // unix nanos when the new leader's write returned
+		stop := make(chan struct{})
+		var stale atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					start := time.Now().UnixNano()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+					err := old.ReadIndex(ctx)
+					cancel()
+					if w := written.Load(); err == nil && w != 0 && start > w {
+						stale.Add(1)
+					}
+				}
+			}()
+		}
+		var others []uint64
+		for id := uint64(1); id <= 3; id++ {
+			if id != lead {
+				others = append(others, id)
+			}
+		}
+		newLead := c.leader(1, others...)
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.get(newLead).store.Replica(1).Propose(ctx, []byte(fmt.Sprintf("a=new%d", round))); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cancel()
+		written.Store(time.Now().UnixNano())
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		c.net.Heal()
+		if n := stale.Load(); n > 0 {
+			t.Fatalf("round %d: %d reads started on the isolated old leader (node %d) after the new leader (node %d) acknowledged a write, and succeeded", round, n, lead, newLead)
+		}
 	}
 }
 

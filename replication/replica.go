@@ -45,7 +45,16 @@ type Replica struct {
 	stopErr   error
 
 	// Loop-only state.
-	waiters        map[uint64]*proposal
+	waiters map[uint64]*proposal
+	// With Config.LeaseReads, the leader serves reads without a ReadIndex
+	// round until leaseUntil, in term leaseTerm (see leaseRead);
+	// transferAt is when it last asked Raft to hand its leadership over
+	// (rounds sent before then extend no lease); renewing marks a renewal
+	// round in flight.
+	leaseUntil     time.Time
+	leaseTerm      uint64
+	transferAt     time.Time
+	renewing       bool
 	readBatches    map[string]*readBatch
 	readSeq        uint64
 	appliedWaiters []*readWaiter
@@ -136,6 +145,11 @@ type readBatch struct {
 	ctx     []byte
 	waiters []*readWaiter
 	ticks   int
+	// sent is when the round was first asked for, in term term; renew
+	// marks a round sent only to renew the leader's lease.
+	sent  time.Time
+	term  uint64
+	renew bool
 }
 
 func newReplica(s *Store, shardID, replicaID uint64, sm StateMachine, lg *raftlog.Log) *Replica {
@@ -185,9 +199,6 @@ func (r *Replica) initRaft() error {
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
 		Logger:                    r.store.rlog,
-	}
-	if cfg.LeaseReads {
-		rc.ReadOnlyOption = raft.ReadOnlyLeaseBased
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
@@ -391,6 +402,9 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 			giveUp = time.Now().Add(2 * time.Duration(r.store.cfg.ElectionTicks) * r.store.cfg.TickInterval)
 			if err := r.runOnLoop(ctx, func() error {
 				r.unquiesce()
+				// The target may win without waiting out the voters'
+				// refusal to vote for others: no lease from here on.
+				r.transferAt, r.leaseUntil = time.Now(), time.Time{}
 				r.rn.TransferLeader(target)
 				return nil
 			}); err != nil {
@@ -654,15 +668,85 @@ func (r *Replica) drainQueued() {
 		}
 	}
 	if len(reads) > 0 {
-		r.readSeq++
-		ctx := make([]byte, 16)
-		binary.BigEndian.PutUint64(ctx, r.store.proposal.Add(1))
-		binary.BigEndian.PutUint64(ctx[8:], r.readSeq)
-		r.readBatches[string(ctx)] = &readBatch{ctx: ctx, waiters: reads}
-		r.rn.ReadIndex(ctx)
+		if bs := r.rn.BasicStatus(); !r.leaseRead(&bs, reads) {
+			r.sendReadIndex(&bs, reads, false)
+		}
 	}
 	for _, op := range ops {
 		op.done <- op.fn()
+	}
+}
+
+// sendReadIndex starts a ReadIndex round for waiters (loop side); renew
+// marks a round that only renews the lease.
+func (r *Replica) sendReadIndex(bs *raft.BasicStatus, waiters []*readWaiter, renew bool) {
+	r.readSeq++
+	ctx := make([]byte, 16)
+	binary.BigEndian.PutUint64(ctx, r.store.proposal.Add(1))
+	binary.BigEndian.PutUint64(ctx[8:], r.readSeq)
+	r.readBatches[string(ctx)] = &readBatch{ctx: ctx, waiters: waiters, sent: time.Now(), term: bs.GetTerm(), renew: renew}
+	r.rn.ReadIndex(ctx)
+}
+
+// leaseDuration is how long a confirmed ReadIndex round lets the leader
+// serve reads on its own: an election timeout less two ticks. The voters
+// that answered the round heard from this leader after it was sent, and
+// with CheckQuorum a voter refuses to vote (or pre-vote) for another
+// candidate for an election timeout of its own ticks after hearing from
+// its leader; ticks run no faster than the wall clock (missed ticks are
+// dropped, not caught up). A leadership transfer skips that refusal, so
+// asking for one ends the lease.
+func (r *Replica) leaseDuration() time.Duration {
+	c := r.store.cfg
+	return c.TickInterval * time.Duration(max(1, c.ElectionTicks-2))
+}
+
+// leaseRead answers reads from the leader's lease (loop side): with
+// Config.LeaseReads, a leader holding a lease in its current term, with no
+// transfer under way, reads at its commit index without a round trip, and
+// renews the lease in the background once half of it has passed. It
+// reports whether it answered them.
+func (r *Replica) leaseRead(bs *raft.BasicStatus, reads []*readWaiter) bool {
+	if !r.store.cfg.LeaseReads || bs.RaftState != raft.StateLeader || bs.LeadTransferee != 0 || bs.GetTerm() != r.leaseTerm {
+		return false
+	}
+	now := time.Now()
+	if !now.Before(r.leaseUntil) {
+		return false
+	}
+	// No other leader can have committed anything since the lease was
+	// confirmed: every write acknowledged before these reads started is
+	// at or below this leader's commit index.
+	idx := bs.GetCommit()
+	for _, w := range reads {
+		if r.applied >= idx {
+			w.done <- nil
+		} else {
+			w.index = idx
+			r.appliedWaiters = append(r.appliedWaiters, w)
+		}
+	}
+	if !r.renewing && r.leaseUntil.Sub(now) < r.leaseDuration()/2 {
+		r.renewing = true
+		r.sendReadIndex(bs, nil, true)
+	}
+	return true
+}
+
+// extendLease extends the lease by a confirmed round b (loop side).
+func (r *Replica) extendLease(b *readBatch) {
+	if b.renew {
+		r.renewing = false
+	}
+	if !r.store.cfg.LeaseReads {
+		return
+	}
+	bs := r.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || bs.GetTerm() != b.term || bs.LeadTransferee != 0 || !b.sent.After(r.transferAt) {
+		return
+	}
+	if until := b.sent.Add(r.leaseDuration()); bs.GetTerm() != r.leaseTerm || until.After(r.leaseUntil) {
+		r.leaseTerm, r.leaseUntil = bs.GetTerm(), until
 	}
 }
 
@@ -1038,6 +1122,7 @@ func (r *Replica) handleReadStates(states []raft.ReadState) {
 			continue
 		}
 		delete(r.readBatches, string(rs.RequestCtx))
+		r.extendLease(b)
 		for _, w := range b.waiters {
 			if r.applied >= rs.Index {
 				w.done <- nil

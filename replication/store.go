@@ -51,9 +51,12 @@ type Config struct {
 	ElectionTicks int
 	// HeartbeatTicks is the heartbeat interval in ticks (default 2).
 	HeartbeatTicks int
-	// LeaseReads serves linearizable reads on the leader from its lease
-	// (raft.ReadOnlyLeaseBased under CheckQuorum) instead of a ReadIndex
-	// round trip. It relies on bounded clock drift and turns quiescence off.
+	// LeaseReads serves linearizable reads on the leader from a lease
+	// instead of a ReadIndex round trip each: a confirmed round lets the
+	// leader serve reads alone for an election timeout less two ticks from
+	// when the round was sent (under CheckQuorum no other leader can be
+	// elected sooner), and asking for a leadership transfer ends it. It
+	// relies on bounded clock drift and turns quiescence off.
 	LeaseReads bool
 	// DisableQuiescence keeps idle groups ticking and heartbeating.
 	DisableQuiescence bool
