@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/signal"
@@ -311,6 +312,33 @@ func TestRunAllWorkloads(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("cluster directories left behind: %v", entries)
+	}
+}
+
+// TestSlowOpsLog: with SlowOps every cell logs its operations per second
+// and the operations that took at least that long, with their start.
+func TestSlowOpsLog(t *testing.T) {
+	registerMemTest()
+	var log bytes.Buffer
+	cfg := Config{
+		Engines:   []string{"mem-test"},
+		Workloads: []string{"put"},
+		Clients:   []int{2},
+		Duration:  100 * time.Millisecond,
+		Keys:      100,
+		Dir:       t.TempDir(),
+		Seed:      1,
+		SlowOps:   time.Nanosecond,
+		Log:       &log,
+	}
+	results := Run(context.Background(), cfg, nil)
+	if len(results) != 1 || results[0].Err != nil {
+		t.Fatalf("results %+v", results)
+	}
+	out := log.String()
+	want := fmt.Sprintf("put/mem-test/2 clients: %d operations took 1ns or more; the slowest:", results[0].Ops)
+	if !strings.Contains(out, "operations completed per second from") || !strings.Contains(out, want) || strings.Count(out, "  started ") != min(20, int(results[0].Ops)) {
+		t.Fatalf("log lacks the slow operations (want %q):\n%s", want, out)
 	}
 }
 

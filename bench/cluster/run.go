@@ -66,6 +66,10 @@ type Config struct {
 	// HangTimeout is how long past Duration a cell may run (waiting for
 	// operations in flight) before it is cancelled and fails.
 	HangTimeout time.Duration
+	// SlowOps, when positive, logs every cell's operations that took at
+	// least this long (the 20 slowest, with their wall-clock start, to
+	// match against the servers' logs) and how many there were.
+	SlowOps time.Duration
 	// Rounds repeats every (workload, engine) this many times (default 1),
 	// each time on a fresh cluster, alternating the engines' order from
 	// round to round (A B, B A, A B, ...), and reports for each cell the
@@ -512,6 +516,13 @@ type worker struct {
 	ops    int64
 	bytes  int64
 	end    time.Time
+	slow   []slowOp
+}
+
+// slowOp is one operation that took at least Config.SlowOps.
+type slowOp struct {
+	start time.Time
+	took  time.Duration
 }
 
 // runCell runs one workload with clients concurrent clients for
@@ -574,6 +585,9 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 					return
 				}
 				wk.hist.Record(t1.Sub(t0))
+				if cfg.SlowOps > 0 && t1.Sub(t0) >= cfg.SlowOps {
+					wk.slow = append(wk.slow, slowOp{start: t0, took: t1.Sub(t0)})
+				}
 				sec := int(t1.Sub(start) / time.Second)
 				for len(wk.perSec) <= sec {
 					wk.perSec = append(wk.perSec, 0)
@@ -589,8 +603,10 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	res.ClientCPU = self.used()
 	end := start
 	var perSec []int64
+	var slow []slowOp
 	for i := range workers {
 		wk := &workers[i]
+		slow = append(slow, wk.slow...)
 		res.Latency.Merge(&wk.hist)
 		res.Ops += wk.ops
 		res.Bytes += wk.bytes
@@ -605,6 +621,9 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		}
 	}
 	res.Elapsed = end.Sub(start)
+	if cfg.SlowOps > 0 {
+		logSlowOps(cfg, engine, w.name, clients, start, slow, perSec)
+	}
 	res.MinOpsIn1s, res.ZeroSeconds = minOpsIn1s(perSec, res.Elapsed, res.Ops)
 	if res.ZeroSeconds > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d whole second(s) with no operation completed", res.ZeroSeconds))
@@ -615,6 +634,17 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		res.Err = ctx.Err()
 	}
 	return res
+}
+
+// logSlowOps logs the operations completed in each second of a cell, how
+// many took at least cfg.SlowOps and the 20 slowest, by wall-clock start.
+func logSlowOps(cfg *Config, engine, workload string, clients int, start time.Time, slow []slowOp, perSec []int64) {
+	logLine(cfg.Log, "%s/%s/%d clients: operations completed per second from %s: %v", workload, engine, clients, start.UTC().Format("15:04:05.000"), perSec)
+	slices.SortFunc(slow, func(a, b slowOp) int { return cmp.Compare(b.took, a.took) })
+	logLine(cfg.Log, "%s/%s/%d clients: %d operations took %s or more; the slowest:", workload, engine, clients, len(slow), cfg.SlowOps)
+	for _, op := range slow[:min(len(slow), 20)] {
+		logLine(cfg.Log, "  started %s (+%s), took %s", op.start.UTC().Format("15:04:05.000"), op.start.Sub(start).Round(time.Millisecond), op.took.Round(time.Millisecond))
+	}
 }
 
 // selfCPU starts measuring this process's CPU time (nil when /proc cannot

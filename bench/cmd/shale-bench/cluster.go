@@ -26,7 +26,7 @@ func clusterCmd() *cobra.Command {
 		quick, keep, asJSON              bool
 		useTLS, useAuth                  bool
 		keys, valueSize, conns, rounds   int
-		duration, hang                   time.Duration
+		duration, hang, slowOps          time.Duration
 		seed                             uint64
 	)
 	cmd := &cobra.Command{
@@ -112,6 +112,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 				Keep:        keep,
 				Seed:        seed,
 				HangTimeout: hang,
+				SlowOps:     slowOps,
 				Rounds:      rounds,
 				Log:         os.Stderr,
 			}
@@ -164,6 +165,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per (engine, workload, clients) instead of the table")
 	f.Uint64Var(&seed, "seed", 1, "random seed")
 	f.IntVar(&rounds, "rounds", 1, "run every (workload, engine) this many times on fresh clusters, alternating the engines' order, and report each cell's median round (tames a machine whose speed drifts)")
+	f.DurationVar(&slowOps, "slow-ops", 0, "log each cell's operations that took at least this long (count and the 20 slowest with their start times, to match the servers' logs); 0: off")
 	f.DurationVar(&hang, "hang-timeout", time.Minute, "fail a cell still running this long after its --duration")
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary for the Shale peer (default: go build it once per run, else bin/shale-server)")
 	f.StringVar(&shaleSplits, "shale-splits", cluster.DefaultShaleSplits, "shale-server --initial-splits of the Shale peer: the default cuts the 16-hex-digit keys into 6 equal shards, 2 leaders per node; \"none\" starts with one user shard, which load splits cut")
