@@ -260,13 +260,20 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 				_ = e.StateMachine.Close()
 				return fmt.Errorf("host shard %d: %w", id, err)
 			}
-			if r.IsLeader() {
-				s.bg.Add(1)
-				go func() {
-					defer s.bg.Done()
-					s.campaignNew(nr)
-				}()
+			var wait time.Duration
+			switch {
+			case e.LeaderNodeID == s.cfg.NodeID, e.LeaderNodeID == 0 && r.IsLeader():
+			case r.IsLeader():
+				// Another node should lead; take over if it does not.
+				wait = s.cfg.TickInterval * time.Duration(max(1, s.cfg.ElectionTicks/2))
+			default:
+				continue
 			}
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				s.campaignNew(nr, wait)
+			}()
 		default:
 			return fmt.Errorf("unknown effect %T", e)
 		}
@@ -274,28 +281,36 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 	return nil
 }
 
-// campaignNew makes the new replica nr (a split's new shard on the node
-// leading the shard that split) campaign until its group has a leader, for
-// at most one election timeout. The other replicas create theirs when they
-// apply the split, and until then drop its votes: a single campaign would
-// mostly fail and leave the shard without a leader for a randomized
-// election timeout, while requests for its keys wait.
-func (s *Store) campaignNew(nr *Replica) {
+// campaignNew makes the new replica nr (a split's new shard) campaign
+// until its group has a leader, for at most one election timeout, after
+// waiting up to wait for a leader to appear without it. The other replicas
+// create theirs when they apply the split, and until then drop its votes:
+// a single campaign would mostly fail and leave the shard without a leader
+// for a randomized election timeout, while requests for its keys wait.
+func (s *Store) campaignNew(nr *Replica, wait time.Duration) {
 	retry := s.cfg.TickInterval
+	// settled waits a tick and reports whether nr's group has a leader (or
+	// the replica or the Store stopped).
+	settled := func() bool {
+		select {
+		case <-s.stop:
+			return true
+		case <-time.After(retry):
+		}
+		st := nr.Status()
+		return st.LeaderNodeID != 0 || st.Stopped != ""
+	}
+	for end := time.Now().Add(wait); time.Now().Before(end); {
+		if settled() {
+			return
+		}
+	}
 	deadline := time.Now().Add(s.cfg.TickInterval * time.Duration(s.cfg.ElectionTicks))
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), retry)
 		err := nr.Campaign(ctx)
 		cancel()
-		if errors.Is(err, ErrStopped) || errors.Is(err, ErrReplicaRemoved) {
-			return
-		}
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(retry):
-		}
-		if st := nr.Status(); st.LeaderNodeID != 0 || st.Stopped != "" {
+		if errors.Is(err, ErrStopped) || errors.Is(err, ErrReplicaRemoved) || settled() {
 			return
 		}
 	}

@@ -878,6 +878,68 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	}
 }
 
+// TestProposalsDuringLeaderTransfer: Raft drops proposals while a leader
+// hands its leadership over. The replica holds them instead of bouncing
+// the caller with a NotLeader naming itself: a transfer that is abandoned
+// (the target refuses) proposes them again, so they succeed; one that
+// completes answers NotLeader naming the new leader.
+func TestProposalsDuringLeaderTransfer(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	target := lead%3 + 1
+	r := c.get(lead).store.Replica(1)
+	transferring := func() bool {
+		var pending bool
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = r.runOnLoop(ctx, func() error {
+			pending = r.rn.BasicStatus().LeadTransferee != 0
+			return nil
+		})
+		return pending
+	}
+
+	// Abandoned: the target refuses, and the proposals made meanwhile apply.
+	c.get(target).store.RefuseLeadershipTransfersUntil(time.Now().Add(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	refused := make(chan error, 1)
+	go func() { refused <- r.TransferLeader(ctx, target) }()
+	c.waitFor("the transfer to start", 5*time.Second, transferring)
+	for i := range 5 {
+		if _, err := r.Propose(ctx, []byte(fmt.Sprintf("during%d=x", i))); err != nil {
+			t.Fatalf("proposal %d during an abandoned transfer: %v", i, err)
+		}
+	}
+	if err := <-refused; err == nil {
+		t.Fatal("a transfer to a refusing node succeeded")
+	}
+
+	// Completed: the proposals made while it ran either applied before it
+	// or name the new leader.
+	c.get(target).store.RefuseLeadershipTransfersUntil(time.Time{})
+	done := make(chan error, 1)
+	go func() { done <- r.TransferLeader(ctx, target) }()
+	for i := 0; ; i++ {
+		_, err := r.Propose(ctx, []byte(fmt.Sprintf("race%d=x", i)))
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			if nl.LeaderNodeID != target {
+				t.Fatalf("proposal %d during the transfer to node %d: NotLeader naming node %d", i, target, nl.LeaderNodeID)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatalf("proposal %d during the transfer: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.converged(1, 1, 2, 3)
+}
+
 // TestLeaseReadsEndBeforeANewLeader: with lease reads, a leader cut off
 // from its followers stops serving reads before they can elect a new
 // leader and commit a write: no read that starts on the old leader after

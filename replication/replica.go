@@ -43,9 +43,19 @@ type Replica struct {
 	conflicts map[[2]uint64]bool
 	status    Status
 	stopErr   error
+	// transferTo is the replica this one last asked Raft to hand its
+	// leadership to, until a leader is known again: a replica that stepped
+	// down for it names it as the likely leader.
+	transferTo uint64
 
 	// Loop-only state.
 	waiters map[uint64]*proposal
+	// parked are proposals Raft dropped while this leader was handing its
+	// leadership over: they are proposed again if the transfer is
+	// abandoned, or answered NotLeader naming the new leader once it is
+	// known (resolveParked), instead of bouncing the caller mid-transfer.
+	parked      []*proposal
+	parkedTicks int
 	// With Config.LeaseReads, the leader serves reads without a ReadIndex
 	// round until leaseUntil, in term leaseTerm (see leaseRead);
 	// transferAt is when it last asked Raft to hand its leadership over
@@ -247,8 +257,25 @@ func (r *Replica) NodeOf(replicaID uint64) uint64 {
 }
 
 func (r *Replica) notLeader() error {
-	st := r.Status()
-	return &NotLeaderError{ShardID: r.shardID, LeaderReplicaID: st.LeaderReplicaID, LeaderNodeID: st.LeaderNodeID}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.notLeaderLocked(r.status.LeaderReplicaID, r.status.Leader)
+}
+
+// notLeaderFrom is notLeader with Raft's own status (loop side), which
+// may be newer than the cached one.
+func (r *Replica) notLeaderFrom(bs *raft.BasicStatus) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.notLeaderLocked(bs.Lead, bs.RaftState == raft.StateLeader)
+}
+
+func (r *Replica) notLeaderLocked(lead uint64, leader bool) error {
+	if (lead == 0 || lead == r.replicaID) && !leader && r.transferTo != 0 {
+		// Stepped down for a transfer whose target has not yet won.
+		lead = r.transferTo
+	}
+	return &NotLeaderError{ShardID: r.shardID, LeaderReplicaID: lead, LeaderNodeID: r.nodes[lead]}
 }
 
 // Propose replicates payload through the shard's log and returns what the
@@ -406,6 +433,9 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 				// refusal to vote for others: no lease from here on.
 				r.transferAt, r.leaseUntil = time.Now(), time.Time{}
 				r.rn.TransferLeader(target)
+				r.mu.Lock()
+				r.transferTo = target
+				r.mu.Unlock()
 				return nil
 			}); err != nil {
 				return err
@@ -608,6 +638,10 @@ func (r *Replica) failAll(err error) {
 		p.finish(nil, unknown)
 	}
 	r.waiters = make(map[uint64]*proposal)
+	for _, p := range r.parked {
+		p.finish(nil, err) // never handed to Raft: not applied
+	}
+	r.parked = nil
 	for _, b := range r.readBatches {
 		for _, w := range b.waiters {
 			w.done <- err
@@ -645,32 +679,12 @@ func (r *Replica) drainQueued() {
 	if len(props) > 0 || len(reads) > 0 {
 		r.unquiesce()
 	}
-	term := r.rn.BasicStatus().GetTerm()
+	bs := r.rn.BasicStatus()
 	for _, p := range props {
-		var err error
-		if p.cc != nil {
-			err = r.rn.ProposeConfChange(p.cc)
-		} else {
-			err = r.rn.Propose(p.data)
-		}
-		if err != nil {
-			if errors.Is(err, raft.ErrProposalDropped) {
-				p.finish(nil, r.notLeader())
-			} else {
-				p.finish(nil, fmt.Errorf("replication: shard %d: propose: %w", r.shardID, err))
-			}
-			continue
-		}
-		p.term = term
-		r.waiters[p.id] = p
-		if m := r.store.cfg.Metrics; m != nil {
-			m.proposals.Inc()
-		}
+		r.propose(p, &bs)
 	}
-	if len(reads) > 0 {
-		if bs := r.rn.BasicStatus(); !r.leaseRead(&bs, reads) {
-			r.sendReadIndex(&bs, reads, false)
-		}
+	if len(reads) > 0 && !r.leaseRead(&bs, reads) {
+		r.sendReadIndex(&bs, reads, false)
 	}
 	for _, op := range ops {
 		op.done <- op.fn()
@@ -750,6 +764,65 @@ func (r *Replica) extendLease(b *readBatch) {
 	}
 }
 
+// propose hands one proposal to Raft (loop side); bs is Raft's status.
+func (r *Replica) propose(p *proposal, bs *raft.BasicStatus) {
+	var err error
+	if p.cc != nil {
+		err = r.rn.ProposeConfChange(p.cc)
+	} else {
+		err = r.rn.Propose(p.data)
+	}
+	if err != nil {
+		switch {
+		case !errors.Is(err, raft.ErrProposalDropped):
+			p.finish(nil, fmt.Errorf("replication: shard %d: propose: %w", r.shardID, err))
+		case bs.RaftState == raft.StateLeader && bs.LeadTransferee != 0:
+			if len(r.parked) == 0 {
+				r.parkedTicks = 0
+			}
+			r.parked = append(r.parked, p)
+		default:
+			p.finish(nil, r.notLeaderFrom(bs))
+		}
+		return
+	}
+	p.term = bs.GetTerm()
+	r.waiters[p.id] = p
+	if m := r.store.cfg.Metrics; m != nil {
+		m.proposals.Inc()
+	}
+}
+
+// resolveParked answers or re-proposes the parked proposals once the
+// leadership transfer that parked them ended (loop side): still leader
+// with no transfer under way, they are proposed again (only on a tick,
+// whose Ready the loop collects next); a follower that knows the new
+// leader, or that has waited an election timeout, answers NotLeader.
+func (r *Replica) resolveParked(ticked bool) {
+	if len(r.parked) == 0 {
+		return
+	}
+	if ticked {
+		r.parkedTicks++
+	}
+	bs := r.rn.BasicStatus()
+	leader := bs.RaftState == raft.StateLeader
+	switch {
+	case leader && bs.LeadTransferee == 0 && ticked:
+		ps := r.parked
+		r.parked = nil
+		for _, p := range ps {
+			r.propose(p, &bs)
+		}
+	case !leader && (bs.Lead != 0 || r.parkedTicks >= r.store.cfg.ElectionTicks):
+		err := r.notLeaderFrom(&bs)
+		for _, p := range r.parked {
+			p.finish(nil, err)
+		}
+		r.parked = nil
+	}
+}
+
 // tick advances Raft's clock, retries unanswered reads, and quiesces an
 // idle group. It reports whether raft was ticked (a quiesced group is not).
 func (r *Replica) tick() bool {
@@ -770,6 +843,7 @@ func (r *Replica) tick() bool {
 		r.unquiesce()
 	}
 	r.rn.Tick()
+	r.resolveParked(true)
 	for _, b := range r.readBatches {
 		b.ticks++
 		if b.ticks >= r.store.cfg.ElectionTicks {
@@ -1165,6 +1239,7 @@ func (r *Replica) afterReady(rd raft.Ready) {
 		r.unquiesce()
 	}
 	r.refreshStatus()
+	r.resolveParked(false)
 }
 
 func (r *Replica) refreshStatus() {
@@ -1183,6 +1258,9 @@ func (r *Replica) refreshStatus() {
 		Applied:         r.applied,
 		LastIndex:       last,
 		Quiesced:        r.quiesced,
+	}
+	if (bs.Lead != 0 && bs.Lead != r.replicaID) || (bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0) {
+		r.transferTo = 0 // a new leader is known, or the transfer ended
 	}
 	r.mu.Unlock()
 }

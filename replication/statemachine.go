@@ -40,13 +40,18 @@ type Effect interface{ effect() }
 // HostShard asks the Store to host a new shard whose first replica on this
 // node the entries created (a split's right-hand shard): StateMachine is
 // its state machine, open and initialized at the start of the new shard's
-// own Raft group. If this node leads the shard whose entry created it, the
-// new replica campaigns at once, so that the new shard gets a leader
-// without an election timeout. If the Store cannot host it, the replica
-// that applied the entry halts (a restart hosts the new shard from its
-// state on disk).
+// own Raft group. The replica on LeaderNodeID (or, when that is 0, on the
+// node leading the shard whose entry created it) campaigns at once, so
+// that the new shard gets a leader without an election timeout; when
+// another node was named, the leader of the creating shard campaigns too
+// if the new shard still has no leader after half an election timeout. If
+// the Store cannot host it, the replica that applied the entry halts (a
+// restart hosts the new shard from its state on disk).
 type HostShard struct {
 	StateMachine StateMachine
+	// LeaderNodeID is the node whose replica should lead the new shard
+	// first (0: the creating shard's leader).
+	LeaderNodeID uint64
 }
 
 func (HostShard) effect() {}

@@ -88,9 +88,10 @@ func (n *Node) loadOf(shardID uint64) *shardLoad {
 }
 
 // splitHotShards splits, at most one per call, a shard this node leads
-// whose request rate stayed above SplitQPS for loadSplitTicks ticks, then
-// moves the new half's leadership to the replica node leading the fewest
-// shards here.
+// whose request rate stayed above SplitQPS for loadSplitTicks ticks; the
+// new half is first led by the replica node leading the fewest shards
+// here (it campaigns as it applies the split: no leadership transfer, and
+// no requests bounced by one, after the split).
 func (n *Node) splitHotShards(ctx context.Context) {
 	if n.cfg.SplitQPS < 0 {
 		return
@@ -133,7 +134,9 @@ func (n *Node) splitHotShards(ctx context.Context) {
 	}
 	n.noteSplit(hot.GetShardId(), now)
 	hotLoad.reset()
-	resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{SplitKey: key, ShardId: hot.GetShardId(), Automatic: true})
+	resp, err := (&adminService{n: n}).SplitShard(ctx, &shalev1.SplitShardRequest{
+		SplitKey: key, ShardId: hot.GetShardId(), Automatic: true, RightLeaderNodeId: n.leastLeadingPeer(hot),
+	})
 	if err != nil {
 		n.log.Warn("load-based split failed", "shard", hot.GetShardId(), "qps", hotQPS, "split_key", fmt.Sprintf("%q", key), "err", err)
 		return
@@ -142,17 +145,11 @@ func (n *Node) splitHotShards(ctx context.Context) {
 	n.log.Info("split a shard over the load threshold", "shard", hot.GetShardId(), "qps", int(hotQPS), "threshold", n.cfg.SplitQPS,
 		"split_key", fmt.Sprintf("%q", key), "right_shard", right.GetShardId())
 	n.noteSplit(right.GetShardId(), now)
-	if target := n.leastLeadingPeer(right); target != 0 {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.moveLeaderAfterSplit(right.GetShardId(), target)
-		}()
-	}
 }
 
-// leastLeadingPeer returns the node, other than this one, with a replica
-// of desc that leads the fewest of the shards this node hosts, or 0.
+// leastLeadingPeer returns the live node, other than this one, with a
+// voting replica of desc that leads the fewest of the shards this node
+// hosts, or 0.
 func (n *Node) leastLeadingPeer(desc *shalev1.ShardDescriptor) uint64 {
 	leads := map[uint64]int{}
 	for _, r := range n.store.Replicas() {
@@ -171,35 +168,6 @@ func (n *Node) leastLeadingPeer(desc *shalev1.ShardDescriptor) uint64 {
 		}
 	}
 	return best
-}
-
-// moveLeaderAfterSplit waits for this node's replica of a split's new
-// shard to lead (it campaigns right after the split), then hands the
-// leadership to target.
-func (n *Node) moveLeaderAfterSplit(shardID, target uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.RequestTimeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-n.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for ctx.Err() == nil {
-		if r := n.store.Replica(shardID); r != nil && r.IsLeader() {
-			if err := r.TransferLeader(ctx, target); err != nil {
-				n.log.Warn("move a split shard's leadership", "shard", shardID, "to_node", target, "err", err)
-			} else {
-				n.log.Info("moved a load-split shard's leadership", "shard", shardID, "to_node", target)
-			}
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // splitCooldown is how long a shard this node split (or made by a split)

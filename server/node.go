@@ -601,6 +601,15 @@ func (n *Node) openShards() error {
 			continue
 		}
 		s, err := shard.Open(n.shardDir(id), n.shardOptions())
+		if errors.Is(err, shard.ErrUnfinishedSplit) {
+			// The split that was making it had not applied durably: it
+			// makes the copy again when it applies.
+			n.log.Warn("discarding an unfinished split's copy", "shard", id)
+			if err := os.RemoveAll(n.shardDir(id)); err != nil {
+				return fmt.Errorf("server: remove unfinished shard %d: %w", id, err)
+			}
+			continue
+		}
 		empty := false
 		if errors.Is(err, shard.ErrNoMetadata) {
 			s, err = shard.OpenEmpty(n.shardDir(id), n.shardOptions())

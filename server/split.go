@@ -50,6 +50,9 @@ func (s *adminService) SplitShard(ctx context.Context, req *shalev1.SplitShardRe
 	if string(key) == string(target.GetStartKey()) {
 		return nil, invalidArg("%q is already where shard %d starts", key, target.GetShardId())
 	}
+	if id := req.GetRightLeaderNodeId(); id != 0 && !hasVoterOn(target, id) {
+		return nil, invalidArg("right_leader_node_id %d: shard %d has no voting replica on that node", id, target.GetShardId())
+	}
 
 	allocatedHere := false
 	if req.GetRightShardId() == 0 {
@@ -94,7 +97,9 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 		RequestId:    randomID(),
 		FirstAttempt: true,
 		Epoch:        target.GetEpoch(),
-		Command:      &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic()}},
+		Command: &shalev1.RaftCommand_Split{Split: &shalev1.SplitCommand{
+			SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic(), RightLeaderNodeId: req.GetRightLeaderNodeId(),
+		}},
 	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
@@ -107,6 +112,16 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 	}
 	n.log.Info("split shard", "shard", id, "split_key", fmt.Sprintf("%q", req.GetSplitKey()), "right_shard", req.GetRightShardId())
 	return &shalev1.SplitShardResponse{Left: cr.GetDescriptor_(), Right: cr.GetRightDescriptor()}, nil
+}
+
+// hasVoterOn reports whether desc has a voting replica on node.
+func hasVoterOn(desc *shalev1.ShardDescriptor, node uint64) bool {
+	for _, rd := range desc.GetReplicas() {
+		if rd.GetNodeId() == node && rd.GetRole() != shalev1.ReplicaRole_REPLICA_ROLE_LEARNER {
+			return true
+		}
+	}
+	return false
 }
 
 // randomID returns a fresh 16-byte request ID.

@@ -77,6 +77,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 			err = a.endEntryLog(before)
 		}
 		if err != nil {
+			a.closeEffects()
 			return replication.Applied{}, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
 		}
 		results[i] = res
@@ -91,21 +92,28 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 	}
 	a.st.writeMeta(a.b, a.written)
 	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
+		a.closeEffects()
 		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
 	s.publish(a.st)
 	s.notifyChanged()
 	for _, fn := range a.after {
 		if err := fn(); err != nil {
-			for _, e := range a.effects {
-				if h, ok := e.(replication.HostShard); ok {
-					_ = h.StateMachine.Close()
-				}
-			}
+			a.closeEffects()
 			return replication.Applied{}, s.fail(fmt.Errorf("shard %s: %w", s.dir, err))
 		}
 	}
 	return replication.Applied{Results: results, Effects: a.effects}, nil
+}
+
+// closeEffects closes the state machines of the call's HostShard effects,
+// which a failed call does not hand to the Store.
+func (a *applier) closeEffects() {
+	for _, e := range a.effects {
+		if h, ok := e.(replication.HostShard); ok {
+			_ = h.StateMachine.Close()
+		}
+	}
 }
 
 // ovWrite is a write staged in the current batch: a value or a deletion.

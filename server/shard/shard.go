@@ -613,12 +613,19 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 
 // Open opens an existing shard engine in dir and loads its applied state.
 // It fails with an error wrapping ErrNoMetadata when the engine holds no
-// shard metadata, and with the engine's error when dir holds no engine. It first completes or rolls back a
-// Restore interrupted by a crash (see Restore).
+// shard metadata, with ErrUnfinishedSplit when dir is the copy of a split
+// that did not finish, and with the engine's error when dir holds no
+// engine. It first completes or rolls back a Restore interrupted by a
+// crash (see Restore).
 func Open(dir string, opts Options) (*Shard, error) {
 	s := newShard(dir, opts)
 	if err := s.recoverRestore(); err != nil {
 		return nil, err
+	}
+	if _, err := s.fs.Stat(s.fs.Join(s.dir, splitMarker)); err == nil {
+		return nil, fmt.Errorf("shard: open %s: %w", s.dir, ErrUnfinishedSplit)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
 	o := s.engineOptions()
 	o.ErrorIfNotExists = true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -57,6 +58,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	// empty replica before this split applied here (the Store creates none
 	// while an Apply runs), or a restart opened the engine this split made
 	// before its own state became durable. The split then leaves it alone.
+	t0 := time.Now()
 	dir := Dir(a.s.opts.ShardsDir, rightID)
 	_, err := a.s.fs.Stat(dir)
 	hosted := err == nil
@@ -69,19 +71,16 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		if err := a.flushStaged(); err != nil {
 			return nil, false, err
 		}
-		if err := a.s.makeRight(dir, right, a.st); err != nil {
+		rs, err := a.s.makeRight(dir, right, a.st)
+		if err != nil {
 			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
 		}
+		a.effects = append(a.effects, replication.HostShard{StateMachine: rs, LeaderNodeID: sc.GetRightLeaderNodeId()})
 		a.after = append(a.after, func() error {
-			rs, err := Open(dir, a.s.opts)
-			if err != nil {
-				return fmt.Errorf("split: open shard %d: %w", rightID, err)
-			}
 			rs.compactAway(dataKey(nil), dataKey(key))
 			if len(desc.GetEndKey()) > 0 {
 				rs.compactAway(dataKey(desc.GetEndKey()), dataUpper)
 			}
-			a.effects = append(a.effects, replication.HostShard{StateMachine: rs})
 			return nil
 		})
 	}
@@ -91,7 +90,8 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	if err := a.st.setDesc(left); err != nil {
 		return nil, false, err
 	}
-	a.s.log.Info("shard split", "shard", desc.GetShardId(), "split_key", fmt.Sprintf("%q", key), "right_shard", rightID, "right_already_hosted", hosted)
+	a.s.log.Info("shard split", "shard", desc.GetShardId(), "split_key", fmt.Sprintf("%q", key), "right_shard", rightID, "right_already_hosted", hosted,
+		"took", time.Since(t0))
 	return &shalev1.CommandResult{Descriptor_: cloneDesc(left), RightDescriptor: right}, true, nil
 }
 
@@ -111,52 +111,99 @@ func (a *applier) flushStaged() error {
 	return nil
 }
 
+// splitMarker is a file in a split's new engine directory while the split
+// creates it. A directory holding it is an unfinished copy, made by a split
+// that had not applied durably when the node stopped: Open refuses it
+// (ErrUnfinishedSplit), and the split makes it again when it applies.
+const splitMarker = "SPLITTING"
+
+// ErrUnfinishedSplit is returned by Open for the directory of a split's new
+// shard that the split did not finish creating; the directory may be
+// deleted (the split creates it again when it applies).
+var ErrUnfinishedSplit = errors.New("shard: an unfinished split's copy")
+
 // makeRight creates, durably, the engine of a split's right-hand shard in
-// dir: a checkpoint of this engine without the keys outside right's range,
-// whose applied state is the start of a new Raft group (as a bootstrapped
-// shard's) with the left shard's configuration, revision and dedup table.
-func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) error {
+// dir and returns it open: a checkpoint of this engine without the keys
+// outside right's range, whose applied state is the start of a new Raft
+// group (as a bootstrapped shard's) with the left shard's configuration,
+// revision and dedup table. The engine is opened once, in place (its WAL
+// replayed once, nothing flushed): the directory carries splitMarker until
+// its state is durable.
+func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (*Shard, error) {
 	tmp := dir + ".split"
 	if err := s.fs.RemoveAll(tmp); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.fs.RemoveAll(dir); err != nil {
-		return err
+		return nil, err
+	}
+	// Flush first: the checkpoint then holds SSTs only, and the new engine
+	// opens without replaying (and flushing again) a copy of the memtable.
+	if err := s.db.Flush(); err != nil {
+		return nil, fmt.Errorf("flush: %w", err)
 	}
 	if _, err := s.db.Checkpoint(tmp); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	db, err := storage.Open(tmp, s.engineOptions())
+	marker, err := s.fs.Create(s.fs.Join(tmp, splitMarker))
+	if err == nil {
+		err = marker.Close()
+	}
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if err := vfs.SyncDir(s.fs, tmp); err != nil {
+		return nil, err
+	}
+	if err := s.fs.Rename(tmp, dir); err != nil {
+		return nil, err
+	}
+	if err := vfs.SyncDir(s.fs, filepath.Dir(dir)); err != nil {
+		return nil, err
+	}
+	rs := newShard(dir, s.opts)
+	o := rs.engineOptions()
+	o.ErrorIfNotExists = true
+	db, err := storage.Open(dir, o)
+	if err != nil {
+		return nil, err
 	}
 	st := *left
 	st.index, st.term = replication.InitialIndex, replication.InitialTerm
-	if err := st.setConf(cloneConfState(left.conf)); err != nil {
+	err = st.setConf(cloneConfState(left.conf))
+	if err == nil {
+		err = st.setDesc(right)
+	}
+	if err == nil {
+		b := storage.NewBatch()
+		b.DeleteRange(dataKey(nil), dataKey(right.GetStartKey()))
+		if len(right.GetEndKey()) > 0 {
+			b.DeleteRange(dataKey(right.GetEndKey()), dataUpper)
+		}
+		st.writeMeta(b, nil)
+		err = db.Apply(b, storage.Sync)
+	}
+	if err == nil {
+		err = s.fs.Remove(s.fs.Join(dir, splitMarker))
+	}
+	if err == nil {
+		err = vfs.SyncDir(s.fs, dir)
+	}
+	var loaded *state
+	if err == nil {
+		var found bool
+		loaded, found, err = loadState(db)
+		if err == nil && !found {
+			err = ErrNoMetadata
+		}
+	}
+	if err != nil {
 		_ = db.Close()
-		return err
+		return nil, err
 	}
-	if err := st.setDesc(right); err != nil {
-		_ = db.Close()
-		return err
-	}
-	b := storage.NewBatch()
-	b.DeleteRange(dataKey(nil), dataKey(right.GetStartKey()))
-	if len(right.GetEndKey()) > 0 {
-		b.DeleteRange(dataKey(right.GetEndKey()), dataUpper)
-	}
-	st.writeMeta(b, nil)
-	if err := db.Apply(b, storage.Sync); err != nil {
-		_ = db.Close()
-		return err
-	}
-	if err := db.Close(); err != nil {
-		return err
-	}
-	if err := s.fs.Rename(tmp, dir); err != nil {
-		return err
-	}
-	return vfs.SyncDir(s.fs, filepath.Dir(dir))
+	rs.db = db
+	rs.publish(loaded)
+	return rs, nil
 }
 
 // SplitKey returns a user key strictly inside the shard's range that

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/storage/vfs"
+	"github.com/shale-db/shale/storage/vfs/errorfs"
 )
 
 // testSplitter hosts split shards in a map, as a node's Store would (from
@@ -220,5 +223,70 @@ func TestAllocateShardID(t *testing.T) {
 		Op: &shalev1.SystemCommand_AllocateShardId{AllocateShardId: 5}}}})
 	if codes.Code(cr.GetErrorCode()) != codes.InvalidArgument {
 		t.Fatalf("allocation on a user shard: %v %q", codes.Code(cr.GetErrorCode()), cr.GetErrorMessage())
+	}
+}
+
+// TestSplitInterruptedIsRedone: a node that stops while a split creates
+// its new shard's engine (here: the removal of the marker fails, then the
+// power goes) leaves a directory that Open refuses as an unfinished split;
+// once it is deleted, the left shard (whose split never became durable)
+// applies the split again and the new shard holds the moved keys.
+func TestSplitInterruptedIsRedone(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	tog := errorfs.NewToggle(errorfs.Filter(errorfs.And(errorfs.Ops(errorfs.OpRemove), errorfs.PathSuffix(splitMarker)), errorfs.FromIndex(0, errorfs.ErrEIO)))
+	e := newTestEnv(t, errorfs.Wrap(mem, tog))
+	opts := e.opts(0)
+	opts.ShardsDir = "shards"
+	s, err := Bootstrap("shards/2", initialState(userDesc(2, "b", "y")), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFeeder(s)
+	for _, k := range []string{"c", "m", "n"} {
+		applyOne(t, s, f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}}))
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	split := f.entry(marshalCmd(t, splitCmd("m", 7)))
+	tog.Enable()
+	if _, err := s.Apply([]replication.Entry{split}); err == nil {
+		t.Fatal("the split applied although its new engine could not be finished")
+	}
+	crashed := mem.CrashClone()
+	_ = s.Close()
+
+	e2 := newTestEnv(t, crashed)
+	opts2 := e2.opts(0)
+	opts2.ShardsDir = "shards"
+	if _, err := Open("shards/7", opts2); !errors.Is(err, ErrUnfinishedSplit) {
+		t.Fatalf("open the unfinished split's copy: %v, want ErrUnfinishedSplit", err)
+	}
+	if err := crashed.RemoveAll("shards/7"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := Open("shards/2", opts2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = left.Close() })
+	if d := left.Descriptor(); d.GetEpoch() != 1 || len(d.GetEndKey()) != 1 || d.GetEndKey()[0] != 'y' {
+		t.Fatalf("left descriptor after the crash: %v (the split was not durable)", d)
+	}
+	sp := &testSplitter{hosted: map[uint64]*Shard{}}
+	res, err := sp.apply(left, []replication.Entry{split})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr := res[0].(*shalev1.CommandResult); cr.GetErrorCode() != 0 {
+		t.Fatalf("split again: %s", cr.GetErrorMessage())
+	}
+	right := sp.hosted[7]
+	if right == nil {
+		t.Fatal("the split applied again did not host the new shard")
+	}
+	t.Cleanup(func() { _ = right.Close() })
+	if rk := dataDump(t, right); len(rk) != 2 || rk["m"].value != "vm" || rk["n"].value != "vn" {
+		t.Fatalf("right shard after the redone split: %v", rk)
 	}
 }

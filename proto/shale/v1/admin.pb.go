@@ -1402,9 +1402,13 @@ type SplitShardRequest struct {
 	// leave it 0.
 	RightShardId uint64 `protobuf:"varint,3,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
 	// automatic is internal: set by a node's automatic (size or load) split.
-	Automatic     bool `protobuf:"varint,4,opt,name=automatic,proto3" json:"automatic,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Automatic bool `protobuf:"varint,4,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	// right_leader_node_id is internal: the node whose replica of the new
+	// shard should lead it first (see SplitCommand); a load split names the
+	// replica node leading the fewest shards. 0: the split shard's leader.
+	RightLeaderNodeId uint64 `protobuf:"varint,5,opt,name=right_leader_node_id,json=rightLeaderNodeId,proto3" json:"right_leader_node_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SplitShardRequest) Reset() {
@@ -1463,6 +1467,13 @@ func (x *SplitShardRequest) GetAutomatic() bool {
 		return x.Automatic
 	}
 	return false
+}
+
+func (x *SplitShardRequest) GetRightLeaderNodeId() uint64 {
+	if x != nil {
+		return x.RightLeaderNodeId
+	}
+	return 0
 }
 
 type SplitShardResponse struct {
@@ -3616,12 +3627,13 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12-\n" +
 	"\x06shards\x18\x02 \x03(\v2\x15.shale.v1.ShardStatusR\x06shards\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\"\x8f\x01\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\"\xc0\x01\n" +
 	"\x11SplitShardRequest\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12\x19\n" +
 	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12$\n" +
 	"\x0eright_shard_id\x18\x03 \x01(\x04R\frightShardId\x12\x1c\n" +
-	"\tautomatic\x18\x04 \x01(\bR\tautomatic\"t\n" +
+	"\tautomatic\x18\x04 \x01(\bR\tautomatic\x12/\n" +
+	"\x14right_leader_node_id\x18\x05 \x01(\x04R\x11rightLeaderNodeId\"t\n" +
 	"\x12SplitShardResponse\x12-\n" +
 	"\x04left\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x04left\x12/\n" +
 	"\x05right\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\"\x17\n" +

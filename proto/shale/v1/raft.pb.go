@@ -1001,9 +1001,14 @@ type SplitCommand struct {
 	SplitKey     []byte                 `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
 	RightShardId uint64                 `protobuf:"varint,2,opt,name=right_shard_id,json=rightShardId,proto3" json:"right_shard_id,omitempty"`
 	// automatic marks a split by size or load (see auto_split).
-	Automatic     bool `protobuf:"varint,3,opt,name=automatic,proto3" json:"automatic,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Automatic bool `protobuf:"varint,3,opt,name=automatic,proto3" json:"automatic,omitempty"`
+	// right_leader_node_id names the node whose replica of the new shard
+	// campaigns as soon as it applies the split, so that the new shard's
+	// first leader is where its load should go, without a leadership
+	// transfer after the split. 0: the split shard's leader campaigns.
+	RightLeaderNodeId uint64 `protobuf:"varint,4,opt,name=right_leader_node_id,json=rightLeaderNodeId,proto3" json:"right_leader_node_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SplitCommand) Reset() {
@@ -1055,6 +1060,13 @@ func (x *SplitCommand) GetAutomatic() bool {
 		return x.Automatic
 	}
 	return false
+}
+
+func (x *SplitCommand) GetRightLeaderNodeId() uint64 {
+	if x != nil {
+		return x.RightLeaderNodeId
+	}
+	return 0
 }
 
 // SystemCommand changes cluster metadata held by the system shard.
@@ -1500,11 +1512,12 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x06commit\x18\x05 \x01(\bR\x06commit\x12%\n" +
 	"\x0eright_revision\x18\x06 \x01(\x04R\rrightRevision\x12\x1b\n" +
 	"\tdedup_ids\x18\a \x03(\fR\bdedupIds\x12#\n" +
-	"\rdedup_results\x18\b \x03(\fR\fdedupResults\"o\n" +
+	"\rdedup_results\x18\b \x03(\fR\fdedupResults\"\xa0\x01\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
 	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\x12\x1c\n" +
-	"\tautomatic\x18\x03 \x01(\bR\tautomatic\"\xe5\x02\n" +
+	"\tautomatic\x18\x03 \x01(\bR\tautomatic\x12/\n" +
+	"\x14right_leader_node_id\x18\x04 \x01(\x04R\x11rightLeaderNodeId\"\xe5\x02\n" +
 	"\rSystemCommand\x125\n" +
 	"\bput_node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorH\x00R\aputNode\x12&\n" +
 	"\x0eremove_node_id\x18\x02 \x01(\x04H\x00R\fremoveNodeId\x128\n" +
