@@ -285,8 +285,12 @@ func TestFollowerAndStaleReads(t *testing.T) {
 	_ = c
 }
 
+// TestEpochMismatchRefreshesRouting: a server that names only the split
+// shard's new range (not the new shard) leaves a gap that a routing
+// refresh fills.
 func TestEpochMismatchRefreshesRouting(t *testing.T) {
 	fc := threeShards(t)
+	fc.omitNext = true
 	c := fc.client()
 	ctx := bg(t)
 	newID := fc.split("t") // [p, ) -> [p, t) epoch 2, [t, ) new
@@ -314,6 +318,31 @@ func TestEpochMismatchRefreshesRouting(t *testing.T) {
 	}
 	if n := fc.routingCalls(); n != 1 {
 		t.Errorf("right half: %d GetRouting calls, want 1", n)
+	}
+	shards, _ := c.Routing()
+	if len(shards) != 4 {
+		t.Errorf("routing has %d shards after the split, want 4", len(shards))
+	}
+}
+
+// TestEpochMismatchNamesNewShard: the EpochMismatch of a split names the
+// new shard and its leader; a request for a key that moved there goes
+// straight to that leader, with no routing refresh.
+func TestEpochMismatchNamesNewShard(t *testing.T) {
+	fc := threeShards(t)
+	c := fc.client()
+	ctx := bg(t)
+	newID := fc.split("t") // [p, ) -> [p, t) epoch 2, [t, ) new
+	fc.resetCalls()
+	if _, err := c.Put(ctx, []byte("x"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	puts := fc.callsOf("Put")
+	if len(puts) != 2 || puts[0].epoch != 1 || puts[1].shard != newID {
+		t.Errorf("calls %+v, want epoch 1 on the old shard, then the new shard %d", puts, newID)
+	}
+	if n := fc.routingCalls(); n != 0 {
+		t.Errorf("%d GetRouting calls, want 0 (the new shard came with the error)", n)
 	}
 	shards, _ := c.Routing()
 	if len(shards) != 4 {

@@ -130,6 +130,9 @@ type fakeCluster struct {
 	streams int
 	// hintless answers NotLeader without a leader hint.
 	hintless bool
+	// omitNext answers EpochMismatch without the next shard (as servers
+	// before it did).
+	omitNext bool
 	// adminLeader, when non-zero, is the only node that answers Admin
 	// mutations; the others answer NotLeader with its address.
 	adminLeader uint64
@@ -422,8 +425,11 @@ func (n *fakeNode) serve(ctx context.Context, k reqKind, hdr *shalev1.RequestHea
 			return nil, statusWith(codes.NotFound, "shard not found", &shalev1.ShardNotFound{ShardId: hdr.GetShardId(), NodeId: n.id})
 		}
 		if hdr.GetEpoch() != 0 && hdr.GetEpoch() != s.epoch {
-			return nil, statusWith(codes.FailedPrecondition, "epoch mismatch",
-				&shalev1.EpochMismatch{RequestedEpoch: hdr.GetEpoch(), Current: s.desc()})
+			em := &shalev1.EpochMismatch{RequestedEpoch: hdr.GetEpoch(), Current: s.desc()}
+			if nx := fc.shardFor(s.end); len(s.end) > 0 && nx != nil && !fc.omitNext {
+				em.Next = &shalev1.RoutedShard{Descriptor_: nx.desc(), LeaderNodeId: nx.leader}
+			}
+			return nil, statusWith(codes.FailedPrecondition, "epoch mismatch", em)
 		}
 		d := s.desc()
 		for _, sp := range spans {

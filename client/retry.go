@@ -128,6 +128,20 @@ func sentInterceptor(ctx context.Context, method string, req, reply any, cc *grp
 	return err
 }
 
+// learnShards installs the shards an EpochMismatch describes (the
+// shard's current descriptor and the shard after it, with its leader) and
+// reports whether it learnt anything new.
+func (c *Client) learnShards(em *shalev1.EpochMismatch) bool {
+	learnt := c.rt.apply(em.GetCurrent())
+	if nx := em.GetNext(); nx != nil && c.rt.apply(nx.GetDescriptor_()) {
+		learnt = true
+		if l := nx.GetLeaderNodeId(); l != 0 && c.rt.addr(l) != "" {
+			c.rt.setLeader(nx.GetDescriptor_().GetShardId(), l)
+		}
+	}
+	return learnt
+}
+
 // invoke runs one logical request against the shard of tg, retrying as the
 // package documentation describes until it succeeds, fails for good, or
 // ctx (with the default timeout applied) ends. The error of a write
@@ -307,8 +321,12 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 				}
 				continue
 			}
-			if cur := d.epoch.GetCurrent(); cur != nil && c.rt.apply(cur) && tg.in(cur) && nroute == 1 {
-				continue // the replica told us the shard's new shape
+			if c.learnShards(d.epoch) && nroute == 1 {
+				// The replica told us the shard's new shape, and the shard
+				// after it (a split's new shard).
+				if sh, _ := c.rt.locate(tg); sh != nil {
+					continue
+				}
 			}
 			if err := c.refreshRouting(ctx, gen); err != nil && ctx.Err() == nil {
 				last = err

@@ -40,10 +40,40 @@ func (n *Node) notLeaderErr(shardID, leaderNode uint64) error {
 	return withDetail(codes.FailedPrecondition, msg, d)
 }
 
-func epochMismatchErr(requested uint64, desc *shalev1.ShardDescriptor) error {
+// staleEpochErr answers a request routed on a stale epoch of desc's
+// shard (see epochMismatchErr), naming the shard that starts where desc
+// ends when this node hosts it.
+func (n *Node) staleEpochErr(requested uint64, desc *shalev1.ShardDescriptor) error {
+	return epochMismatchErr(requested, desc, n.nextShard(desc))
+}
+
+// epochMismatchErr is the error of a request routed on a stale epoch of
+// desc's shard: its current descriptor and next, the shard that starts
+// where desc ends (after a split, the new shard; nil when unknown), so that
+// the client routes on without fetching the routing table.
+func epochMismatchErr(requested uint64, desc *shalev1.ShardDescriptor, next *shalev1.RoutedShard) error {
 	return withDetail(codes.FailedPrecondition,
 		fmt.Sprintf("shard %d: epoch %d is stale (current %d)", desc.GetShardId(), requested, desc.GetEpoch()),
-		&shalev1.EpochMismatch{RequestedEpoch: requested, Current: desc})
+		&shalev1.EpochMismatch{RequestedEpoch: requested, Current: desc, Next: next})
+}
+
+// nextShard returns the user shard this node hosts that starts where desc
+// ends, with its leader as known here, or nil.
+func (n *Node) nextShard(desc *shalev1.ShardDescriptor) *shalev1.RoutedShard {
+	end := desc.GetEndKey()
+	if len(end) == 0 {
+		return nil
+	}
+	for _, r := range n.store.Replicas() {
+		sm := n.Shard(r.ShardID())
+		if sm == nil {
+			continue
+		}
+		if nd := sm.Descriptor(); nd != nil && !nd.GetSystem() && nd.GetMergingInto() == 0 && string(nd.GetStartKey()) == string(end) {
+			return &shalev1.RoutedShard{Descriptor_: nd, LeaderNodeId: r.Status().LeaderNodeID}
+		}
+	}
+	return nil
 }
 
 func keyOutsideErr(key []byte, desc *shalev1.ShardDescriptor) error {

@@ -54,7 +54,7 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 			return target{}, status.Errorf(codes.Unavailable, "shard %d is being merged into shard %d; retry", id, desc.GetMergingInto())
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
-			return target{}, epochMismatchErr(e, desc)
+			return target{}, n.staleEpochErr(e, desc)
 		}
 		if key != nil && !contains(desc, key) {
 			return target{}, keyOutsideErr(key, desc)
@@ -74,7 +74,7 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 			continue
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
-			return target{}, epochMismatchErr(e, desc)
+			return target{}, n.staleEpochErr(e, desc)
 		}
 		if len(key) > 0 {
 			n.loadOf(desc.GetShardId()).record(key)
@@ -205,7 +205,7 @@ func (n *Node) shardErr(t target, err error) error {
 	if errors.Is(err, shard.ErrKeyOutsideShard) {
 		// The request was routed on t.desc and checked against it: the
 		// shard's range changed since (a split applied in between).
-		return epochMismatchErr(t.desc.GetEpoch(), t.sm.Descriptor())
+		return n.staleEpochErr(t.desc.GetEpoch(), t.sm.Descriptor())
 	}
 	return status.Errorf(codes.Internal, "shard %d: %v", t.desc.GetShardId(), err)
 }

@@ -39,7 +39,7 @@ func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cm
 	if cr == nil {
 		return nil, status.Errorf(codes.Internal, "shard %d: the command's apply returned %T", id, res)
 	}
-	if err := resultErr(cmd, cr); err != nil {
+	if err := resultErr(cmd, cr, n.nextShard); err != nil {
 		return cr, err
 	}
 	return cr, nil
@@ -49,9 +49,10 @@ func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cm
 // without one). The result of a command a client routed by its shard's
 // epoch (a KV write, a split) that carries the shard's descriptor gets the
 // detail the client re-routes by: EpochMismatch with FailedPrecondition,
-// KeyOutsideShard with OutOfRange. Other commands' descriptors (a merge
+// KeyOutsideShard with OutOfRange; next (when not nil) names the shard
+// after a descriptor for EpochMismatch. Other commands' descriptors (a merge
 // step's, a system command's) explain the refusal and get no detail.
-func resultErr(cmd *shalev1.RaftCommand, cr *shalev1.CommandResult) error {
+func resultErr(cmd *shalev1.RaftCommand, cr *shalev1.CommandResult, next func(*shalev1.ShardDescriptor) *shalev1.RoutedShard) error {
 	code := codes.Code(cr.GetErrorCode())
 	if code == codes.OK {
 		return nil
@@ -63,7 +64,11 @@ func resultErr(cmd *shalev1.RaftCommand, cr *shalev1.CommandResult) error {
 	}
 	switch {
 	case routed && code == codes.FailedPrecondition && cr.GetDescriptor_() != nil:
-		return epochMismatchErr(cmd.GetEpoch(), cr.GetDescriptor_())
+		var nx *shalev1.RoutedShard
+		if next != nil {
+			nx = next(cr.GetDescriptor_())
+		}
+		return epochMismatchErr(cmd.GetEpoch(), cr.GetDescriptor_(), nx)
 	case routed && code == codes.OutOfRange && cr.GetDescriptor_() != nil:
 		return withDetail(code, cr.GetErrorMessage(), &shalev1.KeyOutsideShard{Shard: cr.GetDescriptor_()})
 	}

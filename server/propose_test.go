@@ -36,7 +36,7 @@ func TestResultErr(t *testing.T) {
 		{merge, result(codes.FailedPrecondition, desc), codes.FailedPrecondition, ""}, // "already merging": no re-routing
 	} {
 		name := fmt.Sprintf("%T/%s", tc.cmd.GetCommand(), codes.Code(tc.res.GetErrorCode()))
-		err := resultErr(tc.cmd, tc.res)
+		err := resultErr(tc.cmd, tc.res, nil)
 		if tc.code == codes.OK {
 			if err != nil {
 				t.Errorf("%s: %v, want nil", name, err)

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/shale-db/shale/client"
@@ -308,5 +310,67 @@ func TestLoadBasedSplit(t *testing.T) {
 				ld.GetShardId(), lo.GetLeaderNodeId(), hd.GetShardId(), hi.GetLeaderNodeId())
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestStaleEpochNamesTheNewShard: a request routed on the epoch a shard had
+// before a split is answered EpochMismatch with the shard's new descriptor
+// and the new shard after it (with its leader), so that a client routes on
+// without fetching the routing table.
+func TestStaleEpochNamesTheNewShard(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cl.Put(ctx, []byte("k050"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	var before *shalev1.ShardDescriptor
+	for _, id := range c.ShardIDs() {
+		if d := c.Node(c.NodeIDs()[0]).Shard(id).Descriptor(); !d.GetSystem() && bytes.Compare(d.GetStartKey(), []byte("k100")) <= 0 &&
+			(len(d.GetEndKey()) == 0 || bytes.Compare(d.GetEndKey(), []byte("k100")) > 0) {
+			before = d
+		}
+	}
+	if before == nil {
+		t.Fatal("no shard holds k100")
+	}
+	left, right, err := cl.SplitShard(ctx, []byte("k100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitLeaders(30 * time.Second)
+	lead := c.Leader(left.GetShardId())
+	cc, err := grpc.NewClient(c.Node(lead).Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	kv := shalev1.NewKVClient(cc)
+	for _, key := range []string{"k050", "k150"} {
+		_, err := kv.Put(ctx, &shalev1.PutRequest{
+			Header: &shalev1.RequestHeader{ShardId: before.GetShardId(), Epoch: before.GetEpoch()},
+			Key:    []byte(key), Value: []byte("x"),
+		})
+		st := status.Convert(err)
+		var em *shalev1.EpochMismatch
+		for _, d := range st.Details() {
+			if m, ok := d.(*shalev1.EpochMismatch); ok {
+				em = m
+			}
+		}
+		if st.Code() != codes.FailedPrecondition || em == nil {
+			t.Fatalf("put %s on the old epoch: %v, want FailedPrecondition with EpochMismatch", key, err)
+		}
+		if em.GetCurrent().GetEpoch() != left.GetEpoch() || !bytes.Equal(em.GetCurrent().GetEndKey(), []byte("k100")) {
+			t.Fatalf("put %s: current %v, want the left shard %v", key, em.GetCurrent(), left)
+		}
+		nx := em.GetNext()
+		if nx.GetDescriptor_().GetShardId() != right.GetShardId() || !bytes.Equal(nx.GetDescriptor_().GetStartKey(), []byte("k100")) {
+			t.Fatalf("put %s: next %v, want the new shard %v", key, nx, right)
+		}
+		if l := c.Leader(right.GetShardId()); nx.GetLeaderNodeId() != l {
+			t.Fatalf("put %s: next names leader %d, the new shard's leader is %d", key, nx.GetLeaderNodeId(), l)
+		}
 	}
 }

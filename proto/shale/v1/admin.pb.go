@@ -73,7 +73,7 @@ func (x ReplicaChange_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReplicaChange_Type.Descriptor instead.
 func (ReplicaChange_Type) EnumDescriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34, 0}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type GetAuthStateRequest struct {
@@ -620,59 +620,6 @@ func (*GetRoutingRequest) Descriptor() ([]byte, []int) {
 	return file_shale_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
-// RoutedShard is a shard descriptor with its last known leader.
-type RoutedShard struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Descriptor_   *ShardDescriptor       `protobuf:"bytes,1,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
-	LeaderNodeId  uint64                 `protobuf:"varint,2,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RoutedShard) Reset() {
-	*x = RoutedShard{}
-	mi := &file_shale_v1_admin_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RoutedShard) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RoutedShard) ProtoMessage() {}
-
-func (x *RoutedShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RoutedShard.ProtoReflect.Descriptor instead.
-func (*RoutedShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *RoutedShard) GetDescriptor_() *ShardDescriptor {
-	if x != nil {
-		return x.Descriptor_
-	}
-	return nil
-}
-
-func (x *RoutedShard) GetLeaderNodeId() uint64 {
-	if x != nil {
-		return x.LeaderNodeId
-	}
-	return 0
-}
-
 type GetRoutingResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -685,7 +632,7 @@ type GetRoutingResponse struct {
 
 func (x *GetRoutingResponse) Reset() {
 	*x = GetRoutingResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[9]
+	mi := &file_shale_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +644,7 @@ func (x *GetRoutingResponse) String() string {
 func (*GetRoutingResponse) ProtoMessage() {}
 
 func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[9]
+	mi := &file_shale_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +657,7 @@ func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingResponse.ProtoReflect.Descriptor instead.
 func (*GetRoutingResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRoutingResponse) GetClusterId() string {
@@ -742,7 +689,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[10]
+	mi := &file_shale_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +701,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[10]
+	mi := &file_shale_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +714,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type ListNodesResponse struct {
@@ -779,7 +726,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[11]
+	mi := &file_shale_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +738,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[11]
+	mi := &file_shale_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +751,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeStatus {
@@ -825,7 +772,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[12]
+	mi := &file_shale_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +784,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[12]
+	mi := &file_shale_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +797,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddNodeRequest) GetAddress() string {
@@ -879,7 +826,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[13]
+	mi := &file_shale_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +838,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[13]
+	mi := &file_shale_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +851,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeDescriptor {
@@ -937,7 +884,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[14]
+	mi := &file_shale_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +896,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[14]
+	mi := &file_shale_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +909,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() uint64 {
@@ -980,7 +927,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[15]
+	mi := &file_shale_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +939,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[15]
+	mi := &file_shale_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +952,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type ListShardsRequest struct {
@@ -1016,7 +963,7 @@ type ListShardsRequest struct {
 
 func (x *ListShardsRequest) Reset() {
 	*x = ListShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[16]
+	mi := &file_shale_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +975,7 @@ func (x *ListShardsRequest) String() string {
 func (*ListShardsRequest) ProtoMessage() {}
 
 func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[16]
+	mi := &file_shale_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +988,7 @@ func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsRequest.ProtoReflect.Descriptor instead.
 func (*ListShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type ListShardsResponse struct {
@@ -1053,7 +1000,7 @@ type ListShardsResponse struct {
 
 func (x *ListShardsResponse) Reset() {
 	*x = ListShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[17]
+	mi := &file_shale_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1012,7 @@ func (x *ListShardsResponse) String() string {
 func (*ListShardsResponse) ProtoMessage() {}
 
 func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[17]
+	mi := &file_shale_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1025,7 @@ func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsResponse.ProtoReflect.Descriptor instead.
 func (*ListShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListShardsResponse) GetShards() []*ShardStatus {
@@ -1097,7 +1044,7 @@ type ShardInfoRequest struct {
 
 func (x *ShardInfoRequest) Reset() {
 	*x = ShardInfoRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[18]
+	mi := &file_shale_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1056,7 @@ func (x *ShardInfoRequest) String() string {
 func (*ShardInfoRequest) ProtoMessage() {}
 
 func (x *ShardInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[18]
+	mi := &file_shale_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1069,7 @@ func (x *ShardInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfoRequest.ProtoReflect.Descriptor instead.
 func (*ShardInfoRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ShardInfoRequest) GetShardId() uint64 {
@@ -1141,7 +1088,7 @@ type ShardInfoResponse struct {
 
 func (x *ShardInfoResponse) Reset() {
 	*x = ShardInfoResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[19]
+	mi := &file_shale_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1100,7 @@ func (x *ShardInfoResponse) String() string {
 func (*ShardInfoResponse) ProtoMessage() {}
 
 func (x *ShardInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[19]
+	mi := &file_shale_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1113,7 @@ func (x *ShardInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfoResponse.ProtoReflect.Descriptor instead.
 func (*ShardInfoResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShardInfoResponse) GetShard() *ShardStatus {
@@ -1193,7 +1140,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[20]
+	mi := &file_shale_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1152,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[20]
+	mi := &file_shale_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1165,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TransferLeaderRequest) GetShardId() uint64 {
@@ -1258,7 +1205,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[21]
+	mi := &file_shale_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1217,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[21]
+	mi := &file_shale_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1230,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TransferLeaderResponse) GetLeaderNodeId() uint64 {
@@ -1301,7 +1248,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	mi := &file_shale_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1260,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[22]
+	mi := &file_shale_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1273,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 type NodeInfoResponse struct {
@@ -1340,7 +1287,7 @@ type NodeInfoResponse struct {
 
 func (x *NodeInfoResponse) Reset() {
 	*x = NodeInfoResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1299,7 @@ func (x *NodeInfoResponse) String() string {
 func (*NodeInfoResponse) ProtoMessage() {}
 
 func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[23]
+	mi := &file_shale_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1312,7 @@ func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoResponse.ProtoReflect.Descriptor instead.
 func (*NodeInfoResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeInfoResponse) GetNode() *NodeDescriptor {
@@ -1413,7 +1360,7 @@ type SplitShardRequest struct {
 
 func (x *SplitShardRequest) Reset() {
 	*x = SplitShardRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1372,7 @@ func (x *SplitShardRequest) String() string {
 func (*SplitShardRequest) ProtoMessage() {}
 
 func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[24]
+	mi := &file_shale_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1385,7 @@ func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitShardRequest.ProtoReflect.Descriptor instead.
 func (*SplitShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SplitShardRequest) GetSplitKey() []byte {
@@ -1487,7 +1434,7 @@ type SplitShardResponse struct {
 
 func (x *SplitShardResponse) Reset() {
 	*x = SplitShardResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1446,7 @@ func (x *SplitShardResponse) String() string {
 func (*SplitShardResponse) ProtoMessage() {}
 
 func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[25]
+	mi := &file_shale_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1459,7 @@ func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitShardResponse.ProtoReflect.Descriptor instead.
 func (*SplitShardResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SplitShardResponse) GetLeft() *ShardDescriptor {
@@ -1537,7 +1484,7 @@ type ShardDirectoryRequest struct {
 
 func (x *ShardDirectoryRequest) Reset() {
 	*x = ShardDirectoryRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1496,7 @@ func (x *ShardDirectoryRequest) String() string {
 func (*ShardDirectoryRequest) ProtoMessage() {}
 
 func (x *ShardDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[26]
+	mi := &file_shale_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1509,7 @@ func (x *ShardDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*ShardDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 type ShardDirectoryResponse struct {
@@ -1575,7 +1522,7 @@ type ShardDirectoryResponse struct {
 
 func (x *ShardDirectoryResponse) Reset() {
 	*x = ShardDirectoryResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1534,7 @@ func (x *ShardDirectoryResponse) String() string {
 func (*ShardDirectoryResponse) ProtoMessage() {}
 
 func (x *ShardDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[27]
+	mi := &file_shale_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1547,7 @@ func (x *ShardDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*ShardDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardDirectoryResponse) GetShards() []*ShardDescriptor {
@@ -1621,7 +1568,7 @@ type ReportShardsRequest struct {
 
 func (x *ReportShardsRequest) Reset() {
 	*x = ReportShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1580,7 @@ func (x *ReportShardsRequest) String() string {
 func (*ReportShardsRequest) ProtoMessage() {}
 
 func (x *ReportShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[28]
+	mi := &file_shale_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1593,7 @@ func (x *ReportShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportShardsRequest.ProtoReflect.Descriptor instead.
 func (*ReportShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportShardsRequest) GetDescriptors() []*ShardDescriptor {
@@ -1671,7 +1618,7 @@ type ReportShardsResponse struct {
 
 func (x *ReportShardsResponse) Reset() {
 	*x = ReportShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1630,7 @@ func (x *ReportShardsResponse) String() string {
 func (*ReportShardsResponse) ProtoMessage() {}
 
 func (x *ReportShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[29]
+	mi := &file_shale_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1643,7 @@ func (x *ReportShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportShardsResponse.ProtoReflect.Descriptor instead.
 func (*ReportShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 // NodeStats is what a node reports about itself in its heartbeat.
@@ -1724,7 +1671,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1683,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[30]
+	mi := &file_shale_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1696,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeStats) GetNode() *NodeDescriptor {
@@ -1832,7 +1779,7 @@ type LedShard struct {
 
 func (x *LedShard) Reset() {
 	*x = LedShard{}
-	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1791,7 @@ func (x *LedShard) String() string {
 func (*LedShard) ProtoMessage() {}
 
 func (x *LedShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[31]
+	mi := &file_shale_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1804,7 @@ func (x *LedShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedShard.ProtoReflect.Descriptor instead.
 func (*LedShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LedShard) GetShardId() uint64 {
@@ -1898,7 +1845,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1857,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[32]
+	mi := &file_shale_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1870,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HeartbeatRequest) GetStats() *NodeStats {
@@ -1951,7 +1898,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +1910,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[33]
+	mi := &file_shale_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +1923,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatResponse) GetDrainingLeaderNodes() []uint64 {
@@ -1998,7 +1945,7 @@ type ReplicaChange struct {
 
 func (x *ReplicaChange) Reset() {
 	*x = ReplicaChange{}
-	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +1957,7 @@ func (x *ReplicaChange) String() string {
 func (*ReplicaChange) ProtoMessage() {}
 
 func (x *ReplicaChange) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[34]
+	mi := &file_shale_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +1970,7 @@ func (x *ReplicaChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChange.ProtoReflect.Descriptor instead.
 func (*ReplicaChange) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplicaChange) GetType() ReplicaChange_Type {
@@ -2061,7 +2008,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2020,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[35]
+	mi := &file_shale_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2033,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ChangeReplicasRequest) GetShardId() uint64 {
@@ -2119,7 +2066,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2078,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[36]
+	mi := &file_shale_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2091,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ChangeReplicasResponse) GetDescriptor_() *ShardDescriptor {
@@ -2177,7 +2124,7 @@ type PlacementOperation struct {
 
 func (x *PlacementOperation) Reset() {
 	*x = PlacementOperation{}
-	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2136,7 @@ func (x *PlacementOperation) String() string {
 func (*PlacementOperation) ProtoMessage() {}
 
 func (x *PlacementOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[37]
+	mi := &file_shale_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2149,7 @@ func (x *PlacementOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementOperation.ProtoReflect.Descriptor instead.
 func (*PlacementOperation) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PlacementOperation) GetShardId() uint64 {
@@ -2282,7 +2229,7 @@ type StuckReplica struct {
 
 func (x *StuckReplica) Reset() {
 	*x = StuckReplica{}
-	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2241,7 @@ func (x *StuckReplica) String() string {
 func (*StuckReplica) ProtoMessage() {}
 
 func (x *StuckReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[38]
+	mi := &file_shale_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2254,7 @@ func (x *StuckReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StuckReplica.ProtoReflect.Descriptor instead.
 func (*StuckReplica) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StuckReplica) GetShardId() uint64 {
@@ -2353,7 +2300,7 @@ type NodePlacement struct {
 
 func (x *NodePlacement) Reset() {
 	*x = NodePlacement{}
-	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2312,7 @@ func (x *NodePlacement) String() string {
 func (*NodePlacement) ProtoMessage() {}
 
 func (x *NodePlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[39]
+	mi := &file_shale_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2325,7 @@ func (x *NodePlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodePlacement.ProtoReflect.Descriptor instead.
 func (*NodePlacement) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodePlacement) GetNode() *NodeDescriptor {
@@ -2445,7 +2392,7 @@ type PlacementStatusRequest struct {
 
 func (x *PlacementStatusRequest) Reset() {
 	*x = PlacementStatusRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2404,7 @@ func (x *PlacementStatusRequest) String() string {
 func (*PlacementStatusRequest) ProtoMessage() {}
 
 func (x *PlacementStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[40]
+	mi := &file_shale_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2417,7 @@ func (x *PlacementStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementStatusRequest.ProtoReflect.Descriptor instead.
 func (*PlacementStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 type PlacementStatusResponse struct {
@@ -2493,7 +2440,7 @@ type PlacementStatusResponse struct {
 
 func (x *PlacementStatusResponse) Reset() {
 	*x = PlacementStatusResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2452,7 @@ func (x *PlacementStatusResponse) String() string {
 func (*PlacementStatusResponse) ProtoMessage() {}
 
 func (x *PlacementStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[41]
+	mi := &file_shale_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2465,7 @@ func (x *PlacementStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementStatusResponse.ProtoReflect.Descriptor instead.
 func (*PlacementStatusResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PlacementStatusResponse) GetPlacementLeaderNodeId() uint64 {
@@ -2587,7 +2534,7 @@ type PlacementHistoryRequest struct {
 
 func (x *PlacementHistoryRequest) Reset() {
 	*x = PlacementHistoryRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2546,7 @@ func (x *PlacementHistoryRequest) String() string {
 func (*PlacementHistoryRequest) ProtoMessage() {}
 
 func (x *PlacementHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[42]
+	mi := &file_shale_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2559,7 @@ func (x *PlacementHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementHistoryRequest.ProtoReflect.Descriptor instead.
 func (*PlacementHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PlacementHistoryRequest) GetLimit() uint32 {
@@ -2631,7 +2578,7 @@ type PlacementHistoryResponse struct {
 
 func (x *PlacementHistoryResponse) Reset() {
 	*x = PlacementHistoryResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2590,7 @@ func (x *PlacementHistoryResponse) String() string {
 func (*PlacementHistoryResponse) ProtoMessage() {}
 
 func (x *PlacementHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[43]
+	mi := &file_shale_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2603,7 @@ func (x *PlacementHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementHistoryResponse.ProtoReflect.Descriptor instead.
 func (*PlacementHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PlacementHistoryResponse) GetOperations() []*PlacementOperation {
@@ -2675,7 +2622,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2634,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[44]
+	mi := &file_shale_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2647,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -2718,7 +2665,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2677,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[45]
+	mi := &file_shale_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2690,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 type RecommissionNodeRequest struct {
@@ -2755,7 +2702,7 @@ type RecommissionNodeRequest struct {
 
 func (x *RecommissionNodeRequest) Reset() {
 	*x = RecommissionNodeRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2714,7 @@ func (x *RecommissionNodeRequest) String() string {
 func (*RecommissionNodeRequest) ProtoMessage() {}
 
 func (x *RecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[46]
+	mi := &file_shale_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2727,7 @@ func (x *RecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RecommissionNodeRequest) GetNodeId() uint64 {
@@ -2798,7 +2745,7 @@ type RecommissionNodeResponse struct {
 
 func (x *RecommissionNodeResponse) Reset() {
 	*x = RecommissionNodeResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2757,7 @@ func (x *RecommissionNodeResponse) String() string {
 func (*RecommissionNodeResponse) ProtoMessage() {}
 
 func (x *RecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[47]
+	mi := &file_shale_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2770,7 @@ func (x *RecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type MoveReplicaRequest struct {
@@ -2839,7 +2786,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2798,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[48]
+	mi := &file_shale_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2811,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveReplicaRequest) GetShardId() uint64 {
@@ -2905,7 +2852,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +2864,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[49]
+	mi := &file_shale_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +2877,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MoveReplicaResponse) GetOperation() *PlacementOperation {
@@ -2952,7 +2899,7 @@ type MergeShardsRequest struct {
 
 func (x *MergeShardsRequest) Reset() {
 	*x = MergeShardsRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +2911,7 @@ func (x *MergeShardsRequest) String() string {
 func (*MergeShardsRequest) ProtoMessage() {}
 
 func (x *MergeShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[50]
+	mi := &file_shale_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +2924,7 @@ func (x *MergeShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeShardsRequest.ProtoReflect.Descriptor instead.
 func (*MergeShardsRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MergeShardsRequest) GetKey() []byte {
@@ -3006,7 +2953,7 @@ type MergeShardsResponse struct {
 
 func (x *MergeShardsResponse) Reset() {
 	*x = MergeShardsResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +2965,7 @@ func (x *MergeShardsResponse) String() string {
 func (*MergeShardsResponse) ProtoMessage() {}
 
 func (x *MergeShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[51]
+	mi := &file_shale_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +2978,7 @@ func (x *MergeShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeShardsResponse.ProtoReflect.Descriptor instead.
 func (*MergeShardsResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MergeShardsResponse) GetMerged() *ShardDescriptor {
@@ -3058,7 +3005,7 @@ type DrainLeadersRequest struct {
 
 func (x *DrainLeadersRequest) Reset() {
 	*x = DrainLeadersRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3017,7 @@ func (x *DrainLeadersRequest) String() string {
 func (*DrainLeadersRequest) ProtoMessage() {}
 
 func (x *DrainLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[52]
+	mi := &file_shale_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3030,7 @@ func (x *DrainLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainLeadersRequest.ProtoReflect.Descriptor instead.
 func (*DrainLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DrainLeadersRequest) GetNodeId() uint64 {
@@ -3108,7 +3055,7 @@ type DrainLeadersResponse struct {
 
 func (x *DrainLeadersResponse) Reset() {
 	*x = DrainLeadersResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3067,7 @@ func (x *DrainLeadersResponse) String() string {
 func (*DrainLeadersResponse) ProtoMessage() {}
 
 func (x *DrainLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[53]
+	mi := &file_shale_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3080,7 @@ func (x *DrainLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainLeadersResponse.ProtoReflect.Descriptor instead.
 func (*DrainLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DrainLeadersResponse) GetNodeId() uint64 {
@@ -3166,7 +3113,7 @@ type ReplicaChecksumRequest struct {
 
 func (x *ReplicaChecksumRequest) Reset() {
 	*x = ReplicaChecksumRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3125,7 @@ func (x *ReplicaChecksumRequest) String() string {
 func (*ReplicaChecksumRequest) ProtoMessage() {}
 
 func (x *ReplicaChecksumRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[54]
+	mi := &file_shale_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3138,7 @@ func (x *ReplicaChecksumRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChecksumRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaChecksumRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReplicaChecksumRequest) GetShardId() uint64 {
@@ -3216,7 +3163,7 @@ type ReplicaChecksumResponse struct {
 
 func (x *ReplicaChecksumResponse) Reset() {
 	*x = ReplicaChecksumResponse{}
-	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3175,7 @@ func (x *ReplicaChecksumResponse) String() string {
 func (*ReplicaChecksumResponse) ProtoMessage() {}
 
 func (x *ReplicaChecksumResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[55]
+	mi := &file_shale_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3188,7 @@ func (x *ReplicaChecksumResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaChecksumResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaChecksumResponse) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReplicaChecksumResponse) GetNodeId() uint64 {
@@ -3284,7 +3231,7 @@ type BackupShardRequest struct {
 
 func (x *BackupShardRequest) Reset() {
 	*x = BackupShardRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3243,7 @@ func (x *BackupShardRequest) String() string {
 func (*BackupShardRequest) ProtoMessage() {}
 
 func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3256,7 @@ func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BackupShardRequest) GetShardId() uint64 {
@@ -3336,7 +3283,7 @@ type BackupShardLogRequest struct {
 
 func (x *BackupShardLogRequest) Reset() {
 	*x = BackupShardLogRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3295,7 @@ func (x *BackupShardLogRequest) String() string {
 func (*BackupShardLogRequest) ProtoMessage() {}
 
 func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3308,7 @@ func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardLogRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardLogRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BackupShardLogRequest) GetShardId() uint64 {
@@ -3398,7 +3345,7 @@ type BackupLogEntry struct {
 
 func (x *BackupLogEntry) Reset() {
 	*x = BackupLogEntry{}
-	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3357,7 @@ func (x *BackupLogEntry) String() string {
 func (*BackupLogEntry) ProtoMessage() {}
 
 func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3370,7 @@ func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogEntry.ProtoReflect.Descriptor instead.
 func (*BackupLogEntry) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BackupLogEntry) GetIndex() uint64 {
@@ -3481,7 +3428,7 @@ type BackupLogOp struct {
 
 func (x *BackupLogOp) Reset() {
 	*x = BackupLogOp{}
-	mi := &file_shale_v1_admin_proto_msgTypes[59]
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3440,7 @@ func (x *BackupLogOp) String() string {
 func (*BackupLogOp) ProtoMessage() {}
 
 func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[59]
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3453,7 @@ func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogOp.ProtoReflect.Descriptor instead.
 func (*BackupLogOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BackupLogOp) GetKind() uint32 {
@@ -3582,12 +3529,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12*\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x14.shale.v1.NodeStatusR\x05nodes\x12-\n" +
 	"\x06shards\x18\x03 \x03(\v2\x15.shale.v1.ShardStatusR\x06shards\"\x13\n" +
-	"\x11GetRoutingRequest\"n\n" +
-	"\vRoutedShard\x129\n" +
-	"\n" +
-	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
-	"descriptor\x12$\n" +
-	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\"\x92\x01\n" +
+	"\x11GetRoutingRequest\"\x92\x01\n" +
 	"\x12GetRoutingResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12.\n" +
@@ -3822,7 +3764,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*GetAuthStateRequest)(nil),      // 1: shale.v1.GetAuthStateRequest
@@ -3833,162 +3775,161 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),     // 6: shale.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),    // 7: shale.v1.ClusterStatusResponse
 	(*GetRoutingRequest)(nil),        // 8: shale.v1.GetRoutingRequest
-	(*RoutedShard)(nil),              // 9: shale.v1.RoutedShard
-	(*GetRoutingResponse)(nil),       // 10: shale.v1.GetRoutingResponse
-	(*ListNodesRequest)(nil),         // 11: shale.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 12: shale.v1.ListNodesResponse
-	(*AddNodeRequest)(nil),           // 13: shale.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),          // 14: shale.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),        // 15: shale.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),       // 16: shale.v1.RemoveNodeResponse
-	(*ListShardsRequest)(nil),        // 17: shale.v1.ListShardsRequest
-	(*ListShardsResponse)(nil),       // 18: shale.v1.ListShardsResponse
-	(*ShardInfoRequest)(nil),         // 19: shale.v1.ShardInfoRequest
-	(*ShardInfoResponse)(nil),        // 20: shale.v1.ShardInfoResponse
-	(*TransferLeaderRequest)(nil),    // 21: shale.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),   // 22: shale.v1.TransferLeaderResponse
-	(*NodeInfoRequest)(nil),          // 23: shale.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),         // 24: shale.v1.NodeInfoResponse
-	(*SplitShardRequest)(nil),        // 25: shale.v1.SplitShardRequest
-	(*SplitShardResponse)(nil),       // 26: shale.v1.SplitShardResponse
-	(*ShardDirectoryRequest)(nil),    // 27: shale.v1.ShardDirectoryRequest
-	(*ShardDirectoryResponse)(nil),   // 28: shale.v1.ShardDirectoryResponse
-	(*ReportShardsRequest)(nil),      // 29: shale.v1.ReportShardsRequest
-	(*ReportShardsResponse)(nil),     // 30: shale.v1.ReportShardsResponse
-	(*NodeStats)(nil),                // 31: shale.v1.NodeStats
-	(*LedShard)(nil),                 // 32: shale.v1.LedShard
-	(*HeartbeatRequest)(nil),         // 33: shale.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 34: shale.v1.HeartbeatResponse
-	(*ReplicaChange)(nil),            // 35: shale.v1.ReplicaChange
-	(*ChangeReplicasRequest)(nil),    // 36: shale.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil),   // 37: shale.v1.ChangeReplicasResponse
-	(*PlacementOperation)(nil),       // 38: shale.v1.PlacementOperation
-	(*StuckReplica)(nil),             // 39: shale.v1.StuckReplica
-	(*NodePlacement)(nil),            // 40: shale.v1.NodePlacement
-	(*PlacementStatusRequest)(nil),   // 41: shale.v1.PlacementStatusRequest
-	(*PlacementStatusResponse)(nil),  // 42: shale.v1.PlacementStatusResponse
-	(*PlacementHistoryRequest)(nil),  // 43: shale.v1.PlacementHistoryRequest
-	(*PlacementHistoryResponse)(nil), // 44: shale.v1.PlacementHistoryResponse
-	(*DecommissionNodeRequest)(nil),  // 45: shale.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 46: shale.v1.DecommissionNodeResponse
-	(*RecommissionNodeRequest)(nil),  // 47: shale.v1.RecommissionNodeRequest
-	(*RecommissionNodeResponse)(nil), // 48: shale.v1.RecommissionNodeResponse
-	(*MoveReplicaRequest)(nil),       // 49: shale.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),      // 50: shale.v1.MoveReplicaResponse
-	(*MergeShardsRequest)(nil),       // 51: shale.v1.MergeShardsRequest
-	(*MergeShardsResponse)(nil),      // 52: shale.v1.MergeShardsResponse
-	(*DrainLeadersRequest)(nil),      // 53: shale.v1.DrainLeadersRequest
-	(*DrainLeadersResponse)(nil),     // 54: shale.v1.DrainLeadersResponse
-	(*ReplicaChecksumRequest)(nil),   // 55: shale.v1.ReplicaChecksumRequest
-	(*ReplicaChecksumResponse)(nil),  // 56: shale.v1.ReplicaChecksumResponse
-	(*BackupShardRequest)(nil),       // 57: shale.v1.BackupShardRequest
-	(*BackupShardLogRequest)(nil),    // 58: shale.v1.BackupShardLogRequest
-	(*BackupLogEntry)(nil),           // 59: shale.v1.BackupLogEntry
-	(*BackupLogOp)(nil),              // 60: shale.v1.BackupLogOp
-	(*AuthState)(nil),                // 61: shale.v1.AuthState
-	(*NodeDescriptor)(nil),           // 62: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 63: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 64: shale.v1.ShardDescriptor
+	(*GetRoutingResponse)(nil),       // 9: shale.v1.GetRoutingResponse
+	(*ListNodesRequest)(nil),         // 10: shale.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 11: shale.v1.ListNodesResponse
+	(*AddNodeRequest)(nil),           // 12: shale.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),          // 13: shale.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),        // 14: shale.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),       // 15: shale.v1.RemoveNodeResponse
+	(*ListShardsRequest)(nil),        // 16: shale.v1.ListShardsRequest
+	(*ListShardsResponse)(nil),       // 17: shale.v1.ListShardsResponse
+	(*ShardInfoRequest)(nil),         // 18: shale.v1.ShardInfoRequest
+	(*ShardInfoResponse)(nil),        // 19: shale.v1.ShardInfoResponse
+	(*TransferLeaderRequest)(nil),    // 20: shale.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),   // 21: shale.v1.TransferLeaderResponse
+	(*NodeInfoRequest)(nil),          // 22: shale.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),         // 23: shale.v1.NodeInfoResponse
+	(*SplitShardRequest)(nil),        // 24: shale.v1.SplitShardRequest
+	(*SplitShardResponse)(nil),       // 25: shale.v1.SplitShardResponse
+	(*ShardDirectoryRequest)(nil),    // 26: shale.v1.ShardDirectoryRequest
+	(*ShardDirectoryResponse)(nil),   // 27: shale.v1.ShardDirectoryResponse
+	(*ReportShardsRequest)(nil),      // 28: shale.v1.ReportShardsRequest
+	(*ReportShardsResponse)(nil),     // 29: shale.v1.ReportShardsResponse
+	(*NodeStats)(nil),                // 30: shale.v1.NodeStats
+	(*LedShard)(nil),                 // 31: shale.v1.LedShard
+	(*HeartbeatRequest)(nil),         // 32: shale.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 33: shale.v1.HeartbeatResponse
+	(*ReplicaChange)(nil),            // 34: shale.v1.ReplicaChange
+	(*ChangeReplicasRequest)(nil),    // 35: shale.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil),   // 36: shale.v1.ChangeReplicasResponse
+	(*PlacementOperation)(nil),       // 37: shale.v1.PlacementOperation
+	(*StuckReplica)(nil),             // 38: shale.v1.StuckReplica
+	(*NodePlacement)(nil),            // 39: shale.v1.NodePlacement
+	(*PlacementStatusRequest)(nil),   // 40: shale.v1.PlacementStatusRequest
+	(*PlacementStatusResponse)(nil),  // 41: shale.v1.PlacementStatusResponse
+	(*PlacementHistoryRequest)(nil),  // 42: shale.v1.PlacementHistoryRequest
+	(*PlacementHistoryResponse)(nil), // 43: shale.v1.PlacementHistoryResponse
+	(*DecommissionNodeRequest)(nil),  // 44: shale.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 45: shale.v1.DecommissionNodeResponse
+	(*RecommissionNodeRequest)(nil),  // 46: shale.v1.RecommissionNodeRequest
+	(*RecommissionNodeResponse)(nil), // 47: shale.v1.RecommissionNodeResponse
+	(*MoveReplicaRequest)(nil),       // 48: shale.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),      // 49: shale.v1.MoveReplicaResponse
+	(*MergeShardsRequest)(nil),       // 50: shale.v1.MergeShardsRequest
+	(*MergeShardsResponse)(nil),      // 51: shale.v1.MergeShardsResponse
+	(*DrainLeadersRequest)(nil),      // 52: shale.v1.DrainLeadersRequest
+	(*DrainLeadersResponse)(nil),     // 53: shale.v1.DrainLeadersResponse
+	(*ReplicaChecksumRequest)(nil),   // 54: shale.v1.ReplicaChecksumRequest
+	(*ReplicaChecksumResponse)(nil),  // 55: shale.v1.ReplicaChecksumResponse
+	(*BackupShardRequest)(nil),       // 56: shale.v1.BackupShardRequest
+	(*BackupShardLogRequest)(nil),    // 57: shale.v1.BackupShardLogRequest
+	(*BackupLogEntry)(nil),           // 58: shale.v1.BackupLogEntry
+	(*BackupLogOp)(nil),              // 59: shale.v1.BackupLogOp
+	(*AuthState)(nil),                // 60: shale.v1.AuthState
+	(*NodeDescriptor)(nil),           // 61: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 62: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 63: shale.v1.ShardDescriptor
+	(*RoutedShard)(nil),              // 64: shale.v1.RoutedShard
 	(*SnapshotFile)(nil),             // 65: shale.v1.SnapshotFile
 	(*HlcTimestamp)(nil),             // 66: shale.v1.HlcTimestamp
 	(*SnapshotChunk)(nil),            // 67: shale.v1.SnapshotChunk
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	61, // 0: shale.v1.GetAuthStateResponse.state:type_name -> shale.v1.AuthState
-	62, // 1: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	63, // 2: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	64, // 3: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	60, // 0: shale.v1.GetAuthStateResponse.state:type_name -> shale.v1.AuthState
+	61, // 1: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	62, // 2: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	63, // 3: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	4,  // 4: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	5,  // 6: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	64, // 7: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
-	62, // 8: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
-	9,  // 9: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
-	3,  // 10: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	62, // 11: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	62, // 12: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
-	5,  // 13: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
-	5,  // 14: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	62, // 15: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
-	5,  // 16: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	64, // 17: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	64, // 18: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	64, // 19: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	64, // 20: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	62, // 21: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
-	31, // 22: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
-	32, // 23: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
-	0,  // 24: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
-	35, // 25: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	64, // 26: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	62, // 27: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
-	31, // 28: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
-	39, // 29: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
-	40, // 30: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
-	38, // 31: shale.v1.PlacementStatusResponse.running:type_name -> shale.v1.PlacementOperation
-	39, // 32: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
-	38, // 33: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
-	38, // 34: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	64, // 35: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
-	65, // 36: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
-	66, // 37: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
-	60, // 38: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
-	64, // 39: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
-	6,  // 40: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	8,  // 41: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	11, // 42: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	13, // 43: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	15, // 44: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	17, // 45: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	19, // 46: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	21, // 47: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	23, // 48: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	25, // 49: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	27, // 50: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	29, // 51: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	33, // 52: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	36, // 53: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	41, // 54: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	43, // 55: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	45, // 56: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	47, // 57: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	49, // 58: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	51, // 59: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	53, // 60: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	55, // 61: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
-	57, // 62: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
-	58, // 63: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
-	1,  // 64: shale.v1.Admin.GetAuthState:input_type -> shale.v1.GetAuthStateRequest
-	7,  // 65: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	10, // 66: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	12, // 67: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	14, // 68: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	16, // 69: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	18, // 70: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	20, // 71: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	22, // 72: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	24, // 73: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	26, // 74: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	28, // 75: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	30, // 76: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	34, // 77: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	37, // 78: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	42, // 79: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	44, // 80: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	46, // 81: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	48, // 82: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	50, // 83: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	52, // 84: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	54, // 85: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	56, // 86: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
-	67, // 87: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
-	59, // 88: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
-	2,  // 89: shale.v1.Admin.GetAuthState:output_type -> shale.v1.GetAuthStateResponse
-	65, // [65:90] is the sub-list for method output_type
-	40, // [40:65] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	61, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	64, // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
+	3,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
+	61, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	61, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	5,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
+	5,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
+	61, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	5,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
+	63, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	63, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	63, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	63, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	61, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	30, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
+	31, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
+	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
+	34, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
+	63, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	61, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	30, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
+	38, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
+	39, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
+	37, // 30: shale.v1.PlacementStatusResponse.running:type_name -> shale.v1.PlacementOperation
+	38, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
+	37, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
+	37, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
+	63, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	65, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	66, // 36: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
+	59, // 37: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
+	63, // 38: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
+	6,  // 39: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	8,  // 40: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	10, // 41: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	12, // 42: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	14, // 43: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	16, // 44: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	18, // 45: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	20, // 46: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	22, // 47: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	24, // 48: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	26, // 49: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	28, // 50: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	32, // 51: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	35, // 52: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	40, // 53: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	42, // 54: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	44, // 55: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	46, // 56: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	48, // 57: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	50, // 58: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	52, // 59: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	54, // 60: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	56, // 61: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
+	57, // 62: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
+	1,  // 63: shale.v1.Admin.GetAuthState:input_type -> shale.v1.GetAuthStateRequest
+	7,  // 64: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	9,  // 65: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	11, // 66: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	13, // 67: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	15, // 68: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	17, // 69: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	19, // 70: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	21, // 71: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	23, // 72: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	25, // 73: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	27, // 74: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	29, // 75: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	33, // 76: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	36, // 77: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	41, // 78: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	43, // 79: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	45, // 80: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	47, // 81: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	49, // 82: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	51, // 83: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	53, // 84: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	55, // 85: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	67, // 86: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
+	58, // 87: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
+	2,  // 88: shale.v1.Admin.GetAuthState:output_type -> shale.v1.GetAuthStateResponse
+	64, // [64:89] is the sub-list for method output_type
+	39, // [39:64] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -4005,7 +3946,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

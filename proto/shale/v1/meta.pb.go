@@ -530,8 +530,14 @@ type EpochMismatch struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RequestedEpoch uint64                 `protobuf:"varint,1,opt,name=requested_epoch,json=requestedEpoch,proto3" json:"requested_epoch,omitempty"`
 	Current        *ShardDescriptor       `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// next is the shard starting where current ends, as the answering node
+	// hosts it, with its leader when known: after a split, the new shard
+	// holding the rest of the requested range, so that a client can route
+	// there without fetching the routing table. Unset when the node hosts
+	// no such shard.
+	Next          *RoutedShard `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochMismatch) Reset() {
@@ -578,6 +584,66 @@ func (x *EpochMismatch) GetCurrent() *ShardDescriptor {
 	return nil
 }
 
+func (x *EpochMismatch) GetNext() *RoutedShard {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+// RoutedShard is a shard descriptor with its last known leader.
+type RoutedShard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Descriptor_   *ShardDescriptor       `protobuf:"bytes,1,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	LeaderNodeId  uint64                 `protobuf:"varint,2,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutedShard) Reset() {
+	*x = RoutedShard{}
+	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutedShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutedShard) ProtoMessage() {}
+
+func (x *RoutedShard) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutedShard.ProtoReflect.Descriptor instead.
+func (*RoutedShard) Descriptor() ([]byte, []int) {
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RoutedShard) GetDescriptor_() *ShardDescriptor {
+	if x != nil {
+		return x.Descriptor_
+	}
+	return nil
+}
+
+func (x *RoutedShard) GetLeaderNodeId() uint64 {
+	if x != nil {
+		return x.LeaderNodeId
+	}
+	return 0
+}
+
 // KeyOutsideShard is attached when a key or range is not inside the addressed
 // shard. shard is that shard's descriptor.
 type KeyOutsideShard struct {
@@ -590,7 +656,7 @@ type KeyOutsideShard struct {
 
 func (x *KeyOutsideShard) Reset() {
 	*x = KeyOutsideShard{}
-	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	mi := &file_shale_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +668,7 @@ func (x *KeyOutsideShard) String() string {
 func (*KeyOutsideShard) ProtoMessage() {}
 
 func (x *KeyOutsideShard) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[6]
+	mi := &file_shale_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +681,7 @@ func (x *KeyOutsideShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOutsideShard.ProtoReflect.Descriptor instead.
 func (*KeyOutsideShard) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyOutsideShard) GetKey() []byte {
@@ -643,7 +709,7 @@ type ShardNotFound struct {
 
 func (x *ShardNotFound) Reset() {
 	*x = ShardNotFound{}
-	mi := &file_shale_v1_meta_proto_msgTypes[7]
+	mi := &file_shale_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +721,7 @@ func (x *ShardNotFound) String() string {
 func (*ShardNotFound) ProtoMessage() {}
 
 func (x *ShardNotFound) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[7]
+	mi := &file_shale_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +734,7 @@ func (x *ShardNotFound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardNotFound.ProtoReflect.Descriptor instead.
 func (*ShardNotFound) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ShardNotFound) GetShardId() uint64 {
@@ -698,7 +764,7 @@ type CrossShardRequest struct {
 
 func (x *CrossShardRequest) Reset() {
 	*x = CrossShardRequest{}
-	mi := &file_shale_v1_meta_proto_msgTypes[8]
+	mi := &file_shale_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +776,7 @@ func (x *CrossShardRequest) String() string {
 func (*CrossShardRequest) ProtoMessage() {}
 
 func (x *CrossShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[8]
+	mi := &file_shale_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +789,7 @@ func (x *CrossShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CrossShardRequest.ProtoReflect.Descriptor instead.
 func (*CrossShardRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CrossShardRequest) GetSplitKey() []byte {
@@ -757,7 +823,7 @@ type WatchInterrupted struct {
 
 func (x *WatchInterrupted) Reset() {
 	*x = WatchInterrupted{}
-	mi := &file_shale_v1_meta_proto_msgTypes[9]
+	mi := &file_shale_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +835,7 @@ func (x *WatchInterrupted) String() string {
 func (*WatchInterrupted) ProtoMessage() {}
 
 func (x *WatchInterrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_meta_proto_msgTypes[9]
+	mi := &file_shale_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +848,7 @@ func (x *WatchInterrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInterrupted.ProtoReflect.Descriptor instead.
 func (*WatchInterrupted) Descriptor() ([]byte, []int) {
-	return file_shale_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_shale_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchInterrupted) GetShardId() uint64 {
@@ -846,10 +912,16 @@ const file_shale_v1_meta_proto_rawDesc = "" +
 	"\tNotLeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12%\n" +
-	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\"m\n" +
+	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\"\x98\x01\n" +
 	"\rEpochMismatch\x12'\n" +
 	"\x0frequested_epoch\x18\x01 \x01(\x04R\x0erequestedEpoch\x123\n" +
-	"\acurrent\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\acurrent\"T\n" +
+	"\acurrent\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\acurrent\x12)\n" +
+	"\x04next\x18\x03 \x01(\v2\x15.shale.v1.RoutedShardR\x04next\"n\n" +
+	"\vRoutedShard\x129\n" +
+	"\n" +
+	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
+	"descriptor\x12$\n" +
+	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\"T\n" +
 	"\x0fKeyOutsideShard\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12/\n" +
 	"\x05shard\x18\x02 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05shard\"C\n" +
@@ -882,7 +954,7 @@ func file_shale_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_shale_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_shale_v1_meta_proto_goTypes = []any{
 	(ReplicaRole)(0),          // 0: shale.v1.ReplicaRole
 	(*ReplicaDescriptor)(nil), // 1: shale.v1.ReplicaDescriptor
@@ -891,21 +963,24 @@ var file_shale_v1_meta_proto_goTypes = []any{
 	(*ShardPin)(nil),          // 4: shale.v1.ShardPin
 	(*NotLeader)(nil),         // 5: shale.v1.NotLeader
 	(*EpochMismatch)(nil),     // 6: shale.v1.EpochMismatch
-	(*KeyOutsideShard)(nil),   // 7: shale.v1.KeyOutsideShard
-	(*ShardNotFound)(nil),     // 8: shale.v1.ShardNotFound
-	(*CrossShardRequest)(nil), // 9: shale.v1.CrossShardRequest
-	(*WatchInterrupted)(nil),  // 10: shale.v1.WatchInterrupted
+	(*RoutedShard)(nil),       // 7: shale.v1.RoutedShard
+	(*KeyOutsideShard)(nil),   // 8: shale.v1.KeyOutsideShard
+	(*ShardNotFound)(nil),     // 9: shale.v1.ShardNotFound
+	(*CrossShardRequest)(nil), // 10: shale.v1.CrossShardRequest
+	(*WatchInterrupted)(nil),  // 11: shale.v1.WatchInterrupted
 }
 var file_shale_v1_meta_proto_depIdxs = []int32{
 	0, // 0: shale.v1.ReplicaDescriptor.role:type_name -> shale.v1.ReplicaRole
 	1, // 1: shale.v1.ShardDescriptor.replicas:type_name -> shale.v1.ReplicaDescriptor
 	2, // 2: shale.v1.EpochMismatch.current:type_name -> shale.v1.ShardDescriptor
-	2, // 3: shale.v1.KeyOutsideShard.shard:type_name -> shale.v1.ShardDescriptor
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 3: shale.v1.EpochMismatch.next:type_name -> shale.v1.RoutedShard
+	2, // 4: shale.v1.RoutedShard.descriptor:type_name -> shale.v1.ShardDescriptor
+	2, // 5: shale.v1.KeyOutsideShard.shard:type_name -> shale.v1.ShardDescriptor
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_meta_proto_init() }
@@ -919,7 +994,7 @@ func file_shale_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_meta_proto_rawDesc), len(file_shale_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
