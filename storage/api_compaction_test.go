@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -214,6 +215,95 @@ func TestAPIDeleteRangeReclaimsSpace(t *testing.T) {
 	for k := range got {
 		if !strings.HasPrefix(k, "key01") || k < "key018000" {
 			t.Fatalf("deleted key %s still readable", k)
+		}
+	}
+}
+
+// TestAPIDeleteFilesInRange: after a DeleteRange, DeleteFilesInRange drops
+// the files whose keys all lie in the range, reading and writing no SST;
+// files straddling a bound and the range deletion's own file stay, the
+// deleted keys stay unreadable and every other key reads back, also after a
+// reopen.
+func TestAPIDeleteFilesInRange(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := apiSmallOptions(fs)
+	d := apiMustOpen(t, "db", opts)
+	val := bytes.Repeat([]byte("x"), 100)
+	const n = 20000
+	for i := 0; i < n; i += 100 {
+		b := NewBatch()
+		for j := i; j < i+100; j++ {
+			b.Set(fmt.Appendf(nil, "key%06d", j), val)
+		}
+		if err := d.Apply(b, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.CompactRange(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	full, fullFiles := apiTotalSize(t, d)
+	lo, hi := []byte("key005000"), []byte("key015000")
+	snap := d.NewSnapshot() // older than the deletion: nothing may go
+	del := NewBatch()
+	del.DeleteRange(lo, hi)
+	if err := d.Apply(del, NoSync); err != nil {
+		t.Fatal(err)
+	}
+	deletedAt := del.SeqNum()
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if files, _, err := d.DeleteFilesInRange(lo, hi, deletedAt); !errors.Is(err, ErrOlderSnapshot) || files != 0 {
+		t.Fatalf("with an older snapshot open: %d files, %v; want ErrOlderSnapshot", files, err)
+	}
+	if v, err := snap.Get([]byte("key010000")); err != nil || !bytes.Equal(v, val) {
+		t.Fatalf("the older snapshot lost a deleted key: %q, %v", v, err)
+	}
+	snap.Close()
+	// A write into the range after the deletion (which a shard never makes)
+	// stays: files newer than the deletion are kept.
+	late := []byte("key010000late")
+	if err := d.Set(late, val, NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Metrics()
+	files, size, err := d.DeleteFilesInRange(lo, hi, deletedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, afterFiles := apiTotalSize(t, d)
+	t.Logf("%d files (%d bytes) dropped: %d bytes in %d files before, %d in %d after", files, size, full, fullFiles, after, afterFiles)
+	if files == 0 || size < full/3 || after > full-size+full/10 {
+		t.Fatalf("dropped %d files, %d bytes, of %d bytes; %d left", files, size, full, after)
+	}
+	if m := d.Metrics(); m.Compactions != before.Compactions {
+		t.Fatalf("DeleteFilesInRange compacted: %d compactions, %d before", m.Compactions, before.Compactions)
+	}
+	check := func(d *DB) {
+		t.Helper()
+		got := apiDump(t, d, nil)
+		if len(got) != n-10000+1 {
+			t.Fatalf("%d keys readable, want %d", len(got), n-10000+1)
+		}
+		for k := range got {
+			if k >= string(lo) && k < string(hi) && k != string(late) {
+				t.Fatalf("deleted key %s readable", k)
+			}
+		}
+	}
+	check(d)
+	apiMustClose(t, d)
+	d = apiMustOpen(t, "db", opts)
+	defer d.Close()
+	check(d)
+	// Nothing left to drop; an empty or inverted range drops nothing.
+	for _, r := range [][2][]byte{{lo, hi}, {hi, lo}, {lo, lo}} {
+		if files, _, err := d.DeleteFilesInRange(r[0], r[1], deletedAt); err != nil || files != 0 {
+			t.Fatalf("DeleteFilesInRange(%q, %q) again: %d files, %v", r[0], r[1], files, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -538,6 +539,72 @@ func (d *DB) Flush() error {
 		d.maybeScheduleFlushLocked()
 		d.cond.Wait()
 	}
+}
+
+// ErrOlderSnapshot is returned by DeleteFilesInRange while a snapshot
+// older than the range's deletion is open.
+var ErrOlderSnapshot = errors.New("storage: a snapshot older than the range deletion is open")
+
+// DeleteFilesInRange removes from the DB, without reading or rewriting
+// them, the SST files whose entries (range deletions included) all have
+// user keys in [start, end) (nil bounds are unbounded) and sequence
+// numbers below deletedAt, and returns how many it removed and their
+// bytes. The caller guarantees that [start, end) was deleted (a
+// DeleteRange) by the batch of sequence number deletedAt (Batch.SeqNum
+// after Apply): a file it removes then holds nothing a read at or after
+// that deletion can see. While a snapshot older than deletedAt is open it
+// removes nothing and returns ErrOlderSnapshot. Files straddling a bound,
+// the file holding the range deletion itself and files in a running
+// compaction stay (CompactRange drops what they hold). It is RocksDB's
+// DeleteFilesInRange, made safe: the space of a range a shard gave away
+// comes back without compaction work.
+func (d *DB) DeleteFilesInRange(start, end []byte, deletedAt SeqNum) (files int, size uint64, err error) {
+	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
+		return 0, 0, nil
+	}
+	d.mu.Lock()
+	for d.ingesting > 0 {
+		d.cond.Wait() // an ingestion is placing files
+	}
+	if err := d.checkWritableLocked(); err != nil {
+		d.mu.Unlock()
+		return 0, 0, err
+	}
+	if seqs := d.snapshots.seqs(); len(seqs) > 0 && seqs[0] < deletedAt {
+		d.mu.Unlock()
+		return 0, 0, ErrOlderSnapshot
+	}
+	ve := &manifest.VersionEdit{DeletedFiles: make(map[manifest.DeletedFileEntry]*manifest.FileMetadata)}
+	var marked []*manifest.FileMetadata
+	for level := range d.vers.Levels {
+		for _, f := range d.vers.Levels[level] {
+			if f.Compacting || f.LargestSeq >= deletedAt || (start != nil && bytes.Compare(f.Smallest.UserKey, start) < 0) ||
+				(end != nil && bytes.Compare(f.Largest.UserKey, end) >= 0) {
+				continue
+			}
+			f.Compacting = true // no compaction picks it meanwhile
+			marked = append(marked, f)
+			ve.DeletedFiles[manifest.DeletedFileEntry{Level: level, FileNum: f.FileNum}] = f
+			size += f.Size
+		}
+	}
+	d.mu.Unlock()
+	if len(marked) == 0 {
+		return 0, 0, nil
+	}
+	err = d.logAndApply(ve, nil)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range marked {
+		f.Compacting = false
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("delete files in range: %w", err)
+	}
+	d.deleteObsoleteFilesLocked()
+	d.updatePacingLocked()
+	d.maybeScheduleCompactionLocked()
+	return len(marked), size, nil
 }
 
 // CompactRange compacts every file overlapping [start, end] (nil bounds are

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -363,6 +364,28 @@ func (r *modelRun) step(op int) bool {
 			return r.fail(op, "reopen: %v", err)
 		}
 		r.db = db
+	case p < 89:
+		// A range deleted and the files it wholly covers dropped (a
+		// split's moved-away half); nothing goes while an older snapshot
+		// is open. The range is a whole key prefix (or two), wide enough
+		// to cover files.
+		p1, p2 := byte('a'+r.rng.IntN(4)), byte('a'+r.rng.IntN(3))
+		lo, hi := []byte{p1, p2}, []byte{p1, p2 + 1 + byte(r.rng.IntN(2))}
+		b := NewBatch()
+		b.DeleteRange(lo, hi)
+		if err := r.db.Apply(b, NoSync); err != nil {
+			return r.fail(op, "apply: %v", err)
+		}
+		r.model.apply(b)
+		if r.rng.IntN(2) == 0 {
+			if err := r.db.Flush(); err != nil {
+				return r.fail(op, "flush: %v", err)
+			}
+		}
+		_, _, err := r.db.DeleteFilesInRange(lo, hi, b.SeqNum())
+		if errors.Is(err, ErrOlderSnapshot) && len(r.snaps) == 0 || err != nil && !errors.Is(err, ErrOlderSnapshot) {
+			return r.fail(op, "delete files in [%s, %s): %v", lo, hi, err)
+		}
 	default:
 		// A burst of writes to drive flushes and compactions.
 		for i := 0; i < 50; i++ {

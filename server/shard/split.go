@@ -71,22 +71,23 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		if err := a.flushStaged(); err != nil {
 			return nil, false, err
 		}
-		rs, err := a.s.makeRight(dir, right, a.st)
+		rs, deletedAt, err := a.s.makeRight(dir, right, a.st)
 		if err != nil {
 			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
 		}
 		a.effects = append(a.effects, replication.HostShard{StateMachine: rs, LeaderNodeID: sc.GetRightLeaderNodeId()})
 		a.after = append(a.after, func() error {
-			rs.compactAway(dataKey(nil), dataKey(key))
+			rs.dropAway(dataKey(nil), dataKey(key), deletedAt)
 			if len(desc.GetEndKey()) > 0 {
-				rs.compactAway(dataKey(desc.GetEndKey()), dataUpper)
+				rs.dropAway(dataKey(desc.GetEndKey()), dataUpper, deletedAt)
 			}
 			return nil
 		})
 	}
 	a.ov.delRange(a.b, dataKey(key), dataBound(desc.GetEndKey()))
 	lo, hi := dataKey(key), dataBound(desc.GetEndKey())
-	a.after = append(a.after, func() error { a.s.compactAway(lo, hi); return nil })
+	// After the call's batch (which deletes the range) is written.
+	a.after = append(a.after, func() error { a.s.dropAway(lo, hi, a.b.SeqNum()); return nil })
 	if err := a.st.setDesc(left); err != nil {
 		return nil, false, err
 	}
@@ -129,44 +130,46 @@ var ErrUnfinishedSplit = errors.New("shard: an unfinished split's copy")
 // revision and dedup table. The engine is opened once, in place (its WAL
 // replayed once, nothing flushed): the directory carries splitMarker until
 // its state is durable.
-func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (*Shard, error) {
+// deletedAt is the sequence number of the batch that deleted the keys
+// outside right's range from the new engine.
+func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (rs *Shard, deletedAt storage.SeqNum, err error) {
 	tmp := dir + ".split"
 	if err := s.fs.RemoveAll(tmp); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.fs.RemoveAll(dir); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// Flush first: the checkpoint then holds SSTs only, and the new engine
 	// opens without replaying (and flushing again) a copy of the memtable.
 	if err := s.db.Flush(); err != nil {
-		return nil, fmt.Errorf("flush: %w", err)
+		return nil, 0, fmt.Errorf("flush: %w", err)
 	}
 	if _, err := s.db.Checkpoint(tmp); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, 0, fmt.Errorf("checkpoint: %w", err)
 	}
 	marker, err := s.fs.Create(s.fs.Join(tmp, splitMarker))
 	if err == nil {
 		err = marker.Close()
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.fs.Rename(tmp, dir); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := vfs.SyncDir(s.fs, filepath.Dir(dir)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	rs := newShard(dir, s.opts)
+	rs = newShard(dir, s.opts)
 	o := rs.engineOptions()
 	o.ErrorIfNotExists = true
 	db, err := storage.Open(dir, o)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	st := *left
 	st.index, st.term = replication.InitialIndex, replication.InitialTerm
@@ -182,6 +185,7 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 		}
 		st.writeMeta(b, nil)
 		err = db.Apply(b, storage.Sync)
+		deletedAt = b.SeqNum()
 	}
 	if err == nil {
 		err = s.fs.Remove(s.fs.Join(dir, splitMarker))
@@ -199,11 +203,11 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	if err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	rs.db = db
 	rs.publish(loaded)
-	return rs, nil
+	return rs, deletedAt, nil
 }
 
 // SplitKey returns a user key strictly inside the shard's range that
@@ -229,6 +233,45 @@ func (s *Shard) SplitKey() ([]byte, error) {
 		return nil, nil
 	}
 	return uk, nil
+}
+
+// dropAway reclaims, in the background, the engine keys in [lo, hi) that a
+// split deleted with a range deletion in the batch of sequence number
+// deletedAt, and which the shard never writes or reads again: the SSTs
+// lying wholly inside are dropped without compaction work (after the read
+// snapshots older than the deletion close, waiting up to a second), then
+// what is left is compacted (compactAway). Close and Restore wait for it;
+// a Restore's new engine is left alone.
+func (s *Shard) dropAway(lo, hi []byte, deletedAt storage.SeqNum) {
+	s.dbMu.RLock()
+	db := s.db
+	s.dbMu.RUnlock()
+	if db == nil {
+		return
+	}
+	go func() {
+		for try := 0; ; try++ {
+			s.dbMu.RLock()
+			if s.db != db {
+				s.dbMu.RUnlock()
+				return // closed or restored
+			}
+			files, size, err := db.DeleteFilesInRange(lo, hi, deletedAt)
+			s.dbMu.RUnlock()
+			if errors.Is(err, storage.ErrOlderSnapshot) && try < 50 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			if err != nil && !errors.Is(err, storage.ErrOlderSnapshot) {
+				s.log.Warn("drop the files of a deleted range", "shard", s.dir, "err", err)
+			}
+			if files > 0 {
+				s.log.Debug("dropped the files of a deleted range", "shard", s.dir, "files", files, "bytes", size)
+			}
+			break
+		}
+		s.compactAway(lo, hi)
+	}()
 }
 
 // compactAway compacts the engine keys in [lo, hi), which a split, a merge
