@@ -157,17 +157,14 @@ func apiTotalSize(t testing.TB, d *DB) (total uint64, files int) {
 // TestAPIDeleteRangeReclaimsSpace: after a range deletion and a compaction
 // the deleted data is gone from the SSTs (but not while a snapshot that can
 // see it is open).
-func TestAPIDeleteRangeReclaimsSpace(t *testing.T) {
-	fs := vfs.NewMem()
-	opts := apiSmallOptions(fs)
-	opts.Levels[0].Compression = NoCompression
-	d := apiMustOpen(t, "db", opts)
-	defer d.Close()
+// apiFillCompacted writes keys key000000 to key<n-1>, each with the
+// returned 100-byte value, and compacts them into sorted files.
+func apiFillCompacted(t *testing.T, d *DB, n int) []byte {
+	t.Helper()
 	val := bytes.Repeat([]byte("x"), 100)
-	const n = 20000
 	for i := 0; i < n; i += 100 {
 		b := NewBatch()
-		for j := i; j < i+100; j++ {
+		for j := i; j < min(n, i+100); j++ {
 			b.Set(fmt.Appendf(nil, "key%06d", j), val)
 		}
 		if err := d.Apply(b, NoSync); err != nil {
@@ -177,6 +174,17 @@ func TestAPIDeleteRangeReclaimsSpace(t *testing.T) {
 	if err := d.CompactRange(nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	return val
+}
+
+func TestAPIDeleteRangeReclaimsSpace(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := apiSmallOptions(fs)
+	opts.Levels[0].Compression = NoCompression
+	d := apiMustOpen(t, "db", opts)
+	defer d.Close()
+	const n = 20000
+	val := apiFillCompacted(t, d, n)
 	full, fullFiles := apiTotalSize(t, d)
 
 	snap := d.NewSnapshot() // sees the data the range deletion removes
@@ -228,20 +236,8 @@ func TestAPIDeleteFilesInRange(t *testing.T) {
 	fs := vfs.NewMem()
 	opts := apiSmallOptions(fs)
 	d := apiMustOpen(t, "db", opts)
-	val := bytes.Repeat([]byte("x"), 100)
 	const n = 20000
-	for i := 0; i < n; i += 100 {
-		b := NewBatch()
-		for j := i; j < i+100; j++ {
-			b.Set(fmt.Appendf(nil, "key%06d", j), val)
-		}
-		if err := d.Apply(b, NoSync); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := d.CompactRange(nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	val := apiFillCompacted(t, d, n)
 	full, fullFiles := apiTotalSize(t, d)
 	lo, hi := []byte("key005000"), []byte("key015000")
 	snap := d.NewSnapshot() // older than the deletion: nothing may go
