@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -289,4 +290,38 @@ func TestSplitInterruptedIsRedone(t *testing.T) {
 	if rk := dataDump(t, right); len(rk) != 2 || rk["m"].value != "vm" || rk["n"].value != "vn" {
 		t.Fatalf("right shard after the redone split: %v", rk)
 	}
+}
+
+// TestSplitCarriesDedupTable: a write with a request ID applied before a
+// split, retried after it, reaches the new shard that now holds its key
+// and returns the first result without applying again, also after a
+// reopen of the new shard.
+func TestSplitCarriesDedupTable(t *testing.T) {
+	e, sp, s := newSplittingShard(t)
+	f := newFeeder(s)
+	retried := func() *shalev1.RaftCommand {
+		return withID("write-n", txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("n", "1", 0, false)}}))
+	}
+	first := applyOne(t, s, f, retried())
+	if _, err := sp.apply(s, []replication.Entry{f.entry(marshalCmd(t, splitCmd("m", 7)))}); err != nil {
+		t.Fatal(err)
+	}
+	right := sp.hosted[7]
+	if right == nil {
+		t.Fatal("the right shard was not hosted")
+	}
+	check := func(r *Shard) {
+		t.Helper()
+		before, rev := dataDump(t, r), r.Revision()
+		again := applyOne(t, r, newFeeder(r), retried())
+		if !proto.Equal(again, first) {
+			t.Fatalf("retried write after the split returned %v, want the first result %v", again, first)
+		}
+		if r.Revision() != rev || !maps.Equal(dataDump(t, r), before) {
+			t.Fatalf("retried write after the split applied again (revision %d -> %d)", rev, r.Revision())
+		}
+	}
+	check(right)
+	delete(sp.hosted, 7)
+	check(reopen(t, e, right, "shards/7"))
 }
