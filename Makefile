@@ -120,7 +120,7 @@ $(VERSITYGW):
 	ln -sf $(notdir $@) $(BIN)/versitygw
 
 .PHONY: test
-test: deps proto-check s3-server ## Check generated code, go vet, the lint tests, then all tests with -race (and the other modules' tests).
+test: deps proto-check s3-server python-deps ## Check generated code, go vet, the lint tests, then all tests with -race (and the other modules' tests).
 ifeq ($(RACE),)
 	@echo "test: WARNING: running without the race detector (it needs cgo and a C compiler; CGO_ENABLED=$(CGO_ON))" >&2
 endif
@@ -212,19 +212,31 @@ proto-tools: ## Install the pinned buf, protoc-gen-go and protoc-gen-go-grpc int
 	@[ -x $(TOOLS)/protoc-gen-go ] && $(TOOLS)/protoc-gen-go --version | grep -q '$(PROTOC_GEN_GO_VERSION)$$' || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@[ -x $(TOOLS)/protoc-gen-go-grpc ] && $(TOOLS)/protoc-gen-go-grpc --version | grep -q '$(PROTOC_GEN_GO_GRPC_VERSION:v%=%)$$' || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
+.PHONY: python-deps
+python-deps: ## Install (apt-get) what the Python code needs: python3-grpcio, python3-protobuf, pytest, protoc.
+	@scripts/python-deps.sh
+
 .PHONY: proto
-proto: proto-tools ## Regenerate the Go code of proto/ (package shale.v1) with the pinned generators.
+proto: proto-tools python-deps ## Regenerate the Go code of proto/ (package shale.v1) with the pinned generators, and the Python code under clients/python.
 	cd proto && PATH=$(TOOLS):$$PATH buf lint && PATH=$(TOOLS):$$PATH buf generate
+	scripts/gen-python.sh clients/python
 
 .PHONY: proto-check
-proto-check: proto-tools ## Fail if the committed generated code differs from what `make proto` would write.
+proto-check: proto-tools python-deps ## Fail if the committed generated code (Go and Python) differs from what `make proto` would write.
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
-	cd proto && PATH=$(TOOLS):$$PATH buf generate -o $$tmp && \
-	for f in $$(cd $$tmp && find . -name '*.go'); do \
-		cmp -s $$tmp/$$f $$f || { echo "proto-check: $$f is stale; run 'make proto' and commit" >&2; exit 1; }; \
+	(cd proto && PATH=$(TOOLS):$$PATH buf generate -o $$tmp/go) && \
+	scripts/gen-python.sh $$tmp/py && \
+	for f in $$(cd $$tmp/go && find . -name '*.go'); do \
+		cmp -s $$tmp/go/$$f proto/$$f || { echo "proto-check: proto/$$f is stale; run 'make proto' and commit" >&2; exit 1; }; \
 	done && \
-	for f in $$(find . -name '*.pb.go'); do \
-		[ -f $$tmp/$$f ] || { echo "proto-check: $$f has no .proto source; delete it" >&2; exit 1; }; \
+	for f in $$(cd proto && find . -name '*.pb.go'); do \
+		[ -f $$tmp/go/$$f ] || { echo "proto-check: proto/$$f has no .proto source; delete it" >&2; exit 1; }; \
+	done && \
+	for f in $$(cd $$tmp/py && find . -type f); do \
+		cmp -s $$tmp/py/$$f clients/python/$$f || { echo "proto-check: clients/python/$$f is stale; run 'make proto' and commit" >&2; exit 1; }; \
+	done && \
+	for f in $$(cd clients/python && find . -name '*_pb2*.py*'); do \
+		[ -f $$tmp/py/$$f ] || { echo "proto-check: clients/python/$$f has no .proto source; delete it" >&2; exit 1; }; \
 	done && echo "proto-check: generated code is current"
 
 .PHONY: clean

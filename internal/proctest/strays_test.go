@@ -35,7 +35,7 @@ func TestStrayReplicaMovedWhileDownOnProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startProcCluster(t, bins, 4, splitKeys, "--merge-size-bytes", "-1")
-	cli := strayClient(ctx, t, c, 4)
+	cli := readyClient(ctx, t, c, 4)
 	writeShard(ctx, t, cli, "x/")
 	shard := shardOf(ctx, t, cli, []byte("x/"))
 	d := directoryEntry(ctx, t, cli, shard)
@@ -78,7 +78,7 @@ func TestStrayReplicaMergedWhileDownOnProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startProcCluster(t, bins, 3, splitKeys, "--merge-size-bytes", "-1")
-	cli := strayClient(ctx, t, c, 3)
+	cli := readyClient(ctx, t, c, 3)
 	writeShard(ctx, t, cli, "x/")
 	right := shardOf(ctx, t, cli, []byte("x/"))
 	const down = 3
@@ -111,7 +111,7 @@ func TestStrayReplicaMergedWhileDownOnProcesses(t *testing.T) {
 	readShard(ctx, t, cli, "x/")
 }
 
-func strayClient(ctx context.Context, t *testing.T, c *procCluster, n int) *client.Client {
+func readyClient(ctx context.Context, t *testing.T, c *procCluster, n int) *client.Client {
 	t.Helper()
 	cli, err := client.New(ctx, c.endpoints(), client.WithLogger(testLogger()))
 	if err != nil {
