@@ -30,7 +30,9 @@ func TestTTLExpiryIsAReplicatedDelete(t *testing.T) {
 		cfg.WallClock = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	}})
 	cl := newClient(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The whole test may take 5 minutes; the expiries get at least 2 of
+	// them, however long a loaded machine took to write the keys.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	prefix := []byte("ttl/")
 	events := cl.Watch(ctx, nil, nil, client.WithWatchPrefix(prefix), client.WithPrevKV())
@@ -72,6 +74,7 @@ func TestTTLExpiryIsAReplicatedDelete(t *testing.T) {
 	}
 	offset.Store(int64(2 * time.Hour))
 	expired := time.Now()
+	deliveryBound := time.After(2 * time.Minute)
 
 	// Every key's PUT, then its DELETE, each once.
 	puts, deletes := map[string]int{}, map[string]int{}
@@ -102,6 +105,8 @@ func TestTTLExpiryIsAReplicatedDelete(t *testing.T) {
 					}
 				}
 			}
+		case <-deliveryBound:
+			t.Fatalf("%d of %d expiries delivered by the watch %v after the keys expired", len(deletes), n, time.Since(expired))
 		case <-ctx.Done():
 			t.Fatalf("%d of %d expiries delivered by the watch %v after the keys expired", len(deletes), n, time.Since(expired))
 		}
