@@ -31,6 +31,10 @@ var (
 		"Time writes were delayed by write pacing (before the hard stall limits).", []string{"engine"}, nil)
 	descMemtable = prometheus.NewDesc("shale_storage_memtable_bytes",
 		"Bytes held in memtables.", []string{"engine"}, nil)
+	descWALBytes = prometheus.NewDesc("shale_storage_wal_bytes_total",
+		"Bytes written to the write-ahead log of a storage engine since it was opened.", []string{"engine"}, nil)
+	descWALSyncs = prometheus.NewDesc("shale_storage_wal_syncs_total",
+		"Syncs of the write-ahead log of a storage engine since it was opened.", []string{"engine"}, nil)
 	descShardApplied = prometheus.NewDesc("shale_shard_applied_index",
 		"Last Raft index applied by the local replica of a shard.", []string{"shard"}, nil)
 	descShardLeader = prometheus.NewDesc("shale_shard_is_leader",
@@ -49,6 +53,8 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStalls
 	ch <- descPacing
 	ch <- descMemtable
+	ch <- descWALBytes
+	ch <- descWALSyncs
 	ch <- descShardApplied
 	ch <- descShardLeader
 	ch <- descShardQuiesced
@@ -87,6 +93,8 @@ func engineMetrics(ch chan<- prometheus.Metric, engine string, m *storage.Metric
 	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, m.StallTime.Seconds(), engine)
 	ch <- prometheus.MustNewConstMetric(descPacing, prometheus.CounterValue, m.PacingDelay.Seconds(), engine)
 	ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, float64(m.MemTableBytes), engine)
+	ch <- prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, float64(m.WALBytes), engine)
+	ch <- prometheus.MustNewConstMetric(descWALSyncs, prometheus.CounterValue, float64(m.WALSyncs), engine)
 }
 
 func b2f(b bool) float64 {

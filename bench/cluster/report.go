@@ -30,6 +30,7 @@ type JSONResult struct {
 	DiskOverLogical  float64 `json:"disk_over_logical"`              // always 0 (storage benchmark field)
 	CPUusPerOp       float64 `json:"cpu_us_per_op,omitempty"`        // servers' CPU time per operation, µs (absent: not measured)
 	ClientCPUusPerOp float64 `json:"client_cpu_us_per_op,omitempty"` // the clients' (the benchmark process's) CPU time per operation, µs
+	WALBytesPerOp    float64 `json:"wal_bytes_per_op,omitempty"`     // bytes written to write-ahead logs per operation and replica (absent: not measured)
 }
 
 func us(d time.Duration) float64 { return round(float64(d)/1e3, 3) }
@@ -54,6 +55,7 @@ func (r *Result) JSON() JSONResult {
 		MinOpsIn1s:       r.MinOpsIn1s,
 		CPUusPerOp:       us(r.CPUPerOp()),
 		ClientCPUusPerOp: us(r.ClientCPUPerOp()),
+		WALBytesPerOp:    round(r.WALBytesPerOp(), 1),
 	}
 }
 
@@ -124,7 +126,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 	for _, wl := range order {
 		fmt.Fprintf(w, "\n== %s ==\n", wl)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tCPU µs/op\tclient CPU µs/op\t%s\t\n", ratioHeader)
+		fmt.Fprintf(tw, "clients\tengine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tCPU µs/op\tclient CPU µs/op\tWAL B/op\t%s\t\n", ratioHeader)
 		for _, c := range levels {
 			b := cells[cellKey{wl, base, c}]
 			for _, e := range engines {
@@ -133,7 +135,7 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					continue
 				}
 				if r.Err != nil {
-					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\t\t\n", c, e)
+					fmt.Fprintf(tw, "%d\t%s\tERROR\t\t\t\t\t\t\t\t\t\t\t\n", c, e)
 					continue
 				}
 				j := r.JSON()
@@ -143,15 +145,18 @@ func WriteTable(w io.Writer, results []Result, base string) {
 						ratio = fmt.Sprintf("%.2fx", v)
 					}
 				}
-				cpu, ccpu := "-", "-"
+				cpu, ccpu, wal := "-", "-", "-"
+				if j.WALBytesPerOp > 0 {
+					wal = fmt.Sprintf("%.0f", j.WALBytesPerOp)
+				}
 				if j.CPUusPerOp > 0 {
 					cpu = fmt.Sprintf("%.1f", j.CPUusPerOp)
 				}
 				if j.ClientCPUusPerOp > 0 {
 					ccpu = fmt.Sprintf("%.1f", j.ClientCPUusPerOp)
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t\n",
-					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, cpu, ccpu, ratio)
+				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t%s\t\n",
+					c, e, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, cpu, ccpu, wal, ratio)
 			}
 		}
 		tw.Flush()

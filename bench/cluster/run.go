@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -112,6 +113,13 @@ type Result struct {
 	// of the cell, and nothing else of weight) used during the timed
 	// phase, 0 when /proc cannot be read.
 	ClientCPU time.Duration
+	// WALBytes is the bytes the cluster's members wrote to their
+	// write-ahead logs during the timed phase, all members together (0:
+	// not measured; see walMeter).
+	WALBytes float64
+	// Replicas is how many members store each write (the cluster's
+	// size), for WALBytesPerOp.
+	Replicas int
 	// Notes are remarks (preload time, kept directories, ...).
 	Notes []string
 	// Err is the cell's failure, if any.
@@ -124,6 +132,16 @@ func (r *Result) OpsPerSec() float64 {
 		return 0
 	}
 	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// WALBytesPerOp is the bytes written to write-ahead logs per operation of
+// the timed phase and per replica (what one member writes for one
+// operation), 0 when not measured.
+func (r *Result) WALBytesPerOp() float64 {
+	if r.Ops <= 0 || r.WALBytes <= 0 || r.Replicas <= 0 {
+		return 0
+	}
+	return r.WALBytes / float64(r.Ops) / float64(r.Replicas)
 }
 
 // CPUPerOp is the servers' CPU time per operation of the timed phase, 0
@@ -545,6 +563,7 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		return res
 	}
 	runtime.GC()
+	wal := startWAL(ctx, cl)
 	cpu, self := startCPU(cl), selfCPU()
 
 	cellCtx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.HangTimeout)
@@ -601,6 +620,9 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	wg.Wait()
 	res.ServerCPU = cpu.used()
 	res.ClientCPU = self.used()
+	var walByKind map[string]float64
+	res.WALBytes, walByKind = walUsed(ctx, cl, wal)
+	res.Replicas = cfg.Members
 	end := start
 	var perSec []int64
 	var slow []slowOp
@@ -625,6 +647,13 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 		logSlowOps(cfg, engine, w.name, clients, start, slow, perSec)
 	}
 	res.MinOpsIn1s, res.ZeroSeconds = minOpsIn1s(perSec, res.Elapsed, res.Ops)
+	if len(walByKind) > 1 && res.Ops > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(walByKind)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, walByKind[k]/float64(res.Ops)/float64(res.Replicas)))
+		}
+		res.Notes = append(res.Notes, "WAL bytes per operation and replica, by log: "+strings.Join(parts, ", "))
+	}
 	if res.ZeroSeconds > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d whole second(s) with no operation completed", res.ZeroSeconds))
 	}
