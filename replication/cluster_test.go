@@ -726,6 +726,40 @@ func TestRestartWithAppliedPastDurableCommit(t *testing.T) {
 	c.converged(1, 1, 2, 3)
 }
 
+// TestCommitIndexNotWrittenAlone: a Ready whose hard state moved only its
+// commit index writes no hard state (durableHardState), so after a run of
+// writes in one term the commit index on disk stays where the election
+// left it, far below what the replica applied; the restart moves it up and
+// the replica serves.
+func TestCommitIndexNotWrittenAlone(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.leader(1)
+	for i := 0; i < 50; i++ {
+		c.propose(1, fmt.Sprintf("k%02d", i), "v")
+	}
+	c.converged(1, 1, 2, 3)
+	applied := c.get(3).sm(1).AppliedState().Index
+	c.stopNode(3)
+	db, err := storage.Open(filepath.Join(c.dir, "node3", "raftlog"), &storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := raftlog.New(db, raftlog.Options{}).Shard(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := lg.HardState().GetCommit()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if commit+40 > applied {
+		t.Fatalf("commit index on disk %d, applied %d: commit-only hard states were written", commit, applied)
+	}
+	c.startNode(3)
+	c.propose(1, "after", "restart")
+	c.converged(1, 1, 2, 3)
+}
+
 // TestStorageFailureFailsNode: a state machine that cannot apply committed
 // entries for want of disk space fails its node (Store.Failed, to be
 // restarted once there is space) rather than halting only the replica; the

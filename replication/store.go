@@ -760,8 +760,9 @@ func (s *Store) cycle(tick bool) error {
 				continue
 			}
 		}
-		if len(rr.rd.Entries) > 0 || !raft.IsEmptyHardState(rr.rd.HardState) {
-			if err := rr.r.log.Append(wb, rr.rd.Entries, rr.rd.HardState); err != nil {
+		hs := durableHardState(rr.rd.HardState, rr.r.log.HardState())
+		if len(rr.rd.Entries) > 0 || hs != nil {
+			if err := rr.r.log.Append(wb, rr.rd.Entries, hs); err != nil {
 				return fmt.Errorf("shard %d: append: %w", rr.r.shardID, err)
 			}
 		}
@@ -1156,4 +1157,22 @@ func HLCFromProto(ts *shalev1.HlcTimestamp) hlc.Timestamp {
 // HLCToProto converts a timestamp for the wire.
 func HLCToProto(ts hlc.Timestamp) *shalev1.HlcTimestamp {
 	return &shalev1.HlcTimestamp{WallNanos: ts.WallNanos, Logical: ts.Logical}
+}
+
+// durableHardState is the part of a Ready's hard state (hs) that the log
+// must write, given the last one it wrote (old): hs when its term or vote
+// changed, else nil. A commit index that moved alone is not written: Raft
+// treats it as volatile (a replica relearns it from its leader), and a
+// restarted replica whose state machine applied past the commit index on
+// disk moves it up to the applied index (newReplica). At one client this
+// leaves out a hard-state record with every put and, on followers and on
+// an idle leader, whole log writes that moved nothing else.
+func durableHardState(hs, old *raftpb.HardState) *raftpb.HardState {
+	if hs == nil || raft.IsEmptyHardState(hs) {
+		return nil
+	}
+	if hs.GetTerm() == old.GetTerm() && hs.GetVote() == old.GetVote() {
+		return nil
+	}
+	return hs
 }
