@@ -196,3 +196,35 @@ func TestReadmeLayoutNamesEveryFolder(t *testing.T) {
 		t.Fatalf("found only %d top-level folders in %s", folders, root)
 	}
 }
+
+// TestDocCodeFencesBalanced checks that every code fence in the
+// repository's Markdown is a line of its own (``` or ```lang), and that
+// every opened block is closed: a closing fence with text after it (as
+// README once had) leaves the rest of the file inside a code block.
+func TestDocCodeFencesBalanced(t *testing.T) {
+	root := repoRoot(t)
+	fenceLine := regexp.MustCompile("^\\s*```[A-Za-z0-9_+-]*\\s*$")
+	for _, rel := range markdownFiles(t, root) {
+		text, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := 0
+		for i, line := range strings.Split(string(text), "\n") {
+			if !fence.MatchString(line) {
+				continue
+			}
+			if !fenceLine.MatchString(line) || (open != 0 && strings.TrimSpace(line) != "```") {
+				t.Errorf("%s:%d: a code fence must be a line of its own (``` or ```lang; a closing one just ```): %q", rel, i+1, line)
+			}
+			if open == 0 {
+				open = i + 1
+			} else {
+				open = 0
+			}
+		}
+		if open != 0 {
+			t.Errorf("%s:%d: code block never closed", rel, open)
+		}
+	}
+}
