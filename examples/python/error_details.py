@@ -3,9 +3,10 @@
 Puts one key through every node given: the nodes that do not lead the key's
 shard answer FAILED_PRECONDITION with a NotLeader detail naming the leader.
 Then asks a node for a shard that does not exist: NOT_FOUND with
-ShardNotFound. Against `make run`:
+ShardNotFound. Against `make run`, with the Python that Debian's
+python3-grpcio and python3-protobuf are installed for (`make python-deps`):
 
-    PYTHONPATH=clients/python python3 examples/python/error_details.py \\
+    PYTHONPATH=clients/python /usr/bin/python3 examples/python/error_details.py \\
         127.0.0.1:7001 127.0.0.1:7002 127.0.0.1:7003
 """
 
