@@ -66,9 +66,10 @@ var (
 
 // formatVersion is the version of the engine key layout written in
 // keyFormat. Version 2 keeps the per-Apply state in one record (keyApplied)
-// and evicts dedup entries without deleting them; a version 1 engine is
-// read as it is and moves to version 2 at its next write of metadata.
-const formatVersion = 2
+// and evicts dedup entries without deleting them; version 3 encodes that
+// record compactly (appliedRecord). An engine of version 1 or 2 is read as
+// it is and moves to version 3 at its next write of metadata.
+const formatVersion = 3
 
 // dataUpper is the exclusive upper bound of every data key.
 var dataUpper = []byte{prefixData + 1}

@@ -109,8 +109,8 @@ func TestFormat1EngineMovesToFormat2(t *testing.T) {
 	}
 	put("req-000000000003", "3")
 	dump := engineDump(t, s)
-	if dump[string(keyFormat)] != string([]byte{formatVersion}) || len(dump[string(keyApplied)]) != appliedRecordLen {
-		t.Fatalf("after a write: format %x, applied record of %d bytes", dump[string(keyFormat)], len(dump[string(keyApplied)]))
+	if a := dump[string(keyApplied)]; dump[string(keyFormat)] != string([]byte{formatVersion}) || len(a) == 0 || a[0] != compactAppliedTag {
+		t.Fatalf("after a write: format %x, applied record %x", dump[string(keyFormat)], a)
 	}
 	for _, k := range [][]byte{keyRevision, keyDedupBounds, keyHLC} {
 		if _, ok := dump[string(k)]; ok {
@@ -125,7 +125,58 @@ func TestFormat1EngineMovesToFormat2(t *testing.T) {
 	}
 	s = env.open("a", 0)
 	if got := s.st.Load(); got.legacy || got.rev != st.rev+1 || got.dedupNext != st.dedupNext+1 {
-		t.Fatalf("format 2 state after reopen %+v", got)
+		t.Fatalf("format %d state after reopen %+v", formatVersion, got)
+	}
+}
+
+// TestFormat2EngineMovesToFormat3: an engine whose applied record has
+// format 2's fixed 52 bytes opens with the same state, and its next write
+// stores the compact record and format 3; the state survives a reopen.
+func TestFormat2EngineMovesToFormat3(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s := env.bootstrap("a", userDesc(1, "", ""), 0)
+	f := newFeeder(s)
+	put := func(id, v string) *shalev1.CommandResult {
+		return applyOne(t, s, f, withID(id, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", v, 0, true)}})))
+	}
+	first := put("req-000000000001", "1")
+	st := s.st.Load()
+	fixed := binary.BigEndian.AppendUint64(nil, st.index)
+	for _, v := range []uint64{st.term, st.rev, st.dedupOldest, st.dedupNext} {
+		fixed = binary.BigEndian.AppendUint64(fixed, v)
+	}
+	fixed = st.hlc.Append(fixed)
+	b := storage.NewBatch()
+	b.Set(keyFormat, []byte{2})
+	b.Set(keyApplied, fixed)
+	if err := s.db.Apply(b, storage.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = env.open("a", 0)
+	got := s.st.Load()
+	if got.format != 2 || got.index != st.index || got.term != st.term || got.rev != st.rev ||
+		got.dedupOldest != st.dedupOldest || got.dedupNext != st.dedupNext || got.hlc != st.hlc {
+		t.Fatalf("format 2 state read as %+v, want %+v", got, st)
+	}
+	if r := put("req-000000000001", "1"); !proto.Equal(r, first) {
+		t.Fatalf("retry on a format 2 engine: %v, want %v", r, first)
+	}
+	put("req-000000000002", "2")
+	dump := engineDump(t, s)
+	a := dump[string(keyApplied)]
+	if dump[string(keyFormat)] != string([]byte{3}) || len(a) == 0 || a[0] != compactAppliedTag || len(a) >= fixedAppliedRecordLen {
+		t.Fatalf("after a write: format %x, applied record %x", dump[string(keyFormat)], a)
+	}
+	want := s.st.Load()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = env.open("a", 0)
+	if got := s.st.Load(); got.format != 3 || got.index != want.index || got.rev != want.rev || got.hlc != want.hlc || got.dedupNext != want.dedupNext {
+		t.Fatalf("format 3 state after reopen %+v, want %+v", got, want)
 	}
 }
 
@@ -174,6 +225,11 @@ func FuzzLoadState(f *testing.F) {
 	_ = st.setConf(&raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	_ = st.setDesc(userDesc(1, "a", "m"))
 	f.Add([]byte{formatVersion}, st.appliedRecord(nil), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
+	fixed := binary.BigEndian.AppendUint64(nil, st.index)
+	for _, v := range []uint64{st.term, st.rev, st.dedupOldest, st.dedupNext} {
+		fixed = binary.BigEndian.AppendUint64(fixed, v)
+	}
+	f.Add([]byte{2}, st.hlc.Append(fixed), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
 	var legacy [16]byte
 	binary.BigEndian.PutUint64(legacy[:8], 12)
 	binary.BigEndian.PutUint64(legacy[8:], 3)
