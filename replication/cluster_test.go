@@ -688,6 +688,25 @@ func TestOverloadIsRefused(t *testing.T) {
 	}
 }
 
+// stoppedLog opens the Raft-log engine of stopped node id, hands fn the
+// log of shard, and closes the engine.
+func (c *testCluster) stoppedLog(id, shard uint64, fn func(*raftlog.Store, *raftlog.Log)) {
+	c.t.Helper()
+	db, err := storage.Open(filepath.Join(c.dir, fmt.Sprintf("node%d", id), "raftlog"), &storage.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	logs := raftlog.New(db, raftlog.Options{})
+	lg, err := logs.Shard(shard)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	fn(logs, lg)
+	if err := db.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // A crash can keep a state machine's applied index while losing the
 // unsynced commit index of the Raft log: the restart must move the commit
 // index up instead of failing.
@@ -700,27 +719,17 @@ func TestRestartWithAppliedPastDurableCommit(t *testing.T) {
 	applied := c.get(3).sm(1).AppliedState().Index
 	c.stopNode(3)
 	// Roll node 3's durable commit index back below what it applied.
-	db, err := storage.Open(filepath.Join(c.dir, "node3", "raftlog"), &storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := raftlog.New(db, raftlog.Options{})
-	lg, err := logs.Shard(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
-	hs.Commit = proto.Uint64(applied - 5)
-	b := storage.NewBatch()
-	if err := lg.Append(b, nil, hs); err != nil {
-		t.Fatal(err)
-	}
-	if err := logs.Commit(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	c.stoppedLog(3, 1, func(logs *raftlog.Store, lg *raftlog.Log) {
+		hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
+		hs.Commit = proto.Uint64(applied - 5)
+		b := storage.NewBatch()
+		if err := lg.Append(b, nil, hs); err != nil {
+			t.Fatal(err)
+		}
+		if err := logs.Commit(b); err != nil {
+			t.Fatal(err)
+		}
+	})
 	c.startNode(3)
 	c.propose(1, "after", "restart")
 	c.converged(1, 1, 2, 3)
@@ -740,18 +749,8 @@ func TestCommitIndexNotWrittenAlone(t *testing.T) {
 	c.converged(1, 1, 2, 3)
 	applied := c.get(3).sm(1).AppliedState().Index
 	c.stopNode(3)
-	db, err := storage.Open(filepath.Join(c.dir, "node3", "raftlog"), &storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg, err := raftlog.New(db, raftlog.Options{}).Shard(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	commit := lg.HardState().GetCommit()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	var commit uint64
+	c.stoppedLog(3, 1, func(_ *raftlog.Store, lg *raftlog.Log) { commit = lg.HardState().GetCommit() })
 	if commit+40 > applied {
 		t.Fatalf("commit index on disk %d, applied %d: commit-only hard states were written", commit, applied)
 	}
