@@ -147,8 +147,8 @@ func TestRoutesToShardLeader(t *testing.T) {
 			t.Errorf("Put %q went to shard %d epoch %d node %d; want shard %d epoch %d node %d",
 				call.key, call.shard, call.epoch, call.node, s.id, s.epoch, s.leader)
 		}
-		if len(call.requestID) != 16 {
-			t.Errorf("Put %q: request ID of %d bytes, want 16", call.key, len(call.requestID))
+		if len(call.requestID) != requestIDLen {
+			t.Errorf("Put %q: request ID of %d bytes, want %d", call.key, len(call.requestID), requestIDLen)
 		}
 	}
 	fc.mu.Unlock()

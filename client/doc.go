@@ -38,7 +38,7 @@
 // before it expires; Unauthenticated and PermissionDenied are returned as
 // ErrUnauthenticated and ErrPermissionDenied and never retried.
 //
-// Every write carries a 16-byte random request ID, generated once per
+// Every write carries a 12-byte random request ID, generated once per
 // logical call and reused on every retry, so the server applies a retried
 // write at most once. A write that fails after an attempt may have applied
 // (the reply was lost, the deadline or a cancellation cut it short, the

@@ -41,9 +41,15 @@ type callSpec struct {
 // with the header already addressed to shard sh.
 type attemptFunc func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error
 
-// newRequestID returns a fresh 16-byte random request ID.
+// requestIDLen is the length of the SDK's request IDs: 96 random bits,
+// for which a collision among the entries of a shard's deduplication table
+// (100,000 by default) has a probability below 10^-19, at 4 bytes less per
+// write in the Raft log and in the table than 16.
+const requestIDLen = 12
+
+// newRequestID returns a fresh random request ID of requestIDLen bytes.
 func newRequestID() []byte {
-	id := make([]byte, 16)
+	id := make([]byte, requestIDLen)
 	_, _ = crand.Read(id) // crypto/rand.Read never fails
 	return id
 }
