@@ -286,15 +286,27 @@ func (s *callStream) receive() {
 // fail ends the stream: the calls waiting get nil (and read s.err). A node
 // without KV.Calls makes them unary calls; otherwise they fail Unavailable
 // (a write's outcome is unknown: the node may have applied it).
+//
+// Lock order: a callMux's mu before a callStream's (callMux.stream holds
+// m.mu while it asks a stream whether it is broken), so fail marks the mux
+// unary only after it has let go of s.mu.
 func (s *callStream) fail(err error) {
+	if s.failLocked(err) {
+		s.m.noCalls()
+	}
+}
+
+// failLocked is fail's work under s.mu; it reports whether the node has no
+// KV.Calls.
+func (s *callStream) failLocked(err error) (noCalls bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return
+		return false
 	}
 	switch {
 	case status.Code(err) == codes.Unimplemented && !s.received:
-		s.m.noCalls()
+		noCalls = true
 		s.err = errNoCalls
 	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled && s.retired:
 		s.err = status.Error(codes.Unavailable, "shale client: KV.Calls stream closed")
@@ -314,4 +326,5 @@ func (s *callStream) fail(err error) {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	return noCalls
 }

@@ -376,6 +376,42 @@ func TestConcurrentCallersShareOneRefresh(t *testing.T) {
 	}
 }
 
+// TestNoCallsFallbackUnderConcurrency: many callers start at once on new
+// clients of nodes without KV.Calls (the fake nodes have none). The first
+// stream's failure marks the connection unary while other callers ask the
+// connection for its stream; before the fix the two took the connection's
+// and the stream's locks in opposite orders and could deadlock, leaving
+// every caller waiting until its deadline.
+func TestNoCallsFallbackUnderConcurrency(t *testing.T) {
+	fc := threeShards(t)
+	for round := range 100 {
+		c := fc.client()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Put(ctx, []byte(fmt.Sprintf("r%03d/%02d", round, i)), []byte("v")); err != nil {
+					failed.Add(1)
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: callers still blocked 15 s past their deadline (a deadlock)", round)
+		}
+		cancel()
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("round %d: %d of 50 concurrent puts failed", round, n)
+		}
+	}
+}
+
 func TestRetryKeepsRequestIDAndAppliesOnce(t *testing.T) {
 	fc := threeShards(t)
 	c := fc.client()
