@@ -66,6 +66,13 @@ func (s *adminService) MergeShards(ctx context.Context, req *shalev1.MergeShards
 // mergeShards merges the shard leftID, which this node leads, with its
 // right neighbour (or finishes a merge into it that was interrupted).
 func (n *Node) mergeShards(ctx context.Context, leftID uint64) (*shalev1.MergeShardsResponse, error) {
+	n.mergeMu.Lock()
+	defer n.mergeMu.Unlock()
+	return n.mergeShardsLocked(ctx, leftID)
+}
+
+// mergeShardsLocked is mergeShards with n.mergeMu held.
+func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.MergeShardsResponse, error) {
 	lr, lsm := n.store.Replica(leftID), n.Shard(leftID)
 	if lr == nil || lsm == nil || lsm.Descriptor() == nil {
 		return nil, n.shardNotFoundErr(leftID)
@@ -286,6 +293,10 @@ func (n *Node) proposeHere(ctx, inner context.Context, r *replication.Replica, e
 // and the boundary between them was made by an automatic split; it also
 // finishes merges into shards it leads that were interrupted.
 func (n *Node) mergeSmallShards(ctx context.Context) {
+	if !n.mergeMu.TryLock() {
+		return // a merge is running here; the next round looks again
+	}
+	defer n.mergeMu.Unlock()
 	now := time.Now()
 	type local struct {
 		r *replication.Replica
@@ -305,7 +316,7 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 		if d.GetMergingInto() != 0 {
 			// A frozen shard: finish the merge if this node leads the left.
 			if l := n.store.Replica(d.GetMergingInto()); l != nil && l.IsLeader() {
-				if _, err := n.mergeShards(ctx, d.GetMergingInto()); err != nil {
+				if _, err := n.mergeShardsLocked(ctx, d.GetMergingInto()); err != nil {
 					n.log.Warn("finish an interrupted merge", "shard", d.GetMergingInto(), "absorbing", d.GetShardId(), "err", err)
 				}
 				return
@@ -348,7 +359,7 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 				continue
 			}
 		}
-		if _, err := n.mergeShards(ctx, l.d.GetShardId()); err != nil {
+		if _, err := n.mergeShardsLocked(ctx, l.d.GetShardId()); err != nil {
 			n.log.Warn("automatic merge", "shard", l.d.GetShardId(), "right", rn.d.GetShardId(), "err", err)
 		}
 		return

@@ -56,6 +56,12 @@ type Node struct {
 	cfg       Config
 	log       *slog.Logger
 	clusterID string
+	// mergeMu serializes the merges this node drives (an Admin call, the
+	// automatic merge, the finishing of an interrupted one). Two drivers of
+	// one merge restart each other's copy: a MergeAbsorb begin deletes what
+	// the other had staged, whose commit then takes the range with only
+	// part of the right shard's records.
+	mergeMu sync.Mutex
 	// clock is the node's hybrid logical clock, which dates the commands
 	// it proposes and moves past its peers' readings.
 	clock *hlc.Clock
