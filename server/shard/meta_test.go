@@ -129,6 +129,16 @@ func TestFormat1EngineMovesToFormat2(t *testing.T) {
 	}
 }
 
+// fixedAppliedRecord is st's applied record as format 2 wrote it: index,
+// term, revision and dedup bounds 8 bytes big-endian each, then the date.
+func fixedAppliedRecord(st *state) []byte {
+	b := binary.BigEndian.AppendUint64(nil, st.index)
+	for _, v := range []uint64{st.term, st.rev, st.dedupOldest, st.dedupNext} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	return st.hlc.Append(b)
+}
+
 // TestFormat2EngineMovesToFormat3: an engine whose applied record has
 // format 2's fixed 52 bytes opens with the same state, and its next write
 // stores the compact record and format 3; the state survives a reopen.
@@ -141,11 +151,7 @@ func TestFormat2EngineMovesToFormat3(t *testing.T) {
 	}
 	first := put("req-000000000001", "1")
 	st := s.st.Load()
-	fixed := binary.BigEndian.AppendUint64(nil, st.index)
-	for _, v := range []uint64{st.term, st.rev, st.dedupOldest, st.dedupNext} {
-		fixed = binary.BigEndian.AppendUint64(fixed, v)
-	}
-	fixed = st.hlc.Append(fixed)
+	fixed := fixedAppliedRecord(st)
 	b := storage.NewBatch()
 	b.Set(keyFormat, []byte{2})
 	b.Set(keyApplied, fixed)
@@ -225,11 +231,7 @@ func FuzzLoadState(f *testing.F) {
 	_ = st.setConf(&raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	_ = st.setDesc(userDesc(1, "a", "m"))
 	f.Add([]byte{formatVersion}, st.appliedRecord(nil), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
-	fixed := binary.BigEndian.AppendUint64(nil, st.index)
-	for _, v := range []uint64{st.term, st.rev, st.dedupOldest, st.dedupNext} {
-		fixed = binary.BigEndian.AppendUint64(fixed, v)
-	}
-	f.Add([]byte{2}, st.hlc.Append(fixed), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
+	f.Add([]byte{2}, fixedAppliedRecord(st), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
 	var legacy [16]byte
 	binary.BigEndian.PutUint64(legacy[:8], 12)
 	binary.BigEndian.PutUint64(legacy[8:], 3)
