@@ -2,19 +2,21 @@
 # Installs, from Debian's packages, what Shale's Python code needs: the
 # runtime of the generated stubs and examples (python3-grpcio,
 # python3-protobuf), pytest, and the generators `make proto` runs for Python
-# (protoc and grpc_python_plugin, whose versions match the runtime's).
+# (protoc and grpc_python_plugin, whose versions match the runtime's, and
+# the well-known types' .proto files that protoc imports, in libprotobuf-dev).
 # Does nothing when all of it is there. Runs apt-get as root, or through
 # sudo.
 set -euo pipefail
 
 python=/usr/bin/python3
-packages=(python3-grpcio python3-protobuf python3-pytest protobuf-compiler protobuf-compiler-grpc)
+packages=(python3-grpcio python3-protobuf python3-pytest protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
 
 have_all() {
 	[ -x "$python" ] &&
 		"$python" -c 'import grpc, google.protobuf, pytest' 2>/dev/null &&
 		command -v protoc >/dev/null &&
-		command -v grpc_python_plugin >/dev/null
+		command -v grpc_python_plugin >/dev/null &&
+		[ -f /usr/include/google/protobuf/any.proto ]
 }
 
 if have_all; then

@@ -13,6 +13,7 @@ import (
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
+	"github.com/shale-db/shale/server/shard"
 )
 
 // mergeChunkBytes caps the records one merge_absorb command carries.
@@ -124,8 +125,17 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 	merged := lsm.Descriptor()
 	if !bytes.Equal(merged.GetEndKey(), right.GetEndKey()) {
 		// Copy right's records through left's log, then take its range.
+		// Every step names this copy's attempt: should another driver
+		// (another node that took the left's leadership meanwhile) begin
+		// its own copy, this one's later steps are refused (Aborted), and
+		// that driver finishes the merge.
+		attempt := randomID()
 		absorb := func(m *shalev1.MergeAbsorb) error {
+			m.Attempt = attempt
 			_, err := n.proposeLed(ctx, inner, lr, 0, &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}})
+			if hook := n.mergeStepHook.Load(); hook != nil {
+				(*hook)(absorbStep(m), err)
+			}
 			return err
 		}
 		if err := absorb(&shalev1.MergeAbsorb{Begin: true, Right: right}); err != nil {
@@ -149,22 +159,31 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 			chunk.Values = append(chunk.Values, bytes.Clone(v))
 			return added(len(k) + len(v))
 		})
+		if err == nil {
+			// The right's deduplication table too: a write it applied,
+			// retried after the merge, must find its result in the left.
+			err = rsm.ScanDedup(func(id, result []byte) error {
+				chunk.DedupIds = append(chunk.DedupIds, bytes.Clone(id))
+				chunk.DedupResults = append(chunk.DedupResults, bytes.Clone(result))
+				return added(len(id) + len(result))
+			})
+		}
+		if err == nil {
+			chunk.Commit, chunk.RightRevision = true, rsm.Revision()
+			err = absorb(chunk)
+		}
+		if status.Code(err) == codes.Aborted {
+			// The other driver retires the right shard and reports to
+			// the directory (or, should it fail, the left's leader's
+			// maintenance finishes that): this one only waits.
+			n.log.Info("merge: another driver restarted the copy; waiting for it to finish", "shard", leftID, "absorbing", rightID, "err", err)
+			if err := awaitMerged(inner, lsm, right); err != nil {
+				return nil, fmt.Errorf("merge shard %d into %d: %w", rightID, leftID, err)
+			}
+			return &shalev1.MergeShardsResponse{Merged: lsm.Descriptor(), RemovedShardId: rightID}, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("merge shard %d into %d: copy: %w", rightID, leftID, err)
-		}
-		// The right's deduplication table too: a write it applied,
-		// retried after the merge, must find its result in the left.
-		err = rsm.ScanDedup(func(id, result []byte) error {
-			chunk.DedupIds = append(chunk.DedupIds, bytes.Clone(id))
-			chunk.DedupResults = append(chunk.DedupResults, bytes.Clone(result))
-			return added(len(id) + len(result))
-		})
-		if err != nil {
-			return nil, fmt.Errorf("merge shard %d into %d: copy the deduplication table: %w", rightID, leftID, err)
-		}
-		chunk.Commit, chunk.RightRevision = true, rsm.Revision()
-		if err := absorb(chunk); err != nil {
-			return nil, fmt.Errorf("merge shard %d into %d: commit: %w", rightID, leftID, err)
 		}
 		merged = lsm.Descriptor()
 	}
@@ -181,6 +200,32 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 	n.reportDescriptors(rctx)
 	rcancel()
 	return &shalev1.MergeShardsResponse{Merged: proto.Clone(merged).(*shalev1.ShardDescriptor), RemovedShardId: rightID}, nil
+}
+
+// absorbStep names a MergeAbsorb step's kind: begin, records or commit.
+func absorbStep(m *shalev1.MergeAbsorb) string {
+	switch {
+	case m.GetBegin():
+		return "begin"
+	case m.GetCommit():
+		return "commit"
+	}
+	return "records"
+}
+
+// awaitMerged returns once the left shard (lsm) has absorbed right, its
+// range reaching right's end, or Unavailable when ctx ends first.
+func awaitMerged(ctx context.Context, lsm *shard.Shard, right *shalev1.ShardDescriptor) error {
+	for {
+		if bytes.Equal(lsm.Descriptor().GetEndKey(), right.GetEndKey()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "shard %d's merge of shard %d, driven elsewhere, did not finish in time", lsm.Descriptor().GetShardId(), right.GetShardId())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // shardQPS returns the request rate of r's shard as its leader measures

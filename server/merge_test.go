@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -472,4 +473,118 @@ func TestAutomaticMergeCountsLoadLedElsewhere(t *testing.T) {
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		return merged(), "the shards did not merge after the load stopped"
 	})
+}
+
+// TestMergeDrivenByTwoNodesAtOnce: one node's copy of a merge is paused
+// after its first chunk while another node, taking the left shard's
+// leadership, begins its own copy of the same merge (as the left's new
+// leader finishes a merge it finds interrupted). When the first resumes,
+// its later chunks and commit are refused (Aborted) and it waits for the
+// other to finish: every record of the right shard is in the merged one.
+// Before merge attempts (chaos/README bug 28), the first driver's commit
+// took the range with only the chunks sent after the other's begin had
+// cleared it, and the keys of the first chunk read as absent.
+func TestMergeDrivenByTwoNodesAtOnce(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	ctx := context.Background()
+	left, _ := twoUserShards(t, c)
+	// 1.5 MB on the right: three chunks of up to 512 KiB.
+	const keys = 48
+	value := func(i int) []byte { return []byte(strings.Repeat(fmt.Sprintf("%05d", i), 32<<10/5)) }
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < keys; i += 4 {
+				if _, err := cl.Put(ctx, []byte(fmt.Sprintf("r/%05d", i)), value(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	idA := c.Leader(left.GetShardId())
+	idB := idA%3 + 1
+	nodeA, nodeB := c.Node(idA), c.Node(idB)
+
+	aPaused, bBegan, aStepped := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var aCalls atomic.Int32
+	var aAfterB error // the outcome of A's first step after B's begin
+	nodeA.SetMergeStepHook(func(step string, err error) {
+		switch aCalls.Add(1) {
+		case 2: // A's first chunk of records
+			if step != "records" || err != nil {
+				t.Errorf("node %d's second merge step: %s, %v; want records applied", idA, step, err)
+			}
+			close(aPaused)
+			select {
+			case <-bBegan:
+			case <-time.After(30 * time.Second):
+				t.Errorf("node %d never began its copy", idB)
+			}
+		case 3:
+			aAfterB = err
+			close(aStepped)
+		}
+	})
+	var bCalls atomic.Int32
+	nodeB.SetMergeStepHook(func(step string, err error) {
+		if bCalls.Add(1) != 1 {
+			return
+		}
+		if step != "begin" || err != nil {
+			t.Errorf("node %d's first merge step: %s, %v; want begin applied", idB, step, err)
+		}
+		close(bBegan)
+		select {
+		case <-aStepped:
+		case <-time.After(30 * time.Second):
+			t.Errorf("node %d's copy never resumed", idA)
+		}
+	})
+
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() {
+		_, err := server.MergeShardsHere(nodeA, mctx, left.GetShardId())
+		errs <- err
+	}()
+	select {
+	case <-aPaused:
+	case <-mctx.Done():
+		t.Fatalf("node %d's copy never reached its first chunk", idA)
+	}
+	go func() {
+		_, err := server.MergeShardsHere(nodeB, mctx, left.GetShardId())
+		errs <- err
+	}()
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("a driver of the merge: %v", err)
+		}
+	}
+	if status.Code(aAfterB) != codes.Aborted {
+		t.Errorf("node %d's step after node %d's begin: %v; want Aborted", idA, idB, aAfterB)
+	}
+	var lost []string
+	for i := 0; i < keys; i++ {
+		k := fmt.Sprintf("r/%05d", i)
+		kv, err := cl.Get(ctx, []byte(k))
+		switch {
+		case err != nil && !errors.Is(err, client.ErrNotFound):
+			t.Fatalf("get %s: %v", k, err)
+		case kv == nil || string(kv.Value) != string(value(i)):
+			lost = append(lost, k)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d keys of the right shard lost by the merge: %v", len(lost), keys, lost)
+	}
 }

@@ -58,10 +58,14 @@ type Node struct {
 	clusterID string
 	// mergeMu serializes the merges this node drives (an Admin call, the
 	// automatic merge, the finishing of an interrupted one). Two drivers of
-	// one merge restart each other's copy: a MergeAbsorb begin deletes what
-	// the other had staged, whose commit then takes the range with only
-	// part of the right shard's records.
+	// one merge restart each other's copy (a MergeAbsorb begin deletes what
+	// the other had staged); the attempt in every step keeps that safe
+	// across nodes, and this lock keeps one node from doing it to itself.
 	mergeMu sync.Mutex
+	// mergeStepHook, when set (tests only, through export_test.go), is
+	// called after each MergeAbsorb step this node proposes, with the
+	// step's kind and outcome.
+	mergeStepHook atomic.Pointer[func(step string, err error)]
 	// clock is the node's hybrid logical clock, which dates the commands
 	// it proposes and moves past its peers' readings.
 	clock *hlc.Clock

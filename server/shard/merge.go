@@ -18,6 +18,10 @@ import (
 // one is absorbing (between MergeAbsorb begin and commit).
 var keyMergePending = []byte("mmerge-pending")
 
+// keyMergeAttempt holds the attempt of the current copy of a pending merge
+// (MergeAbsorb.attempt of its begin; absent when the begin carried none).
+var keyMergeAttempt = []byte("mmerge-attempt")
+
 // A merge joins a shard (left) and its right neighbour, which must have
 // their replicas on the same nodes. The node leading both proposes:
 //
@@ -28,7 +32,9 @@ var keyMergePending = []byte("mmerge-pending")
 //  3. merge_retire on right: its replicas delete themselves.
 //
 // Each step is idempotent or restartable: begin drops what an interrupted
-// attempt copied, and a frozen right shard is only ever finished.
+// attempt copied, and a frozen right shard is only ever finished. Every
+// step of one copy names its attempt, and the latest begin's attempt is the
+// only one whose records and commit apply: two drivers never mix copies.
 
 // applyMergeFreeze freezes this shard (the right one of a merge).
 func (a *applier) applyMergeFreeze(mf *shalev1.MergeFreeze) (*shalev1.CommandResult, bool, error) {
@@ -102,6 +108,11 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 			return nil, false, err
 		}
 		a.ov.set(a.b, keyMergePending, enc)
+		if len(m.GetAttempt()) > 0 {
+			a.ov.set(a.b, keyMergeAttempt, m.GetAttempt())
+		} else {
+			a.ov.del(a.b, keyMergeAttempt)
+		}
 		a.ov.delRange(a.b, dataKey(right.GetStartKey()), dataBound(right.GetEndKey()))
 		return &shalev1.CommandResult{Descriptor_: cloneDesc(desc)}, true, nil
 	}
@@ -115,6 +126,16 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 	right := &shalev1.ShardDescriptor{}
 	if err := proto.Unmarshal(raw, right); err != nil {
 		return nil, false, fmt.Errorf("%w: pending merge: %v", ErrCorrupt, err)
+	}
+	current, _, err := a.ov.get(keyMergeAttempt)
+	if err != nil {
+		return nil, false, err
+	}
+	if !bytes.Equal(current, m.GetAttempt()) {
+		// A later begin cleared what this attempt copied: its chunks
+		// and its commit must not land on the other attempt's copy.
+		return errResult(codes.Aborted, desc, "merge: shard %d's copy of shard %d was restarted by another driver (attempt %x, this step's %x)",
+			desc.GetShardId(), right.GetShardId(), current, m.GetAttempt()), false, nil
 	}
 	rng := shardRange(right)
 	if len(m.GetKeys()) != len(m.GetValues()) {
@@ -170,6 +191,7 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 		start: bytes.Clone(right.GetStartKey()), end: bytes.Clone(right.GetEndKey()), rev: a.st.rev,
 		from: right.GetShardId(), fromRev: m.GetRightRevision()})
 	a.ov.del(a.b, keyMergePending)
+	a.ov.del(a.b, keyMergeAttempt)
 	a.s.log.Info("shard merged", "shard", d.GetShardId(), "absorbed", right.GetShardId(), "end", fmt.Sprintf("%q", d.GetEndKey()))
 	return &shalev1.CommandResult{Descriptor_: cloneDesc(d), RightDescriptor: cloneDesc(right)}, true, nil
 }

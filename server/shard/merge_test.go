@@ -66,7 +66,8 @@ func TestMergeCommands(t *testing.T) {
 		t.Fatalf("records before begin: %v", r)
 	}
 	frozen := right.Descriptor()
-	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen})); code(r) != codes.OK {
+	one, two := []byte("attempt-one"), []byte("attempt-two")
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen, Attempt: one})); code(r) != codes.OK {
 		t.Fatalf("begin: %v", r)
 	}
 	// While absorbing, the left does not split.
@@ -75,20 +76,21 @@ func TestMergeCommands(t *testing.T) {
 	}
 	// A record outside the right's range, or one that does not decode, is
 	// refused.
-	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("c")}, Values: [][]byte{{}}})); code(r) != codes.InvalidArgument {
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("c")}, Values: [][]byte{{}}, Attempt: one})); code(r) != codes.InvalidArgument {
 		t.Fatalf("record outside the range: %v", r)
 	}
-	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("m")}, Values: [][]byte{{0xff}}})); code(r) != codes.InvalidArgument {
+	if r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{[]byte("m")}, Values: [][]byte{{0xff}}, Attempt: one})); code(r) != codes.InvalidArgument {
 		t.Fatalf("undecodable record: %v", r)
 	}
-	// A partial copy, then a restart of the copy from begin.
+	// A partial copy, then a restart of the copy from begin by another
+	// attempt (another driver).
 	first := true
 	var keys, vals [][]byte
 	if err := right.ScanRecords(func(k, v []byte) error {
 		keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
 		if first {
 			first = false
-			applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{bytes.Clone(k)}, Values: [][]byte{bytes.Clone(v)}}))
+			applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: [][]byte{bytes.Clone(k)}, Values: [][]byte{bytes.Clone(v)}, Attempt: one}))
 		}
 		return nil
 	}); err != nil {
@@ -97,9 +99,27 @@ func TestMergeCommands(t *testing.T) {
 	if len(keys) != 3 {
 		t.Fatalf("ScanRecords saw %d records", len(keys))
 	}
-	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen}))
-	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[:2], Values: vals[:2]}))
-	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[2:], Values: vals[2:], Commit: true, RightRevision: right.Revision()}))
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen, Attempt: two}))
+	// The superseded attempt's records and commit, or a step naming no
+	// attempt, are refused and change nothing.
+	before = left.Descriptor().GetEpoch()
+	for _, m := range []*shalev1.MergeAbsorb{
+		{Keys: keys[:1], Values: vals[:1], Attempt: one},
+		{Commit: true, RightRevision: right.Revision(), Attempt: one},
+		{Keys: keys[1:2], Values: vals[1:2]},
+	} {
+		if r := applyOne(t, left, lf, absorbCmd(m)); code(r) != codes.Aborted {
+			t.Fatalf("a step of a superseded attempt (%v): %v", m, r)
+		}
+	}
+	if d := left.Descriptor(); d.GetEpoch() != before || string(d.GetEndKey()) != "m" {
+		t.Fatalf("a superseded attempt's commit changed the descriptor: %v", d)
+	}
+	if got := dataDump(t, left); len(got) != 2 {
+		t.Fatalf("the superseded attempt's records landed: %v", got)
+	}
+	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[:2], Values: vals[:2], Attempt: two}))
+	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[2:], Values: vals[2:], Commit: true, RightRevision: right.Revision(), Attempt: two}))
 	m := r.GetDescriptor_()
 	if code(r) != codes.OK || len(m.GetEndKey()) != 0 || m.GetEpoch() <= frozen.GetEpoch() || m.GetShardId() != 2 {
 		t.Fatalf("commit: %v", r)

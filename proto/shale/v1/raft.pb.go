@@ -889,6 +889,13 @@ func (x *MergeFreeze) GetIntoShardId() uint64 {
 // records of right's keys: user keys and their encoded values), then commit
 // (the shard's range extends to right's end, its epoch passes both shards'
 // and its revision is at least right_revision).
+//
+// Every step of one copy carries the same attempt. A begin makes its
+// attempt the current one; a records or commit step of any other attempt
+// is refused (ABORTED), so that two drivers of one merge at once (say the
+// left's leadership moved mid-copy and its new leader finished the merge)
+// never mix their copies: the latest begin wins, and a commit always
+// follows every chunk of its own copy.
 type MergeAbsorb struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Right         *ShardDescriptor       `protobuf:"bytes,1,opt,name=right,proto3" json:"right,omitempty"`
@@ -902,8 +909,11 @@ type MergeAbsorb struct {
 	// oldest first: the left shard adds those it does not hold, so a write
 	// the right shard applied and a client retries after the merge (with the
 	// same request ID) applies once.
-	DedupIds      [][]byte `protobuf:"bytes,7,rep,name=dedup_ids,json=dedupIds,proto3" json:"dedup_ids,omitempty"`
-	DedupResults  [][]byte `protobuf:"bytes,8,rep,name=dedup_results,json=dedupResults,proto3" json:"dedup_results,omitempty"`
+	DedupIds     [][]byte `protobuf:"bytes,7,rep,name=dedup_ids,json=dedupIds,proto3" json:"dedup_ids,omitempty"`
+	DedupResults [][]byte `protobuf:"bytes,8,rep,name=dedup_results,json=dedupResults,proto3" json:"dedup_results,omitempty"`
+	// attempt identifies the copy this step belongs to (random, chosen by
+	// its driver).
+	Attempt       []byte `protobuf:"bytes,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +1000,13 @@ func (x *MergeAbsorb) GetDedupIds() [][]byte {
 func (x *MergeAbsorb) GetDedupResults() [][]byte {
 	if x != nil {
 		return x.DedupResults
+	}
+	return nil
+}
+
+func (x *MergeAbsorb) GetAttempt() []byte {
+	if x != nil {
+		return x.Attempt
 	}
 	return nil
 }
@@ -1503,7 +1520,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12#\n" +
 	"\rmod_revisions\x18\x02 \x03(\x04R\fmodRevisions\"1\n" +
 	"\vMergeFreeze\x12\"\n" +
-	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\x81\x02\n" +
+	"\rinto_shard_id\x18\x01 \x01(\x04R\vintoShardId\"\x9b\x02\n" +
 	"\vMergeAbsorb\x12/\n" +
 	"\x05right\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\x05right\x12\x14\n" +
 	"\x05begin\x18\x02 \x01(\bR\x05begin\x12\x12\n" +
@@ -1512,7 +1529,8 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x06commit\x18\x05 \x01(\bR\x06commit\x12%\n" +
 	"\x0eright_revision\x18\x06 \x01(\x04R\rrightRevision\x12\x1b\n" +
 	"\tdedup_ids\x18\a \x03(\fR\bdedupIds\x12#\n" +
-	"\rdedup_results\x18\b \x03(\fR\fdedupResults\"\xa0\x01\n" +
+	"\rdedup_results\x18\b \x03(\fR\fdedupResults\x12\x18\n" +
+	"\aattempt\x18\t \x01(\fR\aattempt\"\xa0\x01\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12$\n" +
 	"\x0eright_shard_id\x18\x02 \x01(\x04R\frightShardId\x12\x1c\n" +

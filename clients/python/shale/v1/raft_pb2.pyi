@@ -47,7 +47,8 @@ class HlcTimestamp(_message.Message):
     def __init__(self, wall_nanos: _Optional[int] = ..., logical: _Optional[int] = ...) -> None: ...
 
 class MergeAbsorb(_message.Message):
-    __slots__ = ["begin", "commit", "dedup_ids", "dedup_results", "keys", "right", "right_revision", "values"]
+    __slots__ = ["attempt", "begin", "commit", "dedup_ids", "dedup_results", "keys", "right", "right_revision", "values"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     BEGIN_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     DEDUP_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +57,7 @@ class MergeAbsorb(_message.Message):
     RIGHT_FIELD_NUMBER: _ClassVar[int]
     RIGHT_REVISION_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    attempt: bytes
     begin: bool
     commit: bool
     dedup_ids: _containers.RepeatedScalarFieldContainer[bytes]
@@ -64,7 +66,7 @@ class MergeAbsorb(_message.Message):
     right: _meta_pb2.ShardDescriptor
     right_revision: int
     values: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, right: _Optional[_Union[_meta_pb2.ShardDescriptor, _Mapping]] = ..., begin: bool = ..., keys: _Optional[_Iterable[bytes]] = ..., values: _Optional[_Iterable[bytes]] = ..., commit: bool = ..., right_revision: _Optional[int] = ..., dedup_ids: _Optional[_Iterable[bytes]] = ..., dedup_results: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    def __init__(self, right: _Optional[_Union[_meta_pb2.ShardDescriptor, _Mapping]] = ..., begin: bool = ..., keys: _Optional[_Iterable[bytes]] = ..., values: _Optional[_Iterable[bytes]] = ..., commit: bool = ..., right_revision: _Optional[int] = ..., dedup_ids: _Optional[_Iterable[bytes]] = ..., dedup_results: _Optional[_Iterable[bytes]] = ..., attempt: _Optional[bytes] = ...) -> None: ...
 
 class MergeFreeze(_message.Message):
     __slots__ = ["into_shard_id"]
