@@ -1,5 +1,11 @@
 package server
 
+import (
+	"context"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
+
 // SetMergeStepHook makes the node call hook after each MergeAbsorb step it
 // proposes while driving a merge, with the step's kind ("begin", "records"
 // or "commit") and its outcome; nil removes it. Tests use it to pause one
@@ -16,3 +22,19 @@ func (n *Node) SetMergeStepHook(hook func(step string, err error)) {
 // neighbour (or finishes one into it) from this node, as an Admin
 // MergeShards or the maintenance loop on the left's leader would.
 var MergeShardsHere = (*Node).mergeShards
+
+// FreezeForMerge freezes shard rightID for a merge into shard leftID, from
+// this node (which must host rightID), as a merge's first step does, and
+// drives the merge no further: what is left is for the nodes' maintenance
+// to finish, as after a driver that crashed.
+func FreezeForMerge(n *Node, ctx context.Context, rightID, leftID uint64) error {
+	r, sm := n.store.Replica(rightID), n.Shard(rightID)
+	if r == nil || sm == nil {
+		return n.shardNotFoundErr(rightID)
+	}
+	ctx, inner, cancel := n.requestCtx(ctx)
+	defer cancel()
+	_, err := n.proposeLed(ctx, inner, r, sm.Descriptor().GetEpoch(),
+		&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}})
+	return err
+}

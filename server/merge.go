@@ -202,6 +202,35 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 	return &shalev1.MergeShardsResponse{Merged: proto.Clone(merged).(*shalev1.ShardDescriptor), RemovedShardId: rightID}, nil
 }
 
+// shouldFinishMerge reports whether this node, which hosts the frozen
+// shard right and a replica l of the left shard it is merging into, but
+// does not lead l, must take l's leadership to finish the merge: the left's
+// leader hosts no replica of right (a replica of the left moved, and its
+// leadership with it, after the freeze), so it cannot copy right's records,
+// and of the nodes hosting both this one has the lowest ID.
+func (n *Node) shouldFinishMerge(l *replication.Replica, right *shalev1.ShardDescriptor) bool {
+	leader := l.Status().LeaderNodeID
+	lsm := n.Shard(l.ShardID())
+	if leader == 0 || lsm == nil || lsm.Descriptor() == nil {
+		return false // no leader to judge yet
+	}
+	onLeft := map[uint64]bool{}
+	for _, rd := range lsm.Descriptor().GetReplicas() {
+		onLeft[rd.GetNodeId()] = true
+	}
+	lowest := uint64(0)
+	for _, rd := range right.GetReplicas() {
+		id := rd.GetNodeId()
+		if id == leader {
+			return false // the leader finishes it
+		}
+		if onLeft[id] && (lowest == 0 || id < lowest) {
+			lowest = id
+		}
+	}
+	return lowest == n.cfg.NodeID
+}
+
 // absorbStep names a MergeAbsorb step's kind: begin, records or commit.
 func absorbStep(m *shalev1.MergeAbsorb) string {
 	switch {
@@ -359,8 +388,10 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 			continue
 		}
 		if d.GetMergingInto() != 0 {
-			// A frozen shard: finish the merge if this node leads the left.
-			if l := n.store.Replica(d.GetMergingInto()); l != nil && l.IsLeader() {
+			// A frozen shard: finish the merge if this node leads the
+			// left, or should, the left's leader hosting no replica of
+			// the frozen shard to copy from.
+			if l := n.store.Replica(d.GetMergingInto()); l != nil && (l.IsLeader() || n.shouldFinishMerge(l, d)) {
 				if _, err := n.mergeShardsLocked(ctx, d.GetMergingInto()); err != nil {
 					n.log.Warn("finish an interrupted merge", "shard", d.GetMergingInto(), "absorbing", d.GetShardId(), "err", err)
 				}

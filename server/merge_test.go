@@ -588,3 +588,94 @@ func TestMergeDrivenByTwoNodesAtOnce(t *testing.T) {
 		t.Fatalf("%d of %d keys of the right shard lost by the merge: %v", len(lost), keys, lost)
 	}
 }
+
+// TestMergeFinishedWhenTheLeftLeaderLacksTheRight: a merge whose driver
+// stopped after freezing the right shard is finished by the nodes'
+// maintenance, also when the left shard's leader hosts no replica of the
+// right one (the left moved a replica, and its leadership with it, before
+// the freeze): a node hosting both takes the left's leadership and
+// finishes it. Before, only the left's leader looked for frozen shards to
+// finish, and it could not copy from a shard it did not host: the right
+// shard stayed frozen, refusing writes, for good (chaos/README bug 29).
+func TestMergeFinishedWhenTheLeftLeaderLacksTheRight(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Splits: [][]byte{[]byte("m")}})
+	cl := newClient(t, c)
+	ctx := context.Background()
+	for _, k := range []string{"a", "m", "x"} {
+		if _, err := cl.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var left, right *shalev1.ShardDescriptor
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		st, err := placementStatus(t, c)
+		if err != nil || !st.GetBalanced() {
+			return false, fmt.Sprintf("%v %v", st, err)
+		}
+		left, right = twoUserShards(t, c)
+		return true, ""
+	})
+	hosts := func(d *shalev1.ShardDescriptor, id uint64) bool {
+		for _, rd := range d.GetReplicas() {
+			if rd.GetNodeId() == id {
+				return true
+			}
+		}
+		return false
+	}
+	// to: a node with a replica of the left and none of the right, made
+	// by moving a left replica there when the two share their nodes.
+	var to uint64
+	for _, id := range c.NodeIDs() {
+		if hosts(left, id) && !hosts(right, id) {
+			to = id
+		}
+	}
+	if to == 0 {
+		var from uint64
+		for _, id := range c.NodeIDs() {
+			if hosts(left, id) {
+				from = id
+			} else {
+				to = id
+			}
+		}
+		a := adminOf(t, c)
+		// The new node is live for placement once its heartbeats arrive.
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			_, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: left.GetShardId(), FromNodeId: from, ToNodeId: to, PinSeconds: 600})
+			return err == nil, fmt.Sprint(err)
+		})
+		waitFor(t, 30*time.Second, func() (bool, string) { return movedTo(t, c, left.GetShardId(), from, to) })
+	}
+	if _, err := cl.TransferLeader(ctx, left.GetShardId(), to); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		l := c.Leader(left.GetShardId())
+		return l == to, fmt.Sprintf("shard %d led by node %d, want %d", left.GetShardId(), l, to)
+	})
+	if c.Node(to).Shard(right.GetShardId()) != nil {
+		t.Fatalf("node %d hosts shard %d; the test needs a left leader without it", to, right.GetShardId())
+	}
+	var withRight uint64
+	for _, rd := range right.GetReplicas() {
+		withRight = rd.GetNodeId()
+	}
+	if err := server.FreezeForMerge(c.Node(withRight), ctx, right.GetShardId(), left.GetShardId()); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 30*time.Second, func() (bool, string) {
+		d := c.Node(c.Leader(left.GetShardId())).Shard(left.GetShardId()).Descriptor()
+		return len(d.GetEndKey()) == 0, fmt.Sprintf("shard %d is %v", left.GetShardId(), d)
+	})
+	t.Logf("the frozen shard was absorbed %v after the freeze", took)
+	for _, k := range []string{"a", "m", "x"} {
+		if kv, err := cl.Get(ctx, []byte(k)); err != nil || kv == nil || string(kv.Value) != "v"+k {
+			t.Fatalf("%s after the merge: %v, %v", k, kv, err)
+		}
+	}
+	if _, err := cl.Put(ctx, []byte("y"), []byte("vy")); err != nil {
+		t.Fatalf("a write to the right shard's range after the merge: %v", err)
+	}
+}

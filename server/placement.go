@@ -504,10 +504,18 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 	defer p.mu.Unlock()
 	shards := make([]placement.Shard, 0, len(dir))
 	listed := make(map[uint64]bool, len(dir))
+	// A shard absorbing a frozen neighbour keeps its replicas where they
+	// are until the merge is done: the merge's driver must host both.
+	absorbing := map[uint64]bool{}
+	for _, d := range dir {
+		if into := d.GetMergingInto(); into != 0 && !d.GetRetired() {
+			absorbing[into] = true
+		}
+	}
 	for _, d := range dir {
 		id := d.GetShardId()
 		listed[id] = true
-		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0}
+		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0 || absorbing[id]}
 		if l, ok := led[id]; ok {
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
