@@ -92,6 +92,11 @@ type Config struct {
 	// BlockCacheBytes sizes the block cache shared by the node's engines
 	// (default 256 MiB).
 	BlockCacheBytes int64
+	// RecordCacheBytes sizes the record cache shared by the node's shards:
+	// the recently written records of user keys, which spares the apply of
+	// the next write to one of them an engine read (default 64 MiB;
+	// negative: none).
+	RecordCacheBytes int64
 	// ShardMemTableBytes is the memtable size of each shard engine (default
 	// 16 MiB).
 	ShardMemTableBytes int
@@ -243,6 +248,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.SnapshotRateBytes == 0 {
 		c.SnapshotRateBytes = 64 << 20
+	}
+	if c.RecordCacheBytes == 0 {
+		c.RecordCacheBytes = 64 << 20
 	}
 	if c.BlockCacheBytes == 0 {
 		c.BlockCacheBytes = 256 << 20

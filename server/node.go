@@ -71,6 +71,8 @@ type Node struct {
 	clock *hlc.Clock
 
 	shared *storage.Shared
+	// records is the record cache of the node's shards (nil: none).
+	records *shard.RecordCache
 	// snapLimiter paces what the node sends of its checkpoints: Raft
 	// snapshots and backups share it.
 	snapLimiter *snapshot.Limiter
@@ -258,6 +260,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.addrs[meta.NodeID] = cfg.AdvertiseAddr
 
 	n.shared = storage.NewShared(&storage.SharedOptions{BlockCacheBytes: cfg.BlockCacheBytes})
+	n.records = shard.NewRecordCache(cfg.RecordCacheBytes)
 	n.logDB, err = storage.Open(filepath.Join(cfg.DataDir, "raftlog"), &storage.Options{Shared: n.shared, FS: cfg.FS, Logger: n.log.With("engine", "raftlog")})
 	if err != nil {
 		return nil, fmt.Errorf("server: open raft log engine: %w", err)
@@ -591,8 +594,9 @@ func (n *Node) shardOptions() shard.Options {
 			WALPreallocateSize:  -1,
 			WALFlushThreshold:   64 << 10,
 		},
-		Logger:    n.log,
-		ShardsDir: n.shardsDir(),
+		Logger:      n.log,
+		ShardsDir:   n.shardsDir(),
+		RecordCache: n.records,
 	}
 }
 

@@ -48,7 +48,7 @@ type flags struct {
 	watchQueueBytes                         int
 	electionTicks                           int
 	leaseReads, noQuiesce                   bool
-	snapshotRate, blockCache                int64
+	snapshotRate, blockCache, recordCache   int64
 	grpcWindow, grpcConnWindow              int32
 	deadNodeTimeout, pinDuration            time.Duration
 	mergeSize                               int64
@@ -124,6 +124,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
+	fl.Int64Var(&f.recordCache, "record-cache-bytes", 64<<20, "record cache shared by the node's shards: recently written records, so that the next write to the key reads no engine (-1: none)")
 	fl.IntVar(&f.splitQPS, "split-qps", 2500, "requests per second above which (for 5 s) a shard splits at its median requested key (negative: no load-based splits)")
 	fl.IntVar(&f.shardMemTable, "shard-memtable-bytes", 16<<20, "memtable size of each shard's storage engine")
 	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
@@ -284,6 +285,7 @@ func run(ctx context.Context, f flags) error {
 		DisableQuiescence:        f.noQuiesce,
 		SnapshotRateBytes:        f.snapshotRate,
 		BlockCacheBytes:          f.blockCache,
+		RecordCacheBytes:         f.recordCache,
 		SplitSizeBytes:           f.splitSize,
 		ShardMemTableBytes:       f.shardMemTable,
 		SplitQPS:                 f.splitQPS,

@@ -62,7 +62,8 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		s.applyBatch.Reset()
 		clear(s.applyWrites)
 	}()
-	a := &applier{s: s, st: &ns, written: cur, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites}}
+	a := &applier{s: s, st: &ns, written: cur, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites,
+		records: s.opts.RecordCache, recordNS: &s.recordNS, keyBuf: &s.recordKeyBuf}}
 	results := make([]any, len(entries))
 	applied := false
 	for i := range entries {
@@ -95,6 +96,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		a.closeEffects()
 		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
+	a.ov.remember()
 	s.publish(a.st)
 	s.notifyChanged()
 	for _, fn := range a.after {
@@ -123,13 +125,20 @@ type ovWrite struct {
 }
 
 // overlay answers reads during an Apply call: the writes staged in the
-// batch so far, over the engine's state before the call.
+// batch so far, over the engine's state before the call (the records of
+// user keys from the record cache when it has them, which holds what the
+// engine holds).
 type overlay struct {
 	db     *storage.DB
 	writes map[string]ovWrite
 	// rangeDels are the engine-key spans [lo, hi) deleted in this batch;
 	// a data key in one of them that has no later point write is absent.
 	rangeDels [][2][]byte
+	// records is the node's record cache (nil: none), in which the shard's
+	// entries are keyed by *recordNS; keys are built in *keyBuf.
+	records  *RecordCache
+	recordNS *uint64
+	keyBuf   *[]byte
 }
 
 // get returns key's current value (nil, false when absent).
@@ -143,7 +152,34 @@ func (o *overlay) get(key []byte) ([]byte, bool, error) {
 	if o.rangeDeleted(key) {
 		return nil, false, nil
 	}
+	if o.records != nil && isDataKey(key) {
+		*o.keyBuf = recordKey(*o.keyBuf, *o.recordNS, key)
+		if raw, present, ok := o.records.get(*o.keyBuf); ok {
+			return raw, present, nil
+		}
+	}
 	return getOpt(o.db, key)
+}
+
+// remember puts the staged writes of user keys into the record cache,
+// once the engine holds them; a batch that deleted a range makes the shard
+// forget every cached record instead. The cache keeps the staged values,
+// which nothing modifies once staged (each is a new encoding, or a copy).
+func (o *overlay) remember() {
+	if o.records == nil {
+		return
+	}
+	if len(o.rangeDels) > 0 {
+		*o.recordNS = o.records.namespace()
+		return
+	}
+	for k, w := range o.writes {
+		if len(k) == 0 || k[0] != prefixData {
+			continue
+		}
+		*o.keyBuf = recordKey(*o.keyBuf, *o.recordNS, []byte(k))
+		o.records.put(*o.keyBuf, w.val, !w.del)
+	}
 }
 
 // rangeDeleted reports whether a range deletion of this batch covers key.

@@ -24,18 +24,21 @@ func BenchmarkApplyPut(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
 		keys, per int
+		records   int64 // record cache bytes
 	}{
-		{"keys=100000/entries=1", 100_000, 1},
-		{"keys=1000/entries=1", 1_000, 1},
-		{"keys=100000/entries=16", 100_000, 16},
+		{"keys=100000/entries=1", 100_000, 1, 64 << 20},
+		{"keys=1000/entries=1", 1_000, 1, 64 << 20},
+		{"keys=100000/entries=16", 100_000, 16, 64 << 20},
+		{"keys=100000/entries=16/no-record-cache", 100_000, 16, 0},
 	} {
-		b.Run(bc.name, func(b *testing.B) { benchApplyPut(b, bc.keys, bc.per) })
+		b.Run(bc.name, func(b *testing.B) { benchApplyPut(b, bc.keys, bc.per, bc.records) })
 	}
 }
 
-func benchApplyPut(b *testing.B, keys, per int) {
+func benchApplyPut(b *testing.B, keys, per int, records int64) {
 	env := newTestEnv(b, nil)
 	env.keepWAL = true
+	env.records = NewRecordCache(records)
 	s := env.bootstrap("shard", userDesc(2, "", ""), 100_000)
 	f := newFeeder(s)
 	value := strings.Repeat("v", 256)

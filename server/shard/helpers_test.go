@@ -28,6 +28,9 @@ type testEnv struct {
 	// keepWAL archives WAL files instead of deleting them, so the whole
 	// change log stays readable.
 	keepWAL bool
+	// records is the shards' record cache: small, so that entries are
+	// evicted all the time (nil: none).
+	records *RecordCache
 }
 
 func newTestEnv(t testing.TB, fs vfs.FS) *testEnv {
@@ -37,7 +40,7 @@ func newTestEnv(t testing.TB, fs vfs.FS) *testEnv {
 	}
 	sh := storage.NewShared(&storage.SharedOptions{BlockCacheBytes: 8 << 20, CompactionWorkers: 2})
 	t.Cleanup(func() { _ = sh.Close() })
-	return &testEnv{t: t, fs: fs, shared: sh}
+	return &testEnv{t: t, fs: fs, shared: sh, records: NewRecordCache(32 << 10)}
 }
 
 // opts returns shard options with small memtables so that flushes and
@@ -58,6 +61,7 @@ func (e *testEnv) opts(dedupCap int) Options {
 		},
 		DedupCapacity: dedupCap,
 		Logger:        quietLogger,
+		RecordCache:   e.records,
 	}
 }
 

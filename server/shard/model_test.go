@@ -323,14 +323,20 @@ func (g *txnGen) txn(now int64) *shalev1.TxnRequest {
 
 func TestModelTxn(t *testing.T) {
 	for seed := range uint64(3) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, 400) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, 400, 32<<10) })
 	}
+	// A record cache that holds every record, and none.
+	t.Run("large-cache", func(t *testing.T) { runModel(t, 3, 400, 64<<20) })
+	t.Run("no-cache", func(t *testing.T) { runModel(t, 4, 400, 0) })
 }
 
-func runModel(t *testing.T, seed uint64, steps int) {
+// runModel runs steps random steps with a record cache of recordCache bytes
+// (0: none).
+func runModel(t *testing.T, seed uint64, steps int, recordCache int64) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	env := newTestEnv(t, nil)
 	env.keepWAL = true
+	env.records = NewRecordCache(recordCache)
 	desc := userDesc(7, "k05", "k35")
 	s := env.bootstrap("shard", desc, 0)
 	f := newFeeder(s)

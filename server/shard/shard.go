@@ -67,6 +67,10 @@ type Options struct {
 	// engine there and asks the Store to host it (replication.HostShard).
 	// Without it split commands are rejected (FailedPrecondition).
 	ShardsDir string
+	// RecordCache, shared by a node's shards, spares the apply of a write
+	// the engine read of the key's previous record when the key was
+	// written recently. Nil: no cache.
+	RecordCache *RecordCache
 }
 
 // Dir returns the directory of the engine of shard id among a node's
@@ -398,6 +402,11 @@ type Shard struct {
 	// applyMu) so a busy shard does not grow new ones on every call.
 	applyBatch  *storage.Batch
 	applyWrites map[string]ovWrite
+	// recordNS is the shard's namespace in opts.RecordCache (under
+	// applyMu): a new one forgets every record cached before.
+	// recordKeyBuf is the buffer its cache keys are built in.
+	recordNS     uint64
+	recordKeyBuf []byte
 
 	// failMu guards failed, the error that stopped the Shard: every later
 	// Apply, Flush and Checkpoint returns it.
@@ -453,7 +462,7 @@ func (s *Shard) fail(err error) error {
 }
 
 func newShard(dir string, opts Options) *Shard {
-	s := &Shard{dir: filepath.Clean(dir), opts: opts, log: opts.Logger}
+	s := &Shard{dir: filepath.Clean(dir), opts: opts, log: opts.Logger, recordNS: opts.RecordCache.namespace()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -864,6 +873,7 @@ const restoreOldSuffix = ".restore-old"
 func (s *Shard) Restore(dir string) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	s.recordNS = s.opts.RecordCache.namespace() // the records change under it
 	if s.db == nil {
 		return ErrClosed
 	}

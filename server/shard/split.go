@@ -103,6 +103,7 @@ func (a *applier) flushStaged() error {
 	if err := a.s.db.Apply(a.b, storage.NoSync); err != nil {
 		return err
 	}
+	a.ov.remember()
 	published := *a.st
 	a.s.publish(&published)
 	a.written = &published

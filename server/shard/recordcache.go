@@ -1,0 +1,179 @@
+package shard
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// RecordCache remembers, for the shards of a node, the stored records of
+// user keys that applies recently read or wrote, so that the apply of the
+// next write to one of them (which needs the key's previous record: its
+// create revision and version, and the replaced value for the change log)
+// reads no engine. It holds at most its capacity in bytes (records, keys
+// and a per-entry overhead) across every shard that uses it, evicting the
+// least recently used first (CLOCK). A shard sees only what it put in
+// itself, and forgets everything at once when its engine changes other than
+// by its own applies (a range deletion, a restore from a snapshot): its
+// entries are then unreachable and age out. A nil *RecordCache caches
+// nothing. All methods may be called concurrently.
+type RecordCache struct {
+	seed  maphash.Seed
+	ns    atomic.Uint64
+	parts [recordCacheParts]recordPart
+}
+
+// recordCacheParts is how many independently locked parts a RecordCache
+// has (apply workers of different shards rarely wait for each other).
+const recordCacheParts = 16
+
+// recordEntryOverhead is charged per entry on top of its key and record:
+// an estimate of the map slot, the ring slot and the strings' headers.
+const recordEntryOverhead = 96
+
+// recordPart is one independently locked part of a RecordCache.
+type recordPart struct {
+	mu       sync.Mutex
+	index    map[string]int // key -> slot in ring
+	ring     []recordSlot
+	free     []int // slots of ring that hold no entry
+	hand     int
+	used     int64
+	capacity int64
+}
+
+// recordSlot is one entry of a part: a namespaced key and the record
+// (present false: the key is known to be absent).
+type recordSlot struct {
+	key     string
+	raw     []byte
+	present bool
+	live    bool // the slot holds an entry
+	ref     bool // used since the hand last passed
+}
+
+// NewRecordCache returns a cache of at most capacityBytes bytes; a capacity
+// <= 0 returns nil (no cache).
+func NewRecordCache(capacityBytes int64) *RecordCache {
+	if capacityBytes <= 0 {
+		return nil
+	}
+	c := &RecordCache{seed: maphash.MakeSeed()}
+	for i := range c.parts {
+		c.parts[i].index = map[string]int{}
+		c.parts[i].capacity = capacityBytes / recordCacheParts
+	}
+	return c
+}
+
+// namespace returns a namespace never returned before: a shard's entries
+// are keyed by its current namespace, and it takes a new one to forget
+// them all. Zero on a nil cache.
+func (c *RecordCache) namespace() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.ns.Add(1)
+}
+
+// UsedBytes reports the bytes the cache holds now (0 for nil).
+func (c *RecordCache) UsedBytes() int64 {
+	if c == nil {
+		return 0
+	}
+	var n int64
+	for i := range c.parts {
+		p := &c.parts[i]
+		p.mu.Lock()
+		n += p.used
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// recordKey builds the namespaced key of engine key ek into buf.
+func recordKey(buf []byte, ns uint64, ek []byte) []byte {
+	buf = binary.BigEndian.AppendUint64(buf[:0], ns)
+	return append(buf, ek...)
+}
+
+func (c *RecordCache) part(key []byte) *recordPart {
+	return &c.parts[maphash.Bytes(c.seed, key)%recordCacheParts]
+}
+
+// get returns the record cached under key (a recordKey): raw and present
+// as put, and ok false when nothing is cached. raw must not be modified.
+func (c *RecordCache) get(key []byte) (raw []byte, present, ok bool) {
+	p := c.part(key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, ok := p.index[string(key)]
+	if !ok {
+		return nil, false, false
+	}
+	s := &p.ring[i]
+	s.ref = true
+	return s.raw, s.present, true
+}
+
+// put caches a record under key (a recordKey), replacing what was there;
+// the cache keeps raw, which must not be modified afterwards. A record
+// larger than a part's capacity is not cached (and what was cached under
+// key is dropped).
+func (c *RecordCache) put(key, raw []byte, present bool) {
+	p := c.part(key)
+	charge := int64(len(key) + len(raw) + recordEntryOverhead)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i, ok := p.index[string(key)]; ok {
+		p.drop(i)
+	}
+	if charge > p.capacity {
+		return
+	}
+	for p.used+charge > p.capacity {
+		p.evictOne()
+	}
+	var i int
+	if n := len(p.free); n > 0 {
+		i, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		p.ring = append(p.ring, recordSlot{})
+		i = len(p.ring) - 1
+	}
+	p.ring[i] = recordSlot{key: string(key), raw: raw, present: present, live: true}
+	p.index[p.ring[i].key] = i
+	p.used += charge
+}
+
+// drop removes the entry in slot i.
+func (p *recordPart) drop(i int) {
+	s := &p.ring[i]
+	delete(p.index, s.key)
+	p.used -= int64(len(s.key) + len(s.raw) + recordEntryOverhead)
+	*s = recordSlot{}
+	p.free = append(p.free, i)
+}
+
+// evictOne moves the hand to the first entry not used since it last
+// passed, clearing the use marks it passes, and drops that entry. The part
+// must hold at least one entry.
+func (p *recordPart) evictOne() {
+	for {
+		if p.hand >= len(p.ring) {
+			p.hand = 0
+		}
+		s := &p.ring[p.hand]
+		i := p.hand
+		p.hand++
+		switch {
+		case !s.live:
+		case s.ref:
+			s.ref = false
+		default:
+			p.drop(i)
+			return
+		}
+	}
+}
