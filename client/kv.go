@@ -473,8 +473,14 @@ func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
 				if len(shardEnd) > 0 && (len(end) == 0 || bytes.Compare(shardEnd, end) < 0) {
 					partEnd = shardEnd
 				}
+				partStart := cur
+				if len(partStart) == 0 {
+					// Keys are never empty: the smallest is one zero byte
+					// (the server refuses an empty start).
+					partStart = []byte{0}
+				}
 				_, err := shalev1.NewKVClient(cc).DeleteRange(ctx, &shalev1.DeleteRangeRequest{
-					Header: hdr, StartKey: cur, EndKey: partEnd,
+					Header: hdr, StartKey: partStart, EndKey: partEnd,
 				})
 				return err
 			})

@@ -128,6 +128,22 @@ func TestKVSemantics(t *testing.T) {
 	if len(left) != 15 || left[0] != "g00" || left[4] != "g04" || left[5] != "r10" {
 		t.Fatalf("after delete-range: %v", left)
 	}
+	// DeleteRange(nil, nil) deletes every key (docs/client.md), the
+	// smallest one included.
+	if _, err := cl.Put(ctx, []byte{0}, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.DeleteRange(ctx, nil, nil); err != nil {
+		t.Fatalf("delete-range of the whole key space: %v", err)
+	}
+	it = cl.Scan(ctx, nil, nil)
+	var rest []string
+	for it.Next() {
+		rest = append(rest, string(it.KV().Key))
+	}
+	if err := it.Err(); err != nil || len(rest) != 0 {
+		t.Fatalf("after deleting every key: %q, %v", rest, err)
+	}
 }
 
 // TestWallClockTTL: a write's TTL runs from the leader's wall clock
