@@ -213,7 +213,7 @@ proto-tools: ## Install the pinned buf, protoc-gen-go and protoc-gen-go-grpc int
 	@[ -x $(TOOLS)/protoc-gen-go-grpc ] && $(TOOLS)/protoc-gen-go-grpc --version | grep -q '$(PROTOC_GEN_GO_GRPC_VERSION:v%=%)$$' || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
 .PHONY: python-deps
-python-deps: ## Install (apt-get) what the Python code needs: python3-grpcio, python3-protobuf, pytest, protoc.
+python-deps: ## Install (apt-get) what the Python code needs: python3-grpcio, python3-protobuf, pytest, protoc, venv, pip, setuptools, mypy.
 	@scripts/python-deps.sh
 
 .PHONY: proto

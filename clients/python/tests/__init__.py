@@ -1,0 +1,1 @@
+"""The Python SDK's tests (see conftest.py)."""

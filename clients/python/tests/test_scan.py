@@ -1,0 +1,86 @@
+"""Scans across the cluster's shards (initial splits g, n, t, and any other
+split made since), forward and reverse, with limits, prefixes and pages."""
+
+from __future__ import annotations
+
+import itertools
+from typing import List
+
+import pytest
+
+import shale
+from tests.helpers import Wire
+
+PER_LETTER = 300  # [a, g) then holds 1,800 keys: more than a server page (1,000)
+
+
+@pytest.fixture
+def keys(client: shale.Client) -> List[bytes]:
+    """7,800 keys, a0000 ... z0299, written by one transaction per letter."""
+    out = []
+    for c in range(ord("a"), ord("z") + 1):
+        ks = [b"%c%04d" % (c, i) for i in range(PER_LETTER)]
+        client.txn().then(*(shale.Put(k, b"v-" + k) for k in ks)).commit()
+        out.extend(ks)
+    return out
+
+
+def test_scan_every_key_in_order(client: shale.Client, keys: List[bytes], wire: Wire) -> None:
+    shards, _ = client.routing()
+    assert len(shards) >= 4, "the cluster should have its initial splits g, n, t"
+    wire.calls.clear()
+    got = list(client.scan())
+    assert [kv.key for kv in got] == keys
+    assert all(kv.value == b"v-" + kv.key and kv.version == 1 for kv in got)
+    # One page per shard at least, and more for the shards over a page.
+    assert len(wire.sent("ScanRequest")) >= len(shards) + 1
+    assert [kv.key for kv in client.scan(reverse=True)] == keys[::-1]
+
+
+def test_scan_ranges_limits_and_prefixes(client: shale.Client, keys: List[bytes]) -> None:
+    lo, hi = b"f0150", b"u0010"
+    want = [k for k in keys if lo <= k < hi]
+    assert [kv.key for kv in client.scan(lo, hi)] == want
+    assert [kv.key for kv in client.scan(lo, hi, reverse=True)] == want[::-1]
+    for limit in (1, 10, 1000, 1500, 5000):
+        assert [kv.key for kv in client.scan(lo, hi, limit=limit)] == want[:limit]
+        assert [kv.key for kv in client.scan(lo, hi, limit=limit, reverse=True)] == want[::-1][:limit]
+    assert [kv.key for kv in client.scan(limit=2000)] == keys[:2000]
+    assert [kv.key for kv in client.scan(reverse=True, limit=2000)] == keys[::-1][:2000]
+    assert [kv.key for kv in client.scan(prefix=b"h")] == [k for k in keys if k.startswith(b"h")]
+    assert [kv.key for kv in client.scan(prefix=b"m02", reverse=True)] == [
+        k for k in keys if k.startswith(b"m02")][::-1]
+    assert [kv.key for kv in client.scan(prefix="t0299")] == [b"t0299"]
+    assert list(client.scan(prefix=b"nothing")) == []
+    assert list(client.scan(b"zz")) == []
+    assert [kv.key for kv in client.scan(None, b"a0003")] == keys[:3]
+    assert [kv.key for kv in client.scan(b"z0297", None)] == keys[-3:]
+
+
+def test_scan_pages_across_a_boundary(client: shale.Client, keys: List[bytes], wire: Wire) -> None:
+    lo, hi = b"f0290", b"g0020"  # crosses the split at g
+    want = [k for k in keys if lo <= k < hi]
+    wire.calls.clear()
+    assert [kv.key for kv in client.scan(lo, hi, page_size=7)] == want
+    pages = wire.sent("ScanRequest")
+    assert len(pages) >= len(want) // 7
+    assert all(0 < p.limit <= 7 for p in pages)
+    assert [kv.key for kv in client.scan(lo, hi, page_size=7, reverse=True, limit=25)] == want[::-1][:25]
+    assert [kv.key for kv in client.scan(lo, hi, page_size=3, limit=4)] == want[:4]
+
+
+def test_scan_keys_only(client: shale.Client, keys: List[bytes]) -> None:
+    got = list(client.scan(prefix=b"c", keys_only=True))
+    assert [kv.key for kv in got] == [k for k in keys if k.startswith(b"c")]
+    assert all(kv.value == b"" and kv.mod_revision > 0 for kv in got)
+
+
+def test_scan_is_lazy(client: shale.Client, keys: List[bytes], wire: Wire) -> None:
+    wire.calls.clear()
+    it = client.scan()
+    assert wire.sent("ScanRequest") == [], "nothing is fetched before the first next()"
+    first = list(itertools.islice(it, 5))
+    assert [kv.key for kv in first] == keys[:5]
+    assert len(wire.sent("ScanRequest")) == 1, "one page holds the first keys"
+    it.close()  # a generator: close() (or dropping it) ends the scan
+    assert list(it) == []

@@ -1,0 +1,1 @@
+"""The TLS and authentication tests (see conftest.py)."""

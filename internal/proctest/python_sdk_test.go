@@ -1,0 +1,170 @@
+//go:build unix
+
+package proctest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shale-db/shale/client"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/security/certgen"
+)
+
+// pythonSDKSplits are the initial splits of the Python SDK's cluster, as
+// `make run`'s: four user shards, so that scans, MultiGet and DeleteRange
+// cross shard boundaries.
+const pythonSDKSplits = "g,n,t"
+
+// TestPythonSDK runs the Python SDK's tests (clients/python/tests, with
+// Debian's pytest) against a 3-process cluster: every call of shale.Client,
+// request IDs that make a retried write apply once, unknown outcomes, bad
+// input raising the documented exception at once, leader following, splits
+// learnt from EpochMismatch, scans across the shards, and `pip install` of
+// the package on top of Debian's grpcio and protobuf. The tests get the
+// cluster's endpoints in SHALE_ENDPOINTS; pytest's output is the failure
+// message.
+func TestPythonSDK(t *testing.T) {
+	bins := requireBinaries(t)
+	requirePytest(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := startProcCluster(t, bins, 3, pythonSDKSplits)
+	readyClient(ctx, t, c, 3) // waits until every shard has a leader
+
+	pkg := filepath.Join(bins.root, "clients", "python")
+	// -p no:cacheprovider and PYTHONDONTWRITEBYTECODE leave nothing in the
+	// work tree; -rs lists skipped tests, which must not happen here.
+	// clients/python/tests/tls needs a cluster with TLS and auth: see
+	// TestPythonSDKTLSAuth.
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+		"--basetemp", t.TempDir(), "--ignore", filepath.Join(pkg, "tests", "tls"), filepath.Join(pkg, "tests"))
+	cmd.Dir = bins.root
+	cmd.Env = append(os.Environ(),
+		"SHALE_ENDPOINTS="+strings.Join(c.endpoints(), ","),
+		"PYTHONPATH="+pkg,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	checkPytest(t, cmd)
+}
+
+// TestPythonSDKTLSAuth runs clients/python/tests/tls against a 3-process
+// cluster with TLS for clients and between the nodes, and authentication
+// enabled: users root (role root) and alice (read-write on the prefix
+// alice/). The tests connect with the CA's certificate and a user's
+// password, and check the refusals: a wrong password, no credentials,
+// plaintext, a certificate of another CA, a key outside alice's roles.
+func TestPythonSDKTLSAuth(t *testing.T) {
+	bins := requireBinaries(t)
+	requirePytest(t)
+	dir := t.TempDir()
+	file := func(name string) string { return filepath.Join(dir, name) }
+	ca, err := certgen.NewCA("Shale Python SDK test CA", certgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.Issue(certgen.Options{CommonName: "node", Hosts: []string{"localhost", "127.0.0.1"}, Server: true, Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := certgen.NewCA("Another CA", certgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"ca.crt": ca.CertPEM, "other-ca.crt": other.CertPEM} {
+		if err := certgen.WriteFile(file(name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := node.Write(file("node.crt"), file("node.key")); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := startProcCluster(t, bins, 3, pythonSDKSplits,
+		"--cert-file", file("node.crt"), "--key-file", file("node.key"), "--trusted-ca-file", file("ca.crt"),
+		"--peer-cert-file", file("node.crt"), "--peer-key-file", file("node.key"), "--peer-trusted-ca-file", file("ca.crt"),
+		"--auth-password-cost", "4")
+	cli, err := client.New(ctx, c.endpoints(), client.WithTLSFiles(file("ca.crt"), "", ""), client.WithLogger(testLogger()))
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+	waitReady(ctx, t, cli, 3)
+	const rootPassword, alicePassword = "root-secret", "alice-secret"
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"add root", func() error { return cli.UserAdd(ctx, "root", rootPassword, false) }},
+		{"grant root", func() error { return cli.UserGrantRole(ctx, "root", "root") }},
+		{"add alice", func() error { return cli.UserAdd(ctx, "alice", alicePassword, false) }},
+		{"add role", func() error { return cli.RoleAdd(ctx, "alice-rw") }},
+		{"grant permission", func() error {
+			return cli.RoleGrantPermission(ctx, "alice-rw", &shalev1.Permission{
+				Type: shalev1.PermissionType_PERMISSION_TYPE_READWRITE, Key: []byte("alice/"), Prefix: true})
+		}},
+		{"grant alice", func() error { return cli.UserGrantRole(ctx, "alice", "alice-rw") }},
+		{"enable auth", func() error { return cli.AuthEnable(ctx) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+	}
+
+	pkg := filepath.Join(bins.root, "clients", "python")
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+		"--basetemp", t.TempDir(), filepath.Join(pkg, "tests", "tls"))
+	cmd.Dir = bins.root
+	cmd.Env = append(os.Environ(),
+		"SHALE_ENDPOINTS="+strings.Join(c.endpoints(), ","),
+		"SHALE_TLS_CA="+file("ca.crt"),
+		"SHALE_TLS_OTHER_CA="+file("other-ca.crt"),
+		"SHALE_ROOT_PASSWORD="+rootPassword,
+		"SHALE_ALICE_PASSWORD="+alicePassword,
+		"PYTHONPATH="+pkg,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	checkPytest(t, cmd)
+}
+
+// requirePytest is requirePython, with pytest.
+func requirePytest(t *testing.T) {
+	t.Helper()
+	requirePython(t)
+	if out, err := exec.Command(python, "-c", "import pytest").CombinedOutput(); err != nil {
+		msg := "pytest is needed (make python-deps): " + err.Error() + "\n" + string(out)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// checkPytest runs a pytest command and fails t with pytest's output unless
+// every test ran and passed.
+func checkPytest(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v (after %v)\n%s", strings.Join(cmd.Args, " "), err, time.Since(start).Round(time.Millisecond), out)
+	}
+	t.Logf("pytest (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
+	summary := regexp.MustCompile(`(?m)^(\d+) passed(, .*)? in [\d.]+s`).FindStringSubmatch(string(out))
+	if summary == nil {
+		t.Fatalf("no pytest summary line in the output")
+	}
+	if regexp.MustCompile(`skipped|deselected|xfail|xpass`).MatchString(summary[2]) {
+		t.Errorf("pytest: %s passed%s: every test must run and pass", summary[1], summary[2])
+	}
+}
