@@ -41,6 +41,12 @@ var (
 		"1 if the local replica leads its shard.", []string{"shard"}, nil)
 	descShardQuiesced = prometheus.NewDesc("shale_shard_quiesced",
 		"1 if the local replica's Raft group is quiesced (idle, not ticking).", []string{"shard"}, nil)
+	descRecordCacheBytes = prometheus.NewDesc("shale_record_cache_bytes",
+		"Bytes held by the node's record cache (--record-cache-bytes).", nil, nil)
+	descRecordCacheHits = prometheus.NewDesc("shale_record_cache_hits_total",
+		"Applies of a write that found the key's previous record in the record cache.", nil, nil)
+	descRecordCacheMisses = prometheus.NewDesc("shale_record_cache_misses_total",
+		"Applies of a write that did not find the key's previous record in the record cache, and read the engine.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -58,6 +64,9 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descShardApplied
 	ch <- descShardLeader
 	ch <- descShardQuiesced
+	ch <- descRecordCacheBytes
+	ch <- descRecordCacheHits
+	ch <- descRecordCacheMisses
 }
 
 // Collect implements prometheus.Collector.
@@ -65,6 +74,12 @@ func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	if n.logDB != nil {
 		engineMetrics(ch, "raftlog", n.logDB.Metrics())
+	}
+	if n.records != nil {
+		rm := n.records.Metrics()
+		ch <- prometheus.MustNewConstMetric(descRecordCacheBytes, prometheus.GaugeValue, float64(rm.Bytes))
+		ch <- prometheus.MustNewConstMetric(descRecordCacheHits, prometheus.CounterValue, float64(rm.Hits))
+		ch <- prometheus.MustNewConstMetric(descRecordCacheMisses, prometheus.CounterValue, float64(rm.Misses))
 	}
 	for _, r := range n.store.Replicas() {
 		id := strconv.FormatUint(r.ShardID(), 10)

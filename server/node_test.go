@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -115,8 +116,12 @@ func TestMetricsHealthAndPprof(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }})
 	cl := newClient(t, c)
 	ctx := context.Background()
-	if _, err := cl.Put(ctx, []byte("m"), []byte("1")); err != nil {
-		t.Fatal(err)
+	// Written twice: the second write's apply finds the first's record
+	// in the record cache.
+	for _, v := range []string{"1", "2"} {
+		if _, err := cl.Put(ctx, []byte("m"), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lead := c.Node(c.Leader(2))
 	get := func(path string) string {
@@ -136,11 +141,14 @@ func TestMetricsHealthAndPprof(t *testing.T) {
 		"shale_raft_proposals_total", "shale_raft_commit_latency_seconds", "shale_raft_leader_changes_total",
 		"shale_raft_snapshots_sent_total", "shale_raft_log_sync_seconds", "shale_storage_level_bytes",
 		"shale_storage_compactions_total", "shale_shard_applied_index", "grpc_server_handled_total",
-		"grpc_server_handling_seconds",
+		"grpc_server_handling_seconds", "shale_record_cache_bytes", "shale_record_cache_misses_total",
 	} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
+	}
+	if hits := regexp.MustCompile(`(?m)^shale_record_cache_hits_total ([0-9.e+]+)$`).FindStringSubmatch(metrics); hits == nil || hits[1] == "0" {
+		t.Errorf("shale_record_cache_hits_total after a key's second write: %v", hits)
 	}
 	if !strings.Contains(get("/debug/pprof/"), "goroutine") {
 		t.Error("/debug/pprof/ index lacks profiles")

@@ -19,9 +19,20 @@ import (
 // entries are then unreachable and age out. A nil *RecordCache caches
 // nothing. All methods may be called concurrently.
 type RecordCache struct {
-	seed  maphash.Seed
-	ns    atomic.Uint64
-	parts [recordCacheParts]recordPart
+	seed         maphash.Seed
+	ns           atomic.Uint64
+	hits, misses atomic.Uint64
+	parts        [recordCacheParts]recordPart
+}
+
+// RecordCacheMetrics is a point-in-time summary of a RecordCache.
+type RecordCacheMetrics struct {
+	// Bytes is what the cache holds now (records, keys and overhead).
+	Bytes int64
+	// Hits and Misses count, since the cache was made, the lookups of an
+	// apply that found the key's record, or did not (the apply then read
+	// the engine).
+	Hits, Misses uint64
 }
 
 // recordCacheParts is how many independently locked parts a RecordCache
@@ -77,6 +88,14 @@ func (c *RecordCache) namespace() uint64 {
 	return c.ns.Add(1)
 }
 
+// Metrics returns the cache's metrics (zero for nil).
+func (c *RecordCache) Metrics() RecordCacheMetrics {
+	if c == nil {
+		return RecordCacheMetrics{}
+	}
+	return RecordCacheMetrics{Bytes: c.UsedBytes(), Hits: c.hits.Load(), Misses: c.misses.Load()}
+}
+
 // UsedBytes reports the bytes the cache holds now (0 for nil).
 func (c *RecordCache) UsedBytes() int64 {
 	if c == nil {
@@ -110,8 +129,10 @@ func (c *RecordCache) get(key []byte) (raw []byte, present, ok bool) {
 	defer p.mu.Unlock()
 	i, ok := p.index[string(key)]
 	if !ok {
+		c.misses.Add(1)
 		return nil, false, false
 	}
+	c.hits.Add(1)
 	s := &p.ring[i]
 	s.ref = true
 	return s.raw, s.present, true

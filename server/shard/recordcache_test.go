@@ -29,6 +29,9 @@ func TestRecordCache(t *testing.T) {
 	if _, _, ok := c.get(key(ns2, "a")); ok {
 		t.Fatal("another namespace sees the entry")
 	}
+	if m := c.Metrics(); m.Hits != 2 || m.Misses != 1 || m.Bytes <= 0 {
+		t.Fatalf("metrics after 2 hits and a miss: %+v", m)
+	}
 	c.put(key(ns1, "a"), []byte("rec-a2"), true)
 	if raw, _, _ := c.get(key(ns1, "a")); string(raw) != "rec-a2" {
 		t.Fatalf("after a replacing put: %q", raw)
@@ -60,7 +63,7 @@ func TestRecordCache(t *testing.T) {
 		t.Fatal("a zero capacity made a cache")
 	}
 	var none *RecordCache
-	if none.namespace() != 0 || none.UsedBytes() != 0 {
+	if none.namespace() != 0 || none.UsedBytes() != 0 || none.Metrics() != (RecordCacheMetrics{}) {
 		t.Fatal("a nil cache")
 	}
 }
