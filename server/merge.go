@@ -207,16 +207,19 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 // does not lead l, must take l's leadership to finish the merge: the left's
 // leader hosts no replica of right (a replica of the left moved, and its
 // leadership with it, after the freeze), so it cannot copy right's records,
-// and of the nodes hosting both this one has the lowest ID.
+// and of the nodes hosting both (a voter of the left) this one has the
+// lowest ID.
 func (n *Node) shouldFinishMerge(l *replication.Replica, right *shalev1.ShardDescriptor) bool {
 	leader := l.Status().LeaderNodeID
 	lsm := n.Shard(l.ShardID())
 	if leader == 0 || lsm == nil || lsm.Descriptor() == nil {
 		return false // no leader to judge yet
 	}
-	onLeft := map[uint64]bool{}
+	onLeft := map[uint64]bool{} // the left's voters: a learner cannot lead
 	for _, rd := range lsm.Descriptor().GetReplicas() {
-		onLeft[rd.GetNodeId()] = true
+		if rd.GetRole() == shalev1.ReplicaRole_REPLICA_ROLE_VOTER_UNSPECIFIED {
+			onLeft[rd.GetNodeId()] = true
+		}
 	}
 	lowest := uint64(0)
 	for _, rd := range right.GetReplicas() {
