@@ -4,11 +4,16 @@ package proctest
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +31,12 @@ const pythonSDKSplits = "g,n,t"
 // Debian's pytest) against a 3-process cluster: every call of shale.Client,
 // request IDs that make a retried write apply once, unknown outcomes, bad
 // input raising the documented exception at once, leader following, splits
-// learnt from EpochMismatch, scans across the shards, and `pip install` of
-// the package on top of Debian's grpcio and protobuf. The tests get the
-// cluster's endpoints in SHALE_ENDPOINTS; pytest's output is the failure
-// message.
+// learnt from EpochMismatch, scans across the shards, watches (every change
+// once across shards, a split, a node restart the tests ask for through
+// serveNodeControl, dropped connections; Compacted), the asyncio client
+// (shale.aio), and `pip install` of the package on top of Debian's grpcio
+// and protobuf. The tests get the cluster's endpoints in SHALE_ENDPOINTS;
+// pytest's output is the failure message.
 func TestPythonSDK(t *testing.T) {
 	bins := requireBinaries(t)
 	requirePytest(t)
@@ -49,10 +56,49 @@ func TestPythonSDK(t *testing.T) {
 	cmd.Dir = bins.root
 	cmd.Env = append(os.Environ(),
 		"SHALE_ENDPOINTS="+strings.Join(c.endpoints(), ","),
+		"SHALE_TEST_CONTROL="+serveNodeControl(t, bins, c),
 		"PYTHONPATH="+pkg,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 	checkPytest(t, cmd)
+}
+
+// serveNodeControl serves, for the Python tests, POST /restart?node=N on a
+// local HTTP port: node N is stopped (SIGTERM; SIGKILL with kill=1) and
+// started again from its data, and the answer (200) comes once it listens again. It returns the
+// base URL (SHALE_TEST_CONTROL of clients/python/tests/helpers.py).
+func serveNodeControl(t *testing.T, bins binaries, c *procCluster) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex // one restart at a time
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.URL.Query().Get("node"), 10, 64)
+		if r.Method != http.MethodPost || r.URL.Path != "/restart" || err != nil || id < 1 || id > uint64(len(c.nodes)) {
+			http.Error(w, "want POST /restart?node=N", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p := c.node(id)
+		t.Logf("python tests: restarting node %d", id)
+		if r.URL.Query().Get("kill") == "1" {
+			p.kill()
+		} else if err := p.stop(20 * time.Second); err != nil {
+			t.Errorf("restart of node %d: %v", id, err)
+		}
+		p.start(t, bins.server)
+		if !p.running() {
+			http.Error(w, fmt.Sprintf("node %d did not start again: %v", id, p.err), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "node %d restarted\n", id)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // TestPythonSDKTLSAuth runs clients/python/tests/tls against a 3-process

@@ -14,6 +14,15 @@ and which outcomes are unknown. See docs/python.md::
         for kv in c.scan(prefix=b"user/"):
             ...
 
+``Client.watch`` follows a key range's changes (an iterator that resumes
+across shards, splits, merges and node restarts, or raises
+``shale.Compacted``); ``shale.aio.Client`` is the same client for asyncio::
+
+    async with shale.aio.Client(endpoints) as c:
+        await c.put(b"k", b"v")
+        async for resp in c.watch(prefix=b"user/"):
+            ...
+
 The package also holds the code generated from Shale's protocol
 (``make proto``): ``shale.v1`` (the messages and gRPC stubs of
 proto/shale/v1: KV, Admin, Auth) and ``shale.rpc`` (wire-compatible
@@ -21,7 +30,7 @@ proto/shale/v1: KV, Admin, Auth) and ``shale.rpc`` (wire-compatible
 (1.51) and python3-protobuf (Python package 4.21) and newer.
 """
 
-from shale.client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT, Client, TLSConfig, Txn
+from shale.client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT, Client, TLSConfig, Txn, Watcher
 from shale.errors import (
     ClientClosed,
     Compacted,
@@ -45,6 +54,7 @@ from shale.types import (
     Delete,
     DeleteRange,
     DeleteResult,
+    EventType,
     Exists,
     Get,
     KeyValue,
@@ -56,6 +66,8 @@ from shale.types import (
     TxnResult,
     Value,
     Version,
+    WatchEvent,
+    WatchResponse,
     key_exists,
     key_missing,
 )
@@ -66,6 +78,7 @@ __all__ = [
     "Client",
     "TLSConfig",
     "Txn",
+    "Watcher",
     "DEFAULT_TIMEOUT",
     "DEFAULT_ATTEMPT_TIMEOUT",
     # errors
@@ -83,6 +96,9 @@ __all__ = [
     "Compacted",
     "ClientClosed",
     # values
+    "EventType",
+    "WatchEvent",
+    "WatchResponse",
     "KeyValue",
     "PutResult",
     "DeleteResult",

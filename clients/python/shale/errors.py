@@ -19,7 +19,7 @@ details decoded from the ``grpc-status-details-bin`` trailer
     ├── PermissionDenied         the user's roles do not allow the call; never retried
     ├── Unauthenticated          no valid identity (wrong password, ...); never retried
     ├── NotLeader                only as Unavailable.last, when leadership kept moving
-    ├── Compacted                a watch's history is gone (for the coming watch iterator)
+    ├── Compacted                a watch's history is gone: it ends the watch, never a gap
     └── ClientClosed             the Client was closed
 
 The rules for what is retried and what leaves a write's outcome unknown are
@@ -274,8 +274,24 @@ class NotLeader(ShaleError):
 
 class Compacted(ShaleError):
     """The history a watch would resume from is gone (the Go SDK's
-    ErrCompacted). Reserved for the watch iterator, which this version of the
-    Python client does not have yet."""
+    ErrCompacted): a shard no longer keeps the changes from the revision the
+    watch needs (its log was truncated past it, or a merge carried them
+    without their history). It ends the watch instead of a silent gap: read
+    the range again and watch from that read's revision.
+
+    Attributes:
+        shard_id: the shard that refused the watch.
+        revision: the first revision the watch still needed.
+        compact_revision: the oldest revision the shard can still serve a
+            watch of the range from (the detail's compact_revision; 0 when
+            the shard did not say).
+    """
+
+    def __init__(self, message: str, *, shard_id: int = 0, revision: int = 0, compact_revision: int = 0, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.shard_id: int = shard_id
+        self.revision: int = revision
+        self.compact_revision: int = compact_revision
 
 
 class ClientClosed(ShaleError):

@@ -35,6 +35,9 @@ __all__ = [
     "Get",
     "to_bytes",
     "ttl_millis",
+    "EventType",
+    "WatchEvent",
+    "WatchResponse",
 ]
 
 #: A key or value as the client accepts it: bytes (or bytearray, memoryview),
@@ -131,6 +134,52 @@ class KeyValue:
             version=kv.version,
             expire_at=exp,
         )
+
+
+class EventType:
+    """What a watched change did: :attr:`PUT` or :attr:`DELETE`."""
+
+    #: A value was written.
+    PUT = "PUT"
+    #: The key was removed: a delete, a delete_range covering it, or its
+    #: expiry (deleted by its shard's leader as a write with its own revision).
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change to a watched key."""
+
+    #: EventType.PUT or EventType.DELETE.
+    type: str
+    #: The key after the change: its value and revisions for a put; for a
+    #: delete, the key with mod_revision the deletion's revision.
+    kv: KeyValue
+    #: The key before the change (with ``prev_kv=True``; None when it was absent).
+    prev_kv: Optional[KeyValue] = None
+
+    @staticmethod
+    def from_proto(e: kv_pb2.WatchEvent) -> "WatchEvent":
+        """Convert a ``shale.v1.WatchEvent`` message."""
+        kv = KeyValue.from_proto(e.kv)
+        assert kv is not None
+        t = EventType.DELETE if e.type == kv_pb2.WatchEvent.TYPE_DELETE else EventType.PUT
+        return WatchEvent(type=t, kv=kv, prev_kv=_kv_field(e, "prev_kv"))
+
+
+@dataclass(frozen=True)
+class WatchResponse:
+    """A step of a watch: changes of one shard's part of the range, in
+    revision order. Responses of different shards interleave; changes to one
+    key always come in its revision order, across splits and merges too."""
+
+    #: The shard the changes come from.
+    shard_id: int
+    #: Every change to the shard's part of the range at or below it has been
+    #: delivered (revisions are per shard).
+    revision: int
+    #: The changes; none in a progress notification.
+    events: List[WatchEvent] = field(default_factory=list)
 
 
 def _kv_field(msg: object, name: str) -> Optional[KeyValue]:

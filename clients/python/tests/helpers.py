@@ -68,3 +68,46 @@ class Wire:
 def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
     """A Wire recording the RPCs of every client of the test."""
     return Wire(monkeypatch)
+
+
+def split_shard(c: Client, key: bytes) -> Tuple[int, int]:
+    """Split the shard holding key at key (Admin.SplitShard, retried while
+    the cluster is busy); returns the (left, right) shard IDs."""
+    import time
+
+    from shale.v1 import admin_pb2
+
+    last: Optional[BaseException] = None
+    for _ in range(40):
+        for addr in c.endpoints:
+            try:
+                r = c._conn(addr).admin.SplitShard(admin_pb2.SplitShardRequest(split_key=key), timeout=20)
+                return int(r.left.shard_id), int(r.right.shard_id)
+            except grpc.RpcError as e:
+                last = e
+        time.sleep(0.25)
+    raise AssertionError(f"split at {key!r}: {last}")
+
+
+def restart_node(node_id: int, kill: bool = False) -> None:
+    """Stop node node_id (SIGTERM; SIGKILL with kill, which leaves its
+    streams no goodbye) and start it again, waiting until it listens:
+    through the test harness's control URL (SHALE_TEST_CONTROL, set by
+    internal/proctest's TestPythonSDK), or a shell command
+    (SHALE_TEST_RESTART_COMMAND, with {node} replaced, e.g.
+    ``scripts/run-cluster.sh restart {node}`` against `make run`, which
+    always stops with SIGTERM)."""
+    import os
+    import subprocess
+    import urllib.request
+
+    url = os.environ.get("SHALE_TEST_CONTROL", "")
+    cmd = os.environ.get("SHALE_TEST_RESTART_COMMAND", "")
+    if url:
+        req = urllib.request.Request(f"{url}/restart?node={node_id}&kill={int(kill)}", method="POST")
+        with urllib.request.urlopen(req, timeout=90) as resp:
+            assert resp.status == 200, resp.read()
+    elif cmd:
+        subprocess.run(cmd.replace("{node}", str(node_id)), shell=True, check=True, timeout=90)
+    else:
+        pytest.fail("no way to restart a node: set SHALE_TEST_CONTROL or SHALE_TEST_RESTART_COMMAND")

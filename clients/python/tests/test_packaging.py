@@ -51,7 +51,7 @@ def test_pip_install_on_debian_packages(tmp_path: Path) -> None:
     grpc_v, pb_v = (tuple(int(x) for x in v.split(".")[:2]) for v in lines[2].split())
     assert grpc_v >= (1, 51) and pb_v >= (4, 21), lines
     site = Path(lines[0]).parent
-    for f in ("py.typed", "client.py", "errors.py", "types.py", "v1/kv_pb2.pyi", "rpc/status_pb2.pyi"):
+    for f in ("py.typed", "client.py", "aio.py", "_core.py", "_watch.py", "errors.py", "types.py", "v1/kv_pb2.pyi", "rpc/status_pb2.pyi"):
         assert (site / f).is_file(), f
 
 

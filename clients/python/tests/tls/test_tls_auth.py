@@ -88,3 +88,35 @@ def test_certificate_of_another_ca_fails_at_once(endpoints: List[str], env: Dict
     assert time.monotonic() - t0 < 5
     with pytest.raises(shale.InvalidArgument):
         shale.Client(endpoints, tls=shale.TLSConfig(ca_file="/nonexistent/ca.crt"))
+
+
+def test_watch_with_a_token_and_permissions(endpoints: List[str], tls: shale.TLSConfig, env: Dict[str, str]) -> None:
+    with shale.Client(endpoints, tls=tls, user="alice", password=env["SHALE_ALICE_PASSWORD"]) as alice:
+        with alice.watch(prefix=b"alice/") as w:
+            assert w.wait_started(30)
+            r = alice.put(b"alice/w", b"1")
+            ev = next(w.events())
+        assert ev.kv.key == b"alice/w" and ev.kv.mod_revision == r.revision
+        # Outside alice's roles: the watch ends with PermissionDenied, not retried.
+        with pytest.raises(shale.PermissionDenied):
+            with alice.watch(prefix=b"bob/") as w2:
+                next(w2)
+
+
+def test_asyncio_client_over_tls_with_a_token(endpoints: List[str], tls: shale.TLSConfig, env: Dict[str, str]) -> None:
+    import asyncio
+
+    import shale.aio
+
+    async def main() -> None:
+        async with shale.aio.Client(endpoints, tls=tls, user="alice", password=env["SHALE_ALICE_PASSWORD"]) as c:
+            await c.put(b"alice/aio", b"1")
+            kv = await c.get(b"alice/aio")
+            assert kv is not None and kv.value == b"1"
+            with pytest.raises(shale.PermissionDenied):
+                await c.get(b"bob/1")
+        with pytest.raises(shale.Unauthenticated):
+            async with shale.aio.Client(endpoints, tls=tls, user="alice", password="wrong"):
+                pass
+
+    asyncio.run(main())
