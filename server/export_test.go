@@ -1,10 +1,6 @@
 package server
 
-import (
-	"context"
-
-	shalev1 "github.com/shale-db/shale/proto/shale/v1"
-)
+import "context"
 
 // SetMergeStepHook makes the node call hook after each MergeAbsorb step it
 // proposes while driving a merge, with the step's kind ("begin", "records"
@@ -34,7 +30,6 @@ func FreezeForMerge(n *Node, ctx context.Context, rightID, leftID uint64) error 
 	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
-	_, err := n.proposeLed(ctx, inner, r, sm.Descriptor().GetEpoch(),
-		&shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}})
+	_, err := n.proposeLed(ctx, inner, r, sm.Descriptor().GetEpoch(), freezeCommand(leftID))
 	return err
 }

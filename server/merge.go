@@ -117,7 +117,7 @@ func (n *Node) mergeShardsLocked(ctx context.Context, leftID uint64) (*shalev1.M
 	// A balancer may move a leadership away meanwhile: every step takes it
 	// back and retries while the proposal was refused unproposed.
 	if right.GetMergingInto() == 0 {
-		if _, err := n.proposeLed(ctx, inner, rr, right.GetEpoch(), &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}}); err != nil {
+		if _, err := n.proposeLed(ctx, inner, rr, right.GetEpoch(), freezeCommand(leftID)); err != nil {
 			return nil, fmt.Errorf("freeze shard %d: %w", rightID, err)
 		}
 		right = rsm.Descriptor()
@@ -232,6 +232,12 @@ func (n *Node) shouldFinishMerge(l *replication.Replica, right *shalev1.ShardDes
 		}
 	}
 	return lowest == n.cfg.NodeID
+}
+
+// freezeCommand is a merge's first step on the right shard: freeze it for
+// a merge into shard leftID.
+func freezeCommand(leftID uint64) *shalev1.RaftCommand {
+	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeFreeze{MergeFreeze: &shalev1.MergeFreeze{IntoShardId: leftID}}}
 }
 
 // absorbStep names a MergeAbsorb step's kind: begin, records or commit.

@@ -19,10 +19,9 @@ import (
 // entries are then unreachable and age out. A nil *RecordCache caches
 // nothing. All methods may be called concurrently.
 type RecordCache struct {
-	seed         maphash.Seed
-	ns           atomic.Uint64
-	hits, misses atomic.Uint64
-	parts        [recordCacheParts]recordPart
+	seed  maphash.Seed
+	ns    atomic.Uint64
+	parts [recordCacheParts]recordPart
 }
 
 // RecordCacheMetrics is a point-in-time summary of a RecordCache.
@@ -52,6 +51,9 @@ type recordPart struct {
 	hand     int
 	used     int64
 	capacity int64
+	// hits and misses count the part's lookups (under mu, which a lookup
+	// holds anyway: no cache line shared by every apply worker).
+	hits, misses uint64
 }
 
 // recordSlot is one entry of a part: a namespaced key and the record
@@ -93,7 +95,16 @@ func (c *RecordCache) Metrics() RecordCacheMetrics {
 	if c == nil {
 		return RecordCacheMetrics{}
 	}
-	return RecordCacheMetrics{Bytes: c.UsedBytes(), Hits: c.hits.Load(), Misses: c.misses.Load()}
+	var m RecordCacheMetrics
+	for i := range c.parts {
+		p := &c.parts[i]
+		p.mu.Lock()
+		m.Bytes += p.used
+		m.Hits += p.hits
+		m.Misses += p.misses
+		p.mu.Unlock()
+	}
+	return m
 }
 
 // UsedBytes reports the bytes the cache holds now (0 for nil).
@@ -129,10 +140,10 @@ func (c *RecordCache) get(key []byte) (raw []byte, present, ok bool) {
 	defer p.mu.Unlock()
 	i, ok := p.index[string(key)]
 	if !ok {
-		c.misses.Add(1)
+		p.misses++
 		return nil, false, false
 	}
-	c.hits.Add(1)
+	p.hits++
 	s := &p.ring[i]
 	s.ref = true
 	return s.raw, s.present, true
