@@ -191,6 +191,9 @@ func stoppedErr(r *Replica) error {
 func dropTask(t applyTask, err error) {
 	for _, p := range t.props {
 		if p != nil {
+			if p.trace != nil {
+				p.trace.applied(0, err)
+			}
 			p.finish(nil, err)
 		}
 	}
@@ -236,6 +239,9 @@ func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
 		var res any
 		if i < len(applied.Results) {
 			res = applied.Results[i]
+		}
+		if p.trace != nil {
+			p.trace.applied(len(ents), nil)
 		}
 		p.finish(res, nil)
 		if m := s.cfg.Metrics; m != nil {
@@ -420,6 +426,9 @@ func (r *Replica) handOff(ents []*raftpb.Entry) error {
 			if p, ok := r.waiters[id]; ok {
 				delete(r.waiters, id)
 				t.props[i] = p
+				if p.trace != nil {
+					t.entries[i].Span = p.trace.committed(r.store.tracer, r.shardID, e.GetIndex(), e.GetTerm())
+				}
 			}
 		}
 	}

@@ -127,6 +127,9 @@ type proposal struct {
 	term  uint64
 	start time.Time
 	done  chan proposalResult
+	// trace is the proposal's spans when its context was traced (nil
+	// otherwise; see trace.go).
+	trace *proposalTrace
 }
 
 type proposalResult struct {
@@ -292,6 +295,11 @@ func (r *Replica) Propose(ctx context.Context, payload []byte) (any, error) {
 	}
 	p := &proposal{id: r.store.proposal.Add(1), start: time.Now(), done: make(chan proposalResult, 1)}
 	p.data = encodeEntry(p.id, payload)
+	if p.trace = r.store.traceProposal(ctx, r.shardID, len(payload)); p.trace != nil {
+		res, err := r.submit(ctx, p)
+		p.trace.proposed(err)
+		return res, err
+	}
 	return r.submit(ctx, p)
 }
 

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -64,6 +65,11 @@ type Entry struct {
 	Payload []byte
 	// ConfChange is set for a configuration change entry.
 	ConfChange *AppliedConfChange
+	// Span is the entry's apply span on the replica that proposed it, when
+	// its proposal was traced (Config.TracerProvider); nil otherwise, and
+	// always on the other replicas. A state machine may start child spans
+	// of it (its engine write) and must not end it. It is not replicated.
+	Span trace.Span
 }
 
 // AppliedConfChange is a configuration change that Raft has applied.

@@ -27,6 +27,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -98,6 +99,11 @@ type Config struct {
 	// sender's (a reading beyond the clock's maximum offset is refused and
 	// logged; the batch is delivered all the same).
 	Clock *hlc.Clock
+	// TracerProvider, when set, traces the proposals made under a
+	// recording span: a propose span until the entry commits and an apply
+	// span until it applied, on the proposing replica (docs/tracing.md).
+	// Nil traces nothing, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) applyDefaults() {
@@ -145,6 +151,8 @@ type Store struct {
 	cfg  Config
 	log  *raftlog.Store
 	rlog raft.Logger
+	// tracer is Config.TracerProvider's (nil without one).
+	tracer trace.Tracer
 
 	// refuseUntil (unix nanoseconds) drops leadership transfers to local
 	// replicas until then (RefuseLeadershipTransfersUntil).
@@ -252,6 +260,9 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.applier = newApplyPool(s)
 	s.proposal.Store(rand.Uint64() >> 16)
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	return s, nil
 }
 
