@@ -92,7 +92,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		return replication.Applied{Results: results}, nil
 	}
 	a.st.writeMeta(a.b, a.written)
-	if err := s.db.Apply(a.b, storage.NoSync); err != nil {
+	if err := s.writeBatch(a.st.desc.GetShardId(), entries, a.b); err != nil {
 		a.closeEffects()
 		return replication.Applied{}, s.fail(fmt.Errorf("shard %s: write entries %d-%d: %w", s.dir, entries[0].Index, entries[len(entries)-1].Index, err))
 	}
