@@ -157,11 +157,29 @@ func startServer(t *testing.T, bin string, id uint64, addr, logPath string, args
 	return p
 }
 
+// start starts the process (again) and waits until it listens (see
+// waitListening), failing t if it cannot be started; it is SIGKILLed at
+// the end of the test if it still runs. Only from the test's goroutine:
+// elsewhere use launch.
 func (p *serverProc) start(t *testing.T, bin string) {
 	t.Helper()
+	if err := p.launch(bin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.kill() })
+}
+
+// launch starts the process (again), appending its output to its log, and
+// waits until it listens (see waitListening). It returns an error when the
+// process could not be started; one that started and exited shows in
+// running and err. It never touches a testing.T, so any goroutine may call
+// it: whoever does makes sure the process is killed at the end (kill
+// reaches the current process, so a cleanup registered by an earlier start
+// covers it).
+func (p *serverProc) launch(bin string) error {
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("start node %d: %w", p.id, err)
 	}
 	fmt.Fprintf(f, "=== proctest: starting node %d at %s: %s %s\n", p.id, time.Now().Format(time.RFC3339Nano), bin, strings.Join(p.args, " "))
 	cmd := exec.Command(bin, p.args...)
@@ -169,7 +187,7 @@ func (p *serverProc) start(t *testing.T, bin string) {
 	cmd.SysProcAttr = serverSysProcAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		t.Fatalf("start node %d: %v", p.id, err)
+		return fmt.Errorf("start node %d: %w", p.id, err)
 	}
 	f.Close() // the child has its own descriptor
 	p.cmd = cmd
@@ -178,8 +196,8 @@ func (p *serverProc) start(t *testing.T, bin string) {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.kill() })
 	p.waitListening(30 * time.Second)
+	return nil
 }
 
 // waitListening returns once the node accepts connections on its address,

@@ -32,11 +32,14 @@ const pythonSDKSplits = "g,n,t"
 // request IDs that make a retried write apply once, unknown outcomes, bad
 // input raising the documented exception at once, leader following, splits
 // learnt from EpochMismatch, scans across the shards, watches (every change
-// once across shards, a split, a node restart the tests ask for through
-// serveNodeControl, dropped connections; Compacted), the asyncio client
-// (shale.aio), and `pip install` of the package on top of Debian's grpcio
-// and protobuf. The tests get the cluster's endpoints in SHALE_ENDPOINTS;
-// pytest's output is the failure message.
+// once across shards, splits and merges, a node restart the tests ask for
+// through serveNodeControl, dropped connections; Compacted; progress
+// notifications), the asyncio client (shale.aio), a shard's leader killed
+// (SIGKILL, through serveNodeControl) and started again under a workload of
+// both clients, a linearizability smoke while leadership moves, and `pip
+// install` of the package on top of Debian's grpcio and protobuf. The tests
+// get the cluster's endpoints in SHALE_ENDPOINTS; pytest's output is the
+// failure message. It takes about a minute.
 func TestPythonSDK(t *testing.T) {
 	bins := requireBinaries(t)
 	requirePytest(t)
@@ -63,41 +66,97 @@ func TestPythonSDK(t *testing.T) {
 	checkPytest(t, cmd)
 }
 
-// serveNodeControl serves, for the Python tests, POST /restart?node=N on a
-// local HTTP port: node N is stopped (SIGTERM; SIGKILL with kill=1) and
-// started again from its data, and the answer (200) comes once it listens again. It returns the
-// base URL (SHALE_TEST_CONTROL of clients/python/tests/helpers.py).
+// serveNodeControl serves, for the Python tests
+// (clients/python/tests/helpers.py), on a local HTTP port:
+//
+//   - POST /restart?node=N: node N is stopped (SIGTERM; SIGKILL with
+//     kill=1) and started again from its data;
+//   - POST /kill?node=N: node N is SIGKILLed (kill -9), and the answer
+//     comes once it has exited;
+//   - POST /start?node=N: node N, stopped, is started again from its data.
+//
+// A start's answer (200) comes once the node listens again; one that
+// cannot start is answered with 500 and the reason, as is a node that is
+// not in the state the request needs (409). Requests are served one at a
+// time. It returns the base URL (SHALE_TEST_CONTROL).
 func serveNodeControl(t *testing.T, bins binaries, c *procCluster) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex // one restart at a time
+	var mu sync.Mutex // one request at a time
+	// start runs on the handler's goroutine: it reports a failure to the
+	// caller, never through t (t.Fatal must not be called there).
+	start := func(p *serverProc) error {
+		if err := p.launch(bins.server); err != nil {
+			return err
+		}
+		if !p.running() {
+			return fmt.Errorf("node %d did not start again: %v", p.id, p.err)
+		}
+		return nil
+	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.URL.Query().Get("node"), 10, 64)
-		if r.Method != http.MethodPost || r.URL.Path != "/restart" || err != nil || id < 1 || id > uint64(len(c.nodes)) {
-			http.Error(w, "want POST /restart?node=N", http.StatusBadRequest)
+		if r.Method != http.MethodPost || err != nil || id < 1 || id > uint64(len(c.nodes)) {
+			http.Error(w, "want POST /restart, /kill or /start with ?node=N", http.StatusBadRequest)
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		p := c.node(id)
-		t.Logf("python tests: restarting node %d", id)
-		if r.URL.Query().Get("kill") == "1" {
+		switch r.URL.Path {
+		case "/restart":
+			if !p.running() {
+				http.Error(w, fmt.Sprintf("node %d is not running (POST /start)", id), http.StatusConflict)
+				return
+			}
+			t.Logf("python tests: restarting node %d", id)
+			if r.URL.Query().Get("kill") == "1" {
+				p.kill()
+			} else if err := p.stop(20 * time.Second); err != nil {
+				t.Errorf("restart of node %d: %v", id, err)
+			}
+			if err := start(p); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintf(w, "node %d restarted\n", id)
+		case "/kill":
+			if !p.running() {
+				http.Error(w, fmt.Sprintf("node %d is not running: %v", id, p.err), http.StatusConflict)
+				return
+			}
+			t.Logf("python tests: SIGKILL of node %d", id)
 			p.kill()
-		} else if err := p.stop(20 * time.Second); err != nil {
-			t.Errorf("restart of node %d: %v", id, err)
+			fmt.Fprintf(w, "node %d killed\n", id)
+		case "/start":
+			if p.running() {
+				http.Error(w, fmt.Sprintf("node %d is running", id), http.StatusConflict)
+				return
+			}
+			t.Logf("python tests: starting node %d", id)
+			if err := start(p); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintf(w, "node %d started\n", id)
+		default:
+			http.Error(w, "want POST /restart, /kill or /start with ?node=N", http.StatusNotFound)
 		}
-		p.start(t, bins.server)
-		if !p.running() {
-			http.Error(w, fmt.Sprintf("node %d did not start again: %v", id, p.err), http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintf(w, "node %d restarted\n", id)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() {
+		// Wait for a request being served (pytest killed at the deadline
+		// mid-request), so that it does not start a node behind the
+		// cleanups that kill them.
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+	})
 	return "http://" + ln.Addr().String()
 }
 

@@ -147,6 +147,30 @@ def test_watch_async_across_a_split(endpoints: List[str]) -> None:
     run(endpoints, body)
 
 
+def test_watch_async_progress_notifications(endpoints: List[str]) -> None:
+    async def body(c: shale.aio.Client) -> None:
+        pre = b"xp/%d/" % time.monotonic_ns()  # one shard (the last)
+        async with c.watch(prefix=pre, progress_notify=True) as w:
+            assert await w.wait_started(30)
+            it = w.__aiter__()
+
+            async def next_resp() -> shale.WatchResponse:
+                return await asyncio.wait_for(it.__anext__(), 15)
+
+            idle = await next_resp()  # the server's interval is 1s
+            assert not idle.events and idle.revision > 0, idle
+            r = await c.put(pre + b"k", b"v")
+            resp = await next_resp()
+            while not resp.events:  # a notification sent before the put
+                assert resp.revision < r.revision, resp
+                resp = await next_resp()
+            assert [(ev.kv.key, ev.kv.mod_revision) for ev in resp.events] == [(pre + b"k", r.revision)]
+            after = await next_resp()
+            assert not after.events and after.revision >= r.revision and after.shard_id == resp.shard_id, after
+
+    run(endpoints, body)
+
+
 def split_shard_sync(endpoints: List[str], key: bytes) -> Tuple[int, int]:
     with shale.Client(endpoints) as c:
         return split_shard(c, key)

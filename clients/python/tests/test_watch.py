@@ -14,7 +14,7 @@ import pytest
 
 import shale
 from shale.client import _Deadline
-from tests.helpers import restart_node, split_shard
+from tests.helpers import merge_shards, restart_node, shard_leader, split_shard
 
 # (type, key, revision) of a change, as written and as watched.
 Change = Tuple[str, bytes, int]
@@ -179,6 +179,107 @@ def test_across_a_split_made_during_the_watch(client: shale.Client) -> None:
     check_exactly_once(written, got)
     # The watch followed the changes onto the new shards.
     assert {s[1] for s in splits} <= col.shards, (splits, col.shards)
+
+
+def test_across_splits_and_merges_made_during_the_watch(client: shale.Client) -> None:
+    pre = b"wm/%d/" % time.monotonic_ns()  # fresh shard boundaries, also on a reused cluster
+    col = Collector(started(client.watch(prefix=pre)))
+    merged: List[Tuple[int, int]] = []
+    splits: List[Tuple[int, int]] = []
+
+    def step(i: int) -> None:
+        if i == 40:
+            splits.append(split_shard(client, pre + b"m"))
+        if i == 80:
+            splits.append(split_shard(client, pre + b"f"))
+        if i == 120:
+            # [f, m) takes [m, ...): the stream of [m, ...) ends with the
+            # range change, and its part resumes on the merged shard.
+            merged.append(merge_shards(client, pre + b"f"))
+        if i == 160:
+            # The shard holding the prefix's start takes [f, ...): the
+            # boundaries the test made are gone again.
+            merged.append(merge_shards(client, pre + b"a"))
+
+    written = Writer(client, pre, 200, step=step).join()
+    check_exactly_once(written, col.wait_for(len(written)))
+    assert [m[1] for m in merged] == [splits[0][1], splits[1][1]], (splits, merged)
+    # One shard holds the whole prefix again, and the watch streamed from
+    # the shards each step made.
+    assert len({shard_leader(client, pre + k)[0] for k in (b"a", b"f", b"m", b"z")}) == 1
+    assert {s[1] for s in splits} <= col.shards and {m[0] for m in merged} <= col.shards, (splits, merged, col.shards)
+
+
+def test_progress_notifications(client: shale.Client) -> None:
+    # Two shards of the test cluster: [g, n) and [n, t).
+    lo, hi = b"mq/", b"nq/"
+    keys = [b"mq/%d" % i for i in range(3)] + [b"nb/%d" % i for i in range(3)]
+    got: List[shale.WatchResponse] = []  # in delivery order
+    plain: List[shale.WatchResponse] = []  # of a watch without progress_notify
+    mu = threading.Lock()
+
+    def read(w: shale.Watcher, into: List[shale.WatchResponse]) -> None:
+        for resp in w:
+            with mu:
+                into.append(resp)
+
+    def wait(what: str, cond: Callable[[], bool], timeout: float = 15) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            with mu:
+                if cond():
+                    return
+            assert time.monotonic() < end, f"no {what} within {timeout}s: {got[-5:]}"
+            time.sleep(0.02)
+
+    def idle_after(shard_rev: Dict[int, int]) -> Callable[[], bool]:
+        # A notification (no events) from every shard covering shard_rev.
+        return lambda: all(
+            any(not r.events and r.shard_id == sh and r.revision >= rev for r in got) for sh, rev in shard_rev.items()
+        )
+
+    with client.watch(lo, hi, progress_notify=True) as w, client.watch(lo, hi) as w2:
+        assert w.wait_started(30) and w2.wait_started(30)
+        readers = [threading.Thread(target=read, args=a, daemon=True) for a in ((w, got), (w2, plain))]
+        for t in readers:
+            t.start()
+        # Idle: a notification from each shard (the server's interval is 1s).
+        wait("notification of each idle shard", lambda: len({r.shard_id for r in got if not r.events}) == 2)
+        written: List[Tuple[bytes, int]] = []
+        for i in range(30):
+            k = keys[i % len(keys)]
+            written.append((k, client.put(k, b"%d" % i).revision))
+        wait("event of every put", lambda: sum(len(r.events) for r in got) >= len(written))
+        # Each shard's last revision, as the events say.
+        last: Dict[int, int] = {}
+        with mu:
+            for r in got:
+                for ev in r.events:
+                    last[r.shard_id] = max(last.get(r.shard_id, 0), ev.kv.mod_revision)
+        assert len(last) == 2, last
+        wait("notification after the writes", idle_after(last))
+    for t in readers:
+        t.join(10)
+    events = [(ev.kv.key, ev.kv.mod_revision) for r in got for ev in r.events]
+    assert sorted(events) == sorted(written), "every put once"
+    # A notification's revision covers every change of its shard delivered
+    # after it: none of its shard at or below it comes later.
+    for i, r in enumerate(got):
+        if r.events:
+            continue
+        late = [
+            (ev.kv.key, ev.kv.mod_revision)
+            for r2 in got[i + 1 :]
+            if r2.shard_id == r.shard_id
+            for ev in r2.events
+            if ev.kv.mod_revision <= r.revision
+        ]
+        assert not late, f"shard {r.shard_id}: notified through revision {r.revision}, then delivered {late}"
+    for sh in last:
+        revs = [r.revision for r in got if r.shard_id == sh and not r.events]
+        assert revs == sorted(revs), f"shard {sh}: notifications went back: {revs}"
+    # Without progress_notify, no response without events.
+    assert plain and all(r.events for r in plain), plain
 
 
 def _leader_of(c: shale.Client, key: bytes) -> int:
