@@ -31,7 +31,11 @@ func (c *Client) invokeAdmin(ctx context.Context, op string, mutation bool, fn f
 // its error is returned); ResourceExhausted retries after a backoff
 // (unless the request was too large);
 // anything else (PermissionDenied, NotFound, ...) is returned.
-func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+func (c *Client) invokeAnyNode(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) (err error) {
+	ctx, sp := c.startCall(ctx, op)
+	if sp != nil {
+		defer func() { endCall(sp, err) }()
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	if c.rt.age() > c.routingMaxAge {

@@ -141,6 +141,9 @@ type callStream struct {
 func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD, key string) *callStream {
 	md = md.Copy()
 	md.Delete(AuthorizationMetadataKey)
+	// Each call carries its own trace context (Call.trace_context).
+	md.Delete(shalev1.TraceParentMetadataKey)
+	md.Delete(shalev1.TraceStateMetadataKey)
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
 	s := &callStream{m: m, key: key, cancel: cancel, wake: make(chan struct{}, 1),
 		waiting: map[uint64]chan *shalev1.CallResult{}}
@@ -175,7 +178,7 @@ func (s *callStream) retire() {
 
 // call sends one call (its encoded request) and waits for its result.
 func (s *callStream) call(ctx context.Context, method string, body []byte, reply any, opts []grpc.CallOption) error {
-	c := &shalev1.Call{Method: method, Request: body}
+	c := &shalev1.Call{Method: method, Request: body, TraceContext: traceContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		c.TimeoutMs = max(time.Until(dl).Milliseconds(), 1)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -68,6 +69,8 @@ type options struct {
 	authSet                bool
 	// unaryCalls (WithUnaryCalls) keeps KV calls off KV.Calls streams.
 	unaryCalls bool
+	// tracer is WithTracerProvider's (nil: the client makes no spans).
+	tracer trace.Tracer
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -377,6 +380,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),
 	}, c.opts.dialOpts...)
 	var cc *grpc.ClientConn
+	opts = append(opts, c.traceInterceptors()...)
 	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
 	opts = append(opts, c.authInterceptors()...)
 	opts = append(opts, grpc.WithChainUnaryInterceptor(sentInterceptor))

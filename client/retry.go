@@ -155,10 +155,12 @@ func (c *Client) learnShards(em *shalev1.EpochMismatch) bool {
 // ErrOutcomeUnknown.
 func (c *Client) invoke(ctx context.Context, spec *callSpec, tg target, fn attemptFunc) error {
 	var maybeApplied bool
+	ctx, sp := c.startCall(ctx, spec.op)
 	err := c.attempts(ctx, spec, tg, fn, &maybeApplied)
 	if err != nil && maybeApplied {
-		return &outcomeUnknownError{op: spec.op, cause: err}
+		err = &outcomeUnknownError{op: spec.op, cause: err}
 	}
+	endCall(sp, err)
 	return err
 }
 

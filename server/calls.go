@@ -148,8 +148,12 @@ func (s *kvService) serveCall(ctx context.Context, c *shalev1.Call) *shalev1.Cal
 			}
 			return nil
 		}
+		ctx, sp := s.n.startCallSpan(ctx, method, c)
 		if resp, err = md.Handler(s, ctx, dec, s.n.authUnaryInterceptor); err == nil {
 			out.Response, err = proto.Marshal(resp.(proto.Message))
+		}
+		if sp != nil {
+			endServerSpan(sp, err)
 		}
 	}
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shale-db/shale/replication/grpctransport"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server/auth"
@@ -186,6 +188,13 @@ type Config struct {
 	// not yet sent; a stream past it is ended with ResourceExhausted and
 	// the revision to resume from (default 8 MiB).
 	WatchQueueBytes int
+	// TracerProvider, when set, traces the node's requests with
+	// OpenTelemetry: a span per call it serves (joining the caller's trace
+	// when the call carries one), per call it makes to another node for
+	// one, per Raft proposal, apply and engine write (docs/tracing.md). Its
+	// sampler decides which requests without a caller's trace are traced.
+	// Nil (the default) traces nothing and installs nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) applyDefaults() {

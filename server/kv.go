@@ -148,6 +148,7 @@ func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *sh
 	if inv := shard.TxnInShard(txn, t.desc); inv != nil {
 		return nil, invalidErr(inv, t.desc.GetShardId())
 	}
+	n.traceRequest(ctx, t.desc.GetShardId(), len(txn.GetCompares())+len(txn.GetSuccess())+len(txn.GetFailure()))
 	if !t.r.IsLeader() {
 		return nil, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -69,6 +70,9 @@ type Node struct {
 	// clock is the node's hybrid logical clock, which dates the commands
 	// it proposes and moves past its peers' readings.
 	clock *hlc.Clock
+	// tracer is Config.TracerProvider's (nil: the node traces nothing;
+	// see tracing.go).
+	tracer trace.Tracer
 
 	shared *storage.Shared
 	// records is the record cache of the node's shards (nil: none).
@@ -184,6 +188,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		reg:           prometheus.NewRegistry(),
 	}
 	n.place = newPlacementState(cfg, n.reg)
+	if cfg.TracerProvider != nil {
+		n.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	n.watchTooSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_watch_too_slow_total",
 		Help: "Watchers this node cancelled as too slow: their queue passed --watch-queue-bytes. Each client's stream ends with ResourceExhausted after it reads what was queued, and the client resumes."})
 	n.expiredKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_expired_keys_total",
@@ -300,6 +307,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:            n.log.With("component", "replication"),
 		Metrics:           replication.NewMetrics(n.reg),
 		Clock:             n.clock,
+		TracerProvider:    cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -331,7 +339,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
-	srvOpts := append(grpctransport.ServerOptions(),
+	srvOpts := append(append(grpctransport.ServerOptions(), n.serverTraceOptions()...),
 		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor, n.authUnaryInterceptor),
 		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor, n.authStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
@@ -935,7 +943,7 @@ func (n *Node) peerAddrs() []string {
 func (n *Node) dialPeer(addr string) (*grpc.ClientConn, error) {
 	reconnect := backoff.DefaultConfig
 	reconnect.BaseDelay, reconnect.MaxDelay = 100*time.Millisecond, 5*time.Second
-	return grpc.NewClient(addr, append(n.peerDialOptions(), grpctransport.KeepaliveDialOption(),
+	return grpc.NewClient(addr, append(append(n.peerDialOptions(), n.peerTraceOptions()...), grpctransport.KeepaliveDialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))...)
 }
 

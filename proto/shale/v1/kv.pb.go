@@ -287,7 +287,12 @@ type Call struct {
 	Request []byte `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
 	// timeout_ms bounds the call: the time left before the client's
 	// deadline. 0: no bound other than the stream's.
-	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// trace_context is the call's W3C Trace Context ("traceparent", and
+	// "tracestate" when there is one), which a unary call carries in its
+	// gRPC metadata: a node that traces joins the caller's trace with it.
+	// Empty when the caller traces nothing (docs/tracing.md).
+	TraceContext  map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -348,6 +353,13 @@ func (x *Call) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *Call) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // ResultBatch carries the results of calls made over KV.Calls.
@@ -2762,13 +2774,17 @@ const file_shale_v1_kv_proto_rawDesc = "" +
 	"\n" +
 	"\x11shale/v1/kv.proto\x12\bshale.v1\x1a\x19google/protobuf/any.proto\x1a\x13shale/v1/meta.proto\"1\n" +
 	"\tCallBatch\x12$\n" +
-	"\x05calls\x18\x01 \x03(\v2\x0e.shale.v1.CallR\x05calls\"g\n" +
+	"\x05calls\x18\x01 \x03(\v2\x0e.shale.v1.CallR\x05calls\"\xef\x01\n" +
 	"\x04Call\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\arequest\x18\x03 \x01(\fR\arequest\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"=\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12E\n" +
+	"\rtrace_context\x18\x05 \x03(\v2 .shale.v1.Call.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
 	"\vResultBatch\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.shale.v1.CallResultR\aresults\"\x96\x01\n" +
 	"\n" +
@@ -2982,7 +2998,7 @@ func file_shale_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_shale_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_shale_v1_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),           // 0: shale.v1.ReadConsistency
 	(Compare_Target)(0),            // 1: shale.v1.Compare.Target
@@ -3025,91 +3041,93 @@ var file_shale_v1_kv_proto_goTypes = []any{
 	(*WatchRequest)(nil),           // 38: shale.v1.WatchRequest
 	(*WatchEvent)(nil),             // 39: shale.v1.WatchEvent
 	(*WatchResponse)(nil),          // 40: shale.v1.WatchResponse
-	(*anypb.Any)(nil),              // 41: google.protobuf.Any
-	(*ShardDescriptor)(nil),        // 42: shale.v1.ShardDescriptor
+	nil,                            // 41: shale.v1.Call.TraceContextEntry
+	(*anypb.Any)(nil),              // 42: google.protobuf.Any
+	(*ShardDescriptor)(nil),        // 43: shale.v1.ShardDescriptor
 }
 var file_shale_v1_kv_proto_depIdxs = []int32{
 	5,  // 0: shale.v1.CallBatch.calls:type_name -> shale.v1.Call
-	7,  // 1: shale.v1.ResultBatch.results:type_name -> shale.v1.CallResult
-	41, // 2: shale.v1.CallResult.details:type_name -> google.protobuf.Any
-	0,  // 3: shale.v1.RequestHeader.consistency:type_name -> shale.v1.ReadConsistency
-	8,  // 4: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 5: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 6: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
-	8,  // 7: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
-	10, // 8: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
-	9,  // 9: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
-	14, // 10: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
-	8,  // 11: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 12: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 13: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
-	8,  // 14: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 15: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 16: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
-	8,  // 17: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 18: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
-	8,  // 19: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 20: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 21: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
-	25, // 22: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
-	26, // 23: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
-	27, // 24: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
-	28, // 25: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
-	17, // 26: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
-	19, // 27: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
-	21, // 28: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
-	12, // 29: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
-	8,  // 30: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
-	29, // 31: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
-	9,  // 32: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
-	30, // 33: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
-	8,  // 34: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
-	9,  // 35: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
-	10, // 36: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
-	1,  // 37: shale.v1.Compare.target:type_name -> shale.v1.Compare.Target
-	2,  // 38: shale.v1.Compare.result:type_name -> shale.v1.Compare.Result
-	8,  // 39: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
-	35, // 40: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
-	29, // 41: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
-	29, // 42: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
-	9,  // 43: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
-	30, // 44: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
-	8,  // 45: shale.v1.WatchRequest.header:type_name -> shale.v1.RequestHeader
-	3,  // 46: shale.v1.WatchEvent.type:type_name -> shale.v1.WatchEvent.Type
-	10, // 47: shale.v1.WatchEvent.kv:type_name -> shale.v1.KeyValue
-	10, // 48: shale.v1.WatchEvent.prev_kv:type_name -> shale.v1.KeyValue
-	9,  // 49: shale.v1.WatchResponse.header:type_name -> shale.v1.ResponseHeader
-	39, // 50: shale.v1.WatchResponse.events:type_name -> shale.v1.WatchEvent
-	42, // 51: shale.v1.WatchResponse.range_change:type_name -> shale.v1.ShardDescriptor
-	11, // 52: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
-	13, // 53: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
-	16, // 54: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
-	18, // 55: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
-	20, // 56: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
-	22, // 57: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
-	22, // 58: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
-	31, // 59: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
-	33, // 60: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
-	36, // 61: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
-	38, // 62: shale.v1.KV.Watch:input_type -> shale.v1.WatchRequest
-	4,  // 63: shale.v1.KV.Calls:input_type -> shale.v1.CallBatch
-	12, // 64: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
-	15, // 65: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
-	17, // 66: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
-	19, // 67: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
-	21, // 68: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
-	23, // 69: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
-	23, // 70: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
-	32, // 71: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
-	34, // 72: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
-	37, // 73: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
-	40, // 74: shale.v1.KV.Watch:output_type -> shale.v1.WatchResponse
-	6,  // 75: shale.v1.KV.Calls:output_type -> shale.v1.ResultBatch
-	64, // [64:76] is the sub-list for method output_type
-	52, // [52:64] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	41, // 1: shale.v1.Call.trace_context:type_name -> shale.v1.Call.TraceContextEntry
+	7,  // 2: shale.v1.ResultBatch.results:type_name -> shale.v1.CallResult
+	42, // 3: shale.v1.CallResult.details:type_name -> google.protobuf.Any
+	0,  // 4: shale.v1.RequestHeader.consistency:type_name -> shale.v1.ReadConsistency
+	8,  // 5: shale.v1.GetRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 6: shale.v1.GetResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 7: shale.v1.GetResponse.kv:type_name -> shale.v1.KeyValue
+	8,  // 8: shale.v1.MultiGetRequest.header:type_name -> shale.v1.RequestHeader
+	10, // 9: shale.v1.MultiGetResult.kv:type_name -> shale.v1.KeyValue
+	9,  // 10: shale.v1.MultiGetResponse.header:type_name -> shale.v1.ResponseHeader
+	14, // 11: shale.v1.MultiGetResponse.results:type_name -> shale.v1.MultiGetResult
+	8,  // 12: shale.v1.PutRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 13: shale.v1.PutResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 14: shale.v1.PutResponse.prev_kv:type_name -> shale.v1.KeyValue
+	8,  // 15: shale.v1.DeleteRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 16: shale.v1.DeleteResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 17: shale.v1.DeleteResponse.prev_kv:type_name -> shale.v1.KeyValue
+	8,  // 18: shale.v1.DeleteRangeRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 19: shale.v1.DeleteRangeResponse.header:type_name -> shale.v1.ResponseHeader
+	8,  // 20: shale.v1.ScanRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 21: shale.v1.ScanResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 22: shale.v1.ScanResponse.kvs:type_name -> shale.v1.KeyValue
+	25, // 23: shale.v1.RequestOp.put:type_name -> shale.v1.PutOp
+	26, // 24: shale.v1.RequestOp.delete:type_name -> shale.v1.DeleteOp
+	27, // 25: shale.v1.RequestOp.delete_range:type_name -> shale.v1.DeleteRangeOp
+	28, // 26: shale.v1.RequestOp.get:type_name -> shale.v1.GetOp
+	17, // 27: shale.v1.ResponseOp.put:type_name -> shale.v1.PutResponse
+	19, // 28: shale.v1.ResponseOp.delete:type_name -> shale.v1.DeleteResponse
+	21, // 29: shale.v1.ResponseOp.delete_range:type_name -> shale.v1.DeleteRangeResponse
+	12, // 30: shale.v1.ResponseOp.get:type_name -> shale.v1.GetResponse
+	8,  // 31: shale.v1.BatchRequest.header:type_name -> shale.v1.RequestHeader
+	29, // 32: shale.v1.BatchRequest.ops:type_name -> shale.v1.RequestOp
+	9,  // 33: shale.v1.BatchResponse.header:type_name -> shale.v1.ResponseHeader
+	30, // 34: shale.v1.BatchResponse.results:type_name -> shale.v1.ResponseOp
+	8,  // 35: shale.v1.CompareAndSwapRequest.header:type_name -> shale.v1.RequestHeader
+	9,  // 36: shale.v1.CompareAndSwapResponse.header:type_name -> shale.v1.ResponseHeader
+	10, // 37: shale.v1.CompareAndSwapResponse.current:type_name -> shale.v1.KeyValue
+	1,  // 38: shale.v1.Compare.target:type_name -> shale.v1.Compare.Target
+	2,  // 39: shale.v1.Compare.result:type_name -> shale.v1.Compare.Result
+	8,  // 40: shale.v1.TxnRequest.header:type_name -> shale.v1.RequestHeader
+	35, // 41: shale.v1.TxnRequest.compares:type_name -> shale.v1.Compare
+	29, // 42: shale.v1.TxnRequest.success:type_name -> shale.v1.RequestOp
+	29, // 43: shale.v1.TxnRequest.failure:type_name -> shale.v1.RequestOp
+	9,  // 44: shale.v1.TxnResponse.header:type_name -> shale.v1.ResponseHeader
+	30, // 45: shale.v1.TxnResponse.results:type_name -> shale.v1.ResponseOp
+	8,  // 46: shale.v1.WatchRequest.header:type_name -> shale.v1.RequestHeader
+	3,  // 47: shale.v1.WatchEvent.type:type_name -> shale.v1.WatchEvent.Type
+	10, // 48: shale.v1.WatchEvent.kv:type_name -> shale.v1.KeyValue
+	10, // 49: shale.v1.WatchEvent.prev_kv:type_name -> shale.v1.KeyValue
+	9,  // 50: shale.v1.WatchResponse.header:type_name -> shale.v1.ResponseHeader
+	39, // 51: shale.v1.WatchResponse.events:type_name -> shale.v1.WatchEvent
+	43, // 52: shale.v1.WatchResponse.range_change:type_name -> shale.v1.ShardDescriptor
+	11, // 53: shale.v1.KV.Get:input_type -> shale.v1.GetRequest
+	13, // 54: shale.v1.KV.MultiGet:input_type -> shale.v1.MultiGetRequest
+	16, // 55: shale.v1.KV.Put:input_type -> shale.v1.PutRequest
+	18, // 56: shale.v1.KV.Delete:input_type -> shale.v1.DeleteRequest
+	20, // 57: shale.v1.KV.DeleteRange:input_type -> shale.v1.DeleteRangeRequest
+	22, // 58: shale.v1.KV.Scan:input_type -> shale.v1.ScanRequest
+	22, // 59: shale.v1.KV.ScanStream:input_type -> shale.v1.ScanRequest
+	31, // 60: shale.v1.KV.Batch:input_type -> shale.v1.BatchRequest
+	33, // 61: shale.v1.KV.CompareAndSwap:input_type -> shale.v1.CompareAndSwapRequest
+	36, // 62: shale.v1.KV.Txn:input_type -> shale.v1.TxnRequest
+	38, // 63: shale.v1.KV.Watch:input_type -> shale.v1.WatchRequest
+	4,  // 64: shale.v1.KV.Calls:input_type -> shale.v1.CallBatch
+	12, // 65: shale.v1.KV.Get:output_type -> shale.v1.GetResponse
+	15, // 66: shale.v1.KV.MultiGet:output_type -> shale.v1.MultiGetResponse
+	17, // 67: shale.v1.KV.Put:output_type -> shale.v1.PutResponse
+	19, // 68: shale.v1.KV.Delete:output_type -> shale.v1.DeleteResponse
+	21, // 69: shale.v1.KV.DeleteRange:output_type -> shale.v1.DeleteRangeResponse
+	23, // 70: shale.v1.KV.Scan:output_type -> shale.v1.ScanResponse
+	23, // 71: shale.v1.KV.ScanStream:output_type -> shale.v1.ScanResponse
+	32, // 72: shale.v1.KV.Batch:output_type -> shale.v1.BatchResponse
+	34, // 73: shale.v1.KV.CompareAndSwap:output_type -> shale.v1.CompareAndSwapResponse
+	37, // 74: shale.v1.KV.Txn:output_type -> shale.v1.TxnResponse
+	40, // 75: shale.v1.KV.Watch:output_type -> shale.v1.WatchResponse
+	6,  // 76: shale.v1.KV.Calls:output_type -> shale.v1.ResultBatch
+	65, // [65:77] is the sub-list for method output_type
+	53, // [53:65] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_kv_proto_init() }
@@ -3136,7 +3154,7 @@ func file_shale_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_kv_proto_rawDesc), len(file_shale_v1_kv_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -18,4 +18,11 @@ const (
 	// "target_node_id" (the node the call named) and "node_id" (the node
 	// that received it).
 	ReasonWrongNode = "WRONG_NODE"
+	// TraceParentMetadataKey and TraceStateMetadataKey are the gRPC
+	// metadata keys of a call's W3C Trace Context (the traceparent and
+	// tracestate headers): a node that traces joins the caller's trace
+	// with them. A call carried by a KV.Calls stream has them in
+	// Call.trace_context instead.
+	TraceParentMetadataKey = "traceparent"
+	TraceStateMetadataKey  = "tracestate"
 )
