@@ -279,7 +279,7 @@ func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed 
 // LiveFiles and WALFiles named stay on disk across flushes and compactions;
 // enabling them removes the obsolete ones. Calls nest.
 func TestAPIFileDeletionsDisabled(t *testing.T) {
-	for _, archive := range []int64{-1, 0} {
+	for _, archive := range []int64{-1, 0, 1 << 30} {
 		t.Run(fmt.Sprintf("archive=%d", archive), func(t *testing.T) {
 			fs := vfs.NewMem()
 			opts := apiSmallOptions(fs)
@@ -403,7 +403,7 @@ func TestAPIFileDeletionsDisabled(t *testing.T) {
 					t.Errorf("obsolete WAL %s still in the DB directory after EnableFileDeletions", w.Path)
 				}
 				archived := apiFileExists(fs, fs.Join("db", archiveDirName, w.Name))
-				if archived != (archive >= 0) {
+				if archived != (archive > 0) {
 					t.Errorf("WAL %s archived=%v with WALArchiveMaxBytes=%d", w.Name, archived, archive)
 				}
 			}

@@ -33,6 +33,8 @@ func apiSmallOptions(fs vfs.FS) *Options {
 		LBaseMaxBytes:       128 << 10,
 		MergeOperator:       concatMerger{},
 		Logger:              apiQuietLogger,
+		// The API tests tail the WAL (UpdatesSince) past flushes.
+		WALArchiveMaxBytes: 256 << 20,
 	}
 	for i := range o.Levels {
 		o.Levels[i].TargetFileSize = 32 << 10

@@ -101,6 +101,9 @@ type DB struct {
 	vers         *manifest.Version
 	liveVersions map[*manifest.Version]int // version -> references
 	manifestNum  manifest.FileNum
+	// optionsNum is the number of the OPTIONS file recording this DB's
+	// options (0 in read-only mode); older ones are obsolete.
+	optionsNum manifest.FileNum
 	// manifestSize is the length of the MANIFEST this DB wrote and appends
 	// to, which is closed between edits (a node hosting thousands of
 	// engines cannot spare a descriptor each); 0 until one is written.
@@ -204,8 +207,17 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 			return nil, fmt.Errorf("open %s: create: %w", dirname, err)
 		}
 	}
+	optNum, optText, hasOpt, err := d.checkStoredOptions()
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dirname, err)
+	}
 	if err := d.recover(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", dirname, err)
+	}
+	if !readOnly {
+		if err := d.writeOptionsFile(optNum, optText, hasOpt); err != nil {
+			return nil, fmt.Errorf("open %s: %w", dirname, err)
+		}
 	}
 	if !readOnly {
 		d.walFlushC = make(chan struct{}, 1)

@@ -162,9 +162,13 @@ type Options struct {
 	MergeOperator MergeOperator
 	// CompactionFilter is consulted during compactions. Default nil.
 	CompactionFilter CompactionFilter
-	// WALArchiveMaxBytes bounds the total size of archived WAL files kept for
-	// UpdatesSince; the oldest are removed first. Default 256 MiB; negative
-	// disables archiving (obsolete WALs are deleted at once).
+	// WALArchiveMaxBytes, when positive, keeps obsolete WAL files (those
+	// whose writes are all in SSTs) in the archive subdirectory for
+	// UpdatesSince, up to this many bytes in all; the oldest are removed
+	// first. Default 0: no archive, obsolete WALs are deleted at once, and
+	// UpdatesSince serves only the writes still in live WALs (a DB whose
+	// WAL is tailed sets it; a Shale node's shard engines keep 256 MiB).
+	// Negative is the same as 0.
 	WALArchiveMaxBytes int64
 	// WALArchiveTTL removes archived WAL files older than this. Default 1 h.
 	WALArchiveTTL time.Duration
@@ -266,9 +270,7 @@ func (o *Options) ensureDefaults() *Options {
 			}
 		}
 	}
-	if n.WALArchiveMaxBytes == 0 {
-		n.WALArchiveMaxBytes = 256 << 20
-	}
+	n.WALArchiveMaxBytes = max(n.WALArchiveMaxBytes, 0)
 	if n.WALArchiveTTL == 0 {
 		n.WALArchiveTTL = time.Hour
 	}

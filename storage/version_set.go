@@ -359,6 +359,10 @@ func (d *DB) deleteObsoleteFiles(atOpen bool) {
 			if !atOpen {
 				continue
 			}
+		case manifest.FileTypeOptions:
+			if num >= d.optionsNum {
+				continue
+			}
 		default:
 			continue
 		}

@@ -31,8 +31,11 @@ func newLDBCmd(d *debugFlags) *cobra.Command {
 		Short: "Read and write a storage engine directory (like RocksDB's ldb)",
 		Long: `ldb runs one operation on the storage engine database in --db.
 
-Read-only commands (get, scan, manifest, updates-since, metrics, live-files)
-open the database read-only: they take no lock and write nothing to the
+Every command opens the database with the options its OPTIONS file records
+(see the options command), so a writing command keeps its settings.
+
+Read-only commands (get, scan, manifest, updates-since, metrics, live-files,
+options) open the database read-only: they take no lock and write nothing to the
 directory (the WAL is replayed into memory). Do not run them while another
 process writes the database: they would see a changing set of files.
 
@@ -58,6 +61,7 @@ They fail on a directory without a database unless --create-if-missing.`,
 		newLDBUpdatesSinceCmd(f),
 		newLDBMetricsCmd(f),
 		newLDBLiveFilesCmd(f),
+		newLDBOptionsCmd(f),
 	)
 	return cmd
 }
@@ -70,11 +74,22 @@ func (f *ldbFlags) dir(cmd *cobra.Command) (string, error) {
 	return f.db, nil
 }
 
-// options returns the engine options: defaults, with the engine's log
-// (warnings and errors only) going to stderr.
-func (f *ldbFlags) options(cmd *cobra.Command) *storage.Options {
+// options returns the engine options of the database in dir: those its
+// OPTIONS file records (defaults for a directory without one), with the
+// engine's log (warnings and errors only) going to stderr. A writing command
+// then keeps the database's settings, and its record of them, as they were.
+func (f *ldbFlags) options(cmd *cobra.Command, dir string) (*storage.Options, error) {
+	opts := &storage.Options{}
+	stored, err := storage.ReadOptionsFile(vfs.Default, dir)
+	switch {
+	case err == nil:
+		opts = &stored.Options
+	case !errors.Is(err, storage.ErrNoOptionsFile) && !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("read the database's options: %w", err)
+	}
 	h := slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})
-	return &storage.Options{Logger: slog.New(h)}
+	opts.Logger = slog.New(h)
+	return opts, nil
 }
 
 // withDB opens the database (read-only or for writing), runs fn and closes
@@ -84,7 +99,10 @@ func (f *ldbFlags) withDB(cmd *cobra.Command, readOnly bool, fn func(db *storage
 	if err != nil {
 		return err
 	}
-	opts := f.options(cmd)
+	opts, err := f.options(cmd, dir)
+	if err != nil {
+		return err
+	}
 	var db *storage.DB
 	if readOnly {
 		db, err = storage.OpenReadOnly(dir, opts)
@@ -637,6 +655,35 @@ func newLDBLiveFilesCmd(f *ldbFlags) *cobra.Command {
 				_, err = fmt.Fprintf(out, "total: %d files, %s\n", len(files), output.Bytes(total))
 				return err
 			})
+		},
+	}
+}
+
+func newLDBOptionsCmd(f *ldbFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "options",
+		Short: "Print the options the database was last opened for writing with (its OPTIONS file)",
+		Long: `options prints the newest OPTIONS file of the database: the settings
+(memtable, level and WAL sizes, per-level block and compression settings) and
+the comparator, merge operator, compaction filter and prefix extractor names
+the database was last opened for writing with. The file's checksum is
+verified. It does not open the database.`,
+		Example: `  shalectl debug ldb --db /data/db options`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.textOnly(cmd); err != nil {
+				return err
+			}
+			dir, err := f.dir(cmd)
+			if err != nil {
+				return err
+			}
+			s, err := storage.ReadOptionsFile(vfs.Default, dir)
+			if err != nil {
+				return fmt.Errorf("options: %w", err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "# %s\n%s", s.File, s.Text)
+			return err
 		},
 	}
 }

@@ -33,7 +33,9 @@ func key(i int) string { return fmt.Sprintf("key%03d", i) }
 func value(i int) string { return fmt.Sprintf("value-%03d-", i) + strings.Repeat("x", 80) }
 
 func quietOptions() *storage.Options {
-	return &storage.Options{Logger: slog.New(slog.DiscardHandler)}
+	// The test databases keep their flushed WAL, as a shard engine does,
+	// for updates-since.
+	return &storage.Options{Logger: slog.New(slog.DiscardHandler), WALArchiveMaxBytes: 64 << 20}
 }
 
 // buildDB creates the test database through the storage API and returns
@@ -751,4 +753,49 @@ func TestCompletionScripts(t *testing.T) {
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	os.Exit(m.Run())
+}
+
+// TestLDBOptions: ldb options prints the settings a database was made with,
+// and a writing command opens it with them, so its record stays as it was;
+// a corrupt OPTIONS file is reported, naming it.
+func TestLDBOptions(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "db")
+	opts := quietOptions()
+	opts.MemTableSize = 3 << 20
+	opts.L0CompactionTrigger = 3
+	opts.Levels[0].Compression = storage.ZstdCompression
+	db, err := storage.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := storage.ReadOptionsFile(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, "debug", "ldb", "--db", dir, "options")
+	contains(t, "options", out, "# "+before.File, "memtable_size=3145728", "l0_compaction_trigger=3", "compression=zstd", "comparator=shale.bytewise", "checksum=crc32c:")
+
+	ok(t, "debug", "ldb", "--db", dir, "put", "a", "b")
+	after, err := storage.ReadOptionsFile(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.File != before.File || after.Text != before.Text {
+		t.Errorf("a put through ldb changed the recorded options:\n%s\nwas\n%s", after.Text, before.Text)
+	}
+
+	path := filepath.Join(dir, before.File)
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(text), "memtable_size=3145728", "memtable_size=3145729", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "corrupt OPTIONS", fails(t, "debug", "ldb", "--db", dir, "options"), before.File, "checksum mismatch")
+	contains(t, "get with a corrupt OPTIONS", fails(t, "debug", "ldb", "--db", dir, "get", "a"), before.File, "is corrupt")
 }

@@ -47,6 +47,12 @@ var (
 	ErrNoMetadata = errors.New("shard: no shard metadata")
 )
 
+// DefaultWALArchiveBytes is how many bytes of obsolete engine WAL a shard
+// keeps (storage.Options.WALArchiveMaxBytes, when its Storage options leave
+// it 0), so that Watch, the change feed and incremental backups, which tail
+// the WAL, can resume from writes already flushed to SSTs.
+const DefaultWALArchiveBytes = 256 << 20
+
 // Options configure a Shard.
 type Options struct {
 	// Storage is the template of the engine's options; it is copied, never
@@ -479,6 +485,9 @@ func newShard(dir string, opts Options) *Shard {
 	s.dedupCap = DefaultDedupCapacity
 	if opts.DedupCapacity > 0 {
 		s.dedupCap = uint64(opts.DedupCapacity)
+	}
+	if s.engOpts.WALArchiveMaxBytes == 0 {
+		s.engOpts.WALArchiveMaxBytes = DefaultWALArchiveBytes
 	}
 	s.engOpts.CompactionFilter = dedupFilter{s: s, next: s.engOpts.CompactionFilter}
 	return s
