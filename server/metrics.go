@@ -22,7 +22,13 @@ var (
 	descFlushes = prometheus.NewDesc("shale_storage_flushes_total",
 		"Memtable flushes.", []string{"engine"}, nil)
 	descCompactions = prometheus.NewDesc("shale_storage_compactions_total",
-		"Compactions (moves included).", []string{"engine"}, nil)
+		"Compactions that rewrote files (moves, which only relink a file into the next level, not included).", []string{"engine"}, nil)
+	descFlushWritten = prometheus.NewDesc("shale_storage_flush_written_bytes_total",
+		"Bytes of the SST files memtable flushes wrote.", []string{"engine"}, nil)
+	descCompactionRead = prometheus.NewDesc("shale_storage_compaction_read_bytes_total",
+		"Bytes of the SST files compactions read (their inputs; moves not included).", []string{"engine"}, nil)
+	descCompactionWritten = prometheus.NewDesc("shale_storage_compaction_written_bytes_total",
+		"Bytes of the SST files compactions wrote.", []string{"engine"}, nil)
 	descPending = prometheus.NewDesc("shale_storage_pending_compaction_bytes",
 		"Estimated bytes compaction must rewrite to settle the tree.", []string{"engine"}, nil)
 	descStalls = prometheus.NewDesc("shale_storage_stall_seconds_total",
@@ -55,6 +61,9 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLevelBytes
 	ch <- descFlushes
 	ch <- descCompactions
+	ch <- descFlushWritten
+	ch <- descCompactionRead
+	ch <- descCompactionWritten
 	ch <- descPending
 	ch <- descStalls
 	ch <- descPacing
@@ -104,6 +113,9 @@ func engineMetrics(ch chan<- prometheus.Metric, engine string, m *storage.Metric
 	ch <- prometheus.MustNewConstMetric(descEngineBytes, prometheus.GaugeValue, float64(total), engine)
 	ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(m.Flushes), engine)
 	ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, float64(m.Compactions), engine)
+	ch <- prometheus.MustNewConstMetric(descFlushWritten, prometheus.CounterValue, float64(m.FlushBytesOut), engine)
+	ch <- prometheus.MustNewConstMetric(descCompactionRead, prometheus.CounterValue, float64(m.CompactionBytesIn), engine)
+	ch <- prometheus.MustNewConstMetric(descCompactionWritten, prometheus.CounterValue, float64(m.CompactionBytesOut), engine)
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(m.PendingCompactionBytes), engine)
 	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, m.StallTime.Seconds(), engine)
 	ch <- prometheus.MustNewConstMetric(descPacing, prometheus.CounterValue, m.PacingDelay.Seconds(), engine)

@@ -140,7 +140,9 @@ func TestMetricsHealthAndPprof(t *testing.T) {
 	for _, name := range []string{
 		"shale_raft_proposals_total", "shale_raft_commit_latency_seconds", "shale_raft_leader_changes_total",
 		"shale_raft_snapshots_sent_total", "shale_raft_log_sync_seconds", "shale_storage_level_bytes",
-		"shale_storage_compactions_total", "shale_shard_applied_index", "grpc_server_handled_total",
+		"shale_storage_compactions_total", "shale_storage_compaction_read_bytes_total",
+		"shale_storage_compaction_written_bytes_total", "shale_storage_flush_written_bytes_total",
+		"shale_shard_applied_index", "grpc_server_handled_total",
 		"grpc_server_handling_seconds", "shale_record_cache_bytes", "shale_record_cache_misses_total",
 	} {
 		if !strings.Contains(metrics, name) {

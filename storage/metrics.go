@@ -66,13 +66,21 @@ type Metrics struct {
 	// BaseLevel is the level L0 compacts into (dynamic level sizing).
 	BaseLevel int
 
-	Flushes            int64
-	FlushBytesIn       uint64 // memtable bytes flushed
-	FlushBytesOut      uint64 // SST bytes written by flushes
-	Compactions        int64
-	CompactionMoves    int64
+	Flushes       int64  // memtable flushes
+	FlushBytesIn  uint64 // memtable bytes flushed
+	FlushBytesOut uint64 // SST bytes written by flushes (L0's BytesWritten)
+	// Compactions counts the compactions that rewrote files; moves, which
+	// relink a file into the next level without reading it, are
+	// CompactionMoves.
+	Compactions     int64
+	CompactionMoves int64
+	// CompactionBytesIn is the size of the files compactions read (their
+	// inputs), and CompactionBytesOut of those they wrote; moves count in
+	// neither. They are the sums of the levels' BytesIn and of the
+	// BytesWritten of the levels below L0.
 	CompactionBytesIn  uint64
 	CompactionBytesOut uint64
+	// CompactionsRunning counts the compactions running now.
 	CompactionsRunning int
 	// PeakConcurrentCompactions is the most compactions that ran at once.
 	PeakConcurrentCompactions int
