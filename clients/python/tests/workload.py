@@ -364,11 +364,16 @@ class Workload:
         return reads
 
     def check_final(self, c: shale.Client) -> None:
-        """Every key holds its owner's last acknowledged (or settled) value."""
+        """Every key holds its owner's last acknowledged (or settled) value,
+        and has been written exactly that many times (its version: each
+        write adds one to the counter and to the version, so a retried write
+        applied twice shows)."""
         keys = sorted(self.model)
         got = c.multi_get(keys)
         wrong = [(k, self.model[k], kv) for k, kv in zip(keys, got) if _num(kv) != self.model[k]]
         assert not wrong, f"keys not holding their last acknowledged value: {wrong[:5]}"
+        twice = [(k, kv) for k, kv in zip(keys, got) if kv is not None and kv.version != _num(kv)]
+        assert not twice, f"keys written more times than acknowledged (value, version): {twice[:5]}"
 
 
 #: A worker: (its client, what it does, its keys). The client is "aio"
