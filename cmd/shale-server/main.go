@@ -58,6 +58,7 @@ type flags struct {
 	shardMemTable, splitQPS                 int
 	logLevel, logFormat, clockOffsetFile    string
 	tls                                     tlsFlags
+	tracing                                 tracingFlags
 	authTokenTTL                            time.Duration
 	passwordCost                            int
 }
@@ -156,6 +157,9 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.authTokenTTL, "auth-token-ttl", 10*time.Minute, "how long a token from a login (Auth.Authenticate) is accepted; clients log in again before it ends")
 	fl.StringVar(&f.diskLatencyFile, "testing-disk-latency-file", "", "TESTING ONLY: make every write and sync of this node's files take a random time in the range in this file (e.g. 100ms-2s; empty or 0 for none), re-read while running; for fault-injection tests")
 	fl.DurationVar(&f.slowDiskThreshold, "slow-disk-threshold", 500*time.Millisecond, "a Raft-log sync that takes this long or longer is slow; while most recent syncs are slow (or one has run for twice this), the node hands its shard leaderships to other nodes; negative: never")
+	fl.StringVar(&f.tracing.endpoint, "tracing-endpoint", "", "OpenTelemetry tracing: the OTLP/gRPC collector to send spans to (host:port, or an http:// or https:// URL); empty: tracing off")
+	fl.Float64Var(&f.tracing.sampleRatio, "tracing-sample-ratio", defaultSampleRatio, "OpenTelemetry tracing: the share of requests traced, 0 to 1, among those whose caller sent no trace context (a caller's sampling decision is followed)")
+	fl.BoolVar(&f.tracing.insecure, "tracing-insecure", true, "OpenTelemetry tracing: plaintext to a host:port --tracing-endpoint (a collector on the node's machine or network); false: TLS, with the system's trusted CAs")
 	fl.StringVar(&f.clockOffsetFile, "testing-clock-offset-file", "", "TESTING ONLY: shift this node's wall clock by the duration in this file (e.g. 90s, -2m), re-read while running; for fault-injection tests")
 	return cmd
 }
@@ -259,6 +263,15 @@ func run(ctx context.Context, f flags) error {
 		}
 		log.Warn("TESTING: disk writes and syncs follow a latency file", "file", f.diskLatencyFile)
 	}
+	instance := f.advertise
+	if instance == "" {
+		instance = f.listen
+	}
+	tracerProvider, stopTracing, err := f.tracing.tracerProvider(ctx, instance, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	node, err := server.Start(ctx, server.Config{
 		DataDir:                  f.dataDir,
 		NodeID:                   f.nodeID,
@@ -306,6 +319,7 @@ func run(ctx context.Context, f flags) error {
 		WatchQueueBytes:          f.watchQueueBytes,
 		AuthTokenTTL:             f.authTokenTTL,
 		PasswordCost:             f.passwordCost,
+		TracerProvider:           tracerProvider,
 		TLS: tlsconfig.ServerConfig{
 			CertFile:          f.tls.certFile,
 			KeyFile:           f.tls.keyFile,
