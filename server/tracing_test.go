@@ -101,6 +101,22 @@ func (s spanSet) chain(leaf tracetest.SpanStub, up ...string) []tracetest.SpanSt
 	return out
 }
 
+// fromWrite finds the one engine write span of shardID (0: of any shard)
+// and checks the chain up from it: the apply, the proposal, then the
+// spans described by up (as for chain), which it returns from the write.
+func (s spanSet) fromWrite(shardID uint64, up ...string) []tracetest.SpanStub {
+	s.t.Helper()
+	var want []attribute.KeyValue
+	if shardID != 0 {
+		want = append(want, attribute.Int64("shale.shard.id", int64(shardID)))
+	}
+	writes := s.find("shale.engine.write", trace.SpanKindInternal, want...)
+	if len(writes) != 1 {
+		s.t.Fatalf("%d engine write spans of shard %d, want 1\n%s", len(writes), shardID, s.dump())
+	}
+	return s.chain(writes[0], append([]string{"shale.raft.apply/internal", "shale.raft.propose/internal"}, up...)...)
+}
+
 func (s spanSet) dump() string {
 	var b strings.Builder
 	for _, sp := range s.spans {
@@ -151,12 +167,7 @@ func TestTracingPutAcrossNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := spanSet{t: t, spans: exp.GetSpans()}
-			writes := s.find("shale.engine.write", trace.SpanKindInternal, attribute.Int64("shale.shard.id", int64(shardID)))
-			if len(writes) != 1 {
-				t.Fatalf("%d engine write spans of shard %d, want 1\n%s", len(writes), shardID, s.dump())
-			}
-			ch := s.chain(writes[0], "shale.raft.apply/internal", "shale.raft.propose/internal",
-				"shale.v1.KV/Put/server", "shale.v1.KV/Put/client", "shale.client.put/internal")
+			ch := s.fromWrite(shardID, "shale.v1.KV/Put/server", "shale.v1.KV/Put/client", "shale.client.put/internal")
 			if h := ch[3]; !hasAttr(h.Attributes, nodeAttr(target)) || !hasAttr(h.Attributes, attribute.Int64("shale.request.keys", 1)) {
 				t.Errorf("the leader's handler span has attributes %v, want node %d and 1 key", h.Attributes, target)
 			}
@@ -201,11 +212,7 @@ func TestTracingCallerSpan(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := spanSet{t: t, spans: exp.GetSpans()}
-			writes := s.find("shale.engine.write", trace.SpanKindInternal)
-			if len(writes) != 1 {
-				t.Fatalf("%d engine write spans, want 1\n%s", len(writes), s.dump())
-			}
-			s.chain(writes[0], "shale.raft.apply/internal", "shale.raft.propose/internal", "shale.v1.KV/Put/server", "app.request/internal")
+			s.fromWrite(0, "shale.v1.KV/Put/server", "app.request/internal")
 		})
 	}
 }
@@ -233,12 +240,7 @@ func TestTracingForwardedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := spanSet{t: t, spans: exp.GetSpans()}
-	writes := s.find("shale.engine.write", trace.SpanKindInternal, attribute.Int64("shale.shard.id", int64(shardID)))
-	if len(writes) != 1 {
-		t.Fatalf("%d engine write spans of shard %d, want 1 (the split's, on its leader)\n%s", len(writes), shardID, s.dump())
-	}
-	ch := s.chain(writes[0], "shale.raft.apply/internal", "shale.raft.propose/internal",
-		"shale.v1.Admin/SplitShard/server")
+	ch := s.fromWrite(shardID, "shale.v1.Admin/SplitShard/server") // the split's, on the shard's leader
 	// Up from the leader's handler: a forward from another node, up to the
 	// client's call.
 	cur := ch[len(ch)-1]
