@@ -35,6 +35,9 @@ import shale.aio
 #: OutcomeUnknown (gRPC may end an attempt a moment before the clock
 #: reaches the deadline).
 DEADLINE_SLACK = 0.25
+#: How long a writer keeps sending a write whose outcome is unknown again
+#: (with its request ID) before it calls that a breach.
+SETTLE_WITHIN = 60.0
 
 
 @dataclass
@@ -226,7 +229,7 @@ class Workload:
             what = f"{('put', 'cas', 'txn', 'put prev_kv')[kind]} {k!r} {old}->{new}"
             start = time.monotonic()
             rid: Optional[bytes] = None
-            for _ in range(3):
+            while time.monotonic() - start < SETTLE_WITHIN:
                 call = time.monotonic()
                 try:
                     wrong = await self._write(api, kind, k, old, new, rid)
@@ -249,7 +252,7 @@ class Workload:
                         break
                     continue
             else:
-                self.breach(f"{who}: {what}: unknown outcome not settled in 3 tries")
+                self.breach(f"{who}: {what}: unknown outcome not settled within {SETTLE_WITHIN}s")
                 return
             if wrong:
                 self.breach(f"{who}: {what}: {wrong} (the key has one writer)")
@@ -393,7 +396,7 @@ def run_workload(
     calling thread, with a client of its own), then stop them and check
     that no exception reached a caller that the docs say it cannot see,
     that reads never went back in time, and that every key holds its last
-    acknowledged value. Every call has the given timeout."""
+    acknowledged value. Every call of the workers has the given timeout."""
     wl = Workload(timeout)
     clients: Dict[str, shale.Client] = {}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(workers) + 2)
@@ -416,7 +419,9 @@ def run_workload(
     level = logger.level
     logger.addHandler(counter)
     logger.setLevel(logging.DEBUG)
-    with shale.Client(endpoints, timeout=timeout) as ctl:
+    # The faults' and the checks' client waits for the cluster as long as it
+    # takes (the workload's calls may have short deadlines).
+    with shale.Client(endpoints, timeout=max(timeout, 10.0)) as ctl:
         try:
             for cl, _, _ in workers.values():
                 if cl != "aio" and cl not in clients:
@@ -426,7 +431,7 @@ def run_workload(
                 faults(wl, ctl)
             finally:
                 wl.stop.set()
-                t.join(2 * timeout + 10)
+                t.join(SETTLE_WITHIN + 2 * timeout + 10)
             assert not t.is_alive(), "the workload does not stop"
             assert getattr(t, "err") is None, f"the workload failed: {getattr(t, 'err')!r}"
         finally:
