@@ -446,7 +446,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 		}
 		if i == 0 && c.StartLevel == 0 {
 			for _, f := range in {
-				it, err := d.newTableIter(f, nil, nil)
+				it, err := d.newTableIter(f, nil, nil, false)
 				if err != nil {
 					closeAll()
 					return nil, err
@@ -461,7 +461,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 			bounds[j] = iters.FileBounds{Smallest: f.Smallest, Largest: f.Largest}
 		}
 		children = append(children, iters.NewLevelIter(bounds, func(j int, lo, hi []byte) (base.InternalIterator, error) {
-			return d.newTableIter(files[j], lo, hi)
+			return d.newTableIter(files[j], lo, hi, false)
 		}, nil, nil))
 	}
 	d.mu.Lock()

@@ -11,7 +11,14 @@ import (
 
 // Get returns a copy of the value of key, or ErrNotFound.
 func (d *DB) Get(key []byte) ([]byte, error) {
-	return d.getAt(key, latestSeq)
+	return d.getAt(key, latestSeq, false)
+}
+
+// GetWithOptions is Get with read options: with ro.CacheOnly it reads
+// nothing from disk, failing with an error matching ErrIncomplete when the
+// answer is not in memory.
+func (d *DB) GetWithOptions(key []byte, ro ReadOptions) ([]byte, error) {
+	return d.getAt(key, latestSeq, ro.CacheOnly)
 }
 
 // latestSeq is the seq argument of getAt and newIterAt that means "the
@@ -86,8 +93,9 @@ func (g *getter) finish(baseValue []byte, hasBase bool) {
 	g.value, g.found = v, true
 }
 
-// getAt reads key at snapshot seq, or at the latest state for latestSeq.
-func (d *DB) getAt(key []byte, seq SeqNum) ([]byte, error) {
+// getAt reads key at snapshot seq, or at the latest state for latestSeq;
+// with cacheOnly from memory only (ReadOptions.CacheOnly).
+func (d *DB) getAt(key []byte, seq SeqNum, cacheOnly bool) ([]byte, error) {
 	rs := d.loadReadState()
 	if rs == nil {
 		return nil, ErrClosed
@@ -118,7 +126,7 @@ func (d *DB) getAt(key []byte, seq SeqNum) ([]byte, error) {
 		if level == 0 {
 			for _, f := range files {
 				if fileContains(f, key) {
-					if err := d.getFromTable(&g, f); err != nil || g.done {
+					if err := d.getFromTable(&g, f, cacheOnly); err != nil || g.done {
 						return g.resultOr(err)
 					}
 				}
@@ -135,7 +143,7 @@ func (d *DB) getAt(key []byte, seq SeqNum) ([]byte, error) {
 		})
 		_ = found
 		if i < len(files) && fileContains(files[i], key) {
-			if err := d.getFromTable(&g, files[i]); err != nil || g.done {
+			if err := d.getFromTable(&g, files[i], cacheOnly); err != nil || g.done {
 				return g.resultOr(err)
 			}
 		}
@@ -163,11 +171,11 @@ func (g *getter) result() ([]byte, error) {
 
 // getFromTable looks key up in one SST, consulting its tombstones and, for
 // the point entries, its bloom filter.
-func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata) error {
+func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata, cacheOnly bool) error {
 	if f.SmallestSeq > g.seq {
 		return nil // everything in it is newer than the snapshot
 	}
-	rdl, err := d.tableRangeDelList(f)
+	rdl, err := d.tableRangeDelList(f, cacheOnly)
 	if err != nil {
 		return err
 	}
@@ -176,7 +184,7 @@ func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata) error {
 			g.maxTomb = t
 		}
 	}
-	h, err := d.openTable(f)
+	h, err := d.tableFor(f, cacheOnly)
 	if err != nil {
 		return err
 	}
@@ -185,7 +193,11 @@ func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata) error {
 	if !r.MayContain(g.key) {
 		return nil
 	}
-	it, err := r.NewIter(nil, nil)
+	newIter := r.NewIter
+	if cacheOnly {
+		newIter = r.NewCacheOnlyIter
+	}
+	it, err := newIter(nil, nil)
 	if err != nil {
 		return fmt.Errorf("sst %s: %w", f.FileNum, err)
 	}

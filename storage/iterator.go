@@ -90,7 +90,7 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 		if !usePrefixBloom {
 			return false, nil
 		}
-		h, err := d.openTable(f)
+		h, err := d.tableFor(f, o.CacheOnly)
 		if err != nil {
 			return false, err
 		}
@@ -103,7 +103,7 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 			if !fileOverlaps(f, lower, upper) || f.SmallestSeq > seq {
 				continue
 			}
-			ts, err := d.tableRangeDelList(f)
+			ts, err := d.tableRangeDelList(f, o.CacheOnly)
 			if err != nil {
 				return fail(err)
 			}
@@ -124,7 +124,7 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 				if skip {
 					continue
 				}
-				it, err := d.newTableIter(f, lower, upper)
+				it, err := d.newTableIter(f, lower, upper, o.CacheOnly)
 				if err != nil {
 					return fail(err)
 				}
@@ -143,7 +143,7 @@ func (d *DB) newIterAt(o IterOptions, seq SeqNum) (*Iterator, error) {
 			} else if skip {
 				return iters.NewSliceIter(nil, nil), nil
 			}
-			return d.newTableIter(levelFiles[i], lo, hi)
+			return d.newTableIter(levelFiles[i], lo, hi, o.CacheOnly)
 		}, lower, upper))
 	}
 	var covering iters.Covering

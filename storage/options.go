@@ -350,4 +350,28 @@ type IterOptions struct {
 	Prefix []byte
 	// Snapshot reads at the snapshot instead of the latest state.
 	Snapshot *Snapshot
+	// CacheOnly makes the iterator read nothing from disk, as
+	// ReadOptions.CacheOnly does a Get: NewIter fails with an error
+	// matching ErrIncomplete when an SST it needs is not open or its range
+	// tombstones are not loaded, and positioning fails (Error matching
+	// ErrIncomplete) at a data block the block cache does not hold.
+	CacheOnly bool
 }
+
+// ReadOptions are the settings of one point read (GetWithOptions).
+type ReadOptions struct {
+	// CacheOnly serves the read from memory only: the memtables, SSTs the
+	// table cache holds open (their index and bloom filter), range
+	// tombstones already loaded, and data blocks in the block cache. A read
+	// that would need anything else fails with an error matching
+	// ErrIncomplete and reads nothing from disk (RocksDB's kBlockCacheTier):
+	// a caller on a latency-critical path can try memory first and send the
+	// read elsewhere, or to a slower path, when it is incomplete. A key the
+	// memtables or an open table's bloom filter rule out is reported
+	// ErrNotFound as usual. Default false.
+	CacheOnly bool
+}
+
+// ErrIncomplete is matched (errors.Is) by the error of a cache-only read
+// (ReadOptions.CacheOnly, IterOptions.CacheOnly) that needed the disk.
+var ErrIncomplete = sstable.ErrIncomplete

@@ -280,6 +280,31 @@ func (h *tableHandle) Release() {
 	h.e = nil
 }
 
+// peek returns a reference to key's reader when it is open, without opening
+// it or waiting for an open under way (ok false then).
+func (tc *tableCache) peek(key tableKey) (h *tableHandle, ok bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	e, ok := tc.entries[key]
+	if !ok {
+		return nil, false
+	}
+	select {
+	case <-e.ready:
+	default:
+		return nil, false
+	}
+	if e.err != nil {
+		return nil, false
+	}
+	e.refs++
+	if e.inLRU {
+		tc.lru.MoveToFront(e.elem)
+	}
+	tc.hits.Add(1)
+	return &tableHandle{tc: tc, e: e}, true
+}
+
 // get returns the reader of key, opening it with open on a miss. Concurrent
 // misses on one file open it once.
 func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, error)) (*tableHandle, error) {

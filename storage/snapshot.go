@@ -45,7 +45,12 @@ func (d *DB) NewSnapshot() *Snapshot {
 func (s *Snapshot) SeqNum() SeqNum { return s.seq }
 
 // Get returns a copy of key's value as of the snapshot, or ErrNotFound.
-func (s *Snapshot) Get(key []byte) ([]byte, error) { return s.db.getAt(key, s.seq) }
+func (s *Snapshot) Get(key []byte) ([]byte, error) { return s.db.getAt(key, s.seq, false) }
+
+// GetWithOptions is Get with read options (see DB.GetWithOptions).
+func (s *Snapshot) GetWithOptions(key []byte, ro ReadOptions) ([]byte, error) {
+	return s.db.getAt(key, s.seq, ro.CacheOnly)
+}
 
 // NewIter returns an iterator over the snapshot (opts.Snapshot is ignored).
 func (s *Snapshot) NewIter(opts *IterOptions) (*Iterator, error) {

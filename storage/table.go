@@ -54,6 +54,19 @@ func (d *DB) openTable(meta *manifest.FileMetadata) (*tableHandle, error) {
 	})
 }
 
+// tableFor returns a reference to the reader of SST meta: openTable, or
+// with cacheOnly the reader only if the table cache has it open already
+// (an error matching ErrIncomplete otherwise).
+func (d *DB) tableFor(meta *manifest.FileMetadata, cacheOnly bool) (*tableHandle, error) {
+	if !cacheOnly {
+		return d.openTable(meta)
+	}
+	if h, ok := d.shared.tables.peek(tableKey{d.cacheID, meta.FileNum}); ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("sst %s is not open: %w", meta.FileNum, ErrIncomplete)
+}
+
 // tableIter is an SST iterator that releases its table reference on Close.
 type tableIter struct {
 	base.InternalIterator
@@ -67,13 +80,19 @@ func (t *tableIter) Close() error {
 }
 
 // newTableIter returns an iterator over the point entries of meta within
-// [lower, upper).
-func (d *DB) newTableIter(meta *manifest.FileMetadata, lower, upper []byte) (base.InternalIterator, error) {
-	h, err := d.openTable(meta)
+// [lower, upper); with cacheOnly it reads nothing from disk (tableFor,
+// sstable.Reader.NewCacheOnlyIter).
+func (d *DB) newTableIter(meta *manifest.FileMetadata, lower, upper []byte, cacheOnly bool) (base.InternalIterator, error) {
+	h, err := d.tableFor(meta, cacheOnly)
 	if err != nil {
 		return nil, err
 	}
-	it, err := h.Reader().NewIter(lower, upper)
+	var it base.InternalIterator
+	if cacheOnly {
+		it, err = h.Reader().NewCacheOnlyIter(lower, upper)
+	} else {
+		it, err = h.Reader().NewIter(lower, upper)
+	}
 	if err != nil {
 		h.Release()
 		return nil, fmt.Errorf("sst %s: %w", meta.FileNum, err)
@@ -110,10 +129,23 @@ func (d *DB) tableTombstones(meta *manifest.FileMetadata) ([]rangedel.Tombstone,
 }
 
 // tableRangeDelList returns the fragmented tombstones of SST meta (nil when
-// it has none), cached per file.
-func (d *DB) tableRangeDelList(meta *manifest.FileMetadata) (*rangedel.List, error) {
+// it has none), cached per file. With cacheOnly it reads nothing from disk:
+// tombstones not cached yet are known only for an open table without any
+// (an error matching ErrIncomplete otherwise).
+func (d *DB) tableRangeDelList(meta *manifest.FileMetadata, cacheOnly bool) (*rangedel.List, error) {
 	if v, ok := d.tombstones.m.Load(meta.FileNum); ok {
 		return v.(*rangedel.List), nil
+	}
+	if cacheOnly {
+		h, err := d.tableFor(meta, true)
+		if err != nil {
+			return nil, err
+		}
+		defer h.Release()
+		if h.Reader().Properties().NumRangeDeletions > 0 {
+			return nil, fmt.Errorf("sst %s: range tombstones not loaded: %w", meta.FileNum, ErrIncomplete)
+		}
+		return nil, nil
 	}
 	ts, err := d.tableTombstones(meta)
 	if err != nil {

@@ -16,6 +16,14 @@ func (r *Reader) NewIter(lower, upper []byte) (base.InternalIterator, error) {
 	return &iterator{r: r, lower: lower, upper: upper, blockIdx: -1}, nil
 }
 
+// NewCacheOnlyIter is NewIter for an iterator that never reads the file:
+// it serves data blocks from the block cache only, and fails (its Error
+// matching ErrIncomplete) when it needs one the cache does not hold. A
+// Reader without a cache holds no block.
+func (r *Reader) NewCacheOnlyIter(lower, upper []byte) (base.InternalIterator, error) {
+	return &iterator{r: r, lower: lower, upper: upper, blockIdx: -1, cacheOnly: true}, nil
+}
+
 // iterator is a two-level iterator: the in-memory index selects a data
 // block, a blockIter walks it.
 type iterator struct {
@@ -32,6 +40,7 @@ type iterator struct {
 	err        error
 	closed     bool
 	raw, dec   []byte
+	cacheOnly  bool // read no block from the file (NewCacheOnlyIter)
 }
 
 var _ base.InternalIterator = (*iterator)(nil)
@@ -43,7 +52,13 @@ func (it *iterator) loadBlock(i int) bool {
 	}
 	it.blockIdx = -1
 	e := &it.r.index[i]
-	b, err := it.r.readDataBlock(e.h, &it.raw, &it.dec)
+	var b []byte
+	var err error
+	if it.cacheOnly {
+		b, err = it.r.cachedDataBlock(e.h)
+	} else {
+		b, err = it.r.readDataBlock(e.h, &it.raw, &it.dec)
+	}
 	if err != nil {
 		it.err = err
 		return false

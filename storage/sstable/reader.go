@@ -342,6 +342,21 @@ func (r *Reader) readDataBlock(h blockHandle, raw, dec *[]byte) ([]byte, error) 
 	return b, nil
 }
 
+// ErrIncomplete is matched (errors.Is) by the error of a read that was to
+// be served from memory only (NewCacheOnlyIter) and needed the disk.
+var ErrIncomplete = errors.New("incomplete: the read needs data that is not in memory")
+
+// cachedDataBlock returns data block h from the block cache, or an error
+// matching ErrIncomplete when the cache does not hold it.
+func (r *Reader) cachedDataBlock(h blockHandle) ([]byte, error) {
+	if c := r.opts.Cache; c != nil {
+		if b, ok := c.Get(r.opts.CacheID, r.opts.FileNum, h.Offset); ok {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("sstable %s: data block at offset %d not cached: %w", r.name, h.Offset, ErrIncomplete)
+}
+
 // findBlock returns the index of the first data block whose separator is
 // >= key, or len(r.index).
 func (r *Reader) findBlock(key base.InternalKey) int {
