@@ -210,3 +210,180 @@ func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata, cacheOnly bool) e
 	}
 	return nil
 }
+
+// MultiGet reads keys as Get would, all at one sequence number: vals[i] is
+// a copy of keys[i]'s value, or nil with errs[i] matching ErrNotFound when
+// it has none; errs[i] is any other error of that key's read. It reads the
+// keys in one pass over the memtables and SSTs, in key order, opening each
+// table once and letting keys in one data block share its read, which makes
+// it faster than a loop of Gets. Duplicate keys are allowed.
+func (d *DB) MultiGet(keys [][]byte) (vals [][]byte, errs []error) {
+	return d.multiGetAt(keys, latestSeq, false)
+}
+
+// MultiGetWithOptions is MultiGet with read options: with ro.CacheOnly a
+// key whose answer is not in memory gets an error matching ErrIncomplete,
+// and nothing is read from disk.
+func (d *DB) MultiGetWithOptions(keys [][]byte, ro ReadOptions) (vals [][]byte, errs []error) {
+	return d.multiGetAt(keys, latestSeq, ro.CacheOnly)
+}
+
+// multiGetAt is getAt for many keys (see MultiGet).
+func (d *DB) multiGetAt(keys [][]byte, seq SeqNum, cacheOnly bool) ([][]byte, []error) {
+	vals, errs := make([][]byte, len(keys)), make([]error, len(keys))
+	rs := d.loadReadState()
+	if rs == nil {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return vals, errs
+	}
+	defer rs.unref()
+	if seq == latestSeq {
+		seq = SeqNum(d.visibleSeq.Load()) // after pinning: see getAt
+	}
+	gs := make([]getter, len(keys))
+	pending := make([]int, len(keys)) // indexes of unresolved keys, in key order
+	for i, k := range keys {
+		gs[i] = getter{key: k, seq: seq, merger: d.opts.MergeOperator}
+		pending[i] = i
+	}
+	slices.SortStableFunc(pending, func(a, b int) int { return compareUser(keys[a], keys[b]) })
+	unresolved := func() {
+		n := 0
+		for _, i := range pending {
+			if !gs[i].done {
+				pending[n] = i
+				n++
+			}
+		}
+		pending = pending[:n]
+	}
+
+	for _, m := range rs.mems {
+		rdl := m.rangeDelList()
+		it := m.points.NewIter(nil, nil)
+		for _, i := range pending {
+			g := &gs[i]
+			if t := rdl.MaxCoveringSeq(g.key, seq); t > g.maxTomb {
+				g.maxTomb = t
+			}
+			g.consume(it, it.SeekGE(g.key))
+		}
+		_ = it.Close()
+		unresolved()
+	}
+	for level := range rs.vers.Levels {
+		if len(pending) == 0 {
+			break
+		}
+		files := rs.vers.Levels[level]
+		if level == 0 {
+			for _, f := range files {
+				var in []int
+				for _, i := range pending {
+					if fileContains(f, gs[i].key) {
+						in = append(in, i)
+					}
+				}
+				if len(in) > 0 {
+					d.getManyFromTable(gs, in, f, cacheOnly)
+					unresolved()
+				}
+			}
+			continue
+		}
+		// Files of L1+ are sorted and disjoint: walk them with the sorted
+		// keys, each file taking the run of keys it contains.
+		for start := 0; start < len(pending); {
+			key := gs[pending[start]].key
+			i, _ := slices.BinarySearchFunc(files, key, func(f *manifest.FileMetadata, k []byte) int {
+				c := compareUser(f.Largest.UserKey, k)
+				if c == 0 && f.Largest.IsExclusiveSentinel() {
+					return -1
+				}
+				return c
+			})
+			if i >= len(files) {
+				break
+			}
+			end := start
+			for end < len(pending) && fileContains(files[i], gs[pending[end]].key) {
+				end++
+			}
+			if end == start {
+				start++ // before the file: not in this level
+				continue
+			}
+			d.getManyFromTable(gs, pending[start:end], files[i], cacheOnly)
+			start = end
+		}
+		unresolved()
+	}
+	for i := range gs {
+		if !gs[i].done {
+			gs[i].finish(nil, false)
+		}
+		vals[i], errs[i] = gs[i].result()
+	}
+	return vals, errs
+}
+
+// getManyFromTable is getFromTable for the keys gs[i], i in idx (in key
+// order), with one table reference and one iterator: keys in one data
+// block share its read. An error fails the keys it concerns.
+func (d *DB) getManyFromTable(gs []getter, idx []int, f *manifest.FileMetadata, cacheOnly bool) {
+	failAll := func(err error) {
+		for _, i := range idx {
+			gs[i].err, gs[i].done = err, true
+		}
+	}
+	if f.SmallestSeq > gs[idx[0]].seq {
+		return
+	}
+	rdl, err := d.tableRangeDelList(f, cacheOnly)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	if rdl != nil {
+		for _, i := range idx {
+			if t := rdl.MaxCoveringSeq(gs[i].key, gs[i].seq); t > gs[i].maxTomb {
+				gs[i].maxTomb = t
+			}
+		}
+	}
+	h, err := d.tableFor(f, cacheOnly)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	defer h.Release()
+	r := h.Reader()
+	newIter := r.NewIter
+	if cacheOnly {
+		newIter = r.NewCacheOnlyIter
+	}
+	var it base.InternalIterator
+	for _, i := range idx {
+		g := &gs[i]
+		if !r.MayContain(g.key) {
+			continue
+		}
+		if it == nil {
+			if it, err = newIter(nil, nil); err != nil {
+				g.err, g.done = fmt.Errorf("sst %s: %w", f.FileNum, err), true
+				continue
+			}
+		}
+		g.consume(it, it.SeekGE(g.key))
+		if it.Error() != nil {
+			// The error is this key's; the next key gets a fresh iterator.
+			_ = it.Close()
+			it = nil
+		}
+	}
+	if it != nil {
+		_ = it.Close()
+	}
+}

@@ -185,6 +185,10 @@ type modelRun struct {
 	model oracle
 	snaps []*modelSnap
 	desc  string
+	// recent holds the keys of the last gets, which MultiGet reads again
+	// (with the new key, and duplicates) without drawing from the
+	// generator.
+	recent [][]byte
 }
 
 type modelSnap struct {
@@ -314,23 +318,46 @@ func (r *modelRun) step(op int) bool {
 		// (Chosen by the op's number, not the generator, so that the seeds'
 		// runs stay as they were.)
 		ro := ReadOptions{CacheOnly: op%4 == 1}
-		if view != nil {
-			got, err = view.GetWithOptions(k, ro)
-		} else {
-			got, err = r.db.GetWithOptions(k, ro)
+		r.recent = append(r.recent, k)
+		if len(r.recent) > 12 {
+			r.recent = r.recent[1:]
 		}
-		want, exists := model[string(k)]
+		keys := [][]byte{k}
+		var gots [][]byte
+		var errs []error
 		switch {
-		case ro.CacheOnly && errors.Is(err, ErrIncomplete):
-		case err == ErrNotFound && !exists:
-		case err != nil:
-			if exists || err != ErrNotFound {
-				return r.fail(op, "get %s: err %v, want %q", k, err, want)
+		case op%3 == 0 && view != nil:
+			keys = r.recent
+			gots, errs = view.MultiGetWithOptions(keys, ro)
+		case op%3 == 0:
+			keys = r.recent
+			gots, errs = r.db.MultiGetWithOptions(keys, ro)
+		case view != nil:
+			got, err = view.GetWithOptions(k, ro)
+			gots, errs = [][]byte{got}, []error{err}
+		default:
+			got, err = r.db.GetWithOptions(k, ro)
+			gots, errs = [][]byte{got}, []error{err}
+		}
+		what := "get"
+		if op%3 == 0 {
+			what = fmt.Sprintf("multiget of %d", len(keys))
+		}
+		for i, k := range keys {
+			got, err := gots[i], errs[i]
+			want, exists := model[string(k)]
+			switch {
+			case ro.CacheOnly && errors.Is(err, ErrIncomplete):
+			case err == ErrNotFound && !exists:
+			case err != nil:
+				if exists || err != ErrNotFound {
+					return r.fail(op, "%s: %s: err %v, want %q", what, k, err, want)
+				}
+			case !exists:
+				return r.fail(op, "%s: %s: got %q, want not found", what, k, got)
+			case string(got) != want:
+				return r.fail(op, "%s: %s: got %q, want %q", what, k, got, want)
 			}
-		case !exists:
-			return r.fail(op, "get %s: got %q, want not found", k, got)
-		case string(got) != want:
-			return r.fail(op, "get %s: got %q, want %q", k, got, want)
 		}
 	case p < 75:
 		return r.checkIter(op)

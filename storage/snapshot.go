@@ -47,6 +47,17 @@ func (s *Snapshot) SeqNum() SeqNum { return s.seq }
 // Get returns a copy of key's value as of the snapshot, or ErrNotFound.
 func (s *Snapshot) Get(key []byte) ([]byte, error) { return s.db.getAt(key, s.seq, false) }
 
+// MultiGet reads keys as of the snapshot (see DB.MultiGet).
+func (s *Snapshot) MultiGet(keys [][]byte) (vals [][]byte, errs []error) {
+	return s.db.multiGetAt(keys, s.seq, false)
+}
+
+// MultiGetWithOptions is MultiGet with read options (see
+// DB.MultiGetWithOptions).
+func (s *Snapshot) MultiGetWithOptions(keys [][]byte, ro ReadOptions) (vals [][]byte, errs []error) {
+	return s.db.multiGetAt(keys, s.seq, ro.CacheOnly)
+}
+
 // GetWithOptions is Get with read options (see DB.GetWithOptions).
 func (s *Snapshot) GetWithOptions(key []byte, ro ReadOptions) ([]byte, error) {
 	return s.db.getAt(key, s.seq, ro.CacheOnly)

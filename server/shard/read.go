@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -63,6 +64,12 @@ func (v *readView) get(key []byte, now int64) (*shalev1.KeyValue, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
+	return storedKeyValue(key, raw, now)
+}
+
+// storedKeyValue is the user-visible form of key's stored record raw: nil
+// when it expired at now.
+func storedKeyValue(key, raw []byte, now int64) (*shalev1.KeyValue, error) {
 	sv, err := decodeValue(raw)
 	if err != nil {
 		return nil, fmt.Errorf("shard: key %q: %w", key, err)
@@ -120,10 +127,22 @@ func (s *Shard) MultiGet(keys [][]byte, nowUnixNanos int64) (kvs []*shalev1.KeyV
 			return nil, 0, fmt.Errorf("%w: key %q, shard [%q, %q)", ErrKeyOutsideShard, k, rng.start, rng.end)
 		}
 	}
+	// One engine MultiGet: one pass over the engine in key order.
+	dkeys := make([][]byte, len(keys))
+	for i, k := range keys {
+		dkeys[i] = dataKey(k)
+	}
+	raws, errs := v.snap.MultiGet(dkeys)
 	kvs = make([]*shalev1.KeyValue, len(keys))
 	for i, k := range keys {
-		if kvs[i], err = v.get(k, nowUnixNanos); err != nil {
-			return nil, 0, err
+		switch {
+		case errors.Is(errs[i], storage.ErrNotFound):
+		case errs[i] != nil:
+			return nil, 0, errs[i]
+		default:
+			if kvs[i], err = storedKeyValue(k, raws[i], nowUnixNanos); err != nil {
+				return nil, 0, err
+			}
 		}
 	}
 	rev, err = v.revision()
