@@ -24,7 +24,7 @@ func (d *DB) writerOptions(level int) sstable.WriterOptions {
 		BlockRestartInterval: lo.BlockRestartInterval,
 		Compression:          lo.Compression,
 		FilterBitsPerKey:     lo.filterBits(),
-		CreationTime:         time.Now().Unix(),
+		CreationTime:         d.opts.now().Unix(),
 	}
 	if d.opts.PrefixExtractor != nil {
 		wo.PrefixExtractor = d.opts.PrefixExtractor.Prefix
@@ -303,6 +303,10 @@ func (d *DB) maybeScheduleCompactionLocked() {
 	}
 	for len(d.compactions) < d.opts.MaxConcurrentCompactions {
 		c := d.picker.Pick(levelsView(d.vers), d.compactions)
+		if c == nil && d.opts.PeriodicCompaction > 0 {
+			cutoff := d.opts.now().Add(-d.opts.PeriodicCompaction).Unix()
+			c = d.picker.PickPeriodic(levelsView(d.vers), d.compactions, cutoff)
+		}
 		if c == nil {
 			return
 		}
@@ -407,6 +411,9 @@ func (d *DB) runCompaction(c *compact.Compaction, done chan error) {
 			lm.bytesMoved += c.Inputs[0][0].Size
 		} else {
 			d.metrics.compactions++
+			if c.Kind == compact.KindPeriodic {
+				d.metrics.periodicCompactions++
+			}
 			d.metrics.compactInBytes += in
 			d.metrics.compactOutBytes += out
 			lm.bytesIn += in

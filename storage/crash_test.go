@@ -109,7 +109,7 @@ func crashConfigs() []crashConfig {
 			})},
 		{name: "reopen-archive-tiny-blocks", writers: 2, batches: 90, phases: 2, syncPct: 20,
 			manifestSize: 64 << 20, opts: crashOptions(func(o *Options) {
-				o.WALArchiveMaxBytes = 0 // default: archive obsolete WALs
+				o.WALArchiveMaxBytes = 64 << 20 // archive obsolete WALs
 				for i := range o.Levels {
 					o.Levels[i].BlockSize = 256
 					o.Levels[i].BlockRestartInterval = 2
@@ -121,6 +121,15 @@ func crashConfigs() []crashConfig {
 				o.DisableDynamicLevelBytes = true
 				o.MaxConcurrentCompactions = 1
 				o.Levels[0].Compression = ZstdCompression
+			})},
+		// Files come due for periodic compaction all the time (a clock
+		// that moves a second at every read, a 5-second period).
+		{name: "periodic-compaction", writers: 2, batches: 120, phases: 2, syncPct: 20,
+			manifestSize: 8 << 10, opts: crashOptions(func(o *Options) {
+				var clock atomic.Int64
+				clock.Store(1_800_000_000)
+				o.now = func() time.Time { return time.Unix(clock.Add(1), 0) }
+				o.PeriodicCompaction = 5 * time.Second
 			})},
 		{name: "four-writers-mem-budget", writers: 4, batches: 80, phases: 1, syncPct: 30,
 			manifestSize: 4 << 10, memBudget: 96 << 10, opts: crashOptions(func(o *Options) {

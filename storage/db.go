@@ -68,6 +68,10 @@ type DB struct {
 	walHeldC chan struct{}
 	// flusherDone is closed when the flusher exits.
 	flusherDone chan struct{}
+	// periodicStop stops the goroutine that looks for files due a periodic
+	// compaction (Options.PeriodicCompaction), which closes periodicDone
+	// when it exits; both nil when there is none.
+	periodicStop, periodicDone chan struct{}
 
 	// rsMu guards readState, the consistent set of memtables and version
 	// that readers take a reference on.
@@ -224,6 +228,11 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		d.walHeldC = make(chan struct{}, 1)
 		d.flusherDone = make(chan struct{})
 		go d.walFlusher()
+		if opts.PeriodicCompaction > 0 {
+			d.periodicStop, d.periodicDone = make(chan struct{}), make(chan struct{})
+			every := min(max(opts.PeriodicCompaction/16, time.Second), 10*time.Minute)
+			go d.periodicCompactionChecker(every)
+		}
 	}
 	d.mu.Lock()
 	d.updateReadStateLocked()
@@ -591,6 +600,25 @@ func (d *DB) newLogLocked() error {
 // much of such a DB's unsynced writes).
 const walHoldLimit = time.Second
 
+// periodicCompactionChecker offers the compaction scheduler a chance every
+// interval, so that files come due for a periodic compaction also when no
+// write or flush would schedule one. It exits when periodicStop is closed.
+func (d *DB) periodicCompactionChecker(every time.Duration) {
+	defer close(d.periodicDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.periodicStop:
+			return
+		case <-t.C:
+			d.mu.Lock()
+			d.maybeScheduleCompactionLocked()
+			d.mu.Unlock()
+		}
+	}
+}
+
 // walFlusher writes buffered WAL data of unsynced commits to the file in the
 // background, so the commit leader does not make a write system call per
 // group. It exits when walFlushC is closed.
@@ -660,6 +688,10 @@ func (d *DB) Close() error {
 	}
 	var errs []error
 	d.mu.Unlock()
+	if d.periodicStop != nil {
+		close(d.periodicStop)
+		<-d.periodicDone
+	}
 	if d.flusherDone != nil {
 		close(d.walFlushC)
 		<-d.flusherDone

@@ -24,6 +24,7 @@ type dbMetrics struct {
 	flushInBytes           uint64
 	flushOutBytes          uint64
 	compactions            int64
+	periodicCompactions    int64
 	moves                  int64
 	compactInBytes         uint64
 	compactOutBytes        uint64
@@ -74,6 +75,9 @@ type Metrics struct {
 	// CompactionMoves.
 	Compactions     int64
 	CompactionMoves int64
+	// PeriodicCompactions counts the compactions (of Compactions) that
+	// Options.PeriodicCompaction started.
+	PeriodicCompactions int64
 	// CompactionBytesIn is the size of the files compactions read (their
 	// inputs), and CompactionBytesOut of those they wrote; moves count in
 	// neither. They are the sums of the levels' BytesIn and of the
@@ -162,6 +166,7 @@ func (d *DB) Metrics() *Metrics {
 	dm := &d.metrics
 	m.Flushes, m.FlushBytesIn, m.FlushBytesOut = dm.flushes, dm.flushInBytes, dm.flushOutBytes
 	m.Compactions, m.CompactionMoves = dm.compactions, dm.moves
+	m.PeriodicCompactions = dm.periodicCompactions
 	m.CompactionBytesIn, m.CompactionBytesOut = dm.compactInBytes, dm.compactOutBytes
 	m.CompactionsRunning = len(d.compactions)
 	m.PeakConcurrentCompactions = dm.peakCompactions

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -146,6 +148,15 @@ func modelOptionSets() []modelOptionSet {
 			o.MaxConcurrentCompactions = 1
 			o.MemTableSize = 128 << 10
 		})},
+		{"periodic-compaction", small(func(o *Options) {
+			// A clock that moves a second each time the DB reads it
+			// (every file written, every scheduling with nothing else
+			// due): files come due for periodic compaction all the time.
+			var clock atomic.Int64
+			clock.Store(1_800_000_000)
+			o.now = func() time.Time { return time.Unix(clock.Add(1), 0) }
+			o.PeriodicCompaction = 5 * time.Second
+		})},
 	}
 }
 
@@ -224,10 +235,13 @@ func runModel(t *testing.T, set modelOptionSet, seed uint64, ops int) bool {
 	}
 	if ok && seed == 1 {
 		m := r.db.Metrics()
-		t.Logf("seed 1 end state: flushes %d, compactions %d, moves %d, files per level %v",
-			m.Flushes, m.Compactions, m.CompactionMoves, levelFiles(m))
+		t.Logf("seed 1 end state: flushes %d, compactions %d (%d periodic), moves %d, files per level %v",
+			m.Flushes, m.Compactions, m.PeriodicCompactions, m.CompactionMoves, levelFiles(m))
 		if m.Flushes == 0 || m.Compactions == 0 {
 			t.Errorf("%s: the run flushed %d times and compacted %d times; it must exercise both", r.desc, m.Flushes, m.Compactions)
+		}
+		if opts.PeriodicCompaction > 0 && m.PeriodicCompactions == 0 {
+			t.Errorf("%s: no periodic compaction ran", r.desc)
 		}
 	}
 	if err := r.db.Close(); err != nil && ok {

@@ -192,6 +192,20 @@ type Options struct {
 	// DisableWritePacing turns off the write controller's pacing (writes
 	// still wait at the hard limits). Default false.
 	DisableWritePacing bool
+	// PeriodicCompaction, when positive, compacts every SST written more
+	// than this long ago, when no other compaction is due: a file above the
+	// last level goes down a level, a last-level file is rewritten in place.
+	// Every byte of data is then read and rewritten at least about once per
+	// period, so a CompactionFilter (such as a TTL) reaches cold data and
+	// deleted data's space comes back even where nothing is written
+	// (RocksDB's periodic_compaction_seconds and ttl). Files of a database
+	// written before SSTs recorded their creation time are never chosen.
+	// The DB checks for such files every PeriodicCompaction/16 (at least a
+	// second, at most 10 minutes). Default 0: off.
+	PeriodicCompaction time.Duration
+	// now is the clock of file creation times and PeriodicCompaction
+	// (time.Now when nil); tests set it.
+	now func() time.Time
 	// Logger receives the DB's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -277,6 +291,10 @@ func (o *Options) ensureDefaults() *Options {
 	if n.Logger == nil {
 		n.Logger = slog.Default()
 	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	n.PeriodicCompaction = max(n.PeriodicCompaction, 0)
 	return &n
 }
 

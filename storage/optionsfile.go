@@ -80,6 +80,7 @@ func encodeOptions(o *Options) []byte {
 	kv("wal_flush_threshold", o.WALFlushThreshold)
 	kv("wal_preallocate_size", o.WALPreallocateSize)
 	kv("write_pacing", !o.DisableWritePacing)
+	kv("periodic_compaction", o.PeriodicCompaction)
 	for i, l := range o.Levels {
 		fmt.Fprintf(&b, "[level %d]\n", i)
 		kv("block_size", l.BlockSize)
@@ -222,6 +223,8 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		i64(&o.WALPreallocateSize)
 	case "write_pacing":
 		notB(&o.DisableWritePacing)
+	case "periodic_compaction":
+		o.PeriodicCompaction, err = time.ParseDuration(v)
 	default:
 		// A later engine's option: an older engine cannot honour it.
 		err = errors.New("unknown option")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -52,6 +53,14 @@ var (
 // it 0), so that Watch, the change feed and incremental backups, which tail
 // the WAL, can resume from writes already flushed to SSTs.
 const DefaultWALArchiveBytes = 256 << 20
+
+// DefaultPeriodicCompaction is how old a shard engine's SST may grow before
+// it is compacted though nothing else is due (storage.Options.
+// PeriodicCompaction, when its Storage options leave it 0): the engine's
+// compaction filter then drops the evicted deduplication entries of shards
+// that are no longer written, and their deleted and expired keys' space
+// comes back.
+const DefaultPeriodicCompaction = 7 * 24 * time.Hour
 
 // Options configure a Shard.
 type Options struct {
@@ -488,6 +497,9 @@ func newShard(dir string, opts Options) *Shard {
 	}
 	if s.engOpts.WALArchiveMaxBytes == 0 {
 		s.engOpts.WALArchiveMaxBytes = DefaultWALArchiveBytes
+	}
+	if s.engOpts.PeriodicCompaction == 0 {
+		s.engOpts.PeriodicCompaction = DefaultPeriodicCompaction
 	}
 	s.engOpts.CompactionFilter = dedupFilter{s: s, next: s.engOpts.CompactionFilter}
 	return s

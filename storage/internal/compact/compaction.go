@@ -27,9 +27,13 @@ const (
 	// It is always a rewrite, never a move, so that range tombstones can be
 	// applied and compaction filters run.
 	KindManual
+	// KindPeriodic is a compaction chosen by PickPeriodic because its
+	// oldest input was written too long ago. It is always a rewrite, never
+	// a move, so that compaction filters run on old data.
+	KindPeriodic
 )
 
-// String returns "default", "move" or "manual".
+// String returns "default", "move", "manual" or "periodic".
 func (k Kind) String() string {
 	switch k {
 	case KindDefault:
@@ -38,6 +42,8 @@ func (k Kind) String() string {
 		return "move"
 	case KindManual:
 		return "manual"
+	case KindPeriodic:
+		return "periodic"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }

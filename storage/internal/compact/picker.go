@@ -18,6 +18,7 @@ package compact
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -272,13 +273,7 @@ func (p *Picker) Pick(v *LevelsView, inProgress []*Compaction) *Compaction {
 	if v == nil {
 		return nil
 	}
-	running := 0
-	for _, c := range inProgress {
-		if c != nil {
-			running++
-		}
-	}
-	if running >= p.opts.MaxConcurrentCompactions {
+	if running(inProgress) >= p.opts.MaxConcurrentCompactions {
 		return nil
 	}
 	st := p.analyze(v)
@@ -310,6 +305,17 @@ func (p *Picker) Pick(v *LevelsView, inProgress []*Compaction) *Compaction {
 		}
 	}
 	return nil
+}
+
+// running counts the compactions of inProgress (nil entries ignored).
+func running(inProgress []*Compaction) int {
+	n := 0
+	for _, c := range inProgress {
+		if c != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func l0InProgress(inProgress []*Compaction) bool {
@@ -475,6 +481,68 @@ func (p *Picker) build(
 		c.Kind = KindMove
 	}
 	return c, true
+}
+
+// PickPeriodic returns a compaction of the oldest file written at or before
+// cutoff (Unix seconds), so that data written long ago is read and rewritten
+// (and a compaction filter sees it, RocksDB's periodic and TTL compaction):
+// an L0 file with the L0 files it overlaps into the base level, a file of
+// L1..L5 into the next level, a file of the last level rewritten in place;
+// each expanded to a clean cut like any compaction. Files whose
+// CreationTime is 0 (unknown) are never chosen. It returns nil when no such
+// file can be compacted now (its inputs busy, a conflicting compaction
+// running, or MaxConcurrentCompactions reached). The result is KindPeriodic.
+func (p *Picker) PickPeriodic(v *LevelsView, inProgress []*Compaction, cutoff int64) *Compaction {
+	if v == nil || running(inProgress) >= p.opts.MaxConcurrentCompactions {
+		return nil
+	}
+	type candidate struct {
+		f     *manifest.FileMetadata
+		level int
+	}
+	var old []candidate
+	for level, files := range v.Levels {
+		for _, f := range files {
+			if f != nil && !f.Compacting && f.CreationTime != 0 && f.CreationTime <= cutoff {
+				old = append(old, candidate{f, level})
+			}
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(old, func(a, b candidate) int {
+		return cmp.Compare(a.f.CreationTime, b.f.CreationTime)
+	})
+	st := p.analyze(v)
+	for _, c := range old {
+		files := st.levels[c.level]
+		s := spanOfKeys(c.f.Smallest, c.f.Largest)
+		var inputs []*manifest.FileMetadata
+		out := c.level + 1
+		switch c.level {
+		case 0:
+			if l0InProgress(inProgress) {
+				continue
+			}
+			out = st.base
+			idx, _ := closureL0(files, s)
+			for _, j := range idx {
+				inputs = append(inputs, files[j])
+			}
+		case lastLevel:
+			out = lastLevel
+			fallthrough
+		default:
+			lo, hi, _ := expandSorted(files, s)
+			inputs = files[lo:hi]
+		}
+		if comp, ok := p.build(st, c.level, out, inputs, inProgress, KindPeriodic); ok {
+			comp.Score = st.scores[c.level]
+			return comp
+		}
+	}
+	return nil
 }
 
 // PickManual returns a compaction for CompactRange: the files of level
