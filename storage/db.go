@@ -68,10 +68,13 @@ type DB struct {
 	walHeldC chan struct{}
 	// flusherDone is closed when the flusher exits.
 	flusherDone chan struct{}
-	// periodicStop stops the goroutine that looks for files due a periodic
-	// compaction (Options.PeriodicCompaction), which closes periodicDone
-	// when it exits; both nil when there is none.
-	periodicStop, periodicDone chan struct{}
+	// periodicTimer offers the compaction scheduler a chance every
+	// periodicEvery, so that files come due for a periodic compaction
+	// (Options.PeriodicCompaction) also on a DB nobody writes; nil when
+	// there is none. A timer, not a goroutine: a process may host
+	// thousands of DBs. Guarded by mu.
+	periodicTimer *time.Timer
+	periodicEvery time.Duration
 
 	// rsMu guards readState, the consistent set of memtables and version
 	// that readers take a reference on.
@@ -229,9 +232,10 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		d.flusherDone = make(chan struct{})
 		go d.walFlusher()
 		if opts.PeriodicCompaction > 0 {
-			d.periodicStop, d.periodicDone = make(chan struct{}), make(chan struct{})
-			every := min(max(opts.PeriodicCompaction/16, time.Second), 10*time.Minute)
-			go d.periodicCompactionChecker(every)
+			d.mu.Lock()
+			d.periodicEvery = min(max(opts.PeriodicCompaction/16, time.Second), 10*time.Minute)
+			d.periodicTimer = time.AfterFunc(d.periodicEvery, d.periodicCheck)
+			d.mu.Unlock()
 		}
 	}
 	d.mu.Lock()
@@ -600,23 +604,17 @@ func (d *DB) newLogLocked() error {
 // much of such a DB's unsynced writes).
 const walHoldLimit = time.Second
 
-// periodicCompactionChecker offers the compaction scheduler a chance every
-// interval, so that files come due for a periodic compaction also when no
-// write or flush would schedule one. It exits when periodicStop is closed.
-func (d *DB) periodicCompactionChecker(every time.Duration) {
-	defer close(d.periodicDone)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.periodicStop:
-			return
-		case <-t.C:
-			d.mu.Lock()
-			d.maybeScheduleCompactionLocked()
-			d.mu.Unlock()
-		}
+// periodicCheck runs the compaction scheduler, so that files come due for
+// a periodic compaction also when no write or flush would schedule one, and
+// rearms periodicTimer, until the DB is closed.
+func (d *DB) periodicCheck() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
 	}
+	d.maybeScheduleCompactionLocked()
+	d.periodicTimer.Reset(d.periodicEvery)
 }
 
 // walFlusher writes buffered WAL data of unsynced commits to the file in the
@@ -688,10 +686,11 @@ func (d *DB) Close() error {
 	}
 	var errs []error
 	d.mu.Unlock()
-	if d.periodicStop != nil {
-		close(d.periodicStop)
-		<-d.periodicDone
+	d.mu.Lock()
+	if d.periodicTimer != nil {
+		d.periodicTimer.Stop() // a check already fired sees closed
 	}
+	d.mu.Unlock()
 	if d.flusherDone != nil {
 		close(d.walFlushC)
 		<-d.flusherDone

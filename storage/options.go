@@ -200,8 +200,8 @@ type Options struct {
 	// deleted data's space comes back even where nothing is written
 	// (RocksDB's periodic_compaction_seconds and ttl). Files of a database
 	// written before SSTs recorded their creation time are never chosen.
-	// The DB checks for such files every PeriodicCompaction/16 (at least a
-	// second, at most 10 minutes). Default 0: off.
+	// The DB also checks for such files every PeriodicCompaction/16 (at
+	// least a second, at most 10 minutes). Default 0: off.
 	PeriodicCompaction time.Duration
 	// now is the clock of file creation times and PeriodicCompaction
 	// (time.Now when nil); tests set it.
