@@ -23,6 +23,7 @@ func (d *DB) writerOptions(level int) sstable.WriterOptions {
 		BlockSize:            lo.BlockSize,
 		BlockRestartInterval: lo.BlockRestartInterval,
 		Compression:          lo.Compression,
+		ZstdLevel:            lo.ZstdLevel,
 		FilterBitsPerKey:     lo.filterBits(),
 		CreationTime:         d.opts.now().Unix(),
 	}

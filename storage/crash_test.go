@@ -121,6 +121,8 @@ func crashConfigs() []crashConfig {
 				o.DisableDynamicLevelBytes = true
 				o.MaxConcurrentCompactions = 1
 				o.Levels[0].Compression = ZstdCompression
+				o.Levels[6].Compression = ZstdDictCompression
+				o.Levels[6].ZstdLevel = 7
 			})},
 		// Files come due for periodic compaction all the time (a clock
 		// that moves a second at every read, a 5-second period).

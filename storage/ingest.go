@@ -38,6 +38,7 @@ func CreateSSTWriter(fs vfs.FS, path string, level LevelOptions, prefix PrefixEx
 		BlockSize:            lo.BlockSize,
 		BlockRestartInterval: lo.BlockRestartInterval,
 		Compression:          lo.Compression,
+		ZstdLevel:            lo.ZstdLevel,
 		FilterBitsPerKey:     lo.filterBits(),
 	}
 	if prefix != nil {

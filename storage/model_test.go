@@ -141,6 +141,14 @@ func modelOptionSets() []modelOptionSet {
 				o.Levels[i].BlockSize = 32 << 10
 				o.Levels[i].BlockRestartInterval = 32
 				o.Levels[i].Compression = ZstdCompression
+				o.Levels[i].ZstdLevel = 1 + 3*i
+			}
+		})},
+		{"zstd-dict-bottom", small(func(o *Options) {
+			for i := 2; i < len(o.Levels); i++ {
+				o.Levels[i].BlockSize = 512
+				o.Levels[i].Compression = ZstdDictCompression
+				o.Levels[i].ZstdLevel = 9
 			}
 		})},
 		{"static-levels-one-compaction", small(func(o *Options) {

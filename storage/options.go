@@ -55,6 +55,10 @@ const (
 	NoCompression     = sstable.NoCompression
 	SnappyCompression = sstable.SnappyCompression
 	ZstdCompression   = sstable.ZstdCompression
+	// ZstdDictCompression is zstd with a dictionary made per file from
+	// samples of its first data blocks and stored in it: worth it for the
+	// large files of the last levels, whose blocks share much content.
+	ZstdDictCompression = sstable.ZstdDictCompression
 )
 
 // PrefixExtractor maps a key to its prefix, for prefix bloom filters and
@@ -90,6 +94,9 @@ type LevelOptions struct {
 	BlockRestartInterval int
 	// Compression is the block compression. Default snappy.
 	Compression Compression
+	// ZstdLevel is the zstd level (1..22, mapped onto the encoder's speed
+	// presets) of ZstdCompression and ZstdDictCompression. Default 3.
+	ZstdLevel int
 	// FilterBitsPerKey sizes the bloom filter; 0 disables it. Default 10.
 	// Set it negative to disable the filter explicitly (the zero value means
 	// "default").
@@ -271,6 +278,9 @@ func (o *Options) ensureDefaults() *Options {
 		if l.FilterBitsPerKey == 0 {
 			l.FilterBitsPerKey = 10
 		}
+		if l.ZstdLevel == 0 {
+			l.ZstdLevel = sstable.DefaultZstdLevel
+		}
 	}
 	for i := range n.Levels {
 		if n.Levels[i].TargetFileSize == 0 {
@@ -326,6 +336,9 @@ func (o *Options) validate() error {
 	for i, l := range o.Levels {
 		if l.BlockSize < 1 || l.BlockRestartInterval < 1 {
 			errs = append(errs, fmt.Errorf("Levels[%d]: block size and restart interval must be positive", i))
+		}
+		if l.ZstdLevel < 1 || l.ZstdLevel > 22 {
+			errs = append(errs, fmt.Errorf("Levels[%d]: zstd level %d outside 1..22", i, l.ZstdLevel))
 		}
 	}
 	return errors.Join(errs...)

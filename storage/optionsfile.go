@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/storage/manifest"
-	"github.com/shale-db/shale/storage/sstable"
 	"github.com/shale-db/shale/storage/vfs"
 )
 
@@ -86,6 +85,7 @@ func encodeOptions(o *Options) []byte {
 		kv("block_size", l.BlockSize)
 		kv("block_restart_interval", l.BlockRestartInterval)
 		kv("compression", l.Compression)
+		kv("zstd_level", l.ZstdLevel)
 		kv("filter_bits_per_key", l.filterBits())
 		kv("target_file_size", l.TargetFileSize)
 	}
@@ -242,6 +242,8 @@ func setLevelOption(l *LevelOptions, k, v string) error {
 		i(&l.BlockRestartInterval)
 	case "compression":
 		l.Compression, err = parseCompression(v)
+	case "zstd_level":
+		i(&l.ZstdLevel)
 	case "filter_bits_per_key":
 		i(&l.FilterBitsPerKey)
 		if err == nil && l.FilterBitsPerKey == 0 {
@@ -257,7 +259,7 @@ func setLevelOption(l *LevelOptions, k, v string) error {
 
 // parseCompression is the inverse of Compression.String.
 func parseCompression(s string) (Compression, error) {
-	for _, c := range []Compression{NoCompression, SnappyCompression, ZstdCompression, sstable.ZstdDictCompression} {
+	for _, c := range []Compression{NoCompression, SnappyCompression, ZstdCompression, ZstdDictCompression} {
 		if c.String() == s {
 			return c, nil
 		}
