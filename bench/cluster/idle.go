@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -143,53 +142,40 @@ func runIdleCase(ctx context.Context, cfg *IdleConfig, shards int) IdleResult {
 		Nodes:      cfg.Members,
 		ServerArgs: strings.Join(currentShaleOptions().ExtraArgs, " "),
 	}
-	dir, err := filepath.Abs(filepath.Join(cfg.Dir, fmt.Sprintf("idle-%d", shards)))
-	if err == nil {
-		err = os.RemoveAll(dir)
-	}
-	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
-	}
+	dir, err := freshRunDir(cfg.Dir, fmt.Sprintf("idle-%d", shards), cfg.Log)
 	if err != nil {
 		r.Err = err
 		return r
 	}
 	cfg.logf("idle/%d shards: starting %d shale-server nodes in %s", shards, cfg.Members, dir)
 	t := time.Now()
-	nodes, err := StartShaleNodes(ctx, dir, cfg.Members, IdleSplits(shards), cfg.Log)
+	rc, err := startRunCluster(ctx, dir, cfg.Members, IdleSplits(shards), cfg.Keep, cfg.Log)
 	if err != nil {
-		r.Err = fmt.Errorf("start: %w (data and logs kept in %s)", err, dir)
+		r.Err = err
 		return r
 	}
-	failed := false
+	nodes := rc.nodes
 	defer func() {
-		if err := nodes.Stop(); err != nil && r.Err == nil {
-			r.Err = fmt.Errorf("stop: %w", err)
-			failed = true
-		}
-		if !failed && !cfg.Keep {
-			_ = os.RemoveAll(dir)
+		if err := rc.stop(); err != nil && r.Err == nil {
+			r.Err = err
 		}
 	}()
 	fail := func(err error) IdleResult {
-		failed = true
-		r.Err = fmt.Errorf("%w (data and logs kept in %s)", err, dir)
+		r.Err = rc.fail(err)
 		return r
 	}
 	// Bootstrapping takes about a minute per 2,000 shards here, and
 	// electing and balancing the leaders as long again.
 	startCtx, cancel := context.WithTimeout(ctx, idleStartTimeout(shards))
-	cli, err := nodes.NewClient(startCtx, cfg.Log)
+	cli, err := rc.connect(startCtx, idleStartTimeout(shards), shards+1, cfg.Log)
 	if err != nil {
 		cancel()
-		return fail(fmt.Errorf("connect: %w", err))
+		r.Err = err
+		return r
 	}
-	_, err = nodes.WaitReady(startCtx, cli, shards+1)
-	if err == nil {
-		// Wait for the placement service to finish balancing leaders, so
-		// the window measures idle shards, not leadership transfers.
-		err = waitPlacementBalanced(startCtx, cli)
-	}
+	// Wait for the placement service to finish balancing leaders, so the
+	// window measures idle shards, not leadership transfers.
+	err = waitPlacementBalanced(startCtx, cli)
 	cancel()
 	cli.Close()
 	if err != nil {

@@ -221,17 +221,7 @@ func RunPlacement(ctx context.Context, cfg PlacementConfig) (r PlacementResult) 
 			}
 		}
 	}()
-	if _, err := ShaleServerBinary(cfg.Log); err != nil {
-		r.Err = err
-		return r
-	}
-	dir, err := filepath.Abs(filepath.Join(cfg.Dir, "placement"))
-	if err == nil {
-		err = os.RemoveAll(dir)
-	}
-	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
-	}
+	dir, err := freshRunDir(cfg.Dir, "placement", cfg.Log)
 	if err != nil {
 		r.Err = err
 		return r
@@ -239,50 +229,40 @@ func RunPlacement(ctx context.Context, cfg PlacementConfig) (r PlacementResult) 
 
 	// The disk first, while nothing else of ours runs.
 	if cfg.DiskTestBytes > 0 {
-		cfg.logf("placement: disk: writing %d MiB sequentially in %s (1 MiB writes, then fsync)", cfg.DiskTestBytes>>20, dir)
-		mbps, err := DiskWriteSpeed(filepath.Join(dir, "disk-test"), cfg.DiskTestBytes, cfg.Seed)
-		if err != nil {
-			r.Err = fmt.Errorf("disk write test: %w", err)
+		if r.DiskWriteMBps, err = diskTest(dir, cfg.DiskTestBytes, cfg.Seed, "placement", cfg.Log); err != nil {
+			r.Err = err
 			return r
 		}
-		r.DiskWriteBytes, r.DiskWriteMBps = cfg.DiskTestBytes, round(mbps, 1)
-		cfg.logf("placement: disk: %.1f MB/s", mbps)
+		r.DiskWriteBytes = cfg.DiskTestBytes
 	}
 
 	cfg.logf("placement: starting %d shale-server nodes with %d user shards in %s", cfg.Members, cfg.Shards, dir)
-	nodes, err := StartShaleNodes(ctx, dir, cfg.Members, PlacementSplits(cfg.Shards), cfg.Log)
+	rc, err := startRunCluster(ctx, dir, cfg.Members, PlacementSplits(cfg.Shards), cfg.Keep, cfg.Log)
 	if err != nil {
 		failed = true
-		r.Err = fmt.Errorf("start: %w (data and logs kept in %s)", err, dir)
+		r.Err = err
 		return r
 	}
+	nodes := rc.nodes
 	defer func() {
-		if err := nodes.Stop(); err != nil && r.Err == nil {
-			r.Err = fmt.Errorf("stop: %w", err)
+		if err := rc.stop(); err != nil && r.Err == nil {
+			r.Err = err
 			r.Error = r.Err.Error()
-			failed = true
 		}
-		if !failed && !cfg.Keep {
-			_ = os.RemoveAll(dir)
-		}
+		failed = failed || rc.failed
 	}()
 	fail := func(err error) PlacementResult {
 		failed = true
-		r.Err = fmt.Errorf("%w (data and logs kept in %s)", err, dir)
+		r.Err = rc.fail(err)
 		return r
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	cli, err := nodes.NewClient(startCtx, cfg.Log)
+	cli, err := rc.connect(ctx, 5*time.Minute, max(cfg.Shards, 1)+1, cfg.Log)
 	if err != nil {
-		cancel()
-		return fail(fmt.Errorf("connect: %w", err))
+		failed = true
+		r.Err = err
+		return r
 	}
 	defer cli.Close()
-	_, err = nodes.WaitReady(startCtx, cli, max(cfg.Shards, 1)+1)
-	cancel()
-	if err != nil {
-		return fail(err)
-	}
 
 	// Load.
 	cfg.logf("placement: loading %d MiB in %d-byte values with %d writers", cfg.DataBytes>>20, cfg.ValueSize, cfg.Writers)

@@ -22,12 +22,17 @@ const (
 	quickDiskTestBytes  = 256 << 20
 	fullIdleShards      = 10_000
 	quickIdleShards     = 1_000
+	fullSnapshotBytes   = 512 << 20
+	quickSnapshotBytes  = 128 << 20
 )
 
 func placementCmd() *cobra.Command {
 	var (
 		dir, shaleServer, serverArgs, joinArgs, idleServerArgs string
-		dataBytes, diskBytes, minMem                           int64
+		dataBytes, diskBytes, minMem, snapshotBytes            int64
+		snapshotProfile                                        string
+		snapshotProfileSeconds                                 int
+		skipSnapshot                                           bool
 		shards, valueSize, writers, idleShards                 int
 		timeout, poll, idleSettle, idleWindow                  time.Duration
 		quick, skipIdle, skipRebalance, keep, asJSON           bool
@@ -36,9 +41,21 @@ func placementCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "placement",
-		Short: "Placement service: rebalance after adding 2 nodes to a loaded 3-node cluster, and the CPU of idle shards",
-		Long: `Two measurements of the placement service, on local shale-server processes
+		Short: "Placement service: one replica move, rebalance after adding 2 nodes to a loaded 3-node cluster, and the CPU of idle shards",
+		Long: `Three measurements of the placement service, on local shale-server processes
 (default settings unless --server-args):
+
+Snapshot. Measures the disk as below (--disk-bytes), starts a 3-node cluster
+with one user shard, loads --snapshot-bytes of random --value-size values into
+it, starts a fourth node, and moves the shard's replica on a follower's node
+onto it (Admin MoveReplica): the shard's leader streams it one Raft snapshot.
+It reports the snapshot's time as the sender logs it ("snapshot sent ...
+took", from the checkpoint to the receiver's install), the shard's bytes on
+the new node over that time against the disk's sequential write speed, the
+whole move's time, and the CPU time of the sending and the receiving process
+over the move per GB moved. --snapshot-profile DIR saves CPU profiles and
+execution traces of both (sender.pprof, receiver.pprof, sender.trace,
+receiver.trace) over the first --snapshot-profile-seconds of the move.
 
 Rebalance. Writes --disk-bytes sequentially (1 MiB writes, then fsync) to a
 file under --dir to measure the disk. Starts a 3-node cluster whose
@@ -65,8 +82,8 @@ case is reported as not run (--idle-force runs it anyway). A memory guard stops 
 the machine's available memory falls below --min-available-memory, so a case
 too big for the machine fails instead of waking the OOM killer.
 
---quick: 128 MiB of data, a 256 MiB disk test and 1,000 idle shards (settle
-10s, window 20s); a few minutes. Linux only.`,
+--quick: 128 MiB of data (also for the snapshot), a 256 MiB disk test and
+1,000 idle shards (settle 10s, window 20s); a few minutes. Linux only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ch := cmd.Flags().Changed
@@ -79,6 +96,9 @@ too big for the machine fails instead of waking the OOM killer.
 				}
 				if !ch("idle-shards") {
 					idleShards = quickIdleShards
+				}
+				if !ch("snapshot-bytes") {
+					snapshotBytes = quickSnapshotBytes
 				}
 				if !ch("idle-settle") {
 					idleSettle = 10 * time.Second
@@ -102,6 +122,35 @@ too big for the machine fails instead of waking the OOM killer.
 			defer stop()
 			out := cmd.OutOrStdout()
 			failed := 0
+			if !skipSnapshot {
+				// One shard holds everything: no size or load splits.
+				snapArgs := append(strings.Fields(serverArgs), "--split-qps", "-1")
+				if !strings.Contains(serverArgs, "--split-size-bytes") {
+					snapArgs = append(snapArgs, "--split-size-bytes", fmt.Sprint(max(2*snapshotBytes, 128<<20)))
+				}
+				cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: snapArgs})
+				if !asJSON {
+					fmt.Fprintf(out, "shale-bench placement: snapshot: 3 nodes + 1 joining; 1 user shard; %d MiB of %d-byte random values; server args %q\n",
+						snapshotBytes>>20, valueSize, strings.Join(snapArgs, " "))
+				}
+				r := cluster.RunSnapshot(ctx, cluster.SnapshotConfig{
+					DataBytes:      snapshotBytes,
+					ValueSize:      valueSize,
+					Writers:        writers,
+					DiskTestBytes:  diskBytes,
+					ProfileDir:     snapshotProfile,
+					ProfileSeconds: snapshotProfileSeconds,
+					Seed:           seed,
+					Dir:            dir,
+					Keep:           keep,
+					Log:            os.Stderr,
+				})
+				if ctx.Err() != nil {
+					return errors.New("interrupted")
+				}
+				failed += emitResult("placement/snapshot", r.Err, asJSON, func() { _ = cluster.WriteSnapshotJSONLine(out, r) }, func() { cluster.WriteSnapshotReport(out, r) })
+				cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: extra})
+			}
 			if !skipRebalance {
 				if !asJSON {
 					fmt.Fprintf(out, "shale-bench placement: rebalance: 3 nodes + 2 joining; %d user shards; %d MiB of %d-byte random values; timeout %s; server args %q; joining nodes' args %q\n",
@@ -127,15 +176,7 @@ too big for the machine fails instead of waking the OOM killer.
 				if ctx.Err() != nil {
 					return errors.New("interrupted")
 				}
-				if r.Err != nil {
-					failed++
-					fmt.Fprintf(os.Stderr, "placement/rebalance: ERROR: %v\n", r.Err)
-				}
-				if asJSON {
-					_ = cluster.WritePlacementJSONLine(out, r)
-				} else {
-					cluster.WritePlacementReport(out, r)
-				}
+				failed += emitResult("placement/rebalance", r.Err, asJSON, func() { _ = cluster.WritePlacementJSONLine(out, r) }, func() { cluster.WritePlacementReport(out, r) })
 			}
 			if !skipIdle {
 				cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, ExtraArgs: strings.Fields(idleServerArgs)})
@@ -207,6 +248,10 @@ too big for the machine fails instead of waking the OOM killer.
 	f.BoolVar(&skipIdle, "skip-idle", false, "skip the idle measurement")
 	f.BoolVar(&idleForce, "idle-force", false, "run the idle measurement even when the open-file limit looks too low for --idle-shards")
 	f.BoolVar(&skipRebalance, "skip-rebalance", false, "skip the rebalance measurement")
+	f.BoolVar(&skipSnapshot, "skip-snapshot", false, "skip the single-snapshot measurement")
+	f.Int64Var(&snapshotBytes, "snapshot-bytes", fullSnapshotBytes, "bytes of values loaded into the one shard of the single-snapshot measurement")
+	f.StringVar(&snapshotProfile, "snapshot-profile", "", "directory for CPU profiles and execution traces of the snapshot's sender and receiver (empty: none)")
+	f.IntVar(&snapshotProfileSeconds, "snapshot-profile-seconds", 10, "length of the snapshot's CPU profiles")
 	f.Uint64Var(&seed, "seed", 1, "random seed of the values")
 	f.StringVar(&dir, "dir", "./data/bench-placement", "parent directory of the cluster directories")
 	f.BoolVar(&keep, "keep", false, "keep the cluster directories (data and logs); always kept when a measurement fails")
@@ -215,4 +260,20 @@ too big for the machine fails instead of waking the OOM killer.
 	f.StringVar(&serverArgs, "server-args", "", "extra shale-server flags of every rebalance node, space-separated (e.g. \"--snapshot-rate-bytes 134217728\")")
 	f.StringVar(&joinArgs, "join-args", "", "extra shale-server flags of the joining nodes only")
 	return cmd
+}
+
+// emitResult prints one measurement's result, as JSON or as a report, and
+// its error (if any) on stderr under name; it returns 1 for a failed
+// measurement, 0 otherwise.
+func emitResult(name string, err error, asJSON bool, writeJSON, writeReport func()) int {
+	if asJSON {
+		writeJSON()
+	} else {
+		writeReport()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: ERROR: %v\n", name, err)
+		return 1
+	}
+	return 0
 }
