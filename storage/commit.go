@@ -235,7 +235,7 @@ func (d *DB) makeRoomForWriteLocked(footprint uint64) error {
 			// A batch larger than a memtable gets a memtable of its own.
 			old := d.mem
 			old.release()
-			d.mem = newMemTable(footprint, d.logNum, d.shared, false)
+			d.mem = newMemTable(footprint, d.logNum, d.shared, false, d.opts.MemTable)
 			d.updateReadStateLocked()
 			old.unref()
 			return nil
@@ -302,7 +302,7 @@ func (d *DB) rotateMemTableLocked(capacity uint64, reserved bool) error {
 	}
 	d.mem.immutable.Store(true)
 	d.imm = append(d.imm, d.mem)
-	d.mem = newMemTable(capacity, d.logNum, d.shared, reserved)
+	d.mem = newMemTable(capacity, d.logNum, d.shared, reserved, d.opts.MemTable)
 	d.updateReadStateLocked()
 	d.maybeScheduleFlushLocked()
 	d.updatePacingLocked()

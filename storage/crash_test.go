@@ -138,6 +138,10 @@ func crashConfigs() []crashConfig {
 				o.MaxMemTables = 4
 				o.MemTableSize = 128 << 10
 			})},
+		{name: "vector-memtable", writers: 2, batches: 150, phases: 2, syncPct: 15,
+			manifestSize: 8 << 10, opts: crashOptions(func(o *Options) {
+				o.MemTable = VectorMemTable
+			})},
 	}
 }
 

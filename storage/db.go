@@ -394,7 +394,7 @@ func (d *DB) recover() error {
 	// Replay into memtables. Recovery applies the WAL's writes in order;
 	// full memtables are flushed to L0 as they fill (not in read-only mode,
 	// where they simply queue in memory).
-	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared, false)
+	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared, false, d.opts.MemTable)
 	var edit manifest.VersionEdit
 	// The last log is the last one holding anything: recovery that crashed
 	// after creating its new, empty log leaves the previous last log (and
@@ -457,7 +457,7 @@ func (d *DB) recover() error {
 	if err := d.newLogLocked(); err != nil {
 		return err
 	}
-	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared, false)
+	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared, false, d.opts.MemTable)
 	edit.MinUnflushedLogNum = d.logNum
 	nv, err := applyEdit(d.vers, &edit)
 	if err != nil {
@@ -526,7 +526,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 			// A batch larger than a memtable gets a memtable of its own,
 			// as when it was committed.
 			d.mem.release()
-			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false)
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false, d.opts.MemTable)
 		}
 		if !d.mem.hasRoom(batchFootprint(b)) {
 			d.mem.immutable.Store(true)
@@ -545,7 +545,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 				}
 				d.imm = nil
 			}
-			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false)
+			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false, d.opts.MemTable)
 		}
 		if err := d.mem.apply(b, seq); err != nil {
 			return fmt.Errorf("replay wal %s: %w", name, err)

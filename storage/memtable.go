@@ -25,7 +25,7 @@ const skiplistFixedOverhead = 512
 // in two skiplists, and the WAL file holding the same writes. A single
 // writer (the commit leader) inserts; readers never block.
 type memTable struct {
-	points    *memtable.Skiplist
+	points    pointTable
 	rangeDels atomic.Pointer[memtable.Skiplist]
 	logNum    manifest.FileNum
 	capacity  uint64
@@ -47,11 +47,15 @@ type memTable struct {
 	refs atomic.Int32
 }
 
-func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared, reserved bool) *memTable {
+func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared, reserved bool, kind MemTableKind) *memTable {
 	size := uint32(capacity + skiplistFixedOverhead)
-	points := shared.arenas.get(size)
-	if points == nil {
-		points = memtable.NewSkiplist(size)
+	var points pointTable
+	if kind == VectorMemTable {
+		points = newVectorPoints(size)
+	} else if sl := shared.arenas.get(size); sl != nil {
+		points = skiplistPoints{sl}
+	} else {
+		points = skiplistPoints{memtable.NewSkiplist(size)}
 	}
 	m := &memTable{
 		points:   points,
@@ -71,7 +75,9 @@ func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared, reser
 // d.mem and d.imm (and so out of every read state made afterwards).
 func (m *memTable) unref() {
 	if m.refs.Add(-1) == 0 {
-		m.shared.arenas.put(m.points)
+		if sl, ok := m.points.(skiplistPoints); ok {
+			m.shared.arenas.put(sl.Skiplist)
+		}
 		m.points = nil
 	}
 }

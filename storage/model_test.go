@@ -156,6 +156,9 @@ func modelOptionSets() []modelOptionSet {
 			o.MaxConcurrentCompactions = 1
 			o.MemTableSize = 128 << 10
 		})},
+		{"vector-memtable", small(func(o *Options) {
+			o.MemTable = VectorMemTable
+		})},
 		{"periodic-compaction", small(func(o *Options) {
 			// A clock that moves a second each time the DB reads it
 			// (every file written, every scheduling with nothing else

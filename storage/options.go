@@ -135,6 +135,9 @@ type Options struct {
 	// then reserves little memory. Default MemTableSize/16, at least 1 MiB
 	// (never above MemTableSize); at least 64 KiB when set.
 	MemTableInitialSize uint64
+	// MemTable selects how memtables store point entries: SkiplistMemTable
+	// (the default) or VectorMemTable, for bulk loads that read little.
+	MemTable MemTableKind
 	// MaxMemTables is the number of memtables (mutable plus those waiting to
 	// flush) before writes are held until a flush completes. Writes are
 	// paced long before that point. Default 4.
@@ -329,6 +332,9 @@ func (o *Options) validate() error {
 	}
 	if o.SkipLockFile && o.Shared == nil {
 		errs = append(errs, errors.New("SkipLockFile needs a Shared: the in-process lock lives there"))
+	}
+	if o.MemTable != SkiplistMemTable && o.MemTable != VectorMemTable {
+		errs = append(errs, fmt.Errorf("MemTable kind %d unknown", o.MemTable))
 	}
 	if o.LevelMultiplier < 2 {
 		errs = append(errs, fmt.Errorf("LevelMultiplier %.1f: need at least 2", o.LevelMultiplier))

@@ -67,6 +67,7 @@ func encodeOptions(o *Options) []byte {
 	kv("memtable_size", o.MemTableSize)
 	kv("memtable_initial_size", o.MemTableInitialSize)
 	kv("max_memtables", o.MaxMemTables)
+	kv("memtable_kind", o.MemTable)
 	kv("l0_compaction_trigger", o.L0CompactionTrigger)
 	kv("l0_slowdown_trigger", o.L0SlowdownTrigger)
 	kv("l0_stop_trigger", o.L0StopTrigger)
@@ -199,6 +200,15 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		u(&o.MemTableInitialSize)
 	case "max_memtables":
 		i(&o.MaxMemTables)
+	case "memtable_kind":
+		switch v {
+		case SkiplistMemTable.String():
+			o.MemTable = SkiplistMemTable
+		case VectorMemTable.String():
+			o.MemTable = VectorMemTable
+		default:
+			err = fmt.Errorf("unknown memtable kind %q", v)
+		}
 	case "l0_compaction_trigger":
 		i(&o.L0CompactionTrigger)
 	case "l0_slowdown_trigger":
