@@ -59,6 +59,11 @@ func (e *goleveldbEngine) Get(key []byte) ([]byte, bool, error) {
 	return v, true, nil
 }
 
+// MultiGet is a loop of Gets: the engine has no MultiGet.
+func (e *goleveldbEngine) MultiGet(keys [][]byte) (int, int64, error) {
+	return getLoop(e, keys)
+}
+
 func (e *goleveldbEngine) NewIter() (Iter, error) {
 	return goleveldbIter{e.db.NewIterator(nil, nil)}, nil
 }

@@ -62,6 +62,11 @@ func (e *pebbleEngine) Get(key []byte) ([]byte, bool, error) {
 	return v, true, err
 }
 
+// MultiGet is a loop of Gets: the engine has no MultiGet.
+func (e *pebbleEngine) MultiGet(keys [][]byte) (int, int64, error) {
+	return getLoop(e, keys)
+}
+
 func (e *pebbleEngine) NewIter() (Iter, error) {
 	it, err := e.db.NewIter(nil)
 	if err != nil {

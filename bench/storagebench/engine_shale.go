@@ -56,6 +56,21 @@ func (e *shaleEngine) Get(key []byte) ([]byte, bool, error) {
 	return v, true, nil
 }
 
+func (e *shaleEngine) MultiGet(keys [][]byte) (int, int64, error) {
+	vals, errs := e.db.MultiGet(keys)
+	found, n := 0, int64(0)
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			found++
+			n += int64(len(keys[i]) + len(vals[i]))
+		case !errors.Is(err, storage.ErrNotFound):
+			return 0, 0, err
+		}
+	}
+	return found, n, nil
+}
+
 func (e *shaleEngine) NewIter() (Iter, error) {
 	it, err := e.db.NewIter(nil)
 	if err != nil {

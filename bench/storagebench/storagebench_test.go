@@ -111,7 +111,7 @@ func TestParse(t *testing.T) {
 		t.Error("unknown workload accepted")
 	}
 	w, err := ParseWorkloads(strings.Join(WorkloadNames(), ","))
-	if err != nil || len(w) != 8 {
+	if err != nil || len(w) != 9 {
 		t.Errorf("ParseWorkloads = %v, %v", w, err)
 	}
 }
@@ -152,7 +152,7 @@ func TestEveryWorkloadEveryEngine(t *testing.T) {
 			continue
 		}
 		wantOps := int64(num)
-		if r.Workload == ReadRandom || r.Workload == ReadRandom50 || r.Workload == SeekRandom {
+		if r.Workload == ReadRandom || r.Workload == ReadRandom50 || r.Workload == SeekRandom || r.Workload == MultiGet {
 			wantOps = 1000
 		}
 		if r.Ops != wantOps || r.OpsPerSec() <= 0 || r.MBPerSec() <= 0 || r.Latency.Count() == 0 {

@@ -15,6 +15,7 @@ const (
 	Overwrite     = "overwrite"
 	ReadRandom    = "readrandom"
 	ReadRandom50  = "readrandom-50pct-miss"
+	MultiGet      = "multiget"
 	ReadSeq       = "readseq"
 	SeekRandom    = "seekrandom"
 	FillBatchSync = "fillbatch-sync"
@@ -22,7 +23,7 @@ const (
 
 // WorkloadNames lists every workload in the default order.
 func WorkloadNames() []string {
-	return []string{FillSeq, FillRandom, Overwrite, ReadRandom, ReadRandom50, ReadSeq, SeekRandom, FillBatchSync}
+	return []string{FillSeq, FillRandom, Overwrite, ReadRandom, ReadRandom50, MultiGet, ReadSeq, SeekRandom, FillBatchSync}
 }
 
 // ParseWorkloads splits and checks a comma-separated workload list.
@@ -79,6 +80,7 @@ var workloads = map[string]workload{
 	Overwrite:     {setup: setupSeqFill, run: runOverwrite, after: afterOverwrite},
 	ReadRandom:    {setup: setupReadable, run: func(c *runCtx, r *recorder) error { return runReadRandom(c, r, 0) }},
 	ReadRandom50:  {setup: setupReadable, run: func(c *runCtx, r *recorder) error { return runReadRandom(c, r, 50) }},
+	MultiGet:      {setup: setupReadable, run: runMultiGet},
 	ReadSeq:       {setup: setupReadable, run: runReadSeq},
 	SeekRandom:    {setup: setupReadable, run: runSeekRandom},
 	FillBatchSync: {run: runFillBatchSync},
@@ -255,6 +257,40 @@ func runReadRandom(c *runCtx, r *recorder, missPct int) error {
 	}
 	if wrong > 0 {
 		return fmt.Errorf("%d of %d lookups returned the wrong presence", wrong, n)
+	}
+	return nil
+}
+
+// multiGetBatch is the number of keys one MultiGet reads.
+const multiGetBatch = 64
+
+// runMultiGet reads random present keys in batches of multiGetBatch with
+// the engine's MultiGet (a loop of Gets for engines without one); each key
+// is one operation.
+func runMultiGet(c *runCtx, r *recorder) error {
+	rng := newRand(c.cfg.Seed, 5)
+	n := c.reads()
+	keys := make([][]byte, 0, multiGetBatch)
+	size := c.keys.Size()
+	buf := make([]byte, multiGetBatch*size) // KeyGen reuses its buffer
+	var wrong int
+	r.begin()
+	for done := 0; done < n; done += len(keys) {
+		keys = keys[:0]
+		for j := range min(multiGetBatch, n-done) {
+			k := buf[j*size : (j+1)*size : (j+1)*size]
+			copy(k, c.keys.Present(rng.Uint64N(c.num())))
+			keys = append(keys, k)
+		}
+		found, bytes, err := c.e.MultiGet(keys)
+		if err != nil {
+			return err
+		}
+		wrong += len(keys) - found
+		r.done(int64(len(keys)), bytes)
+	}
+	if wrong > 0 {
+		return fmt.Errorf("%d of %d multiget lookups found nothing", wrong, n)
 	}
 	return nil
 }
