@@ -196,8 +196,18 @@ func assertEmptyDir(t testing.TB, dir string) {
 	}
 }
 
-// transfer sends dir through a pipe and receives it under staging.
+// transfer sends dir with Send through a pipe and receives it with Receive
+// under staging.
 func transfer(t testing.TB, dir, staging string, opts Options) (*shalev1.SnapshotHeader, string, int64, error) {
+	t.Helper()
+	return transferWith(t, dir, staging, opts, func(p *pipe) ChunkSender { return p }, Send, Receive)
+}
+
+// transferWith sends dir with send through a pipe (wrapped by sender) and
+// receives it with receive under staging.
+func transferWith(t testing.TB, dir, staging string, opts Options, sender func(*pipe) ChunkSender,
+	send func(context.Context, ChunkSender, *shalev1.SnapshotHeader, string, Options) (int64, error),
+	receive func(context.Context, ChunkReceiver, string) (*shalev1.SnapshotHeader, string, error)) (*shalev1.SnapshotHeader, string, int64, error) {
 	t.Helper()
 	p := newPipe()
 	header := &shalev1.SnapshotHeader{ClusterId: "c1", ShardId: 7, FromNodeId: 1, ToNodeId: 2, RaftMessage: []byte("msgsnap")}
@@ -207,47 +217,73 @@ func transfer(t testing.TB, dir, staging string, opts Options) (*shalev1.Snapsho
 	}
 	res := make(chan result, 1)
 	go func() {
-		n, err := Send(context.Background(), p, header, dir, opts)
+		n, err := send(context.Background(), sender(p), header, dir, opts)
 		p.CloseSend()
 		res <- result{n, err}
 	}()
-	hdr, got, err := Receive(context.Background(), p, staging)
+	hdr, got, err := receive(context.Background(), p, staging)
 	p.stopReading()
 	for range p.ch { // unblock a sender still sending
 	}
 	r := <-res
-	if r.err != nil {
+	if r.err != nil && err == nil {
 		t.Fatalf("send: %v", r.err)
 	}
 	if len(header.Files) != 0 {
-		t.Fatal("Send modified the caller's header")
+		t.Fatal("the send modified the caller's header")
 	}
 	return hdr, got, r.n, err
 }
 
+// transferFunc sends a directory through a pipe and receives it (transfer,
+// transferInterleaved).
+type transferFunc func(t testing.TB, dir, staging string, opts Options) (*shalev1.SnapshotHeader, string, int64, error)
+
+// formats are the stream formats to test, with their options.
+var formats = []struct {
+	name     string
+	transfer transferFunc
+	opts     Options
+}{
+	{"ordered", transfer, Options{}},
+	{"interleaved", transferInterleaved, Options{}},
+	{"interleaved, 1 file at once", transferInterleaved, Options{Parallel: 1}},
+	{"interleaved, 100 files at once", transferInterleaved, Options{Parallel: 100}},
+}
+
 func TestRoundTripCheckpoint(t *testing.T) {
 	ckpt, kv := makeCheckpoint(t, 5000)
-	staging := filepath.Join(t.TempDir(), "staging")
-	// A small chunk size gives many chunks per file.
-	hdr, dir, n, err := transfer(t, ckpt, staging, Options{ChunkSize: 4096})
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			staging := filepath.Join(t.TempDir(), "staging")
+			// A small chunk size gives many chunks per file.
+			opts := f.opts
+			opts.ChunkSize = 4096
+			hdr, dir, n, err := f.transfer(t, ckpt, staging, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hdr.ShardId != 7 || hdr.ClusterId != "c1" || string(hdr.RaftMessage) != "msgsnap" {
+				t.Fatalf("header not carried: %v", hdr)
+			}
+			var total uint64
+			for _, f := range hdr.Files {
+				total += f.Size
+				data := readFile(t, filepath.Join(dir, f.Name))
+				if f.Crc32C != CRC32C(data) {
+					t.Fatalf("returned header lists %q with crc %08x, the file's is %08x", f.Name, f.Crc32C, CRC32C(data))
+				}
+			}
+			if uint64(n) != total || n == 0 {
+				t.Fatalf("sent %d bytes, files total %d", n, total)
+			}
+			if filepath.Dir(dir) != staging {
+				t.Fatalf("received dir %s not under %s", dir, staging)
+			}
+			sameFiles(t, ckpt, dir)
+			verifyDB(t, dir, kv)
+		})
 	}
-	if hdr.ShardId != 7 || hdr.ClusterId != "c1" || string(hdr.RaftMessage) != "msgsnap" {
-		t.Fatalf("header not carried: %v", hdr)
-	}
-	var total uint64
-	for _, f := range hdr.Files {
-		total += f.Size
-	}
-	if uint64(n) != total || n == 0 {
-		t.Fatalf("sent %d bytes, files total %d", n, total)
-	}
-	if filepath.Dir(dir) != staging {
-		t.Fatalf("received dir %s not under %s", dir, staging)
-	}
-	sameFiles(t, ckpt, dir)
-	verifyDB(t, dir, kv)
 }
 
 func TestRoundTripDefaultChunkAndEmptyFiles(t *testing.T) {
@@ -256,15 +292,18 @@ func TestRoundTripDefaultChunkAndEmptyFiles(t *testing.T) {
 	writeFile(t, src, "big", bytes.Repeat([]byte("0123456789"), 300_000)) // 3 MB: 3 chunks
 	writeFile(t, src, "small", []byte("hello"))
 	writeFile(t, src, "zz-empty-last", nil)
-	staging := filepath.Join(t.TempDir(), "staging")
-	hdr, dir, _, err := transfer(t, src, staging, Options{})
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			hdr, dir, _, err := f.transfer(t, src, filepath.Join(t.TempDir(), "staging"), f.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hdr.Files) != 4 {
+				t.Fatalf("header lists %d files", len(hdr.Files))
+			}
+			sameFiles(t, src, dir)
+		})
 	}
-	if len(hdr.Files) != 4 {
-		t.Fatalf("header lists %d files", len(hdr.Files))
-	}
-	sameFiles(t, src, dir)
 }
 
 func writeFile(t testing.TB, dir, name string, data []byte) {
@@ -431,24 +470,31 @@ func TestReceiveCorruption(t *testing.T) {
 	base := validChunks(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			staging := filepath.Join(t.TempDir(), "staging")
-			cs := tc.mutate(cloneChunks(base))
-			hdr, dir, err := Receive(context.Background(), &sliceReceiver{chunks: cs}, staging)
-			if err == nil {
-				t.Fatalf("Receive succeeded: %v %s", hdr, dir)
-			}
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error %v does not wrap ErrCorrupt", err)
-			}
-			if !bytes.Contains([]byte(err.Error()), []byte(tc.wantMsg)) {
-				t.Fatalf("error %q does not say %q", err, tc.wantMsg)
-			}
-			if dir != "" || hdr != nil {
-				t.Fatal("failed Receive returned a header or directory")
-			}
-			assertEmptyDir(t, staging)
+			expectCorrupt(t, Receive, tc.mutate(cloneChunks(base)), tc.wantMsg)
 		})
 	}
+}
+
+// expectCorrupt checks that receive refuses the stream cs with an error
+// wrapping ErrCorrupt that says wantMsg, returns no header or directory and
+// leaves nothing in the staging directory.
+func expectCorrupt(t *testing.T, receive func(context.Context, ChunkReceiver, string) (*shalev1.SnapshotHeader, string, error), cs []*shalev1.SnapshotChunk, wantMsg string) {
+	t.Helper()
+	staging := filepath.Join(t.TempDir(), "staging")
+	hdr, dir, err := receive(context.Background(), &sliceReceiver{chunks: cs}, staging)
+	if err == nil {
+		t.Fatalf("the stream was received: %v %s", hdr, dir)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("error %v does not wrap ErrCorrupt", err)
+	}
+	if !bytes.Contains([]byte(err.Error()), []byte(wantMsg)) {
+		t.Fatalf("error %q does not say %q", err, wantMsg)
+	}
+	if dir != "" || hdr != nil {
+		t.Fatal("a failed receive returned a header or directory")
+	}
+	assertEmptyDir(t, staging)
 }
 
 func TestReceiveTransportError(t *testing.T) {

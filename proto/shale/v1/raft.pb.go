@@ -428,8 +428,13 @@ type SnapshotChunk struct {
 	FileIndex uint32                 `protobuf:"varint,2,opt,name=file_index,json=fileIndex,proto3" json:"file_index,omitempty"`
 	Offset    uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data      []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	// crc32c is the checksum of data.
-	Crc32C        uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// crc32c is the checksum of data (SendSnapshot and Admin.BackupShard
+	// streams).
+	Crc32C uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// running_crc32c is the checksum of the file's bytes from offset 0
+	// through the end of data (StreamSnapshot streams): the last chunk's is
+	// the whole file's.
+	RunningCrc32C uint32 `protobuf:"fixed32,6,opt,name=running_crc32c,json=runningCrc32c,proto3" json:"running_crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +500,13 @@ func (x *SnapshotChunk) GetData() []byte {
 func (x *SnapshotChunk) GetCrc32C() uint32 {
 	if x != nil {
 		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetRunningCrc32C() uint32 {
+	if x != nil {
+		return x.RunningCrc32C
 	}
 	return 0
 }
@@ -1488,14 +1500,15 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"descriptor\x18\a \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
 	"descriptor\x12(\n" +
-	"\x03hlc\x18\b \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\"\xa4\x01\n" +
+	"\x03hlc\x18\b \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\"\xcb\x01\n" +
 	"\rSnapshotChunk\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.SnapshotHeaderR\x06header\x12\x1d\n" +
 	"\n" +
 	"file_index\x18\x02 \x01(\rR\tfileIndex\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
-	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\",\n" +
+	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\x12%\n" +
+	"\x0erunning_crc32c\x18\x06 \x01(\aR\rrunningCrc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xbe\x04\n" +
 	"\vRaftCommand\x12\x1d\n" +
@@ -1559,10 +1572,11 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"descriptor\x18\x04 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
 	"descriptor\x12!\n" +
 	"\fallocated_id\x18\x05 \x01(\x04R\vallocatedId\x12D\n" +
-	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor2\x99\x01\n" +
+	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor2\xe2\x01\n" +
 	"\x04Raft\x12J\n" +
 	"\fSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12E\n" +
-	"\fSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
+	"\fSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n" +
+	"\x0eStreamSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01B2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
 var (
 	file_shale_v1_raft_proto_rawDescOnce sync.Once
@@ -1629,10 +1643,12 @@ var file_shale_v1_raft_proto_depIdxs = []int32{
 	17, // 22: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
 	1,  // 23: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
 	6,  // 24: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	3,  // 25: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	7,  // 26: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	25, // [25:27] is the sub-list for method output_type
-	23, // [23:25] is the sub-list for method input_type
+	6,  // 25: shale.v1.Raft.StreamSnapshot:input_type -> shale.v1.SnapshotChunk
+	3,  // 26: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	7,  // 27: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	7,  // 28: shale.v1.Raft.StreamSnapshot:output_type -> shale.v1.SnapshotResponse
+	26, // [26:29] is the sub-list for method output_type
+	23, // [23:26] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name

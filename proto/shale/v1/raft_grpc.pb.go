@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Raft_SendMessages_FullMethodName = "/shale.v1.Raft/SendMessages"
-	Raft_SendSnapshot_FullMethodName = "/shale.v1.Raft/SendSnapshot"
+	Raft_SendMessages_FullMethodName   = "/shale.v1.Raft/SendMessages"
+	Raft_SendSnapshot_FullMethodName   = "/shale.v1.Raft/SendSnapshot"
+	Raft_StreamSnapshot_FullMethodName = "/shale.v1.Raft/StreamSnapshot"
 )
 
 // RaftClient is the client API for Raft service.
@@ -32,8 +33,16 @@ type RaftClient interface {
 	// SendMessages carries batches of Raft messages from one node to another
 	// over one long-lived stream per node pair.
 	SendMessages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessageBatch, RaftStreamResponse], error)
-	// SendSnapshot streams a shard checkpoint to a replica that needs it.
+	// SendSnapshot streams a shard checkpoint to a replica that needs it, in
+	// the ordered format: every file's CRC-32C in the header, then the files
+	// one after the other, each chunk with the CRC-32C of its data.
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotResponse], error)
+	// StreamSnapshot streams a shard checkpoint in the interleaved format:
+	// the header lists names and sizes (a crc32c of 0 is "not listed"), the
+	// chunks of up to 16 files come interleaved (each file's in order from
+	// offset 0), and each chunk carries running_crc32c instead of crc32c. A
+	// node that answers Unimplemented predates it: send with SendSnapshot.
+	StreamSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotResponse], error)
 }
 
 type raftClient struct {
@@ -70,6 +79,19 @@ func (c *raftClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SendSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotResponse]
 
+func (c *raftClient) StreamSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[2], Raft_StreamSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SnapshotResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_StreamSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotResponse]
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -79,8 +101,16 @@ type RaftServer interface {
 	// SendMessages carries batches of Raft messages from one node to another
 	// over one long-lived stream per node pair.
 	SendMessages(grpc.ClientStreamingServer[RaftMessageBatch, RaftStreamResponse]) error
-	// SendSnapshot streams a shard checkpoint to a replica that needs it.
+	// SendSnapshot streams a shard checkpoint to a replica that needs it, in
+	// the ordered format: every file's CRC-32C in the header, then the files
+	// one after the other, each chunk with the CRC-32C of its data.
 	SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]) error
+	// StreamSnapshot streams a shard checkpoint in the interleaved format:
+	// the header lists names and sizes (a crc32c of 0 is "not listed"), the
+	// chunks of up to 16 files come interleaved (each file's in order from
+	// offset 0), and each chunk carries running_crc32c instead of crc32c. A
+	// node that answers Unimplemented predates it: send with SendSnapshot.
+	StreamSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]) error
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -96,6 +126,9 @@ func (UnimplementedRaftServer) SendMessages(grpc.ClientStreamingServer[RaftMessa
 }
 func (UnimplementedRaftServer) SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
+}
+func (UnimplementedRaftServer) StreamSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamSnapshot not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -132,6 +165,13 @@ func _Raft_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SendSnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]
 
+func _Raft_StreamSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).StreamSnapshot(&grpc.GenericServerStream[SnapshotChunk, SnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_StreamSnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotResponse]
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -148,6 +188,11 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SendSnapshot",
 			Handler:       _Raft_SendSnapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "StreamSnapshot",
+			Handler:       _Raft_StreamSnapshot_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -141,18 +141,20 @@ class RaftStreamResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SnapshotChunk(_message.Message):
-    __slots__ = ["crc32c", "data", "file_index", "header", "offset"]
+    __slots__ = ["crc32c", "data", "file_index", "header", "offset", "running_crc32c"]
     CRC32C_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     FILE_INDEX_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_CRC32C_FIELD_NUMBER: _ClassVar[int]
     crc32c: int
     data: bytes
     file_index: int
     header: SnapshotHeader
     offset: int
-    def __init__(self, header: _Optional[_Union[SnapshotHeader, _Mapping]] = ..., file_index: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32c: _Optional[int] = ...) -> None: ...
+    running_crc32c: int
+    def __init__(self, header: _Optional[_Union[SnapshotHeader, _Mapping]] = ..., file_index: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32c: _Optional[int] = ..., running_crc32c: _Optional[int] = ...) -> None: ...
 
 class SnapshotFile(_message.Message):
     __slots__ = ["crc32c", "name", "size"]

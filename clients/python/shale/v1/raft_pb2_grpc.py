@@ -25,6 +25,11 @@ class RaftStub(object):
                 request_serializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.SerializeToString,
                 response_deserializer=shale_dot_v1_dot_raft__pb2.SnapshotResponse.FromString,
                 )
+        self.StreamSnapshot = channel.stream_unary(
+                '/shale.v1.Raft/StreamSnapshot',
+                request_serializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.SerializeToString,
+                response_deserializer=shale_dot_v1_dot_raft__pb2.SnapshotResponse.FromString,
+                )
 
 
 class RaftServicer(object):
@@ -40,7 +45,20 @@ class RaftServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def SendSnapshot(self, request_iterator, context):
-        """SendSnapshot streams a shard checkpoint to a replica that needs it.
+        """SendSnapshot streams a shard checkpoint to a replica that needs it, in
+        the ordered format: every file's CRC-32C in the header, then the files
+        one after the other, each chunk with the CRC-32C of its data.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamSnapshot(self, request_iterator, context):
+        """StreamSnapshot streams a shard checkpoint in the interleaved format:
+        the header lists names and sizes (a crc32c of 0 is "not listed"), the
+        chunks of up to 16 files come interleaved (each file's in order from
+        offset 0), and each chunk carries running_crc32c instead of crc32c. A
+        node that answers Unimplemented predates it: send with SendSnapshot.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -56,6 +74,11 @@ def add_RaftServicer_to_server(servicer, server):
             ),
             'SendSnapshot': grpc.stream_unary_rpc_method_handler(
                     servicer.SendSnapshot,
+                    request_deserializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.FromString,
+                    response_serializer=shale_dot_v1_dot_raft__pb2.SnapshotResponse.SerializeToString,
+            ),
+            'StreamSnapshot': grpc.stream_unary_rpc_method_handler(
+                    servicer.StreamSnapshot,
                     request_deserializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.FromString,
                     response_serializer=shale_dot_v1_dot_raft__pb2.SnapshotResponse.SerializeToString,
             ),
@@ -99,6 +122,23 @@ class Raft(object):
             timeout=None,
             metadata=None):
         return grpc.experimental.stream_unary(request_iterator, target, '/shale.v1.Raft/SendSnapshot',
+            shale_dot_v1_dot_raft__pb2.SnapshotChunk.SerializeToString,
+            shale_dot_v1_dot_raft__pb2.SnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def StreamSnapshot(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/shale.v1.Raft/StreamSnapshot',
             shale_dot_v1_dot_raft__pb2.SnapshotChunk.SerializeToString,
             shale_dot_v1_dot_raft__pb2.SnapshotResponse.FromString,
             options, channel_credentials,
