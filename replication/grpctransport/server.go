@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -131,9 +132,22 @@ func (h *headerCheck) Recv() (*shalev1.SnapshotChunk, error) {
 	return c, err
 }
 
-// SendSnapshot receives one snapshot, verifies it and hands it to the
-// Handler; it replies applied=true once the Handler has installed it.
+// SendSnapshot receives one snapshot in the ordered format, verifies it and
+// hands it to the Handler; it replies applied=true once the Handler has
+// installed it.
 func (s *raftServer) SendSnapshot(stream shalev1.Raft_SendSnapshotServer) error {
+	return s.receiveSnapshot(stream, snapshot.Receive, false)
+}
+
+// StreamSnapshot is SendSnapshot for the interleaved format. It first sends
+// the response headers, with SnapshotFormatHeader, so that the sender knows
+// the format is understood before it streams any data.
+func (s *raftServer) StreamSnapshot(stream shalev1.Raft_StreamSnapshotServer) error {
+	return s.receiveSnapshot(stream, snapshot.ReceiveInterleaved, true)
+}
+
+func (s *raftServer) receiveSnapshot(stream grpc.ClientStreamingServer[shalev1.SnapshotChunk, shalev1.SnapshotResponse],
+	receive func(context.Context, snapshot.ChunkReceiver, string) (*shalev1.SnapshotHeader, string, error), announce bool) error {
 	t := s.t
 	if !t.enter() {
 		return errShutdown
@@ -143,13 +157,24 @@ func (s *raftServer) SendSnapshot(stream shalev1.Raft_SendSnapshotServer) error 
 	defer cancel()
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
+	if announce {
+		if err := stream.SendHeader(metadata.Pairs(SnapshotFormatHeader, "interleaved")); err != nil {
+			return err
+		}
+	}
 
-	hdr, dir, err := snapshot.Receive(ctx, &headerCheck{s: s, r: stream}, t.opts.SnapshotStagingDir)
+	start := time.Now()
+	hdr, dir, err := receive(ctx, &headerCheck{s: s, r: stream}, t.opts.SnapshotStagingDir)
 	if err != nil {
 		t.c.snapRejected.Add(1)
 		t.log.Warn("snapshot receive failed", "err", err)
 		return toStatus(err, codes.Internal)
 	}
+	var bytes uint64
+	for _, f := range hdr.Files {
+		bytes += f.Size
+	}
+	received := time.Since(start)
 	if t.ctx.Err() != nil {
 		_ = os.RemoveAll(dir)
 		t.c.snapRejected.Add(1)
@@ -163,12 +188,10 @@ func (s *raftServer) SendSnapshot(stream shalev1.Raft_SendSnapshotServer) error 
 		t.log.Warn("snapshot refused by handler", "shard", hdr.ShardId, "from", hdr.FromNodeId, "err", err)
 		return toStatus(fmt.Errorf("install snapshot of shard %d: %w", hdr.ShardId, err), codes.Internal)
 	}
-	var bytes uint64
-	for _, f := range hdr.Files {
-		bytes += f.Size
-	}
 	t.c.snapReceived.Add(1)
 	t.c.snapBytesReceived.Add(int64(bytes))
+	t.log.Info("snapshot received", "shard", hdr.ShardId, "from", hdr.FromNodeId, "files", len(hdr.Files), "bytes", bytes,
+		"interleaved", announce, "received_in", received, "installed_in", time.Since(start)-received)
 	return stream.SendAndClose(&shalev1.SnapshotResponse{Applied: true})
 }
 
@@ -209,9 +232,14 @@ func (c corruptingSender) Send(ch *shalev1.SnapshotChunk) error {
 // Options.SnapshotLimiter, and returns once the receiver's Handler has
 // installed it (nil) or the transfer or installation failed (an error that
 // carries the receiver's gRPC status, e.g. codes.DataLoss for a snapshot
-// that arrived corrupted). The header is copied and stamped with this node's
-// cluster and node IDs; its Files are filled in from dir. SendSnapshot
-// honours ctx and is cancelled by Close; it returns ErrClosed after Close.
+// that arrived corrupted). It streams in the interleaved format
+// (Raft.StreamSnapshot: Options.SnapshotParallel files at once); a receiver
+// that does not know that format (an older node: Unimplemented, before any
+// data is sent) gets the ordered one (Raft.SendSnapshot) instead, and so
+// does that node for the next LegacyRetry. The header is copied and stamped
+// with this node's cluster and node IDs; its Files are filled in from dir.
+// SendSnapshot honours ctx and is cancelled by Close; it returns ErrClosed
+// after Close.
 func (t *Transport) SendSnapshot(ctx context.Context, header *shalev1.SnapshotHeader, dir string) (err error) {
 	if header == nil {
 		return errors.New("grpctransport: SendSnapshot: nil header")
@@ -235,25 +263,68 @@ func (t *Transport) SendSnapshot(ctx context.Context, header *shalev1.SnapshotHe
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
 
-	conn, _, err := t.dial(to)
+	conn, _, err := t.dial(to, t.snapshotDialOpts...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	stream, err := shalev1.NewRaftClient(conn).SendSnapshot(ctx)
-	if err != nil {
-		return err
-	}
 	hdr := proto.Clone(header).(*shalev1.SnapshotHeader)
 	hdr.ClusterId = t.opts.ClusterID
 	hdr.FromNodeId = t.opts.NodeID
+	if !t.legacyPeer(to) {
+		err := t.sendSnapshotOn(ctx, cancel, conn, hdr, dir, true)
+		if !errors.Is(err, errNoInterleaved) {
+			return err
+		}
+		t.markLegacyPeer(to)
+		t.log.Info("peer takes only ordered snapshots (an older version); sending ordered", "to_node", to, "for", LegacyRetry)
+	}
+	return t.sendSnapshotOn(ctx, cancel, conn, hdr, dir, false)
+}
+
+// errNoInterleaved is sendSnapshotOn's answer when the receiver does not
+// implement Raft.StreamSnapshot.
+var errNoInterleaved = errors.New("receiver does not take interleaved snapshots")
+
+// sendSnapshotOn streams one snapshot on conn, interleaved or ordered, and
+// waits for the receiver's answer; cancel ends the stream.
+func (t *Transport) sendSnapshotOn(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn, hdr *shalev1.SnapshotHeader, dir string, interleaved bool) error {
+	cli := shalev1.NewRaftClient(conn)
+	var stream grpc.ClientStreamingClient[shalev1.SnapshotChunk, shalev1.SnapshotResponse]
+	var err error
+	send := snapshot.Send
+	if interleaved {
+		send = snapshot.SendInterleaved
+		if stream, err = cli.StreamSnapshot(ctx); err != nil {
+			return err
+		}
+		// A receiver that knows the format answers with headers before it
+		// reads anything; an older one, without the method, ends the
+		// stream with Unimplemented.
+		md, herr := stream.Header()
+		if herr != nil || len(md.Get(SnapshotFormatHeader)) == 0 {
+			_, rerr := stream.CloseAndRecv()
+			switch {
+			case status.Code(rerr) == codes.Unimplemented:
+				return errNoInterleaved
+			case rerr != nil:
+				return rerr
+			case herr != nil:
+				return herr
+			}
+			return errors.New("the receiver answered without the snapshot format header")
+		}
+	} else if stream, err = cli.SendSnapshot(ctx); err != nil {
+		return err
+	}
 	var sender snapshot.ChunkSender = stream
 	if t.testCorruptChunk != nil {
 		sender = corruptingSender{s: stream, mutate: t.testCorruptChunk}
 	}
-	n, err := snapshot.Send(ctx, sender, hdr, dir, snapshot.Options{
+	n, err := send(ctx, sender, hdr, dir, snapshot.Options{
 		ChunkSize: t.opts.SnapshotChunkSize,
 		Limiter:   t.opts.SnapshotLimiter,
+		Parallel:  t.opts.SnapshotParallel,
 	})
 	t.c.snapBytesSent.Add(n)
 	if err != nil {
@@ -284,4 +355,22 @@ func (t *Transport) SendSnapshot(ctx context.Context, header *shalev1.SnapshotHe
 	}
 	t.c.snapSent.Add(1)
 	return nil
+}
+
+// legacyPeer reports whether node answered Unimplemented to an interleaved
+// snapshot within the last LegacyRetry.
+func (t *Transport) legacyPeer(node uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.legacy[node]
+	return ok && time.Since(at) < LegacyRetry
+}
+
+func (t *Transport) markLegacyPeer(node uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.legacy == nil {
+		t.legacy = map[uint64]time.Time{}
+	}
+	t.legacy[node] = time.Now()
 }

@@ -30,7 +30,11 @@ func (benchHandler) HandleSnapshot(_ context.Context, _ *shalev1.SnapshotHeader,
 // over loopback gRPC, each on its own server as two nodes would be, with
 // the receiver's staging directory under SHALE_BENCH_SNAPSHOT_DIR (default
 // the test's temporary directory). Both ends share this process, so its
-// CPU per byte is the two nodes' together.
+// CPU per byte is the two nodes' together. SHALE_BENCH_SNAPSHOT_CHUNK,
+// SHALE_BENCH_SNAPSHOT_PARALLEL and SHALE_BENCH_SNAPSHOT_READ_BUFFER set the
+// chunk size, the files streamed at once and the receiving server's
+// grpc.ReadBufferSize, SHALE_BENCH_SNAPSHOT_WINDOW its stream flow-control
+// window (default DefaultInitialWindowSize, as shale-server's).
 func BenchmarkSnapshotTransfer(b *testing.B) {
 	fileMB, files := envInt("SHALE_BENCH_SNAPSHOT_FILE_MB", 32), envInt("SHALE_BENCH_SNAPSHOT_FILES", 6)
 	root := os.Getenv("SHALE_BENCH_SNAPSHOT_DIR")
@@ -73,8 +77,17 @@ func BenchmarkSnapshotTransfer(b *testing.B) {
 		}
 		addrs[id] = lis.Addr().String()
 		tr := New(Options{NodeID: id, ClusterID: "bench", Resolve: resolve, Logger: quietLogger,
-			SnapshotStagingDir: filepath.Join(root, "staging-"+strconv.FormatUint(id, 10))})
-		srv := grpc.NewServer(ServerOptions()...)
+			SnapshotStagingDir: filepath.Join(root, "staging-"+strconv.FormatUint(id, 10)),
+			SnapshotChunkSize:  envInt("SHALE_BENCH_SNAPSHOT_CHUNK", 0),
+			SnapshotParallel:   envInt("SHALE_BENCH_SNAPSHOT_PARALLEL", 0)})
+		// As shale-server serves it: fixed flow-control windows.
+		srvOpts := append(ServerOptions(),
+			grpc.InitialWindowSize(int32(envInt("SHALE_BENCH_SNAPSHOT_WINDOW", DefaultInitialWindowSize))),
+			grpc.InitialConnWindowSize(DefaultInitialConnWindowSize))
+		if n := envInt("SHALE_BENCH_SNAPSHOT_READ_BUFFER", 0); n > 0 {
+			srvOpts = append(srvOpts, grpc.ReadBufferSize(n))
+		}
+		srv := grpc.NewServer(srvOpts...)
 		tr.Register(srv, benchHandler{})
 		go func() { _ = srv.Serve(lis) }()
 		defer srv.Stop()

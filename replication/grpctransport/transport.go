@@ -43,6 +43,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,17 @@ const (
 	// MinWindowSize is the smallest flow-control window gRPC accepts
 	// (HTTP/2's initial 64 KiB less one byte); smaller values are raised to it.
 	MinWindowSize = 65535
+	// LegacyRetry is how long SendSnapshot keeps sending the ordered format
+	// to a node that answered Unimplemented to the interleaved one, before
+	// it tries the interleaved format again (the node may have been
+	// upgraded).
+	LegacyRetry = 10 * time.Minute
+	// SnapshotFormatHeader is the response header a receiver of
+	// Raft.StreamSnapshot sends before it reads the stream.
+	SnapshotFormatHeader = "shale-snapshot-format"
+	// snapshotWriteBuffer is the write buffer of a snapshot's connection:
+	// the bytes gRPC gathers into one write(2) (its default is 32 KiB).
+	snapshotWriteBuffer = 1 << 20
 )
 
 // ErrClosed is returned by SendSnapshot after Close.
@@ -116,6 +128,9 @@ type Options struct {
 	// SnapshotChunkSize is the snapshot chunk size. Default (0):
 	// snapshot.DefaultChunkSize (1 MiB).
 	SnapshotChunkSize int
+	// SnapshotParallel is the number of files an interleaved snapshot
+	// streams at once. Default (0): snapshot.DefaultParallel (4).
+	SnapshotParallel int
 	// SnapshotStagingDir is where incoming snapshots are received (one new
 	// directory each) before Handler.HandleSnapshot takes them; put it on
 	// the same filesystem as the data so the handler can rename the
@@ -215,9 +230,10 @@ type counters struct {
 // its Raft service with Register, and stop it with Close. All methods are
 // safe for concurrent use.
 type Transport struct {
-	opts     Options
-	log      *slog.Logger
-	dialOpts []grpc.DialOption
+	opts             Options
+	log              *slog.Logger
+	dialOpts         []grpc.DialOption
+	snapshotDialOpts []grpc.DialOption // added for a snapshot's connection
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -225,7 +241,8 @@ type Transport struct {
 	mu     sync.Mutex
 	closed bool
 	peers  map[uint64]*peer
-	wg     sync.WaitGroup // every goroutine and call Close waits for
+	legacy map[uint64]time.Time // nodes that refused interleaved snapshots, when
+	wg     sync.WaitGroup       // every goroutine and call Close waits for
 
 	c counters
 
@@ -295,12 +312,13 @@ func New(opts Options) *Transport {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{
-		opts:     opts,
-		log:      opts.Logger.With("component", "grpctransport", "node", opts.NodeID),
-		dialOpts: dialOpts,
-		ctx:      ctx,
-		cancel:   cancel,
-		peers:    make(map[uint64]*peer),
+		opts:             opts,
+		log:              opts.Logger.With("component", "grpctransport", "node", opts.NodeID),
+		dialOpts:         dialOpts,
+		snapshotDialOpts: []grpc.DialOption{grpc.WithWriteBufferSize(snapshotWriteBuffer)},
+		ctx:              ctx,
+		cancel:           cancel,
+		peers:            make(map[uint64]*peer),
 	}
 }
 
@@ -439,7 +457,7 @@ func (t *Transport) Close() error {
 }
 
 // dial opens a client connection to nodeID's current address.
-func (t *Transport) dial(nodeID uint64) (*grpc.ClientConn, string, error) {
+func (t *Transport) dial(nodeID uint64, extra ...grpc.DialOption) (*grpc.ClientConn, string, error) {
 	if t.opts.Resolve == nil {
 		return nil, "", errors.New("grpctransport: Options.Resolve is nil")
 	}
@@ -447,7 +465,7 @@ func (t *Transport) dial(nodeID uint64) (*grpc.ClientConn, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("resolve node %d: %w", nodeID, err)
 	}
-	conn, err := grpc.NewClient(addr, t.dialOpts...)
+	conn, err := grpc.NewClient(addr, append(slices.Clip(t.dialOpts), extra...)...)
 	if err != nil {
 		return nil, addr, fmt.Errorf("dial node %d at %s: %w", nodeID, addr, err)
 	}

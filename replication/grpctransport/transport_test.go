@@ -115,6 +115,7 @@ type node struct {
 	h        *recorder
 	staging  string
 	stopOnce sync.Once
+	older    *olderRaftServer // set by TestSnapshotFormats
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -142,6 +143,18 @@ func (c *cluster) resolve(id uint64) (string, error) {
 // here; ClusterID defaults to "test").
 func (c *cluster) start(id uint64, addr string, opts Options) *node {
 	c.t.Helper()
+	return c.startOn(id, addr, opts, func(n *node, srv *grpc.Server) { n.tr.Register(srv, n.h) })
+}
+
+// startWith starts node id with default options on a new port, its Raft
+// service registered on srv by register instead of Transport.Register.
+func (c *cluster) startWith(id uint64, register func(n *node, srv *grpc.Server)) *node {
+	c.t.Helper()
+	return c.startOn(id, "", Options{}, register)
+}
+
+func (c *cluster) startOn(id uint64, addr string, opts Options, register func(n *node, srv *grpc.Server)) *node {
+	c.t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -166,7 +179,7 @@ func (c *cluster) start(id uint64, addr string, opts Options) *node {
 		opts.SnapshotStagingDir = filepath.Join(c.t.TempDir(), "staging")
 	}
 	n := &node{id: id, tr: New(opts), srv: grpc.NewServer(ServerOptions()...), lis: lis, h: &recorder{}, staging: opts.SnapshotStagingDir}
-	n.tr.Register(n.srv, n.h)
+	register(n, n.srv)
 	go func() { _ = n.srv.Serve(lis) }()
 	c.mu.Lock()
 	c.addrs[id] = lis.Addr().String()
