@@ -37,6 +37,7 @@ func contains(d *shalev1.ShardDescriptor, key []byte) bool {
 // route finds the shard for a request: the addressed one (checked against
 // the epoch and key), or the local shard holding key.
 func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
+	n.fg.request()
 	if id := h.GetShardId(); id != 0 {
 		r := n.store.Replica(id)
 		sm := n.Shard(id)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -78,8 +79,10 @@ type Node struct {
 	// records is the record cache of the node's shards (nil: none).
 	records *shard.RecordCache
 	// snapLimiter paces what the node sends of its checkpoints: Raft
-	// snapshots and backups share it.
+	// snapshots and backups share it. It paces only while fg says the
+	// node is busy, unless Config.SnapshotRateAlways.
 	snapLimiter *snapshot.Limiter
+	fg          *foreground
 	logDB       *storage.DB
 	store       *replication.Store
 	transport   *grpctransport.Transport
@@ -272,11 +275,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: open raft log engine: %w", err)
 	}
+	// Under the raft log's lock: no other process uses this directory.
+	if err := n.clearSnapshotStaging(); err != nil {
+		return nil, err
+	}
 	n.lis, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
 	}
-	n.snapLimiter = snapshot.NewLimiter(cfg.SnapshotRateBytes)
+	n.fg = &foreground{syncs: func(window time.Duration) int { return n.store.LogSyncs(window, time.Hour).Finished }, log: n.log}
+	n.snapLimiter = snapshot.NewIdleAwareLimiter(cfg.SnapshotRateBytes, n.fg.Busy)
+	if cfg.SnapshotRateAlways {
+		n.snapLimiter = snapshot.NewLimiter(cfg.SnapshotRateBytes)
+	}
 	n.transport = grpctransport.New(grpctransport.Options{
 		NodeID:                meta.NodeID,
 		ClusterID:             meta.ClusterID,
@@ -575,6 +586,34 @@ func (n *Node) httpClientCertGate(next http.Handler) http.Handler {
 // --- shards ---
 
 // shardsDir holds the node's shard engines, each in shard.Dir(shardsDir, ID).
+// clearSnapshotStaging removes what a previous run of the node left in
+// snapshots/: snapshots it was receiving (snapshots/in, half-written if it
+// was killed) and checkpoints it was sending (snapshots/out, which pin old
+// SSTs through their hard links). Nothing there outlives a run: a transfer
+// cut short by a restart is retried from scratch, and only a snapshot that
+// arrived whole and verified is ever installed.
+func (n *Node) clearSnapshotStaging() error {
+	for _, sub := range []string{"in", "out"} {
+		dir := filepath.Join(n.cfg.DataDir, "snapshots", sub)
+		ents, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("server: clear %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("server: clear %s: %w", dir, err)
+			}
+		}
+		if len(ents) > 0 {
+			n.log.Info("removed what an earlier run left of snapshot transfers", "dir", dir, "entries", len(ents))
+		}
+	}
+	return nil
+}
+
 func (n *Node) shardsDir() string { return filepath.Join(n.cfg.DataDir, "shards") }
 
 func (n *Node) shardDir(id uint64) string { return shard.Dir(n.shardsDir(), id) }

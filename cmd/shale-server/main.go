@@ -33,34 +33,34 @@ func main() {
 }
 
 type flags struct {
-	dataDir, listen, advertise, httpAddr    string
-	initialCluster, clusterName, join, zone string
-	initialSplits                           string
-	restoreFrom, restoreBackup, restoreAsOf string
-	nodeID                                  uint64
-	replicationFactor                       int
-	maxKey, maxValue, maxBatchOps, maxBatch int
-	requestTimeout, tickInterval            time.Duration
-	shutdownDrain, maxClockOffset           time.Duration
-	slowDiskThreshold                       time.Duration
-	diskLatencyFile                         string
-	watchProgressInterval                   time.Duration
-	watchQueueBytes                         int
-	electionTicks                           int
-	leaseReads, noQuiesce                   bool
-	snapshotRate, blockCache, recordCache   int64
-	grpcWindow, grpcConnWindow              int32
-	deadNodeTimeout, pinDuration            time.Duration
-	mergeSize                               int64
-	mergeDelay                              time.Duration
-	maxMovesPerNode, maxMoves               int
-	splitSize                               int64
-	shardMemTable, splitQPS                 int
-	logLevel, logFormat, clockOffsetFile    string
-	tls                                     tlsFlags
-	tracing                                 tracingFlags
-	authTokenTTL                            time.Duration
-	passwordCost                            int
+	dataDir, listen, advertise, httpAddr      string
+	initialCluster, clusterName, join, zone   string
+	initialSplits                             string
+	restoreFrom, restoreBackup, restoreAsOf   string
+	nodeID                                    uint64
+	replicationFactor                         int
+	maxKey, maxValue, maxBatchOps, maxBatch   int
+	requestTimeout, tickInterval              time.Duration
+	shutdownDrain, maxClockOffset             time.Duration
+	slowDiskThreshold                         time.Duration
+	diskLatencyFile                           string
+	watchProgressInterval                     time.Duration
+	watchQueueBytes                           int
+	electionTicks                             int
+	leaseReads, noQuiesce, snapshotRateAlways bool
+	snapshotRate, blockCache, recordCache     int64
+	grpcWindow, grpcConnWindow                int32
+	deadNodeTimeout, pinDuration              time.Duration
+	mergeSize                                 int64
+	mergeDelay                                time.Duration
+	maxMovesPerNode, maxMoves                 int
+	splitSize                                 int64
+	shardMemTable, splitQPS                   int
+	logLevel, logFormat, clockOffsetFile      string
+	tls                                       tlsFlags
+	tracing                                   tracingFlags
+	authTokenTTL                              time.Duration
+	passwordCost                              int
 }
 
 // tlsFlags are the transport security flags (docs/shale-server.md, "TLS").
@@ -123,7 +123,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.IntVar(&f.electionTicks, "election-ticks", 10, "Raft election timeout, in ticks")
 	fl.BoolVar(&f.leaseReads, "lease-reads", false, "serve linearizable reads from the leader's lease instead of ReadIndex (relies on bounded clock drift)")
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
-	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", 64<<20, "outgoing snapshot bandwidth limit, bytes per second")
+	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", server.DefaultSnapshotRateBytes, "bandwidth limit of the node's outgoing snapshots and backups together, bytes per second, while it serves client requests or replicated writes (negative: no limit)")
+	fl.BoolVar(&f.snapshotRateAlways, "snapshot-rate-always", false, "apply --snapshot-rate-bytes on an idle node too (by default a node that served no client request and few replicated writes in the last second sends unpaced)")
 	fl.Int64Var(&f.blockCache, "block-cache-bytes", 256<<20, "block cache shared by the node's engines")
 	fl.Int64Var(&f.recordCache, "record-cache-bytes", 64<<20, "record cache shared by the node's shards: recently written records, so that the next write to the key reads no engine (-1: none)")
 	fl.IntVar(&f.splitQPS, "split-qps", 2500, "requests per second above which (for 5 s) a shard splits at its median requested key (negative: no load-based splits)")
@@ -297,6 +298,7 @@ func run(ctx context.Context, f flags) error {
 		LeaseReads:               f.leaseReads,
 		DisableQuiescence:        f.noQuiesce,
 		SnapshotRateBytes:        f.snapshotRate,
+		SnapshotRateAlways:       f.snapshotRateAlways,
 		BlockCacheBytes:          f.blockCache,
 		RecordCacheBytes:         f.recordCache,
 		SplitSizeBytes:           f.splitSize,
