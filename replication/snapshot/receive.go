@@ -378,7 +378,7 @@ func (rc *receiver) release(n int) {
 // returns nil without finishing the file when the receive fails elsewhere.
 func (rc *receiver) write(w *fileWriter) error {
 	f := rc.files[w.index]
-	out, err := os.OpenFile(filepath.Join(rc.dir, f.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := createFile(filepath.Join(rc.dir, f.Name))
 	if err != nil {
 		return fmt.Errorf("snapshot: create %q: %w", f.Name, err)
 	}
