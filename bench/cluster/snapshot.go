@@ -82,15 +82,15 @@ type SnapshotResult struct {
 	SnapshotSeconds  float64 `json:"snapshot_s"`
 	SnapshotAttempts int     `json:"snapshot_attempts"`
 	// SnapshotBytes is the shard's directory on the new node after the
-	// move (allocated bytes); SnapshotMBps is SnapshotBytes over
-	// SnapshotSeconds (MB/s, 10^6 bytes) and SnapshotOverDisk that over
-	// DiskWriteMBps.
+	// move (allocated bytes; it varies with what the new engine compacted
+	// by then); SnapshotMBps is ShardBytes over SnapshotSeconds (MB/s,
+	// 10^6 bytes) and SnapshotOverDisk that over DiskWriteMBps.
 	SnapshotBytes    int64   `json:"snapshot_bytes"`
 	SnapshotMBps     float64 `json:"snapshot_mb_s"`
 	SnapshotOverDisk float64 `json:"snapshot_over_disk"`
 	// SenderCPUSeconds and ReceiverCPUSeconds are the two processes' CPU
 	// time (user + system) over the move; CPUSecondsPerGB is their sum
-	// per GB (10^9 bytes) of SnapshotBytes.
+	// per GB (10^9 bytes) of ShardBytes.
 	SenderCPUSeconds   float64 `json:"sender_cpu_s"`
 	ReceiverCPUSeconds float64 `json:"receiver_cpu_s"`
 	CPUSecondsPerGB    float64 `json:"cpu_s_per_gb"`
@@ -251,13 +251,13 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig) (r SnapshotResult) {
 	}
 	r.SnapshotSeconds, r.SnapshotAttempts = round(took.Seconds(), 3), attempts
 	if took > 0 {
-		r.SnapshotMBps = round(float64(r.SnapshotBytes)/1e6/took.Seconds(), 1)
+		r.SnapshotMBps = round(float64(r.ShardBytes)/1e6/took.Seconds(), 1)
 		if r.DiskWriteMBps > 0 {
 			r.SnapshotOverDisk = round(r.SnapshotMBps/r.DiskWriteMBps, 3)
 		}
 	}
-	if r.SnapshotBytes > 0 {
-		r.CPUSecondsPerGB = round((r.SenderCPUSeconds+r.ReceiverCPUSeconds)/(float64(r.SnapshotBytes)/1e9), 2)
+	if r.ShardBytes > 0 {
+		r.CPUSecondsPerGB = round((r.SenderCPUSeconds+r.ReceiverCPUSeconds)/(float64(r.ShardBytes)/1e9), 2)
 	}
 	return r
 }
@@ -462,7 +462,8 @@ func WriteSnapshotReport(w io.Writer, r SnapshotResult) {
 		fmt.Fprintf(w, "move:      node %d -> node %d (snapshot from node %d) in %.2f s\n", r.FromNode, r.ToNode, r.SenderNode, r.MoveSeconds)
 	}
 	if r.SnapshotSeconds > 0 {
-		fmt.Fprintf(w, "snapshot:  %.0f MB in %.2f s (%d attempts) = %.1f MB/s", float64(r.SnapshotBytes)/1e6, r.SnapshotSeconds, r.SnapshotAttempts, r.SnapshotMBps)
+		fmt.Fprintf(w, "snapshot:  %.0f MB (shard size; %.0f MB on the new node's disk after the move) in %.2f s (%d attempts) = %.1f MB/s",
+			float64(r.ShardBytes)/1e6, float64(r.SnapshotBytes)/1e6, r.SnapshotSeconds, r.SnapshotAttempts, r.SnapshotMBps)
 		if r.DiskWriteMBps > 0 {
 			fmt.Fprintf(w, " = %.2fx the disk's sequential write", r.SnapshotOverDisk)
 		}

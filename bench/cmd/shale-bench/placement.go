@@ -50,8 +50,8 @@ with one user shard, loads --snapshot-bytes of random --value-size values into
 it, starts a fourth node, and moves the shard's replica on a follower's node
 onto it (Admin MoveReplica): the shard's leader streams it one Raft snapshot.
 It reports the snapshot's time as the sender logs it ("snapshot sent ...
-took", from the checkpoint to the receiver's install), the shard's bytes on
-the new node over that time against the disk's sequential write speed, the
+took", from the checkpoint to the receiver's install), the shard's size over
+that time against the disk's sequential write speed, the
 whole move's time, and the CPU time of the sending and the receiving process
 over the move per GB moved. --snapshot-profile DIR saves CPU profiles and
 execution traces of both (sender.pprof, receiver.pprof, sender.trace,
