@@ -2,8 +2,8 @@ package replication
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +91,7 @@ func TestProposalSpans(t *testing.T) {
 		t.Fatalf("an untraced proposal made %d spans: %v", len(got), got.Snapshots())
 	}
 
+	before := r.Status().Applied // at most the untraced entry's index (it may lag)
 	rctx, root := tp.Tracer("test").Start(ctx, "request")
 	if _, err := r.Propose(rctx, []byte("b=2")); err != nil {
 		t.Fatal(err)
@@ -118,15 +119,28 @@ func TestProposalSpans(t *testing.T) {
 			t.Errorf("%s's parent is %s, want %s (%s)", child, got, want, parent)
 		}
 	}
-	applied := r.Status().Applied
+	// Both spans name the traced entry's index: past the entries before
+	// it, and applied (the replica's status reports applied indexes a
+	// little after the apply, so wait for it).
+	index := attrMap(byName["shale.raft.propose"].Attributes)["shale.raft.index"]
 	for _, name := range []string{"shale.raft.propose", "shale.raft.apply"} {
 		attrs := attrMap(byName[name].Attributes)
 		if attrs["shale.shard.id"] != "1" {
 			t.Errorf("%s: shale.shard.id = %q, want 1", name, attrs["shale.shard.id"])
 		}
-		if attrs["shale.raft.index"] != fmt.Sprint(applied) {
-			t.Errorf("%s: shale.raft.index = %q, want %d (the last applied entry)", name, attrs["shale.raft.index"], applied)
+		if attrs["shale.raft.index"] != index {
+			t.Errorf("%s: shale.raft.index = %q, the proposal's is %q", name, attrs["shale.raft.index"], index)
 		}
+	}
+	idx, err := strconv.ParseUint(index, 10, 64)
+	if err != nil || idx <= before {
+		t.Fatalf("shale.raft.index = %q, want an index above %d (applied before the proposal)", index, before)
+	}
+	for deadline := time.Now().Add(5 * time.Second); r.Status().Applied < idx; {
+		if time.Now().After(deadline) {
+			t.Fatalf("shale.raft.index %d was never applied (applied %d)", idx, r.Status().Applied)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	for id, sm := range sms {
 		want := 0
