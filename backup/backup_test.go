@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -507,5 +508,86 @@ func TestLaggingFollowerNotCopied(t *testing.T) {
 	}
 	if !errors.Is(err, io.EOF) || last < want {
 		t.Fatalf("after healing, the follower's log ends at %d (the leader applied %d before): %v", last, want, err)
+	}
+}
+
+// countingCluster counts the BackupShard streams open at once; each stream's
+// first Recv waits a moment, so that copies that can overlap do.
+type countingCluster struct {
+	*client.Client
+	mu        sync.Mutex
+	open, max int
+}
+
+func (c *countingCluster) BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error) {
+	s, err := c.Client.BackupShard(ctx, nodeID, shardID, skip)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.open++
+	c.max = max(c.max, c.open)
+	c.mu.Unlock()
+	return &countedStream{Admin_BackupShardClient: s, c: c}, nil
+}
+
+type countedStream struct {
+	shalev1.Admin_BackupShardClient
+	c            *countingCluster
+	first, ended bool
+}
+
+func (s *countedStream) Recv() (*shalev1.SnapshotChunk, error) {
+	if !s.first {
+		s.first = true
+		time.Sleep(200 * time.Millisecond)
+	}
+	ch, err := s.Admin_BackupShardClient.Recv()
+	if err != nil && !s.ended {
+		s.ended = true
+		s.c.mu.Lock()
+		s.c.open--
+		s.c.mu.Unlock()
+	}
+	return ch, err
+}
+
+// TestCreateCopiesShardsInParallel: Create copies up to Parallel shards'
+// parts at once (each from its own stream), one at a time with Parallel 1,
+// and the backups are the same.
+func TestCreateCopiesShardsInParallel(t *testing.T) {
+	_, cl := startCluster(t)
+	put(t, cl, 50, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var sums []string
+	for _, parallel := range []int{1, 4} {
+		loc, err := backup.Open(ctx, t.TempDir(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := &countingCluster{Client: cl}
+		m, st, err := backup.Create(ctx, cc, loc, backup.CreateOptions{ID: "b", Parallel: parallel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(parallel, len(m.Shards))
+		if cc.max != want || cc.open != 0 {
+			t.Fatalf("Parallel %d: %d streams at most (want %d), %d left open", parallel, cc.max, want, cc.open)
+		}
+		if st.Checkpoints != len(m.Shards) || st.FilesCopied == 0 {
+			t.Fatalf("Parallel %d: stats %+v for %d parts", parallel, st, len(m.Shards))
+		}
+		if _, err := backup.Verify(ctx, loc, "b", nil); err != nil {
+			t.Fatal(err)
+		}
+		var sum strings.Builder
+		for _, p := range m.Shards {
+			fmt.Fprintf(&sum, "%d:%q-%q;", p.ShardID, p.Start, p.End)
+		}
+		sums = append(sums, sum.String())
+	}
+	if sums[0] != sums[1] {
+		t.Fatalf("the parts differ:\n%s\n%s", sums[0], sums[1])
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -47,9 +49,16 @@ type CreateOptions struct {
 	// it applied since (its log, from any replica); the others, and those
 	// whose log no longer reaches back, get a new checkpoint.
 	Base string
-	// Progress, if set, is called after every shard's part.
+	// Progress, if set, is called after every shard's part (from the
+	// goroutines copying the parts, one call at a time).
 	Progress func(Progress)
+	// Parallel is how many shards' parts are copied at once, each from its
+	// own node's stream. Default (0): DefaultParallel.
+	Parallel int
 }
+
+// DefaultParallel is the default CreateOptions.Parallel.
+const DefaultParallel = 4
 
 // Progress reports a backup under way.
 type Progress struct {
@@ -69,6 +78,16 @@ type CreateStats struct {
 	// those extended from the base backup with their log (incremental),
 	// and LogEntries the entries those logs held.
 	Checkpoints, Logs, LogEntries int
+}
+
+func (s *CreateStats) add(o CreateStats) {
+	s.FilesCopied += o.FilesCopied
+	s.FilesSkipped += o.FilesSkipped
+	s.BytesCopied += o.BytesCopied
+	s.BytesSkipped += o.BytesSkipped
+	s.Checkpoints += o.Checkpoints
+	s.Logs += o.Logs
+	s.LogEntries += o.LogEntries
 }
 
 // Create takes a full backup of the cluster cl reaches into loc: every
@@ -136,34 +155,15 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 			lastErr = fmt.Errorf("list shards: %w", err)
 			continue
 		}
-		needed := 0
+		var todo []*shalev1.ShardStatus
 		for _, s := range shards {
 			d := s.GetDescriptor_()
-			if d.GetRetired() {
-				continue
-			}
-			if _, ok := parts[d.GetShardId()]; !ok {
-				needed++
+			if _, ok := parts[d.GetShardId()]; !ok && !d.GetRetired() {
+				todo = append(todo, s)
 			}
 		}
-		total := len(parts) + needed
-		for _, s := range shards {
-			d := s.GetDescriptor_()
-			if _, ok := parts[d.GetShardId()]; ok || d.GetRetired() {
-				continue
-			}
-			p, err := copyShard(ctx, cl, loc, s, base[d.GetShardId()], stored, &stats)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, stats, ctx.Err()
-				}
-				lastErr = err
-				continue
-			}
-			parts[d.GetShardId()] = p
-			if opts.Progress != nil {
-				opts.Progress(Progress{ShardsDone: len(parts), Shards: total, BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped})
-			}
+		if err := copyShards(ctx, cl, loc, todo, base, stored, parts, &stats, opts, &lastErr); err != nil {
+			return nil, stats, err
 		}
 		cover, err := coverKeySpace(parts)
 		if err != nil {
@@ -182,6 +182,68 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 		return m, stats, nil
 	}
 	return nil, stats, fmt.Errorf("backup %s failed (incomplete, no manifest written): %w", id, lastErr)
+}
+
+// copyShards copies the parts of the shards in todo, opts.Parallel at a
+// time, into parts, adding to stored and stats; a shard that could not be
+// copied leaves its error in lastErr (the caller reads the shard list again
+// and retries). It returns only ctx's error.
+func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.ShardStatus, base map[uint64]*Part,
+	stored map[string]bool, parts map[uint64]*Part, stats *CreateStats, opts CreateOptions, lastErr *error) error {
+	parallel := opts.Parallel
+	if parallel <= 0 {
+		parallel = DefaultParallel
+	}
+	total := len(parts) + len(todo)
+	var (
+		mu  sync.Mutex // parts, stored, stats, lastErr and Progress calls
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, parallel)
+	)
+	for _, s := range todo {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := s.GetDescriptor_().GetShardId()
+			// A part's files are stored under its shard's own prefix: the
+			// copy works on those alone, and adds them back.
+			prefix := fmt.Sprintf("files/shard-%d/", id)
+			mu.Lock()
+			own := map[string]bool{}
+			for path := range stored {
+				if strings.HasPrefix(path, prefix) {
+					own[path] = true
+				}
+			}
+			mu.Unlock()
+			var st CreateStats
+			p, err := copyShard(ctx, cl, loc, s, base[id], own, &st)
+			mu.Lock()
+			defer mu.Unlock()
+			maps.Copy(stored, own)
+			stats.add(st)
+			if err != nil {
+				if ctx.Err() == nil {
+					*lastErr = err
+				}
+				return
+			}
+			parts[id] = p
+			if opts.Progress != nil {
+				opts.Progress(Progress{ShardsDone: len(parts), Shards: total, BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped})
+			}
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
 }
 
 // coverKeySpace picks, from the parts copied, the system shard's and a set
@@ -416,37 +478,70 @@ type fileReader struct {
 }
 
 func (r *fileReader) Read(p []byte) (int, error) {
-	for len(r.pending) == 0 {
-		if r.sum.n == r.size {
-			return 0, io.EOF
-		}
-		c, err := r.stream.Recv()
-		if err == io.EOF {
-			return 0, fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, r.sum.n, r.size)
-		}
+	if len(r.pending) == 0 {
+		data, err := r.next()
 		if err != nil {
 			return 0, err
-		}
-		data := c.GetData()
-		switch {
-		case c.GetHeader() != nil || c.GetFileIndex() != r.index || c.GetOffset() != r.sum.n:
-			return 0, fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), r.index, r.sum.n)
-		case len(data) == 0 || r.sum.n+uint64(len(data)) > r.size:
-			return 0, fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), r.sum.n, r.size)
-		case crc32.Checksum(data, castagnoli) != c.GetCrc32C():
-			return 0, fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, r.sum.n)
-		}
-		_, _ = r.sum.Write(data)
-		if r.sum.n == r.size {
-			if err := r.sum.check(r.size, r.crc); err != nil {
-				return 0, err
-			}
 		}
 		r.pending = data
 	}
 	n := copy(p, r.pending)
 	r.pending = r.pending[n:]
 	return n, nil
+}
+
+// WriteTo writes the file's bytes to w chunk by chunk, each once checked,
+// with no copy.
+func (r *fileReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		data := r.pending
+		r.pending = nil
+		if len(data) == 0 {
+			var err error
+			if data, err = r.next(); err == io.EOF {
+				return n, nil
+			} else if err != nil {
+				return n, err
+			}
+		}
+		k, err := w.Write(data)
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// next receives the file's next chunk and checks it (and, with its last
+// chunk, the whole file); io.EOF once the file is complete.
+func (r *fileReader) next() ([]byte, error) {
+	if r.sum.n == r.size {
+		return nil, io.EOF
+	}
+	c, err := r.stream.Recv()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: the stream ended at byte %d of %d", ErrCorrupt, r.sum.n, r.size)
+	}
+	if err != nil {
+		return nil, err
+	}
+	data := c.GetData()
+	switch {
+	case c.GetHeader() != nil || c.GetFileIndex() != r.index || c.GetOffset() != r.sum.n:
+		return nil, fmt.Errorf("%w: chunk of file %d at %d, want file %d at %d", ErrCorrupt, c.GetFileIndex(), c.GetOffset(), r.index, r.sum.n)
+	case len(data) == 0 || r.sum.n+uint64(len(data)) > r.size:
+		return nil, fmt.Errorf("%w: chunk of %d bytes at %d of a %d-byte file", ErrCorrupt, len(data), r.sum.n, r.size)
+	case crc32.Checksum(data, castagnoli) != c.GetCrc32C():
+		return nil, fmt.Errorf("%w: chunk at %d: checksum mismatch", ErrCorrupt, r.sum.n)
+	}
+	_, _ = r.sum.Write(data)
+	if r.sum.n == r.size {
+		if err := r.sum.check(r.size, r.crc); err != nil {
+			return nil, err
+		}
+	}
+	return data, nil
 }
 
 // storedFiles lists the files stored in the location whose size matches

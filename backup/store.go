@@ -262,3 +262,27 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// WriteTo hands the reader's bytes to w as the reader has them (a backup
+// stream's chunks, with no copy and in writes of a chunk each: io.Copy
+// would cut them into 32 KiB writes), when the reader can, and checks ctx
+// before each write.
+func (c ctxReader) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := c.r.(io.WriterTo); ok {
+		return wt.WriteTo(ctxWriter{c.ctx, w})
+	}
+	return io.CopyBuffer(w, struct{ io.Reader }{c}, make([]byte, 1<<20))
+}
+
+// ctxWriter stops writing once ctx is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
