@@ -40,8 +40,12 @@ type foreground struct {
 	busy      bool
 }
 
-// request notes a client request routed to one of the node's shards.
+// request notes a client request routed to one of the node's shards (a
+// nil foreground, of a Node made without Start in a test, notes nothing).
 func (f *foreground) request() {
+	if f == nil {
+		return
+	}
 	now := time.Now().UnixNano()
 	if now-f.lastRequest.Load() >= int64(requestStampEvery) {
 		f.lastRequest.Store(now)
