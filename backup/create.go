@@ -195,12 +195,55 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 		parallel = DefaultParallel
 	}
 	total := len(parts) + len(todo)
+	var mu sync.Mutex // parts, stored, stats, lastErr and Progress calls
+	return forEach(ctx, parallel, len(todo), func(ctx context.Context, i int) error {
+		s := todo[i]
+		id := s.GetDescriptor_().GetShardId()
+		// A part's files are stored under its shard's own prefix: the copy
+		// works on those alone, and adds them back.
+		prefix := fmt.Sprintf("files/shard-%d/", id)
+		mu.Lock()
+		own := map[string]bool{}
+		for path := range stored {
+			if strings.HasPrefix(path, prefix) {
+				own[path] = true
+			}
+		}
+		mu.Unlock()
+		var st CreateStats
+		p, err := copyShard(ctx, cl, loc, s, base[id], own, &st)
+		mu.Lock()
+		defer mu.Unlock()
+		maps.Copy(stored, own)
+		stats.add(st)
+		if err != nil {
+			if ctx.Err() == nil {
+				*lastErr = err
+			}
+			return nil
+		}
+		parts[id] = p
+		if opts.Progress != nil {
+			opts.Progress(Progress{ShardsDone: len(parts), Shards: total, BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped})
+		}
+		return nil
+	})
+}
+
+// forEach calls fn(ctx, i) for every i below n, parallel calls at once,
+// and returns once they have all returned: the first error (which cancels
+// the ctx the other calls got, and keeps further calls from starting), or
+// ctx's.
+func forEach(ctx context.Context, parallel, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
-		mu  sync.Mutex // parts, stored, stats, lastErr and Progress calls
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, parallel)
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, max(parallel, 1))
+		once     sync.Once
+		firstErr error
 	)
-	for _, s := range todo {
+	for i := range n {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -212,37 +255,18 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			id := s.GetDescriptor_().GetShardId()
-			// A part's files are stored under its shard's own prefix: the
-			// copy works on those alone, and adds them back.
-			prefix := fmt.Sprintf("files/shard-%d/", id)
-			mu.Lock()
-			own := map[string]bool{}
-			for path := range stored {
-				if strings.HasPrefix(path, prefix) {
-					own[path] = true
-				}
-			}
-			mu.Unlock()
-			var st CreateStats
-			p, err := copyShard(ctx, cl, loc, s, base[id], own, &st)
-			mu.Lock()
-			defer mu.Unlock()
-			maps.Copy(stored, own)
-			stats.add(st)
-			if err != nil {
-				if ctx.Err() == nil {
-					*lastErr = err
-				}
-				return
-			}
-			parts[id] = p
-			if opts.Progress != nil {
-				opts.Progress(Progress{ShardsDone: len(parts), Shards: total, BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped})
+			if err := fn(ctx, i); err != nil {
+				once.Do(func() {
+					firstErr = err
+					cancel()
+				})
 			}
 		}()
 	}
 	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
 	return ctx.Err()
 }
 

@@ -39,6 +39,22 @@ func (l *Location) CopyPart(ctx context.Context, part *Part, dir string) (err er
 	return syncDir(dir)
 }
 
+// CopyParts copies each part into its directory of dirs (as CopyPart) and
+// checks its log (as CheckLog), parallel parts at once. The first failure
+// cancels the other copies and is returned; the directories that were
+// created, copies finished or not, are the caller's to remove.
+func (l *Location) CopyParts(ctx context.Context, parts []*Part, dirs []string, parallel int) error {
+	if len(dirs) != len(parts) {
+		return fmt.Errorf("backup: %d directories for %d parts", len(dirs), len(parts))
+	}
+	return forEach(ctx, parallel, len(parts), func(ctx context.Context, i int) error {
+		if err := l.CopyPart(ctx, parts[i], dirs[i]); err != nil {
+			return err
+		}
+		return l.CheckLog(ctx, parts[i])
+	})
+}
+
 func (l *Location) copyFile(ctx context.Context, f File, dst string, buf []byte) error {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -61,7 +77,9 @@ func (l *Location) readChecked(ctx context.Context, f File, w io.Writer, buf []b
 		return err
 	}
 	defer in.Close()
-	_, err = io.CopyBuffer(w, in, buf)
+	// Hide w's ReadFrom (an *os.File's), which would copy in 32 KiB writes
+	// and ignore buf.
+	_, err = io.CopyBuffer(struct{ io.Writer }{w}, in, buf)
 	return err
 }
 

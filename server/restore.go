@@ -90,10 +90,14 @@ func (n *Node) planRestore(ctx context.Context) (*restorePlan, error) {
 	return p, nil
 }
 
+// restoreParallel is how many parts a founding node copies from a backup
+// at once.
+const restoreParallel = 4
+
 // restoreShards builds this node's replicas of the user shards in descs
 // from the plan's parts: every part's files are copied into the node's
-// staging directory and checked first, then each replica is created from
-// its copy.
+// staging directory and checked first (restoreParallel parts at once),
+// then each replica is created from its copy.
 func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shalev1.ShardDescriptor) (map[uint64]*shard.Shard, error) {
 	staged := map[uint64]string{}
 	defer func() {
@@ -102,6 +106,8 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		}
 	}()
 	asOf := n.cfg.RestoreAsOf
+	var parts []*backup.Part
+	var dirs []string
 	for _, d := range descs {
 		part := p.parts[string(d.GetStartKey())]
 		if part == nil || string(part.End) != string(d.GetEndKey()) {
@@ -116,16 +122,18 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		parts, dirs = append(parts, part), append(dirs, dir)
+		staged[d.GetShardId()] = dir
+	}
+	// Copy restoreParallel parts at once, each read from the location and
+	// written to this node's disk file by file.
+	if len(dirs) > 0 {
+		if err := os.MkdirAll(filepath.Dir(dirs[0]), 0o755); err != nil {
 			return nil, err
 		}
-		if err := p.loc.CopyPart(ctx, part, dir); err != nil {
-			return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
-		}
-		if err := p.loc.CheckLog(ctx, part); err != nil {
-			return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
-		}
-		staged[d.GetShardId()] = dir
+	}
+	if err := p.loc.CopyParts(ctx, parts, dirs, restoreParallel); err != nil {
+		return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 	}
 	out := map[uint64]*shard.Shard{}
 	for _, d := range descs {
