@@ -837,19 +837,21 @@ func TestWipedReplicaHaltsInsteadOfCrashing(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(c.dir, fmt.Sprintf("node%d", victim))); err != nil {
 		t.Fatal(err)
 	}
-	n := c.startNode(victim)
-	// The same replica ID as before, with the empty founding log.
+	// The same replica ID as before, with the empty founding log, on disk
+	// before the node starts: startNode hosts it before the node takes
+	// messages (added after, it raced the leader's heartbeat, which
+	// creates an empty replica on demand: "shard 1 already hosted").
 	desc := &shalev1.ShardDescriptor{ShardId: 1, Epoch: 1, NextReplicaId: 4}
 	for i := uint64(1); i <= 3; i++ {
 		desc.Replicas = append(desc.Replicas, &shalev1.ReplicaDescriptor{NodeId: i, ReplicaId: i})
 	}
-	sm, err := newMemSM(filepath.Join(n.dir, "shard1"), BootstrapState(desc))
-	if err != nil {
+	if _, err := newMemSM(filepath.Join(c.dir, fmt.Sprintf("node%d", victim), "shard1"), BootstrapState(desc)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := n.store.AddReplica(sm)
-	if err != nil {
-		t.Fatal(err)
+	n := c.startNode(victim)
+	r := n.store.Replica(1)
+	if r == nil {
+		t.Fatal("the wiped node does not host shard 1")
 	}
 	// Usually under a second. It took longer than 10 s once in a loaded
 	// fresh-clone CI run (-race, the server and storage packages running
