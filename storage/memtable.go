@@ -182,8 +182,12 @@ func (m *memTable) rangeDelList() *rangedel.List {
 	if l := m.cachedDels.Load(); l != nil {
 		return l
 	}
+	// Whether the memtable was immutable before the list was read, not
+	// after: a list read while the commit leader still wrote may lack its
+	// last tombstones, and must not be cached for every later reader.
+	immutable := m.immutable.Load()
 	l := rangedel.NewList(m.tombstones())
-	if m.immutable.Load() {
+	if immutable {
 		m.cachedDels.Store(l)
 	}
 	return l
