@@ -322,7 +322,7 @@ func (d *DB) startCompactionLocked(c *compact.Compaction) {
 
 func (d *DB) startCompactionWithDone(c *compact.Compaction, done chan error) {
 	for _, in := range c.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			f.Compacting = true
 		}
 	}
@@ -345,7 +345,7 @@ func (d *DB) startCompactionWithDone(c *compact.Compaction, done chan error) {
 // finishCompactionLocked unmarks c's inputs and forgets it.
 func (d *DB) finishCompactionLocked(c *compact.Compaction) {
 	for _, in := range c.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			f.Compacting = false
 		}
 	}
@@ -358,19 +358,15 @@ func (d *DB) finishCompactionLocked(c *compact.Compaction) {
 func (d *DB) runCompaction(c *compact.Compaction, done chan error) {
 	start := time.Now()
 	ve := &manifest.VersionEdit{DeletedFiles: make(map[manifest.DeletedFileEntry]*manifest.FileMetadata)}
-	for i, in := range c.Inputs {
-		level := c.StartLevel
-		if i == 1 {
-			level = c.OutputLevel
-		}
-		for _, f := range in {
-			ve.DeletedFiles[manifest.DeletedFileEntry{Level: level, FileNum: f.FileNum}] = f
+	for _, in := range c.Inputs {
+		for _, f := range in.Files {
+			ve.DeletedFiles[manifest.DeletedFileEntry{Level: in.Level, FileNum: f.FileNum}] = f
 		}
 	}
 	var outs []*manifest.FileMetadata
 	var err error
 	if c.Kind == compact.KindMove {
-		f := c.Inputs[0][0]
+		f := c.StartFiles()[0]
 		moved := &manifest.FileMetadata{
 			FileNum: f.FileNum, Size: f.Size, Smallest: f.Smallest, Largest: f.Largest,
 			SmallestSeq: f.SmallestSeq, LargestSeq: f.LargestSeq, CreationTime: f.CreationTime,
@@ -397,19 +393,15 @@ func (d *DB) runCompaction(c *compact.Compaction, done chan error) {
 		d.setBackgroundErrorLocked(fmt.Errorf("compaction %s: %w", c, err))
 	}
 	if err == nil {
-		var in, out uint64
-		for _, group := range c.Inputs {
-			for _, f := range group {
-				in += f.Size
-			}
-		}
+		in := c.InputBytes()
+		var out uint64
 		for _, o := range outs {
 			out += o.Size
 		}
 		lm := &d.metrics.levels[c.OutputLevel]
 		if c.Kind == compact.KindMove {
 			d.metrics.moves++
-			lm.bytesMoved += c.Inputs[0][0].Size
+			lm.bytesMoved += c.StartFiles()[0].Size
 		} else {
 			d.metrics.compactions++
 			if c.Kind == compact.KindPeriodic {
@@ -440,7 +432,8 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 			_ = ch.Close()
 		}
 	}
-	for i, in := range c.Inputs {
+	for _, lf := range c.Inputs {
+		in := lf.Files
 		if len(in) == 0 {
 			continue
 		}
@@ -452,7 +445,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 			}
 			tombs = append(tombs, ts...)
 		}
-		if i == 0 && c.StartLevel == 0 {
+		if lf.Level == 0 {
 			for _, f := range in {
 				it, err := d.newTableIter(f, nil, nil, false)
 				if err != nil {
@@ -661,6 +654,9 @@ func (d *DB) CompactRange(start, end []byte) error {
 			d.mu.Lock()
 			if err != nil {
 				return err
+			}
+			if d.opts.Compaction == UniversalCompaction {
+				return nil // it merged every sorted run into the last level
 			}
 			if c.OutputLevel == c.StartLevel {
 				break // an in-place rewrite of the last level covers it whole

@@ -104,12 +104,12 @@ func TestConcurrentCompactionsOnDisjointRanges(t *testing.T) {
 func checkDisjoint(a, b *compact.Compaction) error {
 	files := map[manifest.FileNum]bool{}
 	for _, in := range a.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			files[f.FileNum] = true
 		}
 	}
 	for _, in := range b.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			if files[f.FileNum] {
 				return fmt.Errorf("compactions %s and %s share input %s", a, b, f.FileNum)
 			}

@@ -142,6 +142,11 @@ func crashConfigs() []crashConfig {
 			manifestSize: 8 << 10, opts: crashOptions(func(o *Options) {
 				o.MemTable = VectorMemTable
 			})},
+		{name: "universal", writers: 2, batches: 150, phases: 2, syncPct: 15,
+			manifestSize: 8 << 10, opts: crashOptions(func(o *Options) {
+				o.Compaction = UniversalCompaction
+				o.Universal.MaxMergeWidth = 3
+			})},
 	}
 }
 

@@ -764,6 +764,8 @@ func (d *DB) compactOptions() compact.Options {
 		LevelMultiplier:          d.opts.LevelMultiplier,
 		DynamicLevelBytes:        !d.opts.DisableDynamicLevelBytes,
 		MaxConcurrentCompactions: d.opts.MaxConcurrentCompactions,
+		Style:                    d.opts.Compaction,
+		Universal:                d.opts.Universal,
 	}
 	for i := range o.TargetFileSize {
 		o.TargetFileSize[i] = d.opts.Levels[i].TargetFileSize

@@ -159,6 +159,15 @@ func modelOptionSets() []modelOptionSet {
 		{"vector-memtable", small(func(o *Options) {
 			o.MemTable = VectorMemTable
 		})},
+		{"universal", small(func(o *Options) {
+			o.Compaction = UniversalCompaction
+		})},
+		{"universal-narrow-merges", small(func(o *Options) {
+			o.Compaction = UniversalCompaction
+			o.Universal = UniversalOptions{SizeRatio: 20, MaxMergeWidth: 3, MaxSizeAmplificationPercent: 50}
+			o.L0CompactionTrigger = 3
+			o.MaxConcurrentCompactions = 3
+		})},
 		{"periodic-compaction", small(func(o *Options) {
 			// A clock that moves a second each time the DB reads it
 			// (every file written, every scheduling with nothing else

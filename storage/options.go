@@ -161,6 +161,21 @@ type Options struct {
 	// MaxConcurrentCompactions bounds this DB's simultaneous compactions.
 	// Default 2.
 	MaxConcurrentCompactions int
+	// Compaction is the compaction style. LeveledCompaction (the default)
+	// keeps each level below L0 a fixed multiple of the one above: space
+	// amplification near 1.1, each byte rewritten about once per level.
+	// UniversalCompaction treats each L0 file and each non-empty level as
+	// a sorted run and merges runs of similar size whole: fewer rewrites,
+	// at the cost of up to Universal.MaxSizeAmplificationPercent of extra
+	// space before a full compaction, and more runs for a read to check;
+	// L0CompactionTrigger then counts sorted runs, and the level sizing
+	// options (LBaseMaxBytes, LevelMultiplier, DisableDynamicLevelBytes)
+	// only pace writes. A DB may be reopened with the other style: both
+	// keep the same on-disk invariants.
+	Compaction CompactionStyle
+	// Universal tunes UniversalCompaction; zero fields take the defaults
+	// described in UniversalOptions.
+	Universal UniversalOptions
 	// Levels holds per-level SST settings; Levels[0] also applies to flushes.
 	// Zero fields take the defaults described in LevelOptions; a level whose
 	// options are entirely zero inherits the previous level's.
@@ -257,6 +272,7 @@ func (o *Options) ensureDefaults() *Options {
 	if n.LevelMultiplier == 0 {
 		n.LevelMultiplier = 10
 	}
+	n.Universal.EnsureDefaults()
 	if n.MaxConcurrentCompactions == 0 {
 		n.MaxConcurrentCompactions = 2
 	}
@@ -335,6 +351,9 @@ func (o *Options) validate() error {
 	}
 	if o.MemTable != SkiplistMemTable && o.MemTable != VectorMemTable {
 		errs = append(errs, fmt.Errorf("MemTable kind %d unknown", o.MemTable))
+	}
+	if o.Compaction != LeveledCompaction && o.Compaction != UniversalCompaction {
+		errs = append(errs, fmt.Errorf("compaction style %d unknown", o.Compaction))
 	}
 	if o.LevelMultiplier < 2 {
 		errs = append(errs, fmt.Errorf("LevelMultiplier %.1f: need at least 2", o.LevelMultiplier))

@@ -75,6 +75,11 @@ func encodeOptions(o *Options) []byte {
 	kv("level_multiplier", strconv.FormatFloat(o.LevelMultiplier, 'g', -1, 64))
 	kv("dynamic_level_bytes", !o.DisableDynamicLevelBytes)
 	kv("max_concurrent_compactions", o.MaxConcurrentCompactions)
+	kv("compaction_style", o.Compaction)
+	kv("universal_size_ratio", o.Universal.SizeRatio)
+	kv("universal_min_merge_width", o.Universal.MinMergeWidth)
+	kv("universal_max_merge_width", o.Universal.MaxMergeWidth)
+	kv("universal_max_size_amplification_percent", o.Universal.MaxSizeAmplificationPercent)
 	kv("wal_archive_max_bytes", o.WALArchiveMaxBytes)
 	kv("wal_archive_ttl", o.WALArchiveTTL)
 	kv("wal_flush_threshold", o.WALFlushThreshold)
@@ -201,14 +206,7 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 	case "max_memtables":
 		i(&o.MaxMemTables)
 	case "memtable_kind":
-		switch v {
-		case SkiplistMemTable.String():
-			o.MemTable = SkiplistMemTable
-		case VectorMemTable.String():
-			o.MemTable = VectorMemTable
-		default:
-			err = fmt.Errorf("unknown memtable kind %q", v)
-		}
+		o.MemTable, err = parseNamed("memtable kind", v, SkiplistMemTable, VectorMemTable)
 	case "l0_compaction_trigger":
 		i(&o.L0CompactionTrigger)
 	case "l0_slowdown_trigger":
@@ -223,6 +221,16 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		notB(&o.DisableDynamicLevelBytes)
 	case "max_concurrent_compactions":
 		i(&o.MaxConcurrentCompactions)
+	case "compaction_style":
+		o.Compaction, err = parseNamed("compaction style", v, LeveledCompaction, UniversalCompaction)
+	case "universal_size_ratio":
+		i(&o.Universal.SizeRatio)
+	case "universal_min_merge_width":
+		i(&o.Universal.MinMergeWidth)
+	case "universal_max_merge_width":
+		i(&o.Universal.MaxMergeWidth)
+	case "universal_max_size_amplification_percent":
+		i(&o.Universal.MaxSizeAmplificationPercent)
 	case "wal_archive_max_bytes":
 		i64(&o.WALArchiveMaxBytes)
 	case "wal_archive_ttl":
@@ -269,12 +277,19 @@ func setLevelOption(l *LevelOptions, k, v string) error {
 
 // parseCompression is the inverse of Compression.String.
 func parseCompression(s string) (Compression, error) {
-	for _, c := range []Compression{NoCompression, SnappyCompression, ZstdCompression, ZstdDictCompression} {
+	return parseNamed("compression", s, NoCompression, SnappyCompression, ZstdCompression, ZstdDictCompression)
+}
+
+// parseNamed returns the choice whose String is s, or an "unknown what"
+// error.
+func parseNamed[T fmt.Stringer](what, s string, choices ...T) (T, error) {
+	for _, c := range choices {
 		if c.String() == s {
 			return c, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown compression %q", s)
+	var zero T
+	return zero, fmt.Errorf("unknown %s %q", what, s)
 }
 
 // newestOptionsFile returns the name and number of the highest-numbered

@@ -54,6 +54,8 @@ func TestOptionsFileRecordsTheOptions(t *testing.T) {
 	opts.LevelMultiplier = 7.5
 	opts.DisableWritePacing = true
 	opts.PeriodicCompaction = 36 * time.Hour
+	opts.Compaction = UniversalCompaction
+	opts.Universal = UniversalOptions{SizeRatio: 7, MaxMergeWidth: 5}
 	opts.Levels[6].Compression = ZstdCompression
 	opts.Levels[6].FilterBitsPerKey = -1
 	d := apiMustOpen(t, "db", opts)
@@ -182,7 +184,7 @@ func TestOptionsFileCorrupt(t *testing.T) {
 	}{
 		{"a flipped byte", flip(orig, bytes.Index(orig, []byte("memtable_size="))+15)},
 		{"no checksum", orig[:bytes.LastIndex(orig, []byte("checksum="))]},
-		{"an option a later engine added", rechecksum(t, bytes.Replace(orig, []byte("[level 0]\n"), []byte("universal_size_ratio=1\n[level 0]\n"), 1))},
+		{"an option a later engine added", rechecksum(t, bytes.Replace(orig, []byte("[level 0]\n"), []byte("blob_file_size=268435456\n[level 0]\n"), 1))},
 		{"an unknown compression", rechecksum(t, bytes.Replace(orig, []byte("compression=snappy"), []byte("compression=lz4"), 1))},
 	} {
 		corWriteFile(t, fs, "db/"+name, tc.text)

@@ -102,12 +102,15 @@ type Iter interface {
 type Opener func(dir string, s Settings) (Engine, error)
 
 var engines = map[string]Opener{
-	"shale":     openShale,
-	"pebble":    openPebble,
-	"goleveldb": openGoLevelDB,
+	"shale":           openShale,
+	"shale-universal": openShaleUniversal,
+	"pebble":          openPebble,
+	"goleveldb":       openGoLevelDB,
 }
 
-// EngineNames lists the known engines, Shale first.
+// EngineNames lists the engines a run compares by default, Shale first.
+// "shale-universal" (Shale with storage.UniversalCompaction) is known too,
+// and runs when named.
 func EngineNames() []string { return []string{"shale", "pebble", "goleveldb"} }
 
 // OpenEngine opens the named engine in dir.

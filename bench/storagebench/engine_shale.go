@@ -32,7 +32,17 @@ func shaleOptions(s Settings) *storage.Options {
 }
 
 func openShale(dir string, s Settings) (Engine, error) {
+	return openShaleWith(dir, shaleOptions(s))
+}
+
+// openShaleUniversal is openShale with universal compaction (its defaults).
+func openShaleUniversal(dir string, s Settings) (Engine, error) {
 	o := shaleOptions(s)
+	o.Compaction = storage.UniversalCompaction
+	return openShaleWith(dir, o)
+}
+
+func openShaleWith(dir string, o *storage.Options) (Engine, error) {
 	db, err := storage.Open(dir, o)
 	if err != nil {
 		_ = o.Shared.Close()

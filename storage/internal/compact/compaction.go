@@ -49,33 +49,44 @@ func (k Kind) String() string {
 }
 
 // Compaction describes one compaction chosen by a Picker. The picker fills
-// every exported field; the caller owns the value, must set Compacting on all
-// of Inputs[0] and Inputs[1] before the next Pick/PickManual, pass it in
+// every exported field; the caller owns the value, must set Compacting on
+// every file of Inputs before the next Pick/PickManual, pass it in
 // inProgress until it finishes, and clear the flags afterwards.
 //
 // Guarantees at the moment it is returned (for the LevelsView and inProgress
 // it was picked from):
 //   - no input file has Compacting set;
-//   - Inputs[0] is a clean cut of StartLevel: no StartLevel file outside it
-//     shares a user key with it (for L0: no L0 file outside it overlaps its
-//     key range at all, so no older version of an input key is left above);
-//   - Inputs[1] holds every OutputLevel file sharing a user key with the
-//     compaction's key range and is itself a clean cut of OutputLevel;
+//   - the StartLevel inputs are a clean cut of StartLevel: no StartLevel file
+//     outside them shares a user key with them (for L0: no L0 file outside
+//     them overlaps their key range at all, so no older version of an input
+//     key is left above);
+//   - the OutputLevel inputs (OutputFiles) are every OutputLevel file sharing
+//     a user key with the compaction's key range, a clean cut of OutputLevel;
 //   - the key range does not overlap the range of any in-progress compaction
 //     writing the same OutputLevel, and no other compaction starting from L0
-//     is in progress when StartLevel is 0.
+//     is in progress when StartLevel is 0;
+//   - in the Universal style: the inputs are whole sorted runs, consecutive
+//     from newest to oldest, every level between StartLevel and OutputLevel
+//     holds no file outside them, and no in-progress compaction writes
+//     OutputLevel.
 type Compaction struct {
 	// Kind is how to execute the compaction.
 	Kind Kind
 	// StartLevel is the level the compaction reads from; OutputLevel is the
 	// level it writes. OutputLevel is StartLevel+1, except that L0 compacts
 	// into the base level, and a manual compaction of the last level
-	// rewrites it in place (StartLevel == OutputLevel).
+	// rewrites it in place (StartLevel == OutputLevel). In the Universal
+	// style StartLevel is the level of the newest input run and OutputLevel
+	// the level just above the next older run (the last level when none is
+	// left).
 	StartLevel, OutputLevel int
-	// Inputs[0] are the StartLevel files, in level order (newest first for
-	// L0, by key otherwise); Inputs[1] the OutputLevel files, by key. When
-	// StartLevel == OutputLevel, Inputs[1] is empty.
-	Inputs [2][]*manifest.FileMetadata
+	// Inputs are the input files by level, newest level first, each
+	// level's files in level order (newest first for L0, by key otherwise).
+	// Inputs[0] is StartLevel. A leveled compaction has two entries, the
+	// second OutputLevel's (possibly without files), or one when
+	// StartLevel == OutputLevel. A universal compaction has an entry for
+	// every level from StartLevel to OutputLevel that holds input files.
+	Inputs []LevelFiles
 	// Grandparents are the files of OutputLevel+1 overlapping the key range,
 	// by key; ShouldSplitBefore uses them to cut outputs.
 	Grandparents []*manifest.FileMetadata
@@ -108,9 +119,36 @@ type splitState struct {
 	hasLast bool
 }
 
-// InputBytes returns the total size of Inputs[0] and Inputs[1].
+// LevelFiles are a compaction's input files of one level.
+type LevelFiles struct {
+	Level int
+	Files []*manifest.FileMetadata
+}
+
+// StartFiles returns the StartLevel input files (Inputs[0]).
+func (c *Compaction) StartFiles() []*manifest.FileMetadata {
+	if len(c.Inputs) == 0 {
+		return nil
+	}
+	return c.Inputs[0].Files
+}
+
+// OutputFiles returns the OutputLevel files among the inputs (none when
+// StartLevel == OutputLevel or the output level held nothing to merge).
+func (c *Compaction) OutputFiles() []*manifest.FileMetadata {
+	if len(c.Inputs) < 2 || c.Inputs[len(c.Inputs)-1].Level != c.OutputLevel {
+		return nil
+	}
+	return c.Inputs[len(c.Inputs)-1].Files
+}
+
+// InputBytes returns the total size of all input files.
 func (c *Compaction) InputBytes() uint64 {
-	return satAdd(totalSize(c.Inputs[0]), totalSize(c.Inputs[1]))
+	var n uint64
+	for _, in := range c.Inputs {
+		n = satAdd(n, totalSize(in.Files))
+	}
+	return n
 }
 
 // ShouldSplitBefore reports whether the output file being written should be
@@ -167,9 +205,15 @@ func (c *Compaction) ShouldSplitBefore(key []byte, currentOutputSize uint64) boo
 func (c *Compaction) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "L%d->L%d %s score=%.2f [", c.StartLevel, c.OutputLevel, c.Kind, c.Score)
-	writeFiles(&b, c.Inputs[0])
-	b.WriteString("]+[")
-	writeFiles(&b, c.Inputs[1])
+	for i, in := range c.Inputs {
+		if i > 0 {
+			b.WriteString("]+[")
+		}
+		writeFiles(&b, in.Files)
+	}
+	if len(c.Inputs) < 2 {
+		b.WriteString("]+[")
+	}
 	fmt.Fprintf(&b, "] %s-%s", c.Smallest, c.Largest)
 	if c.Bottommost {
 		b.WriteString(" bottommost")

@@ -57,7 +57,7 @@ func (s *ddState) register(c *Compaction) int {
 	s.nextID++
 	s.running[s.nextID] = c
 	for _, in := range c.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			f.Compacting = true
 		}
 	}
@@ -70,7 +70,7 @@ func (s *ddState) finish(id int) {
 		return
 	}
 	for _, in := range c.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			f.Compacting = false
 		}
 	}
@@ -217,15 +217,12 @@ func (s *ddState) describe(c *Compaction, dry bool) string {
 		b.WriteString(" bottommost")
 	}
 	b.WriteString("\n")
-	for i, in := range c.Inputs {
+	for _, lf := range c.Inputs {
+		in := lf.Files
 		if len(in) == 0 {
 			continue
 		}
-		lvl := c.StartLevel
-		if i == 1 {
-			lvl = c.OutputLevel
-		}
-		fmt.Fprintf(&b, "  L%d:", lvl)
+		fmt.Fprintf(&b, "  L%d:", lf.Level)
 		for _, f := range in {
 			fmt.Fprintf(&b, " %s", f.FileNum)
 		}

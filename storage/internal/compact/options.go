@@ -90,6 +90,14 @@ type Options struct {
 	// that write the same level have disjoint key ranges. Default 2;
 	// EnsureDefaults makes it at least 1.
 	MaxConcurrentCompactions int
+	// Style is the compaction style: Leveled (the zero value) or Universal.
+	// With Universal, L0CompactionTrigger counts sorted runs, and the level
+	// sizing fields (LBaseMaxBytes, LevelMultiplier, DynamicLevelBytes,
+	// MaxCompactionBytes) are not used by the picker.
+	Style Style
+	// Universal tunes the Universal style; zero fields take their
+	// defaults.
+	Universal UniversalOptions
 }
 
 // DefaultOptions returns Options with every default applied, including
@@ -139,6 +147,7 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxConcurrentCompactions <= 0 {
 		o.MaxConcurrentCompactions = DefaultMaxConcurrentCompactions
 	}
+	o.Universal.EnsureDefaults()
 }
 
 // maxCompactionBytes is the input cap for compactions writing level out.

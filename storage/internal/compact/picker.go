@@ -1,5 +1,7 @@
-// Package compact chooses leveled compactions: which files of which level to
-// merge into the next level, when, and which compactions may run at once.
+// Package compact chooses compactions: which files of which levels to merge
+// into which level, when, and which compactions may run at once. Two styles
+// exist (Options.Style): Leveled, described here, and Universal, which
+// merges whole sorted runs (see Universal).
 //
 // Level sizing follows the dynamic level size adaptation of the RocksDB
 // space-amplification paper (§3.1): level targets are derived from the size
@@ -193,8 +195,18 @@ func (p *Picker) levelTargets(sizes *[manifest.NumLevels]uint64) (base, ideal in
 // LBaseMaxBytes, except that it is never below the first non-empty level
 // under L0 (L0 data must not be placed below older data); such a raised base
 // level keeps its small computed target and is drained.
+//
+// In the Universal style every target is 0 and the base level is the
+// first non-empty level below L0 (the last level when there is none).
 func (p *Picker) LevelTargets(v *LevelsView) (baseLevel int, targets [manifest.NumLevels]uint64) {
 	st := p.analyze(v)
+	if p.opts.Style == Universal {
+		for l := 1; l < manifest.NumLevels; l++ {
+			if len(st.levels[l]) > 0 || l == lastLevel {
+				return l, targets
+			}
+		}
+	}
 	return st.base, st.targets
 }
 
@@ -206,7 +218,14 @@ func (p *Picker) LevelTargets(v *LevelsView) (baseLevel int, targets [manifest.N
 // the base level only because it is the first non-empty one (see
 // LevelTargets) scores at least 1 while it holds such bytes, so that it
 // drains. Levels above the base level and the last level score 0.
+//
+// In the Universal style only L0 has a score: the number of sorted runs
+// over L0CompactionTrigger, or the size amplification over
+// MaxSizeAmplificationPercent when that is larger.
 func (p *Picker) Scores(v *LevelsView) [manifest.NumLevels]float64 {
+	if p.opts.Style == Universal {
+		return p.universalScores(p.analyze(v))
+	}
 	return p.analyze(v).scores
 }
 
@@ -220,8 +239,15 @@ func (p *Picker) Scores(v *LevelsView) [manifest.NumLevels]float64 {
 // with the proportional share of the next level it overlaps, and pushed down.
 // The result is monotone in the excess and saturates at MaxUint64; it is 0
 // when every level is within target.
+//
+// In the Universal style it is 0 below L0CompactionTrigger sorted runs, and
+// from there the bytes of every run above the oldest, plus the oldest's
+// when size amplification is past its bound.
 func (p *Picker) EstimatedPendingCompactionBytes(v *LevelsView) uint64 {
 	st := p.analyze(v)
+	if p.opts.Style == Universal {
+		return p.universalDebt(st)
+	}
 	var debt, incoming float64
 	if len(st.levels[0]) >= p.opts.L0CompactionTrigger || st.size[0] >= p.opts.LBaseMaxBytes {
 		debt = float64(st.size[0]) + float64(st.size[st.base])
@@ -269,6 +295,10 @@ func (p *Picker) EstimatedPendingCompactionBytes(v *LevelsView) uint64 {
 // compaction's range when that adds no output-level file and stays within
 // the cap. A single-file input with no output-level overlap and at most
 // MaxGrandparentOverlapBytes of grandparent overlap is returned as KindMove.
+//
+// In the Universal style Pick merges whole sorted runs instead (see
+// pickUniversal); the promises on inputs, levels written and concurrency
+// hold alike.
 func (p *Picker) Pick(v *LevelsView, inProgress []*Compaction) *Compaction {
 	if v == nil {
 		return nil
@@ -277,6 +307,9 @@ func (p *Picker) Pick(v *LevelsView, inProgress []*Compaction) *Compaction {
 		return nil
 	}
 	st := p.analyze(v)
+	if p.opts.Style == Universal {
+		return p.pickUniversal(st, inProgress)
+	}
 	order := make([]int, 0, lastLevel)
 	for l := 0; l < lastLevel; l++ {
 		if st.scores[l] >= 1 {
@@ -415,20 +448,20 @@ func (p *Picker) pickLevel(st *levelState, level int, inProgress []*Compaction) 
 // its full key range when that pulls in no further output-level file and the
 // total stays within the cap: the extra files ride along for free.
 func (p *Picker) grow(st *levelState, c *Compaction, inProgress []*Compaction) *Compaction {
-	if c.Kind != KindDefault || len(c.Inputs[1]) == 0 || c.StartLevel == 0 {
+	if c.Kind != KindDefault || len(c.OutputFiles()) == 0 || c.StartLevel == 0 {
 		return c
 	}
 	files := st.levels[c.StartLevel]
 	lo, hi, _ := expandSorted(files, c.span())
 	grown := files[lo:hi]
-	if len(grown) <= len(c.Inputs[0]) || anyCompacting(grown) {
+	if len(grown) <= len(c.StartFiles()) || anyCompacting(grown) {
 		return c
 	}
-	if satAdd(totalSize(grown), totalSize(c.Inputs[1])) > p.opts.maxCompactionBytes(c.OutputLevel) {
+	if satAdd(totalSize(grown), totalSize(c.OutputFiles())) > p.opts.maxCompactionBytes(c.OutputLevel) {
 		return c
 	}
 	g, ok := p.build(st, c.StartLevel, c.OutputLevel, grown, inProgress, KindDefault)
-	if !ok || len(g.Inputs[1]) != len(c.Inputs[1]) {
+	if !ok || len(g.OutputFiles()) != len(c.OutputFiles()) {
 		return c
 	}
 	return g
@@ -445,18 +478,20 @@ func (p *Picker) build(
 		return nil, false
 	}
 	c := &Compaction{Kind: kind, StartLevel: start, OutputLevel: out}
-	c.Inputs[0] = slices.Clone(startFiles)
+	c.Inputs = []LevelFiles{{Level: start, Files: slices.Clone(startFiles)}}
+	var outFiles []*manifest.FileMetadata
 	if out != start {
 		smallest, largest, _ := keyBounds(startFiles)
 		lo, hi, _ := expandSorted(st.levels[out], spanOfKeys(smallest, largest))
 		if hi > lo {
-			c.Inputs[1] = slices.Clone(st.levels[out][lo:hi])
+			outFiles = slices.Clone(st.levels[out][lo:hi])
 		}
-		if anyCompacting(c.Inputs[1]) {
+		if anyCompacting(outFiles) {
 			return nil, false
 		}
+		c.Inputs = append(c.Inputs, LevelFiles{Level: out, Files: outFiles})
 	}
-	c.Smallest, c.Largest, _ = keyBounds(c.Inputs[0], c.Inputs[1])
+	c.Smallest, c.Largest, _ = keyBounds(startFiles, outFiles)
 	s := c.span()
 	if conflicts(inProgress, start, out, s) {
 		return nil, false
@@ -476,7 +511,7 @@ func (p *Picker) build(
 	}
 	c.MaxOutputFileSize = p.opts.TargetFileSize[out]
 	c.MaxGrandparentOverlapBytes = satMul(c.MaxOutputFileSize, GrandparentOverlapFactor)
-	if kind == KindDefault && start != out && len(c.Inputs[0]) == 1 && len(c.Inputs[1]) == 0 &&
+	if kind == KindDefault && start != out && len(startFiles) == 1 && len(outFiles) == 0 &&
 		totalSize(c.Grandparents) <= c.MaxGrandparentOverlapBytes {
 		c.Kind = KindMove
 	}
@@ -515,6 +550,9 @@ func (p *Picker) PickPeriodic(v *LevelsView, inProgress []*Compaction, cutoff in
 		return cmp.Compare(a.f.CreationTime, b.f.CreationTime)
 	})
 	st := p.analyze(v)
+	if p.opts.Style == Universal {
+		return p.pickUniversalPeriodic(st, inProgress, cutoff)
+	}
 	for _, c := range old {
 		files := st.levels[c.level]
 		s := spanOfKeys(c.f.Smallest, c.f.Largest)
@@ -578,6 +616,9 @@ func (p *Picker) PickManual(
 	}
 	s := span{start: start, end: end, unboundedStart: start == nil, unboundedEnd: end == nil}
 	st := p.analyze(v)
+	if p.opts.Style == Universal {
+		return p.pickUniversalManual(st, level, s, inProgress)
+	}
 	files := st.levels[level]
 
 	var inputs []*manifest.FileMetadata

@@ -170,16 +170,17 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 	if manual != (c.Kind == KindManual) {
 		fail("kind %s (manual=%v)", c.Kind, manual)
 	}
-	if len(c.Inputs[0]) == 0 {
+	if len(c.StartFiles()) == 0 {
 		fail("no start inputs")
 	}
-	if c.StartLevel == c.OutputLevel && len(c.Inputs[1]) > 0 {
+	if c.StartLevel == c.OutputLevel && len(c.Inputs) > 1 {
 		fail("in-place compaction with output inputs")
 	}
 	seen := map[*manifest.FileMetadata]bool{}
-	levelOf := [2]int{c.StartLevel, c.OutputLevel}
-	for i, in := range c.Inputs {
-		for _, f := range in {
+	var inputs []*manifest.FileMetadata
+	for _, in := range c.Inputs {
+		inputs = append(inputs, in.Files...)
+		for _, f := range in.Files {
 			if f.Compacting {
 				fail("picked compacting file %s", f)
 			}
@@ -187,12 +188,11 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 				fail("duplicate input %s", f)
 			}
 			seen[f] = true
-			if indexOf(v.Levels[levelOf[i]], f) < 0 {
-				fail("input %s not in L%d", f, levelOf[i])
+			if indexOf(v.Levels[in.Level], f) < 0 {
+				fail("input %s not in L%d", f, in.Level)
 			}
 		}
 	}
-	inputs := slices.Concat(c.Inputs[0], c.Inputs[1])
 
 	// Key range.
 	for _, f := range inputs {
@@ -214,7 +214,7 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 		if seen[g] {
 			continue
 		}
-		for _, f := range c.Inputs[0] {
+		for _, f := range c.StartFiles() {
 			if !refOverlap(f, g) {
 				continue
 			}
@@ -279,7 +279,7 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 			fail("writes L%d over the range of running %s", c.OutputLevel, r)
 		}
 		for _, in := range r.Inputs {
-			for _, f := range in {
+			for _, f := range in.Files {
 				if seen[f] {
 					fail("shares input %s with running %s", f, r)
 				}
@@ -295,7 +295,7 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 		}
 	}
 	if c.Kind == KindMove {
-		if len(c.Inputs[0]) != 1 || len(c.Inputs[1]) != 0 || c.StartLevel == c.OutputLevel ||
+		if len(c.StartFiles()) != 1 || len(c.OutputFiles()) != 0 || c.StartLevel == c.OutputLevel ||
 			totalSize(c.Grandparents) > c.MaxGrandparentOverlapBytes {
 			fail("invalid move")
 		}
@@ -307,7 +307,7 @@ func checkCompaction(t *testing.T, p *Picker, v *LevelsView, c *Compaction, inPr
 
 func markCompacting(c *Compaction, on bool) {
 	for _, in := range c.Inputs {
-		for _, f := range in {
+		for _, f := range in.Files {
 			f.Compacting = on
 		}
 	}
@@ -358,7 +358,7 @@ func TestRandomPickInvariants(t *testing.T) {
 				s := span{start: start, end: end, unboundedStart: start == nil, unboundedEnd: end == nil}
 				if level == 0 || level == lastLevel {
 					for _, f := range v.Levels[level] {
-						if fileSpan(f).overlaps(s) && indexOf(c.Inputs[0], f) < 0 {
+						if fileSpan(f).overlaps(s) && indexOf(c.StartFiles(), f) < 0 {
 							t.Fatalf("%s: misses %s in range", c, f)
 						}
 					}
@@ -401,7 +401,7 @@ func TestSimulatedLSM(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var st simStats
 	for round := 0; round < 8; round++ {
-		runSimulation(t, rng, &st)
+		runSimulation(t, rng, &st, Leveled)
 	}
 	t.Logf("%+v", st)
 	if st.compactions == 0 || st.maxRunning < 2 || st.moves == 0 || st.bottommost == 0 || st.levelsUsed < 4 {
@@ -410,10 +410,10 @@ func TestSimulatedLSM(t *testing.T) {
 }
 
 type simStats struct {
-	compactions, moves, bottommost, l0, maxRunning, levelsUsed, splits int
+	compactions, moves, bottommost, l0, maxRunning, levelsUsed, splits, multiLevel int
 }
 
-func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
+func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats, style Style) {
 	const entrySize = 64 << 10
 	opts := Options{
 		L0CompactionTrigger:      2 + rng.IntN(3),
@@ -421,6 +421,14 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 		LevelMultiplier:          float64(3 + rng.IntN(4)),
 		DynamicLevelBytes:        rng.IntN(3) != 0,
 		MaxConcurrentCompactions: 1 + rng.IntN(4),
+		Style:                    style,
+	}
+	if style == Universal {
+		opts.Universal = UniversalOptions{
+			SizeRatio:                   rng.IntN(20),
+			MaxMergeWidth:               rng.IntN(6),
+			MaxSizeAmplificationPercent: 50 + rng.IntN(300),
+		}
 	}
 	opts.TargetFileSize[0] = uint64(128+rng.IntN(512)) << 10
 	p := NewPicker(opts)
@@ -432,6 +440,14 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 	var seq base.SeqNum
 	var num manifest.FileNum
 	var running []*Compaction
+	checkPicked := func(c *Compaction, running []*Compaction) {
+		t.Helper()
+		if style == Universal {
+			checkUniversalCompaction(t, p, v, c, running)
+		} else {
+			checkCompaction(t, p, v, c, running, false)
+		}
+	}
 
 	newFile := func(es []simEntry) *manifest.FileMetadata {
 		num++
@@ -479,6 +495,9 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 		if c.StartLevel == 0 {
 			stats.l0++
 		}
+		if len(c.Inputs) > 2 {
+			stats.multiLevel++
+		}
 		stats.levelsUsed = max(stats.levelsUsed, lastLevel-c.OutputLevel+1)
 		stats.maxRunning = max(stats.maxRunning, len(running))
 		running = slices.Delete(running, i, i+1)
@@ -492,14 +511,14 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 		}
 		var outputs []*manifest.FileMetadata
 		if c.Kind == KindMove {
-			remove(c.StartLevel, c.Inputs[0][0])
-			outputs = append(outputs, c.Inputs[0][0])
+			remove(c.StartLevel, c.StartFiles()[0])
+			outputs = append(outputs, c.StartFiles()[0])
 		} else {
 			// Merge: the newest version of each key wins (no snapshots).
 			newest := map[string]simEntry{}
-			for li, in := range c.Inputs {
-				for _, f := range in {
-					remove([2]int{c.StartLevel, c.OutputLevel}[li], f)
+			for _, in := range c.Inputs {
+				for _, f := range in.Files {
+					remove(in.Level, f)
 					for _, e := range entries[f] {
 						if cur, ok := newest[string(e.key)]; !ok || e.val > cur.val {
 							newest[string(e.key)] = e
@@ -580,7 +599,7 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 			flush()
 		case r < 7:
 			if c := p.Pick(v, running); c != nil {
-				checkCompaction(t, p, v, c, running, false)
+				checkPicked(c, running)
 				markCompacting(c, true)
 				running = append(running, c)
 			}
@@ -597,7 +616,7 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 			t.Fatal("compactions do not converge")
 		}
 		if c := p.Pick(v, running); c != nil {
-			checkCompaction(t, p, v, c, running, false)
+			checkPicked(c, running)
 			markCompacting(c, true)
 			running = append(running, c)
 			continue
@@ -616,6 +635,9 @@ func runSimulation(t *testing.T, rng *rand.Rand, stats *simStats) {
 	// All scores < 1: L0 is below its triggers and every level within target.
 	if debt := p.EstimatedPendingCompactionBytes(v); debt != 0 {
 		t.Fatalf("debt %d after draining", debt)
+	}
+	if style == Universal {
+		return
 	}
 	// Dynamic sizing: once drained, the base level is the ideal one (levels
 	// that were the base only because they held data have drained).
