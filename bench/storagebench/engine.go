@@ -73,6 +73,10 @@ type Engine interface {
 	CompactAll() error
 	// SSTBytes is the total size of the live SST files.
 	SSTBytes() (int64, error)
+	// SSTBytesWritten is the SST bytes flushes and compactions wrote
+	// since the engine was opened, by the engine's own count, or -1 when
+	// the engine cannot tell.
+	SSTBytesWritten() (int64, error)
 	// Summary is a short engine-specific metrics report printed in table
 	// mode after fill workloads ("" when there is none).
 	Summary() string

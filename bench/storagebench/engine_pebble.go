@@ -113,6 +113,11 @@ func (e *pebbleEngine) SSTBytes() (int64, error) {
 	return n, nil
 }
 
+func (e *pebbleEngine) SSTBytesWritten() (int64, error) {
+	t := e.db.Metrics().Total()
+	return int64(t.TableBytesFlushed + t.TableBytesCompacted + t.BlobBytesFlushed + t.BlobBytesCompacted), nil
+}
+
 func (e *pebbleEngine) Summary() string {
 	m := e.db.Metrics()
 	t := m.Total()

@@ -118,6 +118,11 @@ func (e *shaleEngine) SSTBytes() (int64, error) {
 	return int64(n), nil
 }
 
+func (e *shaleEngine) SSTBytesWritten() (int64, error) {
+	m := e.db.Metrics()
+	return int64(m.FlushBytesOut + m.CompactionBytesOut), nil
+}
+
 func (e *shaleEngine) Summary() string {
 	m := e.db.Metrics()
 	var files []string

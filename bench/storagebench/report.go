@@ -25,6 +25,7 @@ type JSONResult struct {
 	MinOpsIn1s      int64   `json:"min_ops_in_1s"`
 	SpaceAmp        float64 `json:"space_amp"`
 	DiskOverLogical float64 `json:"disk_over_logical"`
+	SSTWriteAmp     float64 `json:"sst_write_amp"`
 }
 
 func mb(n int64) float64 { return float64(n) / 1e6 }
@@ -50,6 +51,7 @@ func (r *Result) JSON() JSONResult {
 		MinOpsIn1s:      r.MinOpsIn1s,
 		SpaceAmp:        round(r.SpaceAmp, 3),
 		DiskOverLogical: round(r.DiskOverLogical, 3),
+		SSTWriteAmp:     round(r.SSTWriteAmp, 3),
 	}
 }
 
@@ -104,15 +106,18 @@ func WriteTable(w io.Writer, results []Result, base string) {
 		rs := byWorkload[wl]
 		fmt.Fprintf(w, "\n== %s ==\n", wl)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "engine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tspace-amp\tdisk/logical\t%s\t\n", ratioHeader)
+		fmt.Fprintf(tw, "engine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tSST w-amp\tspace-amp\tdisk/logical\t%s\t\n", ratioHeader)
 		b := find(rs, base)
 		for _, r := range rs {
 			if r.Err != nil {
-				fmt.Fprintf(tw, "%s\tERROR\t\t\t\t\t\t\t\t\t\t\n", r.Engine)
+				fmt.Fprintf(tw, "%s\tERROR\t\t\t\t\t\t\t\t\t\t\t\n", r.Engine)
 				continue
 			}
 			j := r.JSON()
-			amp, dol := "-", "-"
+			amp, dol, wamp := "-", "-", "-"
+			if r.SSTWriteAmp > 0 {
+				wamp = fmt.Sprintf("%.2f", r.SSTWriteAmp)
+			}
 			if r.SpaceAmp > 0 {
 				amp = fmt.Sprintf("%.2f", r.SpaceAmp)
 			}
@@ -125,8 +130,8 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					ratio = fmt.Sprintf("%.2fx", v)
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t\n",
-				r.Engine, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, amp, dol, ratio)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t%s\t\n",
+				r.Engine, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, wamp, amp, dol, ratio)
 		}
 		tw.Flush()
 		for _, r := range rs {

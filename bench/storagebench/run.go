@@ -77,6 +77,13 @@ type Result struct {
 	SSTBytesBefore  int64
 	SSTBytesAfter   int64
 	DirBytes        int64
+	// SSTWriteAmp is the SST bytes flushes and compactions wrote from the
+	// start of the timed phase until, after it, the memtable was flushed
+	// and compactions settled, over the key+value bytes the timed phase
+	// wrote (Bytes): write amplification in one unit for every engine.
+	// Measured for the fill workloads and overwrite (0 elsewhere, and for
+	// an engine that does not count its SST writes).
+	SSTWriteAmp float64
 	// Summary is the engine's metrics summary after a fill workload.
 	Summary string
 	// Notes are remarks (compactions that did not settle, ...).
@@ -197,6 +204,11 @@ func runOne(cfg *Config, engine, wname string) (res Result) {
 		cfg.logf("%s/%s: setup took %s; %s", wname, engine, time.Since(t).Round(time.Millisecond), e.Summary())
 	}
 
+	sstWritten0, err := e.SSTBytesWritten()
+	if err != nil {
+		res.Err = fmt.Errorf("SST bytes written: %w", err)
+		return res
+	}
 	c.setPhase("timed run")
 	rec := newRecorder(&progress)
 	stopProfile, err := startProfile(cfg, engine, wname)
@@ -219,6 +231,20 @@ func runOne(cfg *Config, engine, wname string) (res Result) {
 	cfg.logf("%s/%s: %d ops in %s (%.0f ops/s)", wname, engine, res.Ops, res.Elapsed.Round(time.Millisecond), res.OpsPerSec())
 	if res.ZeroSeconds > 0 {
 		c.note(fmt.Sprintf("%d whole second(s) with no operation completed", res.ZeroSeconds))
+	}
+	if IsFill(wname) || wname == Overwrite {
+		if err := c.flushAndSettle(); err != nil {
+			res.Err = err
+			return res
+		}
+		sstWritten, err := e.SSTBytesWritten()
+		if err != nil {
+			res.Err = fmt.Errorf("SST bytes written: %w", err)
+			return res
+		}
+		if res.Bytes > 0 && sstWritten >= 0 && sstWritten0 >= 0 {
+			res.SSTWriteAmp = float64(sstWritten-sstWritten0) / float64(res.Bytes)
+		}
 	}
 	if IsFill(wname) {
 		res.Summary = e.Summary()

@@ -240,9 +240,9 @@ func (p *Picker) Scores(v *LevelsView) [manifest.NumLevels]float64 {
 // The result is monotone in the excess and saturates at MaxUint64; it is 0
 // when every level is within target.
 //
-// In the Universal style it is 0 below L0CompactionTrigger sorted runs, and
-// from there the bytes of every run above the oldest, plus the oldest's
-// when size amplification is past its bound.
+// In the Universal style it is the bytes of the runs being compacted and of
+// the runs the next compaction would merge (none below L0CompactionTrigger
+// sorted runs).
 func (p *Picker) EstimatedPendingCompactionBytes(v *LevelsView) uint64 {
 	st := p.analyze(v)
 	if p.opts.Style == Universal {

@@ -137,20 +137,17 @@ func sizeAmplification(runs []sortedRun) (float64, bool) {
 }
 
 // universalDebt is EstimatedPendingCompactionBytes for the Universal style:
-// once the runs reach the trigger, the bytes above the oldest run (a full
-// compaction's rewrite of them is the most the style may owe), and every
-// byte once size amplification is past its bound.
+// the bytes of the runs being compacted (their work is not done) and of the
+// runs the next compaction would merge (none below the trigger).
 func (p *Picker) universalDebt(st *levelState) uint64 {
-	runs := sortedRuns(st)
-	if len(runs) < p.opts.L0CompactionTrigger {
-		return 0
-	}
 	var debt uint64
-	for _, r := range runs[:len(runs)-1] {
-		debt = satAdd(debt, r.size)
+	for _, r := range sortedRuns(st) {
+		if r.compacting {
+			debt = satAdd(debt, r.size)
+		}
 	}
-	if amp, ok := sizeAmplification(runs); ok && amp > float64(p.opts.Universal.MaxSizeAmplificationPercent) {
-		debt = satAdd(debt, runs[len(runs)-1].size)
+	if c := p.pickUniversal(st, nil); c != nil {
+		debt = satAdd(debt, c.InputBytes())
 	}
 	return debt
 }
