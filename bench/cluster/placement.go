@@ -55,6 +55,18 @@ type PlacementConfig struct {
 	// DiskTestBytes is the size of the sequential-write test of the disk
 	// under Dir (1 MiB writes, then fsync); 0 skips it.
 	DiskTestBytes int64
+	// ForegroundRate is a steady put load (puts a second of
+	// ForegroundValueSize-byte values to new keys over every shard) that
+	// runs from ForegroundBefore before the join until the placement is
+	// balanced, so that its latency before the join and during the
+	// rebalance can be compared; 0: none.
+	ForegroundRate      int
+	ForegroundValueSize int
+	ForegroundBefore    time.Duration
+	// ForegroundTrace, if set, is a file that gets every foreground put:
+	// its due time in milliseconds from the join (every new node listed),
+	// its latency in milliseconds, and whether it failed.
+	ForegroundTrace string
 	// Seed seeds the values.
 	Seed uint64
 	// Dir is the parent of the run's cluster directory.
@@ -158,6 +170,15 @@ type PlacementResult struct {
 	// last poll that found it not balanced.
 	ServerBalancedSeconds float64 `json:"server_balanced_s"`
 	ServerNotBalanced     string  `json:"server_not_balanced,omitempty"`
+	// ForegroundBefore and ForegroundDuring are the foreground puts
+	// (PlacementConfig.ForegroundRate) due in the ForegroundBefore
+	// seconds before the join and from the join (every new node listed)
+	// to the balanced placement; ForegroundP99Ratio is During's p99 over
+	// Before's.
+	ForegroundRate     int       `json:"foreground_rate,omitempty"`
+	ForegroundBefore   *FgWindow `json:"foreground_before,omitempty"`
+	ForegroundDuring   *FgWindow `json:"foreground_during,omitempty"`
+	ForegroundP99Ratio float64   `json:"foreground_p99_ratio,omitempty"`
 	// Err is the failure, if any.
 	Err   error  `json:"-"`
 	Error string `json:"error,omitempty"`
@@ -296,9 +317,32 @@ func RunPlacement(ctx context.Context, cfg PlacementConfig) (r PlacementResult) 
 		diskBefore[ep] = DirDiskBytes(filepath.Join(dir, fmt.Sprintf("node%d", i+1), "data"))
 	}
 
+	// The foreground load, alone for a while before the join.
+	var fg *foreground
+	var fgFrom time.Time
+	if cfg.ForegroundRate > 0 {
+		if cfg.ForegroundValueSize <= 0 {
+			cfg.ForegroundValueSize = 256
+		}
+		if cfg.ForegroundBefore <= 0 {
+			cfg.ForegroundBefore = 10 * time.Second
+		}
+		r.ForegroundRate = cfg.ForegroundRate
+		cfg.logf("placement: foreground load: %d puts/s of %d-byte values; %s before the join", cfg.ForegroundRate, cfg.ForegroundValueSize, cfg.ForegroundBefore)
+		fg = startForeground(ctx, cli, cfg.ForegroundRate, cfg.ForegroundValueSize, uint64(cfg.DataBytes/int64(cfg.ValueSize))+1<<40)
+		defer fg.stop()
+		fgFrom = time.Now()
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(cfg.ForegroundBefore):
+		}
+	}
+
 	// Join.
 	cfg.logf("placement: starting %d joining nodes", cfg.Join)
 	t = time.Now()
+	fgTo := t
 	var joined []string
 	for range cfg.Join {
 		k, err := nodes.StartJoiningNode(ctx, dir, cfg.JoinArgs, cfg.Log)
@@ -428,6 +472,22 @@ func RunPlacement(ctx context.Context, cfg PlacementConfig) (r PlacementResult) 
 			r.Nodes = append(r.Nodes, pn)
 		}
 		r.BytesSpreadPercent = round(r.BytesSpreadPercent, 1)
+	}
+	if fg != nil {
+		fg.stop()
+		b := fg.window(fgFrom, fgTo)
+		d := fg.window(t0, t0.Add(time.Duration(r.RebalanceSeconds*float64(time.Second))))
+		r.ForegroundBefore, r.ForegroundDuring = &b, &d
+		if cfg.ForegroundTrace != "" {
+			if err := fg.writeTrace(cfg.ForegroundTrace, t0); err != nil {
+				cfg.logf("placement: %v", err)
+			}
+		}
+		if b.P99ms > 0 {
+			r.ForegroundP99Ratio = round(d.P99ms/b.P99ms, 2)
+		}
+		cfg.logf("placement: foreground puts before the join: %d (%d failed), p50 %.1f ms, p99 %.1f ms; during the rebalance: %d (%d failed), p50 %.1f ms, p99 %.1f ms (%.2fx)",
+			b.Puts, b.Failed, b.P50ms, b.P99ms, d.Puts, d.Failed, d.P50ms, d.P99ms, r.ForegroundP99Ratio)
 	}
 	if s := r.RebalanceSeconds; s > 0 {
 		r.MovedMBps = round(float64(r.NewNodesDiskBytes)/1e6/s, 1)
@@ -987,6 +1047,10 @@ func WritePlacementReport(w io.Writer, r PlacementResult) {
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "spreads:   replicas %d, leaders %d, shard bytes %.1f%%; %d learners/joint replicas left\n", r.ReplicaSpread, r.LeaderSpread, r.BytesSpreadPercent, r.NonVoters)
+		if b, d := r.ForegroundBefore, r.ForegroundDuring; b != nil && d != nil {
+			fmt.Fprintf(w, "foreground: %d puts/s; before the join (%.0f s): p50 %.1f ms, p99 %.1f ms, %d failed; during the rebalance: p50 %.1f ms, p99 %.1f ms, %d failed; p99 during/before %.2fx\n",
+				r.ForegroundRate, b.Seconds, b.P50ms, b.P99ms, b.Failed, d.P50ms, d.P99ms, d.Failed, r.ForegroundP99Ratio)
+		}
 		if r.ServerBalancedSeconds >= 0 {
 			fmt.Fprintf(w, "server:    the placement leader called the cluster balanced %.1f s after the join\n", r.ServerBalancedSeconds)
 		} else if r.Converged {

@@ -38,6 +38,9 @@ func placementCmd() *cobra.Command {
 		quick, skipIdle, skipRebalance, keep, asJSON           bool
 		idleForce                                              bool
 		seed                                                   uint64
+		fgRate, fgValueSize                                    int
+		fgBefore                                               time.Duration
+		fgTrace                                                string
 	)
 	cmd := &cobra.Command{
 		Use:   "placement",
@@ -110,6 +113,9 @@ too big for the machine fails instead of waking the OOM killer.
 			if dataBytes < 0 || diskBytes < 0 || shards < 1 || valueSize < 1 || writers < 1 || timeout <= 0 || poll <= 0 || idleShards < 1 || idleSettle < 0 || idleWindow <= 0 {
 				return errors.New("need --data-bytes >= 0, --disk-bytes >= 0, --shards >= 1, --value-size >= 1, --writers >= 1, --timeout > 0, --poll > 0, --idle-shards >= 1, --idle-settle >= 0, --idle-window > 0")
 			}
+			if fgRate < 0 || fgValueSize < 1 || fgBefore < 0 {
+				return errors.New("need --foreground-rate >= 0, --foreground-value-size >= 1, --foreground-before >= 0")
+			}
 			extra := strings.Fields(serverArgs)
 			// Keep the load from splitting the shards (default split size
 			// 128 MiB): the shards' sizes are what moves.
@@ -172,6 +178,11 @@ too big for the machine fails instead of waking the OOM killer.
 					Dir:           dir,
 					Keep:          keep,
 					Log:           os.Stderr,
+
+					ForegroundRate:      fgRate,
+					ForegroundValueSize: fgValueSize,
+					ForegroundBefore:    fgBefore,
+					ForegroundTrace:     fgTrace,
 				})
 				if ctx.Err() != nil {
 					return errors.New("interrupted")
@@ -258,6 +269,10 @@ too big for the machine fails instead of waking the OOM killer.
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per measurement instead of the report")
 	f.StringVar(&shaleServer, "shale-server", "", "shale-server binary (default: go build it once, else bin/shale-server)")
 	f.StringVar(&serverArgs, "server-args", "", "extra shale-server flags of every rebalance node, space-separated (e.g. \"--snapshot-rate-bytes 134217728\")")
+	f.IntVar(&fgRate, "foreground-rate", 200, "foreground puts a second during the rebalance (and --foreground-before before it); 0: none")
+	f.IntVar(&fgValueSize, "foreground-value-size", 256, "value size of the foreground puts")
+	f.DurationVar(&fgBefore, "foreground-before", 10*time.Second, "how long the foreground load runs alone before the join (its latency then is the baseline)")
+	f.StringVar(&fgTrace, "foreground-trace", "", "file for every foreground put: its due time (ms from the join), latency (ms) and whether it failed")
 	f.StringVar(&joinArgs, "join-args", "", "extra shale-server flags of the joining nodes only")
 	return cmd
 }
