@@ -48,9 +48,11 @@ func (s *Shard) ReadLogAfter(after uint64, fn func(*LoggedEntry) error) error {
 		return nil
 	}
 	var r *ChangeReader
-	if c := s.logCursor.Load(); c != nil && c.index == after {
-		// Where the previous read stopped (a backup stream's last round);
-		// a position gone stale (a snapshot, the WAL deleted) falls back.
+	if c := s.logCursor.Load(); c != nil && c.index <= after {
+		// Where the previous read stopped (a backup stream's last round),
+		// or the log's end when a backup's checkpoint was taken (the
+		// entries up to after are skipped); a position gone stale (a
+		// snapshot, the WAL deleted) falls back.
 		r, _ = s.ReadChanges(c.pos)
 	}
 	if r == nil {

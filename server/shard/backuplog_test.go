@@ -160,3 +160,48 @@ func TestReadLogAfterReplays(t *testing.T) {
 		t.Fatalf("reading a log whose WAL files were deleted: %v", err)
 	}
 }
+
+// TestReadLogAfterBackupCheckpoint: the first incremental backup after a
+// full one asks for the entries after the full backup's checkpoint; it
+// reads them from the log's end as it was at the checkpoint, not from the
+// oldest batch, and gets exactly them.
+func TestReadLogAfterBackupCheckpoint(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.keepWAL = true
+	s := e.bootstrap("/s", userDesc(7, "", ""), 0)
+	f := newFeeder(s)
+	apply := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ { // one batch per entry
+			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), fmt.Sprintf("v%d", i), 0, false)}
+			if _, err := s.Apply([]replication.Entry{f.entry(marshalCmd(t, txnCmd(1, &shalev1.TxnRequest{Success: ops})))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	apply(0, 200)
+	ck, _, err := s.BackupCheckpoint("/ck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(200, 203)
+	s.logBatchesRead.Store(0)
+	var got []uint64
+	if err := s.ReadLogAfter(ck.Index, func(le *LoggedEntry) error { got = append(got, le.Mark.Index); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := s.AppliedState().Index - ck.Index; uint64(len(got)) != want || got[0] != ck.Index+1 {
+		t.Fatalf("entries after the checkpoint's %d: %v, want %d from %d", ck.Index, got, want, ck.Index+1)
+	}
+	if n := s.logBatchesRead.Load(); n > 3 {
+		t.Fatalf("reading the 3 entries after a backup checkpoint read %d batches: not from the log's end at the checkpoint", n)
+	}
+	// From before the checkpoint, the oldest batch is where it starts.
+	got = got[:0]
+	if err := s.ReadLogAfter(ck.Index-5, func(le *LoggedEntry) error { got = append(got, le.Mark.Index); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8 || got[0] != ck.Index-4 {
+		t.Fatalf("entries after %d: %v", ck.Index-5, got)
+	}
+}

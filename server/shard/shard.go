@@ -451,9 +451,10 @@ type Shard struct {
 	// waiting), closed at the next change.
 	changed atomic.Pointer[chan struct{}]
 
-	// logCursor is where the last ReadLogAfter stopped: the next backup of
-	// the shard asks for the entries after that index, and reads from
-	// there instead of from the oldest WAL batch.
+	// logCursor is where the last ReadLogAfter stopped, or the log's end
+	// when the last backup checkpoint was taken: the next backup of the
+	// shard asks for the entries after that index (or a little later),
+	// and reads from there instead of from the oldest WAL batch.
 	logCursor atomic.Pointer[logCursor]
 	// logBatchesRead counts the WAL batches ReadLogAfter read (tests).
 	logBatchesRead atomic.Int64
@@ -824,12 +825,36 @@ func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
 
 // BackupCheckpoint is Checkpoint for a backup: it also returns the date of
 // the last entry the copy holds.
+//
+// It also leaves a log cursor at the end of the change log as it was just
+// before the copy, so that the first incremental backup after it (which
+// asks for the entries after the copy's index) reads the log from there
+// rather than from its oldest batch.
 func (s *Shard) BackupCheckpoint(dir string) (replication.AppliedState, hlc.Timestamp, error) {
+	if pos, index, err := s.logEnd(); err == nil {
+		s.logCursor.Store(&logCursor{index: index, pos: pos})
+	}
 	st, err := s.checkpoint(dir)
 	if err != nil {
 		return replication.AppliedState{}, hlc.Timestamp{}, err
 	}
 	return st.applied(), st.hlc, nil
+}
+
+// logEnd returns the position after the last batch of the change log and
+// the index of the last entry applied, which that batch ends with.
+func (s *Shard) logEnd() (ChangeLogPosition, uint64, error) {
+	s.applyMu.Lock() // as ChangeLogEnd: no entry applies meanwhile
+	defer s.applyMu.Unlock()
+	if s.db == nil {
+		return ChangeLogPosition{}, 0, ErrClosed
+	}
+	it, err := s.db.UpdatesSince(s.db.LastSeq() + 1)
+	if err != nil {
+		return ChangeLogPosition{}, 0, fmt.Errorf("shard %s: change log end: %w", s.dir, err)
+	}
+	defer it.Close()
+	return ChangeLogPosition{pos: it.Position(), gen: s.logGen}, s.st.Load().index, nil
 }
 
 func (s *Shard) checkpoint(dir string) (*state, error) {
