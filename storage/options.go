@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"github.com/shale-db/shale/storage/internal/compact"
 	"log/slog"
 	"time"
 
@@ -151,7 +152,12 @@ type Options struct {
 	// L0StopTrigger is the number of L0 files at which writes wait for
 	// compactions (the last resort; pacing is meant to avoid it). Default 36.
 	L0StopTrigger int
-	// LBaseMaxBytes is the target size of the base level. Default 64 MiB.
+	// LBaseMaxBytes is the target size of the base level, and L0's byte
+	// budget: L0 is due for compaction once its files hold this many
+	// bytes (or number L0CompactionTrigger). Default 256 MiB (RocksDB's
+	// default), so that L0 gathers about four flushes of 64 MiB memtables
+	// before it is merged into the base level: at 64 MiB it was merged
+	// every second flush, and an overwrite wrote 10% more SST bytes.
 	LBaseMaxBytes uint64
 	// LevelMultiplier is the size ratio between adjacent levels. Default 10.
 	LevelMultiplier float64
@@ -267,7 +273,7 @@ func (o *Options) ensureDefaults() *Options {
 		n.L0StopTrigger = 36
 	}
 	if n.LBaseMaxBytes == 0 {
-		n.LBaseMaxBytes = 64 << 20
+		n.LBaseMaxBytes = compact.DefaultLBaseMaxBytes
 	}
 	if n.LevelMultiplier == 0 {
 		n.LevelMultiplier = 10

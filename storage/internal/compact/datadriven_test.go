@@ -241,7 +241,9 @@ func (s *ddState) describe(c *Compaction, dry bool) string {
 }
 
 func parseDefineOptions(d *datadriven.TestData) (Options, error) {
-	opts := Options{DynamicLevelBytes: true}
+	// The scenarios were written with a 64 MiB base level (the default
+	// then); lbase= sets another.
+	opts := Options{DynamicLevelBytes: true, LBaseMaxBytes: 64 << 20}
 	for _, arg := range d.CmdArgs {
 		if len(arg.Vals) != 1 {
 			return opts, fmt.Errorf("argument %s needs one value", arg.Key)

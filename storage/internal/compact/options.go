@@ -15,8 +15,9 @@ const (
 	DefaultL0SlowdownTrigger = 20
 	// DefaultL0StopTrigger is the default Options.L0StopTrigger.
 	DefaultL0StopTrigger = 36
-	// DefaultLBaseMaxBytes is the default Options.LBaseMaxBytes (64 MiB).
-	DefaultLBaseMaxBytes = 64 << 20
+	// DefaultLBaseMaxBytes is the default Options.LBaseMaxBytes (256 MiB,
+	// RocksDB's default).
+	DefaultLBaseMaxBytes = 256 << 20
 	// DefaultLevelMultiplier is the default Options.LevelMultiplier.
 	DefaultLevelMultiplier = 10
 	// DefaultL0TargetFileSize is the default Options.TargetFileSize[0]
@@ -54,7 +55,7 @@ type Options struct {
 	// compacts into). With DynamicLevelBytes the base level's target is at
 	// most this (unless every level is already occupied, see LevelTargets).
 	// It is also the L0 byte budget: L0 scores 1 when it holds this many
-	// bytes. Default 64 MiB.
+	// bytes. Default 256 MiB.
 	LBaseMaxBytes uint64
 	// LevelMultiplier is the size ratio between adjacent levels below the
 	// base level. Values <= 1 (and NaN/Inf) are replaced by the default, 10.
