@@ -266,6 +266,7 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 				_ = e.StateMachine.Close()
 				return fmt.Errorf("host shard %d: %w", id, err)
 			}
+			nr.awaitFirstLeader()
 			var wait time.Duration
 			switch {
 			case e.LeaderNodeID == s.cfg.NodeID, e.LeaderNodeID == 0 && r.IsLeader():
@@ -292,7 +293,11 @@ func (s *Store) carryOut(r *Replica, effects []Effect) error {
 // waiting up to wait for a leader to appear without it. The other replicas
 // create theirs when they apply the split, and until then drop its votes:
 // a single campaign would mostly fail and leave the shard without a leader
-// for a randomized election timeout, while requests for its keys wait.
+// for a randomized election timeout, while requests for its keys wait. So
+// the replica campaigns again every tick, except while it is a candidate
+// past its pre-vote: a quorum hosts the shard then, and a new campaign
+// would discard the votes on their way (on a loaded node they take longer
+// than a tick, and every tick's campaign threw away the last one's).
 func (s *Store) campaignNew(nr *Replica, wait time.Duration) {
 	retry := s.cfg.TickInterval
 	// settled waits a tick and reports whether nr's group has a leader (or
@@ -314,7 +319,7 @@ func (s *Store) campaignNew(nr *Replica, wait time.Duration) {
 	deadline := time.Now().Add(s.cfg.TickInterval * time.Duration(s.cfg.ElectionTicks))
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), retry)
-		err := nr.Campaign(ctx)
+		err := nr.campaignUnlessStanding(ctx)
 		cancel()
 		if errors.Is(err, ErrStopped) || errors.Is(err, ErrReplicaRemoved) || settled() {
 			return

@@ -47,6 +47,10 @@ type Replica struct {
 	// leadership to, until a leader is known again: a replica that stepped
 	// down for it names it as the likely leader.
 	transferTo uint64
+	// firstLeader is closed once a replica a split created here knows its
+	// group's first leader, or stops (see WaitFirstLeader); nil for any
+	// other replica and after it was closed.
+	firstLeader chan struct{}
 
 	// Loop-only state.
 	waiters map[uint64]*proposal
@@ -252,6 +256,36 @@ func (r *Replica) IsLeader() bool {
 	return r.status.Leader
 }
 
+// awaitFirstLeader marks a replica a split just created on this node:
+// until its group's first leader is known, WaitFirstLeader waits for it.
+func (r *Replica) awaitFirstLeader() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status.LeaderReplicaID == 0 && r.stopErr == nil {
+		r.firstLeader = make(chan struct{})
+	}
+}
+
+// WaitFirstLeader returns the replica's status once it knows a leader,
+// when the replica is a split's new shard whose group had none yet
+// (created on this node by the split's apply, which elects one within
+// milliseconds to an election timeout); it returns at once for any other
+// replica, and when ctx ends or the replica stops. A request that meets
+// the new shard before its election ended is then answered with the
+// leader (or served, on it) instead of bouncing to a client's backoff.
+func (r *Replica) WaitFirstLeader(ctx context.Context) Status {
+	r.mu.Lock()
+	ch := r.firstLeader
+	r.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	return r.Status()
+}
+
 // NodeOf returns the node hosting a replica of this shard, or 0.
 func (r *Replica) NodeOf(replicaID uint64) uint64 {
 	r.mu.Lock()
@@ -374,6 +408,21 @@ func (r *Replica) runOnLoop(ctx context.Context, fn func() error) error {
 // Campaign makes the replica start an election.
 func (r *Replica) Campaign(ctx context.Context) error {
 	return r.runOnLoop(ctx, func() error {
+		r.unquiesce()
+		return r.rn.Campaign()
+	})
+}
+
+// campaignUnlessStanding makes the replica start an election unless it
+// knows a leader or is a candidate past its pre-vote (whose votes are on
+// their way: a new campaign would discard them). It decides on the loop,
+// where a pre-vote's answers may just have made it a candidate.
+func (r *Replica) campaignUnlessStanding(ctx context.Context) error {
+	return r.runOnLoop(ctx, func() error {
+		bs := r.rn.BasicStatus()
+		if bs.Lead != 0 || bs.RaftState == raft.StateCandidate || bs.RaftState == raft.StateLeader {
+			return nil
+		}
 		r.unquiesce()
 		return r.rn.Campaign()
 	})
@@ -624,6 +673,10 @@ func (r *Replica) failAll(err error) {
 	r.mu.Lock()
 	if r.stopErr == nil {
 		r.stopErr = err
+	}
+	if r.firstLeader != nil {
+		close(r.firstLeader)
+		r.firstLeader = nil
 	}
 	props, reads, ops := r.props, r.reads, r.ops
 	r.props, r.reads, r.ops = nil, nil, nil
@@ -1269,6 +1322,10 @@ func (r *Replica) refreshStatus() {
 	}
 	if (bs.Lead != 0 && bs.Lead != r.replicaID) || (bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0) {
 		r.transferTo = 0 // a new leader is known, or the transfer ended
+	}
+	if bs.Lead != 0 && r.firstLeader != nil {
+		close(r.firstLeader)
+		r.firstLeader = nil
 	}
 	r.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,6 +31,16 @@ func invalidArg(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
+// firstLeader returns r's status once it knows its leader, when r is a
+// split's new shard whose first election has not ended (at most an
+// election timeout, within ctx; see replication.Replica.WaitFirstLeader),
+// else at once.
+func (n *Node) firstLeader(ctx context.Context, r *replication.Replica) replication.Status {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.TickInterval*time.Duration(n.cfg.ElectionTicks))
+	defer cancel()
+	return r.WaitFirstLeader(ctx)
+}
+
 // notLeaderErr answers a request that needs the leader.
 func (n *Node) notLeaderErr(shardID, leaderNode uint64) error {
 	d := &shalev1.NotLeader{ShardId: shardID, LeaderNodeId: leaderNode, LeaderAddress: n.addressOf(leaderNode)}
@@ -42,9 +53,10 @@ func (n *Node) notLeaderErr(shardID, leaderNode uint64) error {
 
 // staleEpochErr answers a request routed on a stale epoch of desc's
 // shard (see epochMismatchErr), naming the shard that starts where desc
-// ends when this node hosts it.
-func (n *Node) staleEpochErr(requested uint64, desc *shalev1.ShardDescriptor) error {
-	return epochMismatchErr(requested, desc, n.nextShard(desc))
+// ends when this node hosts it (waiting, within ctx, for a split's new
+// shard to elect its first leader: see nextShard).
+func (n *Node) staleEpochErr(ctx context.Context, requested uint64, desc *shalev1.ShardDescriptor) error {
+	return epochMismatchErr(requested, desc, n.nextShard(ctx, desc))
 }
 
 // epochMismatchErr is the error of a request routed on a stale epoch of
@@ -58,8 +70,11 @@ func epochMismatchErr(requested uint64, desc *shalev1.ShardDescriptor, next *sha
 }
 
 // nextShard returns the user shard this node hosts that starts where desc
-// ends, with its leader as known here, or nil.
-func (n *Node) nextShard(desc *shalev1.ShardDescriptor) *shalev1.RoutedShard {
+// ends, with its leader as known here, or nil. When that shard is a split's
+// new shard still electing its first leader, it waits for the leader (see
+// firstLeader), so that the client sends its request on to the leader
+// instead of guessing a replica and backing off.
+func (n *Node) nextShard(ctx context.Context, desc *shalev1.ShardDescriptor) *shalev1.RoutedShard {
 	end := desc.GetEndKey()
 	if len(end) == 0 {
 		return nil
@@ -70,7 +85,11 @@ func (n *Node) nextShard(desc *shalev1.ShardDescriptor) *shalev1.RoutedShard {
 			continue
 		}
 		if nd := sm.Descriptor(); nd != nil && !nd.GetSystem() && nd.GetMergingInto() == 0 && string(nd.GetStartKey()) == string(end) {
-			return &shalev1.RoutedShard{Descriptor_: nd, LeaderNodeId: r.Status().LeaderNodeID}
+			leader := r.Status().LeaderNodeID
+			if leader == 0 {
+				leader = n.firstLeader(ctx, r).LeaderNodeID
+			}
+			return &shalev1.RoutedShard{Descriptor_: nd, LeaderNodeId: leader}
 		}
 	}
 	return nil

@@ -36,7 +36,7 @@ func contains(d *shalev1.ShardDescriptor, key []byte) bool {
 
 // route finds the shard for a request: the addressed one (checked against
 // the epoch and key), or the local shard holding key.
-func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
+func (n *Node) route(ctx context.Context, h *shalev1.RequestHeader, key []byte) (target, error) {
 	n.fg.request()
 	if id := h.GetShardId(); id != 0 {
 		r := n.store.Replica(id)
@@ -55,7 +55,7 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 			return target{}, status.Errorf(codes.Unavailable, "shard %d is being merged into shard %d; retry", id, desc.GetMergingInto())
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
-			return target{}, n.staleEpochErr(e, desc)
+			return target{}, n.staleEpochErr(ctx, e, desc)
 		}
 		if key != nil && !contains(desc, key) {
 			return target{}, keyOutsideErr(key, desc)
@@ -75,7 +75,7 @@ func (n *Node) route(h *shalev1.RequestHeader, key []byte) (target, error) {
 			continue
 		}
 		if e := h.GetEpoch(); e != 0 && e != desc.GetEpoch() {
-			return target{}, n.staleEpochErr(e, desc)
+			return target{}, n.staleEpochErr(ctx, e, desc)
 		}
 		if len(key) > 0 {
 			n.loadOf(desc.GetShardId()).record(key)
@@ -142,7 +142,7 @@ func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *sh
 	if inv := shard.CheckTxn(txn, n.limits(), req); inv != nil {
 		return nil, invalidErr(inv, 0)
 	}
-	t, err := n.route(h, shard.TxnKey(txn))
+	t, err := n.route(ctx, h, shard.TxnKey(txn))
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,11 @@ func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *sh
 	}
 	n.traceRequest(ctx, t.desc.GetShardId(), len(txn.GetCompares())+len(txn.GetSuccess())+len(txn.GetFailure()))
 	if !t.r.IsLeader() {
-		return nil, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
+		// A split's new shard may be electing its first leader: answer
+		// once it is known (or serve the request, on it).
+		if st := n.firstLeader(ctx, t.r); !st.Leader {
+			return nil, n.notLeaderErr(t.desc.GetShardId(), st.LeaderNodeID)
+		}
 	}
 	cmd := &shalev1.RaftCommand{
 		RequestId:    h.GetRequestId(),
@@ -185,8 +189,10 @@ func (n *Node) readBarrier(ctx context.Context, h *shalev1.RequestHeader, t targ
 	case shalev1.ReadConsistency_READ_CONSISTENCY_FOLLOWER:
 	default:
 		if !t.r.IsLeader() {
-			cancel()
-			return func() {}, n.notLeaderErr(t.desc.GetShardId(), t.r.Status().LeaderNodeID)
+			if st := n.firstLeader(ctx, t.r); !st.Leader {
+				cancel()
+				return func() {}, n.notLeaderErr(t.desc.GetShardId(), st.LeaderNodeID)
+			}
 		}
 	}
 	if err := t.r.ReadIndex(inner); err != nil {
@@ -200,14 +206,14 @@ func (n *Node) readHeader(t target, rev uint64) *shalev1.ResponseHeader {
 	return &shalev1.ResponseHeader{ShardId: t.desc.GetShardId(), Revision: rev, NodeId: n.cfg.NodeID, Epoch: t.desc.GetEpoch()}
 }
 
-func (n *Node) shardErr(t target, err error) error {
+func (n *Node) shardErr(ctx context.Context, t target, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
 	if errors.Is(err, shard.ErrKeyOutsideShard) {
 		// The request was routed on t.desc and checked against it: the
 		// shard's range changed since (a split applied in between).
-		return n.staleEpochErr(t.desc.GetEpoch(), t.sm.Descriptor())
+		return n.staleEpochErr(ctx, t.desc.GetEpoch(), t.sm.Descriptor())
 	}
 	return status.Errorf(codes.Internal, "shard %d: %v", t.desc.GetShardId(), err)
 }
@@ -217,7 +223,7 @@ func (s *kvService) Get(ctx context.Context, req *shalev1.GetRequest) (*shalev1.
 	if err := n.checkKey(req.GetKey()); err != nil {
 		return nil, err
 	}
-	t, err := n.route(req.GetHeader(), req.GetKey())
+	t, err := n.route(ctx, req.GetHeader(), req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +234,7 @@ func (s *kvService) Get(ctx context.Context, req *shalev1.GetRequest) (*shalev1.
 	}
 	kv, rev, err := t.sm.Get(req.GetKey(), n.wallNanos())
 	if err != nil {
-		return nil, n.shardErr(t, err)
+		return nil, n.shardErr(ctx, t, err)
 	}
 	return &shalev1.GetResponse{Header: n.readHeader(t, rev), Kv: kv}, nil
 }
@@ -247,7 +253,7 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 			return nil, err
 		}
 	}
-	t, err := n.route(req.GetHeader(), keys[0])
+	t, err := n.route(ctx, req.GetHeader(), keys[0])
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +267,7 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 	}
 	kvs, rev, err := t.sm.MultiGet(keys, n.wallNanos())
 	if err != nil {
-		return nil, n.shardErr(t, err)
+		return nil, n.shardErr(ctx, t, err)
 	}
 	resp := &shalev1.MultiGetResponse{Header: n.readHeader(t, rev)}
 	for i, k := range keys {
@@ -426,12 +432,12 @@ func (n *Node) planScan(req *shalev1.ScanRequest) (scanPlan, error) {
 
 // routeScan finds the shard serving the next page: the one holding start
 // (forward) or the key just below end (reverse).
-func (n *Node) routeScan(h *shalev1.RequestHeader, p scanPlan) (target, error) {
+func (n *Node) routeScan(ctx context.Context, h *shalev1.RequestHeader, p scanPlan) (target, error) {
 	if !p.reverse {
-		return n.route(h, append([]byte{}, p.start...)) // non-nil: an empty start must be in the shard too
+		return n.route(ctx, h, append([]byte{}, p.start...)) // non-nil: an empty start must be in the shard too
 	}
 	if h.GetShardId() != 0 {
-		t, err := n.route(h, nil)
+		t, err := n.route(ctx, h, nil)
 		if err != nil {
 			return t, err
 		}
@@ -471,7 +477,7 @@ func (n *Node) routeScan(h *shalev1.RequestHeader, p scanPlan) (target, error) {
 
 // scanPage reads one page of p within t's shard and returns it with the
 // plan of the rest (done when nothing is left anywhere).
-func (n *Node) scanPage(t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint64, rest scanPlan, done bool, err error) {
+func (n *Node) scanPage(ctx context.Context, t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint64, rest scanPlan, done bool, err error) {
 	limit := n.cfg.MaxScanPageKeys
 	if p.remaining > 0 && int(p.remaining) < limit {
 		limit = int(p.remaining)
@@ -481,7 +487,7 @@ func (n *Node) scanPage(t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint
 		KeysOnly: p.keysOnly, MaxBytes: n.cfg.MaxScanPageBytes, Now: n.wallNanos(),
 	})
 	if err != nil {
-		return nil, 0, p, true, n.shardErr(t, err)
+		return nil, 0, p, true, n.shardErr(ctx, t, err)
 	}
 	rest = p
 	if p.remaining > 0 {
@@ -518,7 +524,7 @@ func (s *kvService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev
 	if err != nil {
 		return nil, err
 	}
-	t, err := n.routeScan(req.GetHeader(), p)
+	t, err := n.routeScan(ctx, req.GetHeader(), p)
 	if err != nil {
 		return nil, err
 	}
@@ -527,7 +533,7 @@ func (s *kvService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev
 	if err != nil {
 		return nil, err
 	}
-	kvs, rev, rest, done, err := n.scanPage(t, p)
+	kvs, rev, rest, done, err := n.scanPage(ctx, t, p)
 	if err != nil {
 		return nil, err
 	}
@@ -546,7 +552,7 @@ func (s *kvService) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanS
 	if err != nil {
 		return err
 	}
-	t, err := n.routeScan(req.GetHeader(), p)
+	t, err := n.routeScan(ctx, req.GetHeader(), p)
 	if err != nil {
 		return err
 	}
@@ -556,7 +562,7 @@ func (s *kvService) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanS
 		return err
 	}
 	for {
-		kvs, rev, rest, done, err := n.scanPage(t, p)
+		kvs, rev, rest, done, err := n.scanPage(ctx, t, p)
 		if err != nil {
 			return err
 		}

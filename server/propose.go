@@ -39,7 +39,7 @@ func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cm
 	if cr == nil {
 		return nil, status.Errorf(codes.Internal, "shard %d: the command's apply returned %T", id, res)
 	}
-	if err := resultErr(cmd, cr, n.nextShard); err != nil {
+	if err := resultErr(cmd, cr, func(d *shalev1.ShardDescriptor) *shalev1.RoutedShard { return n.nextShard(ctx, d) }); err != nil {
 		return cr, err
 	}
 	return cr, nil

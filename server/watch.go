@@ -133,9 +133,9 @@ func (s *kvService) Watch(req *shalev1.WatchRequest, stream shalev1.KV_WatchServ
 	h := req.GetHeader()
 	var t target
 	if h.GetShardId() != 0 {
-		t, err = n.route(h, nil)
+		t, err = n.route(ctx, h, nil)
 	} else {
-		t, err = n.route(h, start)
+		t, err = n.route(ctx, h, start)
 	}
 	if err != nil {
 		return err

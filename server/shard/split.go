@@ -59,6 +59,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	// while an Apply runs), or a restart opened the engine this split made
 	// before its own state became durable. The split then leaves it alone.
 	t0 := time.Now()
+	var phases splitPhases
 	dir := Dir(a.s.opts.ShardsDir, rightID)
 	_, err := a.s.fs.Stat(dir)
 	hosted := err == nil
@@ -71,7 +72,9 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		if err := a.flushStaged(); err != nil {
 			return nil, false, err
 		}
-		rs, deletedAt, err := a.s.makeRight(dir, right, a.st)
+		var deletedAt storage.SeqNum
+		var rs *Shard
+		rs, deletedAt, phases, err = a.s.makeRight(dir, right, a.st)
 		if err != nil {
 			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
 		}
@@ -92,7 +95,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		return nil, false, err
 	}
 	a.s.log.Info("shard split", "shard", desc.GetShardId(), "split_key", fmt.Sprintf("%q", key), "right_shard", rightID, "right_already_hosted", hosted,
-		"took", time.Since(t0))
+		"took", time.Since(t0), "flush", phases.flush, "checkpoint", phases.checkpoint, "open", phases.open)
 	return &shalev1.CommandResult{Descriptor_: cloneDesc(left), RightDescriptor: right}, true, nil
 }
 
@@ -124,6 +127,11 @@ const splitMarker = "SPLITTING"
 // deleted (the split creates it again when it applies).
 var ErrUnfinishedSplit = errors.New("shard: an unfinished split's copy")
 
+// splitPhases are how long the parts of makeRight took: the flush of this
+// engine's memtable, the checkpoint (with the directory syncs and the
+// rename), and the new engine's open with its first synced batch.
+type splitPhases struct{ flush, checkpoint, open time.Duration }
+
 // makeRight creates, durably, the engine of a split's right-hand shard in
 // dir and returns it open: a checkpoint of this engine without the keys
 // outside right's range, whose applied state is the start of a new Raft
@@ -133,44 +141,47 @@ var ErrUnfinishedSplit = errors.New("shard: an unfinished split's copy")
 // its state is durable.
 // deletedAt is the sequence number of the batch that deleted the keys
 // outside right's range from the new engine.
-func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (rs *Shard, deletedAt storage.SeqNum, err error) {
+func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (rs *Shard, deletedAt storage.SeqNum, phases splitPhases, err error) {
 	tmp := dir + ".split"
 	if err := s.fs.RemoveAll(tmp); err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	if err := s.fs.RemoveAll(dir); err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	// Flush first: the checkpoint then holds SSTs only, and the new engine
 	// opens without replaying (and flushing again) a copy of the memtable.
+	t := time.Now()
 	if err := s.db.Flush(); err != nil {
-		return nil, 0, fmt.Errorf("flush: %w", err)
+		return nil, 0, phases, fmt.Errorf("flush: %w", err)
 	}
+	phases.flush, t = time.Since(t), time.Now()
 	if _, err := s.db.Checkpoint(tmp); err != nil {
-		return nil, 0, fmt.Errorf("checkpoint: %w", err)
+		return nil, 0, phases, fmt.Errorf("checkpoint: %w", err)
 	}
 	marker, err := s.fs.Create(s.fs.Join(tmp, splitMarker))
 	if err == nil {
 		err = marker.Close()
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	if err := s.fs.Rename(tmp, dir); err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	if err := vfs.SyncDir(s.fs, filepath.Dir(dir)); err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
+	phases.checkpoint, t = time.Since(t), time.Now()
 	rs = newShard(dir, s.opts)
 	o := rs.engineOptions()
 	o.ErrorIfNotExists = true
 	db, err := storage.Open(dir, o)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	st := *left
 	st.index, st.term = replication.InitialIndex, replication.InitialTerm
@@ -204,11 +215,12 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	if err != nil {
 		_ = db.Close()
-		return nil, 0, err
+		return nil, 0, phases, err
 	}
 	rs.db = db
 	rs.publish(loaded)
-	return rs, deletedAt, nil
+	phases.open = time.Since(t)
+	return rs, deletedAt, phases, nil
 }
 
 // SplitKey returns a user key strictly inside the shard's range that
