@@ -21,6 +21,7 @@ type JSONResult struct {
 	P50us           float64 `json:"p50_us"`
 	P99us           float64 `json:"p99_us"`
 	P999us          float64 `json:"p999_us"`
+	P9999us         float64 `json:"p9999_us"`
 	MaxUs           float64 `json:"max_us"`
 	MinOpsIn1s      int64   `json:"min_ops_in_1s"`
 	SpaceAmp        float64 `json:"space_amp"`
@@ -47,6 +48,7 @@ func (r *Result) JSON() JSONResult {
 		P50us:           us(r.Latency.Quantile(0.50)),
 		P99us:           us(r.Latency.Quantile(0.99)),
 		P999us:          us(r.Latency.Quantile(0.999)),
+		P9999us:         us(r.Latency.Quantile(0.9999)),
 		MaxUs:           us(r.Latency.Max()),
 		MinOpsIn1s:      r.MinOpsIn1s,
 		SpaceAmp:        round(r.SpaceAmp, 3),
@@ -106,11 +108,11 @@ func WriteTable(w io.Writer, results []Result, base string) {
 		rs := byWorkload[wl]
 		fmt.Fprintf(w, "\n== %s ==\n", wl)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "engine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tmin ops/1s\tSST w-amp\tspace-amp\tdisk/logical\t%s\t\n", ratioHeader)
+		fmt.Fprintf(tw, "engine\tops/s\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\tp99.99 µs\tmax µs\tmin ops/1s\tSST w-amp\tspace-amp\tdisk/logical\t%s\t\n", ratioHeader)
 		b := find(rs, base)
 		for _, r := range rs {
 			if r.Err != nil {
-				fmt.Fprintf(tw, "%s\tERROR\t\t\t\t\t\t\t\t\t\t\t\n", r.Engine)
+				fmt.Fprintf(tw, "%s\tERROR\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Engine)
 				continue
 			}
 			j := r.JSON()
@@ -130,8 +132,8 @@ func WriteTable(w io.Writer, results []Result, base string) {
 					ratio = fmt.Sprintf("%.2fx", v)
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t%s\t\n",
-				r.Engine, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.MaxUs, j.MinOpsIn1s, wamp, amp, dol, ratio)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t%s\t\n",
+				r.Engine, j.OpsPerSec, j.MBPerSec, j.P50us, j.P99us, j.P999us, j.P9999us, j.MaxUs, j.MinOpsIn1s, wamp, amp, dol, ratio)
 		}
 		tw.Flush()
 		for _, r := range rs {

@@ -179,7 +179,7 @@ func TestEveryWorkloadEveryEngine(t *testing.T) {
 		t.Fatalf("%d JSON lines for %d results", len(lines), len(results))
 	}
 	wantFields := []string{"disk_over_logical", "engine", "max_us", "mb_per_sec", "min_ops_in_1s",
-		"ops_per_sec", "p50_us", "p999_us", "p99_us", "space_amp", "sst_write_amp", "workload"}
+		"ops_per_sec", "p50_us", "p9999_us", "p999_us", "p99_us", "space_amp", "sst_write_amp", "workload"}
 	for _, l := range lines {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
