@@ -157,12 +157,28 @@ func (s *s3Store) create(ctx context.Context, name string, b []byte) error {
 	return nil
 }
 
+// Objects larger than s3PartSize are written as multipart uploads whose
+// parts go up s3UploadParts at once: the parts are read from the stream in
+// order into that many buffers, and each is sent as soon as it is full, so
+// one file's upload no longer waits for each part's round trip before
+// reading the next. That holds s3UploadParts × s3PartSize bytes per file
+// being written (64 MiB; a backup writes CreateOptions.Parallel files at
+// once). Smaller objects are one PutObject.
+const (
+	s3PartSize    = 16 << 20
+	s3UploadParts = 4
+)
+
 func (s *s3Store) put(ctx context.Context, name string, r io.Reader, size int64) error {
 	key, err := s.key(name)
 	if err != nil {
 		return err
 	}
-	_, err = s.cl.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: s3PartSize}
+	if size > s3PartSize {
+		opts.ConcurrentStreamParts, opts.NumThreads = true, s3UploadParts
+	}
+	_, err = s.cl.PutObject(ctx, s.bucket, key, r, size, opts)
 	return s3Error(err)
 }
 

@@ -34,6 +34,15 @@ func TestStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		testStore(t, loc.st)
+		// The failed multipart uploads were aborted: nothing of them is
+		// left on the server.
+		s3 := loc.st.(*s3Store)
+		for u := range s3.cl.ListIncompleteUploads(context.Background(), s3.bucket, s3.prefix, true) {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			t.Errorf("an incomplete upload is left: %s (%s)", u.Key, u.UploadID)
+		}
 	})
 }
 
@@ -97,12 +106,22 @@ func testStore(t *testing.T, st store) {
 
 	// put: whole objects, replaced whole; a failing source or a short one
 	// leaves nothing.
-	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: a multipart upload on S3
+	// 50 MiB and 3 bytes: on S3 a multipart upload of 4 parts, sent
+	// s3UploadParts at once; bytes that differ everywhere, so that a part
+	// stored out of place fails the read-back.
+	big := make([]byte, 50<<20+3)
+	for i := 0; i < len(big); i += 8 {
+		v := uint64(i) * 0x9e3779b97f4a7c15
+		for k := 0; k < 8 && i+k < len(big); k++ {
+			big[i+k] = byte(v >> (8 * k))
+		}
+	}
 	for name, body := range map[string][]byte{"files/shard-1/a.sst": []byte("hello"), "files/shard-1/b.sst": big, "files/shard-2/c.sst": nil, "backups/x/manifest.json": []byte("{}")} {
-		if err := st.put(ctx, name, bytes.NewReader(body), int64(len(body))); err != nil {
+		// A stream, as a backup hands it over (no ReaderAt, no Seek).
+		if err := st.put(ctx, name, struct{ io.Reader }{bytes.NewReader(body)}, int64(len(body))); err != nil {
 			t.Fatalf("put %s: %v", name, err)
 		}
-		if got, err := read(name); err != nil || got != string(body) {
+		if got, err := read(name); err != nil || !bytes.Equal([]byte(got), body) {
 			t.Fatalf("read back %s: %d bytes, %v; want %d", name, len(got), err, len(body))
 		}
 	}
