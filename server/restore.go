@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/shale-db/shale/backup"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -132,9 +133,19 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 			return nil, err
 		}
 	}
+	copyStart := time.Now()
 	if err := p.loc.CopyParts(ctx, parts, dirs, restoreParallel); err != nil {
 		return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 	}
+	var copied uint64
+	for _, part := range parts {
+		for _, f := range part.Files {
+			copied += f.Size
+		}
+	}
+	n.log.Info("restore: parts copied", "parts", len(parts), "bytes", copied, "took", time.Since(copyStart))
+	openStart := time.Now()
+	defer func() { n.log.Info("restore: shards opened", "shards", len(descs), "took", time.Since(openStart)) }()
 	out := map[uint64]*shard.Shard{}
 	for _, d := range descs {
 		part := p.parts[string(d.GetStartKey())]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,18 @@ type BackupResult struct {
 	// DiskWriteSeconds: writing FullBytes to one file in 1 MiB writes and
 	// syncing it, in Dir: the disk's sequential write speed.
 	DiskWriteSeconds float64
+	// The restore's phases, from the restored nodes' logs: RestoreCopyBytes
+	// is what the founding nodes copied from the backup, all together
+	// (every replica's copy; "restore: parts copied"), in
+	// RestoreCopySeconds, from the first node's start of copying to the
+	// last one's end; RestoreStartedSeconds is from starting the
+	// processes to the last node's "node started" (copies and opened
+	// shards done, serving). What the restore takes beyond it is the
+	// first elections and the client finding the leaders. Zero when the
+	// logs do not say.
+	RestoreCopyBytes      int64
+	RestoreCopySeconds    float64
+	RestoreStartedSeconds float64
 }
 
 // MBps is bytes per second in MB/s (10^6).
@@ -231,7 +244,9 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.RestoreSeconds = time.Since(start).Seconds()
-	logf("restore: %.2fs", res.RestoreSeconds)
+	res.RestoreCopyBytes, res.RestoreCopySeconds, res.RestoreStartedSeconds = restorePhases(filepath.Join(dir, "restored"), start)
+	logf("restore: %.2fs; the nodes copied %d MB from the backup in %.2fs, and all served %.2fs after their start",
+		res.RestoreSeconds, res.RestoreCopyBytes/1e6, res.RestoreCopySeconds, res.RestoreStartedSeconds)
 
 	res.DiskWriteSeconds, err = diskWrite(filepath.Join(dir, "disk-speed"), res.FullBytes)
 	return res, err
@@ -260,4 +275,84 @@ func diskWrite(path string, n int64) (float64, error) {
 	}
 	secs := time.Since(start).Seconds()
 	return secs, f.Close()
+}
+
+// restorePhases reads the restored nodes' logs (dir/node*/server.log): the
+// bytes all of them copied from the backup and the span of time from the
+// first copy's start to the last one's end, and the time from start to
+// the last "node started" line.
+func restorePhases(dir string, start time.Time) (bytes int64, copySeconds, startedSeconds float64) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "node*", "server.log"))
+	var first, last, started time.Time
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			at, fields, ok := logFields(line)
+			if !ok {
+				continue
+			}
+			switch fields["msg"] {
+			case "restore: parts copied":
+				took, err := time.ParseDuration(fields["took"])
+				n, nerr := strconv.ParseInt(fields["bytes"], 10, 64)
+				if err != nil || nerr != nil {
+					continue
+				}
+				bytes += n
+				if from := at.Add(-took); first.IsZero() || from.Before(first) {
+					first = from
+				}
+				if at.After(last) {
+					last = at
+				}
+			case "node started":
+				if at.After(started) {
+					started = at
+				}
+			}
+		}
+	}
+	if !first.IsZero() {
+		copySeconds = last.Sub(first).Seconds()
+	}
+	if !started.IsZero() {
+		startedSeconds = started.Sub(start).Seconds()
+	}
+	return bytes, copySeconds, startedSeconds
+}
+
+// logFields splits one line of slog's text format into its time and its
+// key=value fields (quoted values unquoted).
+func logFields(line string) (time.Time, map[string]string, bool) {
+	fields := map[string]string{}
+	for line != "" {
+		eq := strings.IndexByte(line, '=')
+		if eq <= 0 {
+			break
+		}
+		key := strings.TrimSpace(line[:eq])
+		line = line[eq+1:]
+		var val string
+		if strings.HasPrefix(line, `"`) {
+			q, err := strconv.QuotedPrefix(line)
+			if err != nil {
+				break
+			}
+			val, _ = strconv.Unquote(q)
+			line = line[len(q):]
+		} else {
+			sp := strings.IndexByte(line, ' ')
+			if sp < 0 {
+				sp = len(line)
+			}
+			val, line = line[:sp], line[sp:]
+		}
+		fields[key] = val
+		line = strings.TrimLeft(line, " ")
+	}
+	at, err := time.Parse(time.RFC3339Nano, fields["time"])
+	return at, fields, err == nil
 }

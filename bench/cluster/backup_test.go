@@ -60,3 +60,32 @@ func TestRunBackup(t *testing.T) {
 		}
 	})
 }
+
+// TestRestorePhases: the copy span runs from the earliest copy's start to
+// the latest one's end over every node's log, bytes add up, and the last
+// "node started" counts.
+func TestRestorePhases(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	logs := map[string]string{
+		"node1": `time=2026-11-28T08:00:02.000Z level=INFO msg="restore: parts copied" node=1 parts=7 bytes=1000 took=1.5s
+time=2026-11-28T08:00:02.500Z level=INFO msg="node started" node=1 cluster=x listen=127.0.0.1:1
+`,
+		"node2": `time=2026-11-28T08:00:03.000Z level=INFO msg="restore: parts copied" node=2 parts=7 bytes=2000 took=2s
+time=2026-11-28T08:00:03.250Z level=INFO msg="node started" node=2 cluster=x listen=127.0.0.1:2
+time=2026-11-28T08:00:09.000Z level=INFO msg="some other line" took=9s bytes=5
+`,
+	}
+	for n, text := range logs {
+		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n, "server.log"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, cp, st := restorePhases(dir, start)
+	if b != 3000 || cp != 2.5 || st != 3.25 {
+		t.Fatalf("restorePhases: %d bytes, copy %.3fs, started %.3fs; want 3000, 2.5, 3.25", b, cp, st)
+	}
+}
