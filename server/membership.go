@@ -44,16 +44,32 @@ func (n *Node) maintain() {
 
 // placementLoop heartbeats to the placement leader once a second and, on
 // the placement leader, schedules replica and leadership moves, until Stop.
+// A kick (kickPlacement) brings the next round forward, to no sooner than
+// placementMinInterval after the last; while this node leads a shard
+// whose learner is catching up, it heartbeats every fastHeartbeatInterval.
 func (n *Node) placementLoop() {
 	defer n.wg.Done()
-	t := time.NewTicker(time.Second)
+	t := time.NewTimer(placementInterval)
 	defer t.Stop()
+	last := time.Now()
 	for {
+		wait := placementInterval
+		if n.place.catchingUp.Load() {
+			wait = fastHeartbeatInterval
+		}
+		t.Reset(time.Until(last.Add(wait)))
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.place.kick:
+			select {
+			case <-n.stop:
+				return
+			case <-time.After(time.Until(last.Add(placementMinInterval))):
+			}
 		}
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		n.sendHeartbeat(ctx)
 		n.runPlacement(ctx)

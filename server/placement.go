@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,9 +33,29 @@ import (
 // maxPlacementCalls caps the scheduling operations in flight at once.
 const maxPlacementCalls = 32
 
-// placementSettle is how long a shard is left alone after an operation, so
-// that the next decision sees its leader's report of the result.
-const placementSettle = 2500 * time.Millisecond
+// placementSettle is how long a shard is left alone after a leadership
+// transfer, so that the next decision sees its new leader's report (a
+// transfer does not change the shard's epoch, so nothing else tells the
+// report apart). After a membership change the shard is left alone until
+// the directory and its leader's report show the change's epoch, and at
+// least changeSettle.
+const (
+	placementSettle = 2500 * time.Millisecond
+	changeSettle    = 200 * time.Millisecond
+)
+
+// Scheduling rounds run once a second (placementInterval), and sooner when
+// something they wait for happened: a heartbeat reports a learner caught up,
+// or an operation finished (a kick), but never closer together than
+// placementMinInterval. While a node leads a shard whose learner is still
+// catching up, it heartbeats every fastHeartbeatInterval, so that the
+// placement leader learns of the caught-up learner, and frees its move's
+// slot, within a fraction of a second.
+const (
+	placementInterval     = time.Second
+	placementMinInterval  = 200 * time.Millisecond
+	fastHeartbeatInterval = 250 * time.Millisecond
+)
 
 // leaderSettle is how long after a shard's leader changed (an election, a
 // transfer) leader balancing leaves it alone: a leader elected after a
@@ -53,6 +74,12 @@ type placementState struct {
 	history *placement.History
 	calls   chan struct{} // semaphore of operations in flight
 	metrics *placementMetrics
+	// kick asks placementLoop for a scheduling round soon (see
+	// placementMinInterval); it holds at most one request.
+	kick chan struct{}
+	// catchingUp is set by heartbeat when this node leads a shard whose
+	// learner is not caught up yet: it then heartbeats faster.
+	catchingUp atomic.Bool
 
 	mu        sync.Mutex
 	leading   bool
@@ -129,6 +156,7 @@ func newPlacementState(cfg Config, reg prometheus.Registerer) *placementState {
 		tracker:  placement.NewTracker(suspect, cfg.DeadNodeTimeout, nil),
 		history:  placement.NewHistory(1000),
 		calls:    make(chan struct{}, maxPlacementCalls),
+		kick:     make(chan struct{}, 1),
 		metrics:  newPlacementMetrics(reg),
 		inflight: map[uint64]bool{},
 		settle:   map[uint64]settleState{},
@@ -151,6 +179,7 @@ func (n *Node) heartbeat(ctx context.Context) *shalev1.HeartbeatRequest {
 	stats.DrainingLeaders = n.drainingLeaders()
 	req := &shalev1.HeartbeatRequest{Stats: stats}
 	var ops uint64
+	catchingUp := false
 	for _, r := range n.store.Replicas() {
 		sm := n.Shard(r.ShardID())
 		if sm == nil {
@@ -180,15 +209,23 @@ func (n *Node) heartbeat(ctx context.Context) *shalev1.HeartbeatRequest {
 			cancel()
 			if err == nil {
 				for id, pr := range st.Progress {
-					if pr.Learner && pr.Match > 0 && pr.Match+100 >= st.Commit {
+					if !pr.Learner {
+						continue
+					}
+					if pr.Match > 0 && pr.Match+100 >= st.Commit {
 						led.CaughtUpLearners = append(led.CaughtUpLearners, id)
+					} else {
+						catchingUp = true
 					}
 				}
+			} else {
+				catchingUp = true
 			}
 			break
 		}
 		req.Led = append(req.Led, led)
 	}
+	n.place.catchingUp.Store(catchingUp)
 	wrote := n.writeBytes.Load()
 	now := time.Now()
 	p := n.place
@@ -260,6 +297,14 @@ func (s *adminService) Heartbeat(ctx context.Context, req *shalev1.HeartbeatRequ
 	}
 	if r := n.store.Replica(SystemShardID); r != nil && r.IsLeader() {
 		n.place.tracker.Heartbeat(req)
+		for _, l := range req.GetLed() {
+			if len(l.GetCaughtUpLearners()) > 0 {
+				// A move's learner is ready: promote it, and start the
+				// next move in its slot, without waiting for the tick.
+				n.kickPlacement()
+				break
+			}
+		}
 		return &shalev1.HeartbeatResponse{DrainingLeaderNodes: n.drainingNodes()}, nil
 	}
 	a, fctx, err := n.systemLeaderAdmin(ctx)
@@ -584,7 +629,7 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 			case <-ctx.Done():
 			}
 		}()
-		epoch, err := n.execOp(ctx, op, leader)
+		epoch, desc, err := n.execOp(ctx, op, leader)
 		now := time.Now()
 		p.history.Finish(rec, n.wallNanos(), err)
 		result := "done"
@@ -595,27 +640,47 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 			n.log.Info("placement operation", "op", op.String())
 		}
 		p.metrics.ops.WithLabelValues(string(op.Kind), result).Inc()
+		settle := placementSettle
+		if desc != nil {
+			settle = changeSettle
+			// The directory learns the new descriptor now rather than
+			// at the shard leader's next maintenance round (which
+			// reports it again, a no-op).
+			if _, err := (&adminService{n: n}).ReportShards(ctx, &shalev1.ReportShardsRequest{Descriptors: []*shalev1.ShardDescriptor{desc}}); err != nil {
+				n.log.Debug("report a changed descriptor to the directory", "shard", op.ShardID, "err", err)
+			}
+		}
 		p.mu.Lock()
 		delete(p.inflight, op.ShardID)
-		p.settle[op.ShardID] = settleState{epoch: epoch, until: now.Add(placementSettle), limit: now.Add(30 * time.Second)}
+		p.settle[op.ShardID] = settleState{epoch: epoch, until: now.Add(settle), limit: now.Add(30 * time.Second)}
 		if err != nil && op.Kind == placement.TransferLeader {
 			p.refusedAt[op.Node] = now
 		}
 		p.mu.Unlock()
+		n.kickPlacement()
 	}()
 }
 
+// kickPlacement asks for a scheduling round soon (placementLoop).
+func (n *Node) kickPlacement() {
+	select {
+	case n.place.kick <- struct{}{}:
+	default:
+	}
+}
+
 // execOp asks the shard's leader to carry out op; it returns the epoch the
-// shard has after it.
-func (n *Node) execOp(ctx context.Context, op placement.Op, leader uint64) (uint64, error) {
+// shard has after it and, for a membership change, the shard's descriptor
+// after it.
+func (n *Node) execOp(ctx context.Context, op placement.Op, leader uint64) (uint64, *shalev1.ShardDescriptor, error) {
 	addr := n.addressOf(leader)
 	if addr == "" {
-		return 0, fmt.Errorf("no address for node %d", leader)
+		return 0, nil, fmt.Errorf("no address for node %d", leader)
 	}
 	a := shalev1.NewAdminClient(n.conn(addr))
 	if op.Kind == placement.TransferLeader {
 		_, err := a.TransferLeader(forwarded(ctx), &shalev1.TransferLeaderRequest{ShardId: op.ShardID, TargetNodeId: op.Node, Scheduled: true})
-		return op.Epoch, err
+		return op.Epoch, nil, err
 	}
 	req := &shalev1.ChangeReplicasRequest{ShardId: op.ShardID, Epoch: op.Epoch}
 	switch op.Kind {
@@ -629,13 +694,18 @@ func (n *Node) execOp(ctx context.Context, op placement.Op, leader uint64) (uint
 	case placement.RemoveReplica:
 		req.Changes = []*shalev1.ReplicaChange{{Type: shalev1.ReplicaChange_TYPE_REMOVE_REPLICA, ReplicaId: op.ReplicaID}}
 	default:
-		return 0, fmt.Errorf("unknown operation %q", op.Kind)
+		return 0, nil, fmt.Errorf("unknown operation %q", op.Kind)
 	}
 	resp, err := a.ChangeReplicas(forwarded(ctx), req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return resp.GetDescriptor_().GetEpoch(), nil
+	d := resp.GetDescriptor_()
+	epoch := d.GetEpoch()
+	if d.GetShardId() != op.ShardID || epoch == 0 {
+		d = nil // not a descriptor to record: the shard's leader reports it
+	}
+	return epoch, d, nil
 }
 
 // finishManualMoves clears the move of pins whose move is done (the
@@ -827,6 +897,15 @@ func (s *adminService) ChangeReplicas(ctx context.Context, req *shalev1.ChangeRe
 			return nil, status.Errorf(codes.Unavailable, "shard %d: the membership change did not apply in time", req.GetShardId())
 		}
 		return nil, status.Errorf(codes.FailedPrecondition, "shard %d: %v", req.GetShardId(), err)
+	}
+	for _, c := range changes {
+		if c.Type == replication.AddLearner {
+			// Heartbeat fast from now on (not from the next heartbeat),
+			// so the placement leader hears at once when the learner has
+			// caught up.
+			n.place.catchingUp.Store(true)
+			n.kickPlacement()
+		}
 	}
 	return &shalev1.ChangeReplicasResponse{Descriptor_: desc}, nil
 }
