@@ -582,6 +582,9 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 // the engine, and moves ns's revision and date to the last one's.
 func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error) error) error {
 	next := ns.index + 1
+	// Consecutive entries' writes go into one batch of up to
+	// replayBatchBytes (a batch keeps its writes' order, each at its own
+	// sequence number), not one engine write per entry.
 	b := storage.NewBatch()
 	err := replay(func(e *LoggedEntry) error {
 		if e.Mark.Index != next {
@@ -590,7 +593,6 @@ func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error)
 		if e.Range != nil {
 			return fmt.Errorf("replay: entry %d changed the shard's range", e.Mark.Index)
 		}
-		b.Reset()
 		for _, op := range e.Ops {
 			if !isDataKey(op.Key) {
 				return fmt.Errorf("replay: entry %d writes %q, outside user data", e.Mark.Index, op.Key)
@@ -609,17 +611,24 @@ func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error)
 				return fmt.Errorf("replay: entry %d holds a write of kind %d", e.Mark.Index, op.Kind)
 			}
 		}
-		if !b.Empty() {
+		if b.Len() >= replayBatchBytes {
 			if err := s.db.Apply(b, storage.NoSync); err != nil {
 				return err
 			}
+			b.Reset()
 		}
 		ns.rev, ns.hlc = e.Mark.Revision, e.Mark.HLC
 		next++
 		return nil
 	})
+	if err == nil && !b.Empty() {
+		err = s.db.Apply(b, storage.NoSync)
+	}
 	return err
 }
+
+// replayBatchBytes is the size at which a log replay writes its batch.
+const replayBatchBytes = 4 << 20
 
 // checkAbsent fails unless the shard's directory does not exist yet.
 func (s *Shard) checkAbsent() error {
