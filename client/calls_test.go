@@ -101,8 +101,11 @@ func TestCallsStreamCarriesRequests(t *testing.T) {
 	if _, err := ucl.Put(ctx, []byte("a/unary"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
+	// At least one unary put: a retry (a node that has just lost the
+	// shard's leadership answers NotLeader) is served as a second one
+	// (seen in a loaded CI run).
 	stream2, unary2 := callsServed(t, c)
-	if stream2 != stream1 || unary2 != unary1+1 {
-		t.Fatalf("WithUnaryCalls: %v stream calls, %v unary puts; want 0 and 1", stream2-stream1, unary2-unary1)
+	if stream2 != stream1 || unary2 < unary1+1 {
+		t.Fatalf("WithUnaryCalls: %v stream calls, %v unary puts; want 0 and at least 1", stream2-stream1, unary2-unary1)
 	}
 }
