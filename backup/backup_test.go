@@ -110,7 +110,10 @@ func testCreateVerifyDelete(t *testing.T, where, raw string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st2.FilesSkipped == 0 || st2.BytesCopied >= st1.BytesCopied {
+	// Shared files are skipped. (Not "fewer bytes than the first": the
+	// engines compact on their own schedule, and in a loaded CI run the
+	// second backup copied 6 files, 77 KB, against the first's 60 KB.)
+	if st2.FilesSkipped == 0 || st2.BytesSkipped == 0 {
 		t.Fatalf("second backup copied %+v: nothing was shared with the first (%+v)", st2, st1)
 	}
 	t.Logf("first backup: %+v; second: %+v", st1, st2)
