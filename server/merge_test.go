@@ -410,10 +410,16 @@ func TestAutomaticMergeCountsLoadLedElsewhere(t *testing.T) {
 	// ticker so that slow puts (the race detector, a loaded machine) do
 	// not lower the rate.
 	wctx, stop := context.WithCancel(ctx)
-	defer stop()
+	// The ticker goroutine counts in writers too, so that its Adds never
+	// race the Wait (the race detector reported it), and nothing outlives
+	// the test on a failure.
 	var writers sync.WaitGroup
+	defer writers.Wait()
+	defer stop()
 	var writeErr atomic.Value
+	writers.Add(1)
 	go func() {
+		defer writers.Done()
 		tick := time.NewTicker(time.Second / 45)
 		defer tick.Stop()
 		for i := 0; ; i++ {
