@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -27,15 +30,23 @@ import (
 // grew meanwhile. Before the fix, the left shard's leader answered them
 // with an EpochMismatch naming no leader for the new shard, and the client
 // tried replicas that answered NotLeader without a leader or NotFound,
-// backing off 20, 40, 80, 160, 320 ms, ... (worst put 0.3-0.6 s past the
-// election); now the answer waits for the new shard's first leader.
+// backing off 20, 40, 80, 160, 320 ms, ...: 6-10 attempts for a put, the
+// worst 0.6-0.9 s past the election on an idle machine; now the answer
+// waits for the new shard's first leader, and a put takes two attempts.
+// The attempts are counted from the client's trace spans, which a loaded
+// machine does not change; the time past the election is bounded too,
+// relative to how slow puts were just before the split.
 func TestSplitRetriesOnNewShardWithinMilliseconds(t *testing.T) {
 	// The production tick: the waits under test are counted in ticks.
 	c := testcluster.Start(t, testcluster.Options{TickInterval: 100 * time.Millisecond, Configure: func(cfg *server.Config) {
 		cfg.SplitQPS = -1
 		cfg.SplitSizeBytes = -1
 	}})
-	cl := newClient(t, c, client.WithLogger(testcluster.Logger().With("client", 1)))
+	// The client traces every call: a span per call, and under it one
+	// per attempt.
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	cl := newClient(t, c, client.WithLogger(testcluster.Logger().With("client", 1)), client.WithTracerProvider(tp))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range 100 {
@@ -140,12 +151,48 @@ func TestSplitRetriesOnNewShardWithinMilliseconds(t *testing.T) {
 	}
 	t.Logf("split applied on the left leader (node %d) %v after it was asked; new shard %d led by node %d %v after that; %d puts waited for it; the slowest finished %v after the election",
 		leftLeader, split.Sub(s0), right, c.Leader(right), elected.Sub(split), met, worst)
-	t.Logf("the slowest: started %s, ended %s; the split asked at %s, applied at %s, the new shard led at %s",
+	t.Logf("the slowest that met it: started %s, ended %s; the split asked at %s, applied at %s, the new shard led at %s",
 		worstOp.start.Format("15:04:05.000"), worstOp.end.Format("15:04:05.000"), s0.Format("15:04:05.000"), split.Format("15:04:05.000"), elected.Format("15:04:05.000"))
 	if met == 0 {
 		t.Fatal("no put waited for the new shard's leader: the test did not test")
 	}
-	if bound := 200 * time.Millisecond; worst > bound {
-		t.Fatalf("a put that met the split finished %v after the new shard's election; want at most %v", worst, bound)
+	// Each put that met the split took at most three attempts: the one the
+	// split refused (answered with the new shard and its leader, once
+	// elected), the new shard's leader, and one spare. Before the fix, the
+	// clients tried the new shard's replicas while it had no leader, four
+	// to eight attempts each. This holds however slow a loaded machine
+	// makes each attempt.
+	spans := exp.GetSpans()
+	attempts := map[trace.SpanID]int{}
+	for _, sp := range spans {
+		if sp.SpanKind == trace.SpanKindClient && sp.Name == "shale.v1.KV/Put" {
+			attempts[sp.Parent.SpanID()]++
+		}
+	}
+	most := 0
+	for _, sp := range spans {
+		if sp.Name != "shale.client.put" || sp.EndTime.Before(split) || !sp.StartTime.Before(elected) {
+			continue
+		}
+		most = max(most, attempts[sp.SpanContext.SpanID()])
+	}
+	t.Logf("the most attempts a put that met the split took: %d", most)
+	if most > 3 {
+		t.Errorf("a put that met the split took %d attempts; want at most 3", most)
+	}
+	// The bound: 200 ms, plus twice the slowest put of the second before
+	// the split, so that a machine loaded enough to slow every put (the
+	// whole suite under -race) does not fail the test, while a client
+	// asleep in backoffs (0.6-0.9 s past the election before the fix, with
+	// puts of 20-50 ms before the split) still does.
+	var before time.Duration
+	for _, o := range ops {
+		if !o.end.Before(s0.Add(-time.Second)) && o.end.Before(s0) {
+			before = max(before, o.end.Sub(o.start))
+		}
+	}
+	if bound := 200*time.Millisecond + 2*before; worst > bound {
+		t.Fatalf("a put that met the split finished %v after the new shard's election; want at most %v (the slowest put of the second before the split took %v)",
+			worst, bound, before)
 	}
 }
