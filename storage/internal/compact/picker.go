@@ -531,6 +531,9 @@ func (p *Picker) PickPeriodic(v *LevelsView, inProgress []*Compaction, cutoff in
 	if v == nil || running(inProgress) >= p.opts.MaxConcurrentCompactions {
 		return nil
 	}
+	if p.opts.Style == Universal {
+		return p.pickUniversalPeriodic(p.analyze(v), inProgress, cutoff)
+	}
 	type candidate struct {
 		f     *manifest.FileMetadata
 		level int
@@ -550,9 +553,6 @@ func (p *Picker) PickPeriodic(v *LevelsView, inProgress []*Compaction, cutoff in
 		return cmp.Compare(a.f.CreationTime, b.f.CreationTime)
 	})
 	st := p.analyze(v)
-	if p.opts.Style == Universal {
-		return p.pickUniversalPeriodic(st, inProgress, cutoff)
-	}
 	for _, c := range old {
 		files := st.levels[c.level]
 		s := spanOfKeys(c.f.Smallest, c.f.Largest)
