@@ -256,6 +256,15 @@ func (r *Replica) IsLeader() bool {
 	return r.status.Leader
 }
 
+// Leadership reports whether the replica was the leader at its last update
+// and its term then: a caller that sees the same term with leader true at
+// two moments knows the replica led throughout.
+func (r *Replica) Leadership() (leader bool, term uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status.Leader, r.status.Term
+}
+
 // awaitFirstLeader marks a replica a split just created on this node:
 // until its group's first leader is known, WaitFirstLeader waits for it.
 func (r *Replica) awaitFirstLeader() {

@@ -54,6 +54,8 @@ func (n *Node) localStatus(ctx context.Context) *shalev1.NodeInfoResponse {
 
 			RequestsPerSecond: n.recentQPS(r.ShardID()),
 		}
+		rep := n.loadReport(r)
+		ss.LedLoadTicks, ss.PeakRequestsPerSecond = uint32(rep.ticks), rep.peak
 		for _, rd := range ss.GetDescriptor_().GetReplicas() {
 			rs := &shalev1.ReplicaStatus{NodeId: rd.GetNodeId(), ReplicaId: rd.GetReplicaId(), Role: rd.GetRole(), Leader: rd.GetReplicaId() == st.LeaderReplicaID}
 			if pr, ok := st.Progress[rd.GetReplicaId()]; ok {

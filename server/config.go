@@ -125,9 +125,11 @@ type Config struct {
 	SplitQPS int
 	// MergeSizeBytes is the combined size under which a shard's leader
 	// merges it with its right neighbour, when the boundary between them was
-	// made by an automatic split, both are quiet (under half of SplitQPS)
-	// and neither was split in the last five minutes (default a quarter of
-	// SplitSizeBytes; negative: no automatic merges).
+	// made by an automatic split, both are quiet (their leaders' peak rates
+	// over the last ten seconds, each led throughout by the same leader,
+	// add up to at most half of SplitQPS) and neither's range changed in the
+	// last MergeDelay (default a quarter of SplitSizeBytes; negative: no
+	// automatic merges).
 	MergeSizeBytes int64
 	// MergeDelay is how long after a split of either shard an automatic
 	// merge waits, so that load splits outlive their load (default 5m).

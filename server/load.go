@@ -10,6 +10,7 @@ import (
 	"time"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/replication"
 )
 
 // Load-based splitting: each node counts the requests it routes to each
@@ -25,6 +26,14 @@ const (
 	// loadSplitTicks is how many consecutive one-second ticks a shard's
 	// rate must stay above the threshold.
 	loadSplitTicks = 5
+	// mergeQuietTicks is how many consecutive one-second ticks each of two
+	// neighbours' leaders must have led its shard through, in one term,
+	// with the peaks of their rates over those ticks together at most half
+	// the split threshold, before an automatic merge: the merge's side of
+	// the hysteresis (a load split needs loadSplitTicks above the whole
+	// threshold), twice as long, so that a second or a few with fewer
+	// requests (a stall, a leadership change) do not pass for a quiet shard.
+	mergeQuietTicks = 2 * loadSplitTicks
 )
 
 // shardLoad is one shard's request counter and key sampler on this node.
@@ -39,6 +48,80 @@ type shardLoad struct {
 	lastAt   time.Time
 	qps      float64 // over the last tick
 	hotTicks int
+	// The merge guard's history: the rates of the last ticks this node led
+	// the shard through (a ring; next is where the next one goes), how
+	// many consecutive ones (up to mergeQuietTicks), and the term they were
+	// led in (0: this node did not lead the shard at the last tick).
+	ledRates [mergeQuietTicks]float64
+	ledNext  int
+	ledTicks int
+	ledTerm  uint64
+}
+
+// loadReport is a shard's sustained load as one node measured it: over
+// the last ticks (up to mergeQuietTicks) that node led the shard through in
+// one term, how many there were and the highest rate among them.
+type loadReport struct {
+	ticks int
+	peak  float64
+}
+
+// tick ends the tracker's maintenance tick at now and returns its request
+// rate. term is the shard's Raft term while this node leads it, else 0: a
+// tick whose start and end saw the same nonzero term was led throughout,
+// and its rate joins the merge guard's history; any other tick clears it
+// (the counts before a leadership began are those of a follower, which
+// serves few of the shard's requests). A tick led throughout above
+// splitQPS adds one to the load split's consecutive hot ticks; any other
+// resets them.
+func (l *shardLoad) tick(now time.Time, term uint64, splitQPS float64) float64 {
+	ops := l.ops.Load()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	qps := 0.0
+	if !l.lastAt.IsZero() {
+		qps = float64(ops-l.lastOps) / now.Sub(l.lastAt).Seconds()
+	}
+	l.lastOps, l.lastAt, l.qps = ops, now, qps
+	switch {
+	case term == 0 || term != l.ledTerm:
+		l.ledTicks, l.ledTerm = 0, term
+	default:
+		l.ledRates[l.ledNext] = qps
+		l.ledNext = (l.ledNext + 1) % mergeQuietTicks
+		l.ledTicks = min(l.ledTicks+1, mergeQuietTicks)
+	}
+	if term != 0 && qps > splitQPS {
+		l.hotTicks++
+	} else {
+		l.hotTicks = 0
+	}
+	return qps
+}
+
+// report returns the shard's sustained load by this node's history, given
+// the shard's term while this node leads it (else 0): no ticks unless the
+// node led the shard through its last tick and still leads it in that term.
+func (l *shardLoad) report(term uint64) loadReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if term == 0 || term != l.ledTerm {
+		return loadReport{}
+	}
+	rep := loadReport{ticks: l.ledTicks}
+	for i := 1; i <= l.ledTicks; i++ {
+		rep.peak = max(rep.peak, l.ledRates[(l.ledNext-i+mergeQuietTicks)%mergeQuietTicks])
+	}
+	return rep
+}
+
+// quietForMerge reports whether the loads of two neighbours allow merging
+// them: both leaders measured a whole window of mergeQuietTicks, and the
+// peaks over it add up to at most half of splitQPS (a split needs the
+// whole of it, for loadSplitTicks).
+func quietForMerge(left, right loadReport, splitQPS int) bool {
+	return left.ticks >= mergeQuietTicks && right.ticks >= mergeQuietTicks &&
+		left.peak+right.peak <= float64(splitQPS)/2
 }
 
 func (l *shardLoad) record(key []byte) {
@@ -106,18 +189,8 @@ func (n *Node) splitHotShards(ctx context.Context) {
 			continue
 		}
 		l := n.loadOf(r.ShardID())
-		ops := l.ops.Load()
+		qps := l.tick(now, leaderTerm(r), float64(n.cfg.SplitQPS))
 		l.mu.Lock()
-		qps := 0.0
-		if !l.lastAt.IsZero() {
-			qps = float64(ops-l.lastOps) / now.Sub(l.lastAt).Seconds()
-		}
-		l.lastOps, l.lastAt, l.qps = ops, now, qps
-		if qps > float64(n.cfg.SplitQPS) && r.IsLeader() {
-			l.hotTicks++
-		} else {
-			l.hotTicks = 0
-		}
 		ready := l.hotTicks >= loadSplitTicks
 		l.mu.Unlock()
 		desc := sm.Descriptor()
@@ -194,6 +267,24 @@ func (n *Node) recentQPS(shardID uint64) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.qps
+}
+
+// loadReport returns r's shard's sustained load by this node's history: no
+// ticks unless this node leads it, in the term of that history.
+func (n *Node) loadReport(r *replication.Replica) loadReport {
+	v, ok := n.loads.Load(r.ShardID())
+	if !ok {
+		return loadReport{}
+	}
+	return v.(*shardLoad).report(leaderTerm(r))
+}
+
+// leaderTerm is r's Raft term while this node leads it, else 0.
+func leaderTerm(r *replication.Replica) uint64 {
+	if leader, term := r.Leadership(); leader {
+		return term
+	}
+	return 0
 }
 
 func (n *Node) noteSplit(shardID uint64, now time.Time) {

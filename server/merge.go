@@ -266,30 +266,31 @@ func awaitMerged(ctx context.Context, lsm *shard.Shard, right *shalev1.ShardDesc
 	}
 }
 
-// shardQPS returns the request rate of r's shard as its leader measures
-// it: this node's own when it leads r, else the leader's answer to
-// NodeInfo. known is false when no leader answered for it.
-func (n *Node) shardQPS(ctx context.Context, r *replication.Replica) (qps float64, known bool) {
+// shardLoadReport returns the sustained load of r's shard as its leader
+// measured it: this node's own history when it leads r, else the leader's
+// answer to NodeInfo. known is false when no leader answered for it (a
+// leader that predates the report answers no ticks, which no merge passes).
+func (n *Node) shardLoadReport(ctx context.Context, r *replication.Replica) (rep loadReport, known bool) {
 	if r.IsLeader() {
-		return n.recentQPS(r.ShardID()), true
+		return n.loadReport(r), true
 	}
 	leader := r.Status().LeaderNodeID
 	addr := n.addressOf(leader)
 	if leader == 0 || addr == "" {
-		return 0, false
+		return loadReport{}, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := shalev1.NewAdminClient(n.conn(addr)).NodeInfo(cctx, &shalev1.NodeInfoRequest{})
 	if err != nil || info.GetNode().GetNodeId() != leader {
-		return 0, false
+		return loadReport{}, false
 	}
 	for _, ss := range info.GetShards() {
 		if ss.GetDescriptor_().GetShardId() == r.ShardID() && ss.GetLeaderNodeId() == leader {
-			return ss.GetRequestsPerSecond(), true
+			return loadReport{ticks: int(ss.GetLedLoadTicks()), peak: ss.GetPeakRequestsPerSecond()}, true
 		}
 	}
-	return 0, false
+	return loadReport{}, false
 }
 
 // rangeChangedWithin reports whether a split or merge changed d's range
@@ -429,18 +430,19 @@ func (n *Node) mergeSmallShards(ctx context.Context) {
 			continue
 		}
 		// The boundary moved recently, by the shards' own replicated
-		// record (whichever node split them), or by this node's.
-		if rangeChangedWithin(l.d, now, n.cfg.MergeDelay) || rangeChangedWithin(rn.d, now, n.cfg.MergeDelay) ||
-			n.splitWithin(l.d.GetShardId(), now, n.cfg.MergeDelay) || n.splitWithin(rn.d.GetShardId(), now, n.cfg.MergeDelay) {
+		// record (whichever node split them: this node's memory of its
+		// own splits knows nothing of the others').
+		if rangeChangedWithin(l.d, now, n.cfg.MergeDelay) || rangeChangedWithin(rn.d, now, n.cfg.MergeDelay) {
 			continue
 		}
 		if n.cfg.SplitQPS > 0 {
-			// Both shards' load as their leaders measure it: this node
-			// leads the left, and asks the right's leader when it does
-			// not lead that too (a shard led elsewhere is not quiet here
-			// for want of requests).
-			rq, known := n.shardQPS(ctx, rn.r)
-			if !known || n.recentQPS(l.d.GetShardId())+rq > float64(n.cfg.SplitQPS)/2 {
+			// Both shards' sustained load as their leaders measured it
+			// over the last mergeQuietTicks: this node leads the left,
+			// and asks the right's leader when it does not lead that
+			// too (a shard led elsewhere is not quiet here for want of
+			// requests, nor is one whose leader has not led it long).
+			rrep, known := n.shardLoadReport(ctx, rn.r)
+			if !known || !quietForMerge(n.loadReport(l.r), rrep, n.cfg.SplitQPS) {
 				continue
 			}
 		}

@@ -370,8 +370,18 @@ type ShardStatus struct {
 	// on the shard over its last maintenance tick (about a second); the
 	// leader's is the shard's load.
 	RequestsPerSecond float64 `protobuf:"fixed64,12,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// led_load_ticks is how many consecutive maintenance ticks (about a
+	// second each), counted up to the merge guard's window, the reporting
+	// node led the shard through, in one term, measuring its rate; 0 on a
+	// follower and on servers that predate the field.
+	// peak_requests_per_second is the highest rate the reporting node
+	// measured over those ticks. Automatic merges need both shards' leaders
+	// to report a full window whose peaks together stay under half the
+	// load-split threshold.
+	LedLoadTicks          uint32  `protobuf:"varint,13,opt,name=led_load_ticks,json=ledLoadTicks,proto3" json:"led_load_ticks,omitempty"`
+	PeakRequestsPerSecond float64 `protobuf:"fixed64,14,opt,name=peak_requests_per_second,json=peakRequestsPerSecond,proto3" json:"peak_requests_per_second,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -484,6 +494,20 @@ func (x *ShardStatus) GetStopped() string {
 func (x *ShardStatus) GetRequestsPerSecond() float64 {
 	if x != nil {
 		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetLedLoadTicks() uint32 {
+	if x != nil {
+		return x.LedLoadTicks
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetPeakRequestsPerSecond() float64 {
+	if x != nil {
+		return x.PeakRequestsPerSecond
 	}
 	return 0
 }
@@ -3504,7 +3528,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\x15.shale.v1.ReplicaRoleR\x04role\x12\x1f\n" +
 	"\vmatch_index\x18\x04 \x01(\x04R\n" +
 	"matchIndex\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xc1\x03\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xa0\x04\n" +
 	"\vShardStatus\x129\n" +
 	"\n" +
 	"descriptor\x18\x01 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
@@ -3522,7 +3546,9 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\bquiesced\x18\n" +
 	" \x01(\bR\bquiesced\x12\x18\n" +
 	"\astopped\x18\v \x01(\tR\astopped\x12.\n" +
-	"\x13requests_per_second\x18\f \x01(\x01R\x11requestsPerSecond\"\x16\n" +
+	"\x13requests_per_second\x18\f \x01(\x01R\x11requestsPerSecond\x12$\n" +
+	"\x0eled_load_ticks\x18\r \x01(\rR\fledLoadTicks\x127\n" +
+	"\x18peak_requests_per_second\x18\x0e \x01(\x01R\x15peakRequestsPerSecond\"\x16\n" +
 	"\x14ClusterStatusRequest\"\x91\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +

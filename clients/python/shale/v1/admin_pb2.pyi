@@ -468,11 +468,13 @@ class ShardInfoResponse(_message.Message):
     def __init__(self, shard: _Optional[_Union[ShardStatus, _Mapping]] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ["applied_index", "commit_index", "descriptor", "leader_node_id", "quiesced", "replicas", "reported_by", "requests_per_second", "revision", "size_bytes", "stopped", "term"]
+    __slots__ = ["applied_index", "commit_index", "descriptor", "leader_node_id", "led_load_ticks", "peak_requests_per_second", "quiesced", "replicas", "reported_by", "requests_per_second", "revision", "size_bytes", "stopped", "term"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
     LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LED_LOAD_TICKS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_REQUESTS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     QUIESCED_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     REPORTED_BY_FIELD_NUMBER: _ClassVar[int]
@@ -485,6 +487,8 @@ class ShardStatus(_message.Message):
     commit_index: int
     descriptor: _meta_pb2.ShardDescriptor
     leader_node_id: int
+    led_load_ticks: int
+    peak_requests_per_second: float
     quiesced: bool
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
     reported_by: int
@@ -493,7 +497,7 @@ class ShardStatus(_message.Message):
     size_bytes: int
     stopped: str
     term: int
-    def __init__(self, descriptor: _Optional[_Union[_meta_pb2.ShardDescriptor, _Mapping]] = ..., leader_node_id: _Optional[int] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., revision: _Optional[int] = ..., size_bytes: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., reported_by: _Optional[int] = ..., quiesced: bool = ..., stopped: _Optional[str] = ..., requests_per_second: _Optional[float] = ...) -> None: ...
+    def __init__(self, descriptor: _Optional[_Union[_meta_pb2.ShardDescriptor, _Mapping]] = ..., leader_node_id: _Optional[int] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., revision: _Optional[int] = ..., size_bytes: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., reported_by: _Optional[int] = ..., quiesced: bool = ..., stopped: _Optional[str] = ..., requests_per_second: _Optional[float] = ..., led_load_ticks: _Optional[int] = ..., peak_requests_per_second: _Optional[float] = ...) -> None: ...
 
 class SplitShardRequest(_message.Message):
     __slots__ = ["automatic", "right_leader_node_id", "right_shard_id", "shard_id", "split_key"]
