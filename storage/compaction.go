@@ -284,6 +284,10 @@ func (d *DB) runFlush() {
 		d.metrics.levels[0].bytesWritten += o.Size
 	}
 	d.wc.reportFlush(memBytes, dur)
+	// A flush means writes came: an at-rest merge waits for them to stop
+	// again.
+	d.atRestDue = false
+	d.armAtRestLocked()
 	d.deleteObsoleteFilesLocked()
 	d.updatePacingLocked()
 	d.maybeScheduleFlushLocked()
@@ -307,6 +311,13 @@ func (d *DB) maybeScheduleCompactionLocked() {
 		if c == nil && d.opts.PeriodicCompaction > 0 {
 			cutoff := d.opts.now().Add(-d.opts.PeriodicCompaction).Unix()
 			c = d.picker.PickPeriodic(levelsView(d.vers), d.compactions, cutoff)
+		}
+		if c == nil && d.atRestDue {
+			if c = d.picker.PickAtRest(levelsView(d.vers), d.compactions); c != nil {
+				d.metrics.atRestCompactions++
+			} else if d.picker.AtRestL0Bytes(levelsView(d.vers)) == 0 {
+				d.atRestDue = false // done; the next flush arms the check again
+			}
 		}
 		if c == nil {
 			return

@@ -133,6 +133,11 @@ func crashConfigs() []crashConfig {
 				o.now = func() time.Time { return time.Unix(clock.Add(1), 0) }
 				o.PeriodicCompaction = 5 * time.Second
 			})},
+		// L0 merged down whenever the writers pause for a microsecond.
+		{name: "at-rest-compaction", writers: 2, batches: 120, phases: 2, syncPct: 20,
+			manifestSize: 8 << 10, opts: crashOptions(func(o *Options) {
+				o.AtRestCompactionDelay = time.Microsecond
+			})},
 		{name: "four-writers-mem-budget", writers: 4, batches: 80, phases: 1, syncPct: 30,
 			manifestSize: 4 << 10, memBudget: 96 << 10, opts: crashOptions(func(o *Options) {
 				o.MaxMemTables = 4

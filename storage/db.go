@@ -75,6 +75,19 @@ type DB struct {
 	// thousands of DBs. Guarded by mu.
 	periodicTimer *time.Timer
 	periodicEvery time.Duration
+	// atRestTimer, while atRestArmed, checks AtRestCompactionDelay after
+	// it was armed whether the DB has had no write since (LastSeq still
+	// atRestSeq); then atRestDue lets the scheduler merge L0 down
+	// (Picker.PickAtRest) until L0 is within its at-rest bound or a flush
+	// shows writes again. Armed when a version leaves L0 above that bound.
+	// Guarded by mu.
+	atRestTimer *time.Timer
+	atRestArmed bool
+	atRestDue   bool
+	atRestSeq   SeqNum
+	// atRestOpen is set once Open has succeeded: a DB that failed to open
+	// arms no timer.
+	atRestOpen bool
 
 	// rsMu guards readState, the consistent set of memtables and version
 	// that readers take a reference on.
@@ -244,6 +257,8 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		d.deleteObsoleteFiles(true)
 		d.maybeScheduleFlushLocked()
 		d.maybeScheduleCompactionLocked()
+		d.atRestOpen = true
+		d.armAtRestLocked()
 	}
 	d.updatePacingLocked()
 	d.mu.Unlock()
@@ -617,6 +632,48 @@ func (d *DB) periodicCheck() {
 	d.periodicTimer.Reset(d.periodicEvery)
 }
 
+// atRestEnabled reports whether this DB merges L0 down once its writes stop
+// (Options.AtRestCompactionDelay).
+func (d *DB) atRestEnabled() bool {
+	return !d.readOnly && d.opts.AtRestCompactionDelay > 0 && d.opts.Compaction != UniversalCompaction
+}
+
+// armAtRestLocked starts the at-rest check when L0 is above its at-rest
+// bound and no check is pending or due.
+func (d *DB) armAtRestLocked() {
+	if !d.atRestEnabled() || !d.atRestOpen || d.closed || d.atRestArmed || d.atRestDue || d.vers == nil {
+		return
+	}
+	if d.picker.AtRestL0Bytes(levelsView(d.vers)) == 0 {
+		return
+	}
+	d.atRestArmed = true
+	d.atRestSeq = d.LastSeq()
+	if d.atRestTimer == nil {
+		d.atRestTimer = time.AfterFunc(d.opts.AtRestCompactionDelay, d.atRestCheck)
+	} else {
+		d.atRestTimer.Reset(d.opts.AtRestCompactionDelay)
+	}
+}
+
+// atRestCheck runs AtRestCompactionDelay after armAtRestLocked: with no
+// write in between it lets the scheduler merge L0 down; otherwise it checks
+// again a delay later.
+func (d *DB) atRestCheck() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.atRestArmed = false
+	if d.closed {
+		return
+	}
+	if d.LastSeq() != d.atRestSeq {
+		d.armAtRestLocked()
+		return
+	}
+	d.atRestDue = true
+	d.maybeScheduleCompactionLocked()
+}
+
 // walFlusher writes buffered WAL data of unsynced commits to the file in the
 // background, so the commit leader does not make a write system call per
 // group. It exits when walFlushC is closed.
@@ -689,6 +746,9 @@ func (d *DB) Close() error {
 	d.mu.Lock()
 	if d.periodicTimer != nil {
 		d.periodicTimer.Stop() // a check already fired sees closed
+	}
+	if d.atRestTimer != nil {
+		d.atRestTimer.Stop() // likewise
 	}
 	d.mu.Unlock()
 	if d.flusherDone != nil {

@@ -25,6 +25,7 @@ type dbMetrics struct {
 	flushOutBytes          uint64
 	compactions            int64
 	periodicCompactions    int64
+	atRestCompactions      int64
 	moves                  int64
 	compactInBytes         uint64
 	compactOutBytes        uint64
@@ -78,6 +79,10 @@ type Metrics struct {
 	// PeriodicCompactions counts the compactions (of Compactions) that
 	// Options.PeriodicCompaction started.
 	PeriodicCompactions int64
+	// AtRestCompactions counts the compactions and moves of L0 that
+	// Options.AtRestCompactionDelay started on a DB whose writes had
+	// stopped.
+	AtRestCompactions int64
 	// CompactionBytesIn is the size of the files compactions read (their
 	// inputs), and CompactionBytesOut of those they wrote; moves count in
 	// neither. They are the sums of the levels' BytesIn and of the
@@ -89,6 +94,13 @@ type Metrics struct {
 	// PeakConcurrentCompactions is the most compactions that ran at once.
 	PeakConcurrentCompactions int
 	PendingCompactionBytes    uint64
+	// AtRestCompactionBytes is the size of L0 while it holds more than
+	// 1/LevelMultiplier of the bytes below it: what an at-rest compaction
+	// (Options.AtRestCompactionDelay) merges down once the DB has had no
+	// write for that long, or is merging now. 0 when L0 is within that
+	// bound, and when the option is off or the style is Universal. A
+	// caller waiting for background work to settle waits for it too.
+	AtRestCompactionBytes uint64
 	// WriteAmp is (flush + compaction bytes written) / flush bytes written.
 	WriteAmp float64
 
@@ -167,6 +179,10 @@ func (d *DB) Metrics() *Metrics {
 	m.Flushes, m.FlushBytesIn, m.FlushBytesOut = dm.flushes, dm.flushInBytes, dm.flushOutBytes
 	m.Compactions, m.CompactionMoves = dm.compactions, dm.moves
 	m.PeriodicCompactions = dm.periodicCompactions
+	m.AtRestCompactions = dm.atRestCompactions
+	if d.atRestEnabled() {
+		m.AtRestCompactionBytes = d.picker.AtRestL0Bytes(lv)
+	}
 	m.CompactionBytesIn, m.CompactionBytesOut = dm.compactInBytes, dm.compactOutBytes
 	m.CompactionsRunning = len(d.compactions)
 	m.PeakConcurrentCompactions = dm.peakCompactions

@@ -168,6 +168,18 @@ func modelOptionSets() []modelOptionSet {
 			o.L0CompactionTrigger = 3
 			o.MaxConcurrentCompactions = 3
 		})},
+		{"at-rest-compaction", small(func(o *Options) {
+			// A microsecond without a write counts as at rest: L0 is
+			// merged down between the model's operations all the time
+			// (and concurrently with them). L0 is due by count or bytes
+			// only late, so that the at-rest rule does most of its
+			// merging.
+			o.AtRestCompactionDelay = time.Microsecond
+			o.L0CompactionTrigger = 6
+			o.L0SlowdownTrigger = 12
+			o.L0StopTrigger = 24
+			o.LBaseMaxBytes = 4 << 20
+		})},
 		{"periodic-compaction", small(func(o *Options) {
 			// A clock that moves a second each time the DB reads it
 			// (every file written, every scheduling with nothing else
@@ -255,8 +267,8 @@ func runModel(t *testing.T, set modelOptionSet, seed uint64, ops int) bool {
 	}
 	if ok && seed == 1 {
 		m := r.db.Metrics()
-		t.Logf("seed 1 end state: flushes %d, compactions %d (%d periodic), moves %d, files per level %v",
-			m.Flushes, m.Compactions, m.PeriodicCompactions, m.CompactionMoves, levelFiles(m))
+		t.Logf("seed 1 end state: flushes %d, compactions %d (%d periodic, %d of L0 at rest), moves %d, files per level %v",
+			m.Flushes, m.Compactions, m.PeriodicCompactions, m.AtRestCompactions, m.CompactionMoves, levelFiles(m))
 		if m.Flushes == 0 || m.Compactions == 0 {
 			t.Errorf("%s: the run flushed %d times and compacted %d times; it must exercise both", r.desc, m.Flushes, m.Compactions)
 		}

@@ -13,6 +13,9 @@ import (
 	"github.com/shale-db/shale/storage/vfs"
 )
 
+// DefaultAtRestCompactionDelay is the default Options.AtRestCompactionDelay.
+const DefaultAtRestCompactionDelay = 5 * time.Second
+
 // SeqNum is a sequence number: every write consumes one, and a snapshot sees
 // the writes with sequence numbers at or below its own.
 type SeqNum = base.SeqNum
@@ -234,6 +237,17 @@ type Options struct {
 	// The DB also checks for such files every PeriodicCompaction/16 (at
 	// least a second, at most 10 minutes). Default 0: off.
 	PeriodicCompaction time.Duration
+	// AtRestCompactionDelay is how long a DB must go without a write before
+	// it merges L0 into the levels below, when L0 holds more than
+	// 1/LevelMultiplier of their bytes. While writes go on, L0 gathers up
+	// to L0CompactionTrigger flushes before it is merged, which saves
+	// rewriting the levels below at every flush; a DB whose writes stop
+	// would otherwise keep those flushes' overwritten data twice (space
+	// amplification past the leveled bound of about 1.11) and check every
+	// L0 file on each read until the next writes came. Default 5 s;
+	// negative disables it. Leveled style only (Universal bounds its space
+	// by MaxSizeAmplificationPercent).
+	AtRestCompactionDelay time.Duration
 	// now is the clock of file creation times and PeriodicCompaction
 	// (time.Now when nil); tests set it.
 	now func() time.Time
@@ -330,6 +344,9 @@ func (o *Options) ensureDefaults() *Options {
 		n.now = time.Now
 	}
 	n.PeriodicCompaction = max(n.PeriodicCompaction, 0)
+	if n.AtRestCompactionDelay == 0 {
+		n.AtRestCompactionDelay = DefaultAtRestCompactionDelay
+	}
 	return &n
 }
 

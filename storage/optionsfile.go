@@ -86,6 +86,7 @@ func encodeOptions(o *Options) []byte {
 	kv("wal_preallocate_size", o.WALPreallocateSize)
 	kv("write_pacing", !o.DisableWritePacing)
 	kv("periodic_compaction", o.PeriodicCompaction)
+	kv("at_rest_compaction_delay", o.AtRestCompactionDelay)
 	for i, l := range o.Levels {
 		fmt.Fprintf(&b, "[level %d]\n", i)
 		kv("block_size", l.BlockSize)
@@ -243,6 +244,8 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		notB(&o.DisableWritePacing)
 	case "periodic_compaction":
 		o.PeriodicCompaction, err = time.ParseDuration(v)
+	case "at_rest_compaction_delay":
+		o.AtRestCompactionDelay, err = time.ParseDuration(v)
 	default:
 		// A later engine's option: an older engine cannot honour it.
 		err = errors.New("unknown option")

@@ -54,6 +54,7 @@ func TestOptionsFileRecordsTheOptions(t *testing.T) {
 	opts.LevelMultiplier = 7.5
 	opts.DisableWritePacing = true
 	opts.PeriodicCompaction = 36 * time.Hour
+	opts.AtRestCompactionDelay = 90 * time.Second
 	opts.Compaction = UniversalCompaction
 	opts.Universal = UniversalOptions{SizeRatio: 7, MaxMergeWidth: 5}
 	opts.Levels[6].Compression = ZstdCompression

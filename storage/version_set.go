@@ -274,6 +274,7 @@ func (d *DB) installVersionLocked(v *manifest.Version) {
 		d.unrefVersionLocked(old)
 	}
 	d.updatePacingLocked()
+	d.armAtRestLocked()
 }
 
 // allocFileNumLocked reserves a file number for an output file, protecting

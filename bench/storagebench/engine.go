@@ -30,6 +30,10 @@ type Settings struct {
 	// BlockCacheBytes + 2*MemTableBytes, which leaves Pebble about
 	// BlockCacheBytes for blocks, like the other engines.
 	PebbleCacheBytes int64
+	// ShaleAtRestDelay is Shale's Options.AtRestCompactionDelay (0: its
+	// default); the unit tests shorten it so that waiting for compactions
+	// to settle does not wait seconds per run.
+	ShaleAtRestDelay time.Duration
 }
 
 // pebbleCacheBytes resolves PebbleCacheBytes.
@@ -108,13 +112,15 @@ type Opener func(dir string, s Settings) (Engine, error)
 var engines = map[string]Opener{
 	"shale":           openShale,
 	"shale-universal": openShaleUniversal,
+	"shale-vector":    openShaleVector,
 	"pebble":          openPebble,
 	"goleveldb":       openGoLevelDB,
 }
 
 // EngineNames lists the engines a run compares by default, Shale first.
-// "shale-universal" (Shale with storage.UniversalCompaction) is known too,
-// and runs when named.
+// "shale-universal" (Shale with storage.UniversalCompaction) and
+// "shale-vector" (Shale with storage.VectorMemTable, for bulk loads) are
+// known too, and run when named.
 func EngineNames() []string { return []string{"shale", "pebble", "goleveldb"} }
 
 // OpenEngine opens the named engine in dir.

@@ -22,7 +22,8 @@ func shaleOptions(s Settings) *storage.Options {
 		Shared:       storage.NewShared(&storage.SharedOptions{BlockCacheBytes: s.BlockCacheBytes}),
 		// The peers delete WAL files once flushed; Shale keeps an archive of
 		// them for UpdatesSince by default. Compare like with like.
-		WALArchiveMaxBytes: -1,
+		WALArchiveMaxBytes:    -1,
+		AtRestCompactionDelay: s.ShaleAtRestDelay,
 	}
 	for i := range o.Levels {
 		o.Levels[i].Compression = storage.SnappyCompression
@@ -39,6 +40,14 @@ func openShale(dir string, s Settings) (Engine, error) {
 func openShaleUniversal(dir string, s Settings) (Engine, error) {
 	o := shaleOptions(s)
 	o.Compaction = storage.UniversalCompaction
+	return openShaleWith(dir, o)
+}
+
+// openShaleVector is openShale with the vector memtable, for bulk loads:
+// unsorted appends, sorted once at flush.
+func openShaleVector(dir string, s Settings) (Engine, error) {
+	o := shaleOptions(s)
+	o.MemTable = storage.VectorMemTable
 	return openShaleWith(dir, o)
 }
 
@@ -98,7 +107,10 @@ func (e *shaleEngine) WaitForCompactions(timeout time.Duration) (bool, error) {
 		if m.BackgroundError != nil {
 			return false, fmt.Errorf("background error: %w", m.BackgroundError)
 		}
-		if m.CompactionsRunning == 0 && m.PendingCompactionBytes == 0 {
+		// AtRestCompactionBytes: L0 past its at-rest bound is merged down
+		// once the DB has had no write for AtRestCompactionDelay; that is
+		// background work like any other compaction.
+		if m.CompactionsRunning == 0 && m.PendingCompactionBytes == 0 && m.AtRestCompactionBytes == 0 {
 			return true, nil
 		}
 		if time.Now().After(deadline) {

@@ -51,6 +51,14 @@ func (r *recorder) finish() { r.end = time.Now() }
 
 func (r *recorder) elapsed() time.Duration { return r.end.Sub(r.start) }
 
+// wholeSeconds is the operations completed in each whole wall-clock second
+// of the phase, in order (the partial last second left out).
+func (r *recorder) wholeSeconds() []int64 {
+	out := make([]int64, int(r.elapsed()/time.Second))
+	copy(out, r.perSec)
+	return out
+}
+
 // minOpsIn1s is the fewest operations completed in any whole wall-clock
 // second of the phase (seconds counted from its start; the partial last
 // second is left out), or all operations for a phase shorter than 1s.

@@ -24,6 +24,7 @@ type JSONResult struct {
 	P9999us         float64 `json:"p9999_us"`
 	MaxUs           float64 `json:"max_us"`
 	MinOpsIn1s      int64   `json:"min_ops_in_1s"`
+	OpsPerSecond    []int64 `json:"ops_in_each_1s"`
 	SpaceAmp        float64 `json:"space_amp"`
 	DiskOverLogical float64 `json:"disk_over_logical"`
 	SSTWriteAmp     float64 `json:"sst_write_amp"`
@@ -51,6 +52,7 @@ func (r *Result) JSON() JSONResult {
 		P9999us:         us(r.Latency.Quantile(0.9999)),
 		MaxUs:           us(r.Latency.Max()),
 		MinOpsIn1s:      r.MinOpsIn1s,
+		OpsPerSecond:    r.PerSecond,
 		SpaceAmp:        round(r.SpaceAmp, 3),
 		DiskOverLogical: round(r.DiskOverLogical, 3),
 		SSTWriteAmp:     round(r.SSTWriteAmp, 3),

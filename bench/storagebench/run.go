@@ -70,6 +70,9 @@ type Result struct {
 	// ZeroSeconds counts whole seconds with none.
 	MinOpsIn1s  int64
 	ZeroSeconds int
+	// PerSecond is the operations completed in each whole second of the
+	// timed phase, in order (the partial last second left out).
+	PerSecond []int64
 	// SpaceAmp and DiskOverLogical are measured after overwrite (0
 	// elsewhere), from SSTBytesBefore/After and DirBytes.
 	SpaceAmp        float64
@@ -224,11 +227,12 @@ func runOne(cfg *Config, engine, wname string) (res Result) {
 	res.Ops, res.Bytes, res.Elapsed = rec.ops, rec.bytes, rec.elapsed()
 	res.Latency = &rec.hist
 	res.MinOpsIn1s, res.ZeroSeconds = rec.minOpsIn1s()
+	res.PerSecond = rec.wholeSeconds()
 	if runErr != nil {
 		res.Err = runErr
 		return res
 	}
-	cfg.logf("%s/%s: %d ops in %s (%.0f ops/s)", wname, engine, res.Ops, res.Elapsed.Round(time.Millisecond), res.OpsPerSec())
+	cfg.logf("%s/%s: %d ops in %s (%.0f ops/s); ops per whole second: %v", wname, engine, res.Ops, res.Elapsed.Round(time.Millisecond), res.OpsPerSec(), res.PerSecond)
 	if res.ZeroSeconds > 0 {
 		c.note(fmt.Sprintf("%d whole second(s) with no operation completed", res.ZeroSeconds))
 	}

@@ -120,9 +120,12 @@ func TestParse(t *testing.T) {
 // against every engine and checks the results and both output formats.
 func TestEveryWorkloadEveryEngine(t *testing.T) {
 	const num = 3000
+	settings := DefaultSettings()
+	settings.ShaleAtRestDelay = 20 * time.Millisecond
 	cfg := Config{
-		Engines:       EngineNames(),
+		Engines:       append(EngineNames(), "shale-universal", "shale-vector"),
 		Workloads:     WorkloadNames(),
+		Settings:      settings,
 		Dir:           t.TempDir(),
 		Num:           num,
 		Reads:         1000,
@@ -179,7 +182,7 @@ func TestEveryWorkloadEveryEngine(t *testing.T) {
 		t.Fatalf("%d JSON lines for %d results", len(lines), len(results))
 	}
 	wantFields := []string{"disk_over_logical", "engine", "max_us", "mb_per_sec", "min_ops_in_1s",
-		"ops_per_sec", "p50_us", "p9999_us", "p999_us", "p99_us", "space_amp", "sst_write_amp", "workload"}
+		"ops_in_each_1s", "ops_per_sec", "p50_us", "p9999_us", "p999_us", "p99_us", "space_amp", "sst_write_amp", "workload"}
 	for _, l := range lines {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {

@@ -583,6 +583,57 @@ func (p *Picker) PickPeriodic(v *LevelsView, inProgress []*Compaction, cutoff in
 	return nil
 }
 
+// AtRestL0Bytes returns the bytes in L0 when they are more than
+// 1/LevelMultiplier of the bytes in the levels below it, and 0 otherwise or
+// in the Universal style. A leveled LSM whose levels are each
+// LevelMultiplier times the one above keeps its space amplification within
+// 1 + 1/(LevelMultiplier-1), about 1.11 with the default; L0, which gathers
+// up to L0CompactionTrigger flushes while writes go on, is what can break
+// that bound on a DB whose writes have stopped (PickAtRest).
+func (p *Picker) AtRestL0Bytes(v *LevelsView) uint64 {
+	if v == nil || p.opts.Style == Universal {
+		return 0
+	}
+	st := p.analyze(v)
+	return p.atRestL0Bytes(st)
+}
+
+func (p *Picker) atRestL0Bytes(st *levelState) uint64 {
+	var below uint64
+	for l := 1; l < manifest.NumLevels; l++ {
+		below = satAdd(below, st.size[l])
+	}
+	if st.size[0] == 0 || float64(st.size[0])*p.opts.LevelMultiplier <= float64(below) {
+		return 0
+	}
+	return st.size[0]
+}
+
+// PickAtRest returns a compaction of L0 into the base level for a DB whose
+// writes have stopped, when L0 holds more than 1/LevelMultiplier of the
+// bytes below it (AtRestL0Bytes > 0) although no L0 compaction is due, so
+// that the data is not kept twice, and read twice, for as long as the DB
+// stays idle. The inputs are the overlap component of the oldest free L0
+// file, as for Pick; called again, it takes the next one. It returns nil in
+// the Universal style, when L0 is within that bound, when another L0
+// compaction runs, or when MaxConcurrentCompactions compactions run. The
+// result is KindDefault, or KindMove for a single file that overlaps nothing
+// in the base level.
+func (p *Picker) PickAtRest(v *LevelsView, inProgress []*Compaction) *Compaction {
+	if v == nil || p.opts.Style == Universal || running(inProgress) >= p.opts.MaxConcurrentCompactions {
+		return nil
+	}
+	st := p.analyze(v)
+	if p.atRestL0Bytes(st) == 0 {
+		return nil
+	}
+	c := p.pickL0(st, inProgress)
+	if c != nil {
+		c.Score = st.scores[0]
+	}
+	return c
+}
+
 // PickManual returns a compaction for CompactRange: the files of level
 // sharing a user key with [start, end] (inclusive; a nil bound is unbounded),
 // expanded to a clean cut, compacted into the next level (the base level for
