@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/internal/parallel"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -190,13 +191,13 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 // and retries). It returns only ctx's error.
 func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.ShardStatus, base map[uint64]*Part,
 	stored map[string]bool, parts map[uint64]*Part, stats *CreateStats, opts CreateOptions, lastErr *error) error {
-	parallel := opts.Parallel
-	if parallel <= 0 {
-		parallel = DefaultParallel
+	atOnce := opts.Parallel
+	if atOnce <= 0 {
+		atOnce = DefaultParallel
 	}
 	total := len(parts) + len(todo)
 	var mu sync.Mutex // parts, stored, stats, lastErr and Progress calls
-	return forEach(ctx, parallel, len(todo), func(ctx context.Context, i int) error {
+	return parallel.ForEach(ctx, atOnce, len(todo), func(ctx context.Context, i int) error {
 		s := todo[i]
 		id := s.GetDescriptor_().GetShardId()
 		// A part's files are stored under its shard's own prefix: the copy
@@ -228,46 +229,6 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 		}
 		return nil
 	})
-}
-
-// forEach calls fn(ctx, i) for every i below n, parallel calls at once,
-// and returns once they have all returned: the first error (which cancels
-// the ctx the other calls got, and keeps further calls from starting), or
-// ctx's.
-func forEach(ctx context.Context, parallel, n int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, max(parallel, 1))
-		once     sync.Once
-		firstErr error
-	)
-	for i := range n {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := fn(ctx, i); err != nil {
-				once.Do(func() {
-					firstErr = err
-					cancel()
-				})
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
 }
 
 // coverKeySpace picks, from the parts copied, the system shard's and a set

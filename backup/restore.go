@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/shale-db/shale/internal/parallel"
 )
 
 // CopyPart writes part's checkpoint into dir (created; it must not exist),
@@ -40,14 +42,14 @@ func (l *Location) CopyPart(ctx context.Context, part *Part, dir string) (err er
 }
 
 // CopyParts copies each part into its directory of dirs (as CopyPart) and
-// checks its log (as CheckLog), parallel parts at once. The first failure
+// checks its log (as CheckLog), atOnce parts at once. The first failure
 // cancels the other copies and is returned; the directories that were
 // created, copies finished or not, are the caller's to remove.
-func (l *Location) CopyParts(ctx context.Context, parts []*Part, dirs []string, parallel int) error {
+func (l *Location) CopyParts(ctx context.Context, parts []*Part, dirs []string, atOnce int) error {
 	if len(dirs) != len(parts) {
 		return fmt.Errorf("backup: %d directories for %d parts", len(dirs), len(parts))
 	}
-	return forEach(ctx, parallel, len(parts), func(ctx context.Context, i int) error {
+	return parallel.ForEach(ctx, atOnce, len(parts), func(ctx context.Context, i int) error {
 		if err := l.CopyPart(ctx, parts[i], dirs[i]); err != nil {
 			return err
 		}

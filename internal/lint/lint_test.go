@@ -78,13 +78,13 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/...", "security/tlsconfig"},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
+			"internal/testcluster", "internal/freeport", "internal/parallel", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
 		},
 	},
 	{
 		name:  "backup depends only on proto (the server restores from it; its tests may start a real cluster)",
 		from:  []string{"backup/..."},
-		allow: []string{"backup/...", "proto/..."},
+		allow: []string{"backup/...", "proto/...", "internal/parallel"},
 		testAllow: []string{
 			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...", "security/...",
 		},
@@ -115,6 +115,11 @@ var importRules = []importRule{
 		name:  "internal/freeport imports nothing of ours",
 		from:  []string{"internal/freeport"},
 		allow: []string{"internal/freeport"},
+	},
+	{
+		name:  "internal/parallel imports nothing of ours",
+		from:  []string{"internal/parallel"},
+		allow: []string{"internal/parallel"},
 	},
 	{
 		name:  "internal/logring imports nothing of ours",
