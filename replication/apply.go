@@ -325,8 +325,45 @@ func (s *Store) campaignNew(nr *Replica, wait time.Duration) {
 			return
 		}
 	}
-	s.cfg.Logger.Debug("a split's new shard has no leader after an election timeout of campaigns", "shard", nr.ShardID())
+	s.cfg.Logger.Debug("a new shard has no leader after an election timeout of campaigns", "shard", nr.ShardID())
 }
+
+// CampaignFounding makes r, a replica of a shard just created with the
+// same state on every node hosting it (a founding node's bootstrapped or
+// restored shard), campaign at once in the background, as a split's new
+// shard does (campaignNew): again every tick until its group has a leader,
+// for at most foundingCampaignTimeouts election timeouts, never discarding
+// a campaign whose votes are on their way. The shard then gets its leader
+// as soon as a quorum of its replicas runs, without waiting out a
+// randomized election timeout. The founding nodes must call it on one
+// replica of each shard (one they agree on without talking, such as the
+// first in the descriptor): two replicas campaigning at once split the
+// vote. The others elect a leader as usual if it fails. It returns at
+// once; Stop waits for the campaigns.
+func (s *Store) CampaignFounding(r *Replica) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		for range foundingCampaignTimeouts {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			if st := r.Status(); st.LeaderNodeID != 0 || st.Stopped != "" {
+				return
+			}
+			s.campaignNew(r, 0)
+		}
+	}()
+}
+
+// foundingCampaignTimeouts is how many election timeouts a founding
+// node's replica campaigns for (CampaignFounding): the founding nodes start
+// at different moments (a restore's copying and log replay end at
+// different times on each), and the votes of a node that is not up yet are
+// lost.
+const foundingCampaignTimeouts = 3
 
 // report queues a worker's report for the loop.
 func (s *Store) report(rep applyReport) {

@@ -326,6 +326,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.openShards(); err != nil {
 		return nil, err
 	}
+	var founded []*replication.Replica // the replicas to campaign at once
 	if bootstrap {
 		var restore *restorePlan
 		if cfg.RestoreFrom != "" {
@@ -333,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 				return nil, err
 			}
 		}
-		if err := n.bootstrapShards(ctx, restore); err != nil {
+		if founded, err = n.bootstrapShards(ctx, restore); err != nil {
 			return nil, err
 		}
 	}
@@ -387,6 +388,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	srvMetrics.InitializeMetrics(n.grpc)
 
 	n.store.Start()
+	for _, r := range founded {
+		n.store.CampaignFounding(r)
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -731,7 +735,14 @@ func (n *Node) initialDescriptors() []*shalev1.ShardDescriptor {
 	return descs
 }
 
-func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) error {
+// bootstrapShards creates this founding node's replicas of the initial
+// shards (restored from the plan's backup when restore is set) and
+// returns those it should campaign for at once: the replicas first in
+// their shard's descriptor. Every founding node computes the same
+// descriptors, so exactly one replica of each shard campaigns without
+// waiting out an election timeout (the round-robin spreads them over the
+// nodes), and none competes with it.
+func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) ([]*replication.Replica, error) {
 	var mine, restored []*shalev1.ShardDescriptor
 	for _, d := range n.initialDescriptors() {
 		here := false
@@ -750,23 +761,28 @@ func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) error 
 	if len(restored) > 0 {
 		var err error
 		if from, err = n.restoreShards(ctx, restore, restored); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	var first []*replication.Replica
 	for _, d := range mine {
 		s := from[d.GetShardId()]
 		if s == nil {
 			var err error
 			if s, err = shard.Bootstrap(n.shardDir(d.GetShardId()), replication.BootstrapState(d), n.shardOptions()); err != nil {
-				return fmt.Errorf("server: bootstrap shard %d: %w", d.GetShardId(), err)
+				return nil, fmt.Errorf("server: bootstrap shard %d: %w", d.GetShardId(), err)
 			}
 		}
-		if _, err := n.store.AddReplica(s); err != nil {
+		r, err := n.store.AddReplica(s)
+		if err != nil {
 			_ = s.Close()
-			return fmt.Errorf("server: host shard %d: %w", d.GetShardId(), err)
+			return nil, fmt.Errorf("server: host shard %d: %w", d.GetShardId(), err)
+		}
+		if d.GetReplicas()[0].GetNodeId() == n.cfg.NodeID {
+			first = append(first, r)
 		}
 	}
-	return nil
+	return first, nil
 }
 
 // openEmptyShard creates the state machine of a replica this node was just

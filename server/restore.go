@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shale-db/shale/backup"
+	"github.com/shale-db/shale/internal/parallel"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/server/shard"
@@ -98,7 +99,8 @@ const restoreParallel = 4
 // restoreShards builds this node's replicas of the user shards in descs
 // from the plan's parts: every part's files are copied into the node's
 // staging directory and checked first (restoreParallel parts at once),
-// then each replica is created from its copy.
+// then each replica is created from its copy with its log replayed
+// (restoreParallel at once). On an error no shard is left behind.
 func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shalev1.ShardDescriptor) (map[uint64]*shard.Shard, error) {
 	staged := map[uint64]string{}
 	defer func() {
@@ -146,42 +148,61 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 	n.log.Info("restore: parts copied", "parts", len(parts), "bytes", copied, "took", time.Since(copyStart))
 	openStart := time.Now()
 	defer func() { n.log.Info("restore: shards opened", "shards", len(descs), "took", time.Since(openStart)) }()
-	out := map[uint64]*shard.Shard{}
-	for _, d := range descs {
-		part := p.parts[string(d.GetStartKey())]
-		replay := func(apply func(*shard.LoggedEntry) error) error {
-			err := p.loc.ReadLog(ctx, part, func(e *shalev1.BackupLogEntry) error {
-				if !asOf.IsZero() && e.GetHlc().GetWallNanos() > asOf.UnixNano() {
-					return errReplayDone
-				}
-				le := &shard.LoggedEntry{
-					Mark:  shard.EntryMark{ShardID: d.GetShardId(), Index: e.GetIndex(), Term: e.GetTerm(), Revision: e.GetRevision(), HLC: replication.HLCFromProto(e.GetHlc())},
-					Range: e.GetRange(),
-				}
-				for _, op := range e.GetOps() {
-					le.Ops = append(le.Ops, shard.LoggedOp{Kind: storage.Kind(op.GetKind()), Key: op.GetKey(), Value: op.GetValue()})
-				}
-				return apply(le)
-			})
-			if errors.Is(err, errReplayDone) {
-				return nil
-			}
-			return err
-		}
-		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), staged[d.GetShardId()], replication.BootstrapState(d), n.shardOptions(), replay)
+	// Open the shards restoreParallel at once: each replays its part's log
+	// onto its copy, work of the CPU and the disk that one shard alone
+	// leaves partly idle.
+	opened := make([]*shard.Shard, len(descs))
+	err := parallel.ForEach(ctx, restoreParallel, len(descs), func(ctx context.Context, i int) error {
+		d := descs[i]
+		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), staged[d.GetShardId()], replication.BootstrapState(d), n.shardOptions(), p.replay(ctx, d, asOf))
 		if err != nil {
-			// Leave no shard behind: founding again must find none.
-			for id, s := range out {
-				_ = s.Close()
-				_ = os.RemoveAll(n.shardDir(id))
-			}
-			_ = os.RemoveAll(n.shardDir(d.GetShardId()))
-			return nil, fmt.Errorf("server: restore shard %d: %w", d.GetShardId(), err)
+			return fmt.Errorf("server: restore shard %d: %w", d.GetShardId(), err)
 		}
-		delete(staged, d.GetShardId())
-		out[d.GetShardId()] = s
+		opened[i] = s
+		part := p.parts[string(d.GetStartKey())]
 		n.log.Info("shard restored from a backup", "shard", d.GetShardId(), "backup_shard", part.ShardID,
 			"backup_index", part.AppliedIndex, "date", part.Date.Time(), "bytes", part.Bytes())
+		return nil
+	})
+	if err != nil {
+		// Leave no shard behind: founding again must find none.
+		for i, d := range descs {
+			if opened[i] != nil {
+				_ = opened[i].Close()
+			}
+			_ = os.RemoveAll(n.shardDir(d.GetShardId()))
+		}
+		return nil, err
+	}
+	out := map[uint64]*shard.Shard{}
+	for i, d := range descs {
+		delete(staged, d.GetShardId())
+		out[d.GetShardId()] = opened[i]
 	}
 	return out, nil
+}
+
+// replay is the log replay of shard d's part for shard.BootstrapFrom: the
+// part's logged entries in order, up to asOf when it is set.
+func (p *restorePlan) replay(ctx context.Context, d *shalev1.ShardDescriptor, asOf time.Time) func(apply func(*shard.LoggedEntry) error) error {
+	part := p.parts[string(d.GetStartKey())]
+	return func(apply func(*shard.LoggedEntry) error) error {
+		err := p.loc.ReadLog(ctx, part, func(e *shalev1.BackupLogEntry) error {
+			if !asOf.IsZero() && e.GetHlc().GetWallNanos() > asOf.UnixNano() {
+				return errReplayDone
+			}
+			le := &shard.LoggedEntry{
+				Mark:  shard.EntryMark{ShardID: d.GetShardId(), Index: e.GetIndex(), Term: e.GetTerm(), Revision: e.GetRevision(), HLC: replication.HLCFromProto(e.GetHlc())},
+				Range: e.GetRange(),
+			}
+			for _, op := range e.GetOps() {
+				le.Ops = append(le.Ops, shard.LoggedOp{Kind: storage.Kind(op.GetKind()), Key: op.GetKey(), Value: op.GetValue()})
+			}
+			return apply(le)
+		})
+		if errors.Is(err, errReplayDone) {
+			return nil
+		}
+		return err
+	}
 }
