@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -114,10 +115,11 @@ func checkStoredFiles(t *testing.T, dir string) (temps []string) {
 // The receiver's kill cancels the backup after the file's first chunk is
 // written and leaves, as a killed process would, copies of its temporary
 // files and of the location's lock. The killed backup is incomplete: it
-// cannot be verified or staged for a restore. A retry under the same ID
-// is refused while the lock is held (its message names the lock), and
-// completes once the operator removed it; the next backup does not take a
-// left-over file for stored. The sender's kill stops the node streaming a
+// cannot be verified or staged for a restore. A retry is refused while the
+// lock names a running process or one on another host (its message names
+// the lock); once the lock names a process of this host that is gone, the
+// next writer takes it over and removes the temporary files, and the retry
+// under the same ID completes. The sender's kill stops the node streaming a
 // file mid-way: the backup copies that shard from another replica, and the
 // backup verifies and can be staged for a restore.
 func TestBackupKilledMidFile(t *testing.T) {
@@ -180,15 +182,45 @@ func TestBackupKilledMidFile(t *testing.T) {
 	if _, err := backup.Prepare(ctx, loc, "b1", time.Time{}, t.TempDir(), nil); err == nil {
 		t.Fatal("the killed backup was staged for a restore")
 	}
-	// The retry: refused while the dead process's lock is there.
+	// The retry: refused while the lock names a process that runs (this
+	// one) or one on another host, whose death it cannot tell.
 	if _, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "b2"}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "lock")) {
 		t.Fatalf("a backup while the killed one's lock is held: %v", err)
 	}
-	if err := os.Remove(filepath.Join(dir, "lock")); err != nil {
+	dead := deadPID(t)
+	host, _ := os.Hostname()
+	elsewhere := []byte(fmt.Sprintf(`{"op":"create b1","pid":%d,"host":"elsewhere-%s","since":"2026-01-01T00:00:00Z"}`, dead, host))
+	if err := os.WriteFile(filepath.Join(dir, "lock"), elsewhere, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loc.Delete(ctx, "b1"); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "lock")) {
+		t.Fatalf("a delete while another host's process holds the lock: %v", err)
+	}
+	if temps := checkStoredFiles(t, dir); len(temps) != leftTemps {
+		t.Fatalf("temporary files while the lock is held: %v, want the %d left", temps, leftTemps)
+	}
+	// A lock whose process died on this host is taken over, and what the
+	// dead process left is removed.
+	died := []byte(fmt.Sprintf(`{"op":"create b1","pid":%d,"host":%q,"since":"2026-01-01T00:00:00Z"}`, dead, host))
+	if err := os.WriteFile(filepath.Join(dir, "lock"), died, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := loc.Delete(ctx, "b1"); err != nil {
+		t.Fatalf("delete the killed backup, its process dead: %v", err)
+	}
+	// (The delete removed every stored file, and the directories it left
+	// empty: look through the whole location.)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), ".tmp-") {
+			t.Errorf("temporary file left after the next writer took the lock: %s", p)
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lock")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the lock after the delete: %v", err)
 	}
 	m, _, err := backup.Create(ctx, cl, loc, backup.CreateOptions{ID: "b1"})
 	if err != nil {
@@ -238,4 +270,14 @@ func TestBackupKilledMidFile(t *testing.T) {
 	if _, err := backup.Prepare(ctx, loc, m.ID, time.Time{}, staged, nil); err != nil {
 		t.Fatalf("stage the retried backup for a restore: %v", err)
 	}
+}
+
+// deadPID returns the PID of a process of this host that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
 }

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -91,31 +93,82 @@ type lockInfo struct {
 }
 
 // lock takes the location's lock for op: one backup is written or deleted
-// at a time. A lock left by a process that died must be removed by hand;
-// the error says where it is.
+// at a time. A lock left by a process that died on this host (its host
+// name is this one's and no process has its PID) is taken over; one left
+// from another host must be removed by hand, and the error says where it
+// is. Once it holds the lock, lock removes what killed writers left in the
+// location (the store's clean: temporary files, incomplete multipart
+// uploads): with the lock held, no writer is at work there.
 func (l *Location) lock(ctx context.Context, op string) (unlock func(), err error) {
 	host, _ := os.Hostname()
 	b, _ := json.Marshal(lockInfo{Op: op, PID: os.Getpid(), Host: host, Since: time.Now().UTC()})
-	if err := l.st.create(ctx, lockName, b); err != nil {
+	err = l.st.create(ctx, lockName, b)
+	if errors.Is(err, fs.ErrExist) {
+		var held lockInfo
+		held, err = l.breakDeadLock(ctx, host)
+		if err == nil {
+			err = l.st.create(ctx, lockName, b)
+		}
 		if errors.Is(err, fs.ErrExist) {
-			var held lockInfo
-			if r, oerr := l.st.open(ctx, lockName); oerr == nil {
-				hb, _ := io.ReadAll(io.LimitReader(r, 1<<16))
-				_ = r.Close()
-				_ = json.Unmarshal(hb, &held)
-			}
 			return nil, fmt.Errorf("backup: location %s is locked by %q (pid %d on %s since %s); if no backup runs there, remove %s",
 				l, held.Op, held.PID, held.Host, held.Since.Format(time.RFC3339), l.st.where(lockName))
 		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("backup: lock %s: %w", l, err)
 	}
-	return func() {
+	unlock = func() {
 		// The lock goes even when the caller's context is done.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		_ = l.st.remove(ctx, lockName)
-	}, nil
+	}
+	if err := l.st.clean(ctx); err != nil {
+		unlock()
+		return nil, fmt.Errorf("backup: %s: remove what an earlier writer left: %w", l, err)
+	}
+	return unlock, nil
 }
+
+// breakDeadLock removes the location's lock when a process on this host
+// (host) that no longer runs left it, and returns the lock it found (the
+// zero lockInfo when it could not read it). Only processes on the lock's
+// host can tell that its process died, so a host-local file lock
+// (lockBreakFile) makes them break it one at a time, and each removes the
+// lock only if it still reads what it judged dead: a second breaker never
+// removes the lock the first took in its place.
+func (l *Location) breakDeadLock(ctx context.Context, host string) (lockInfo, error) {
+	var held lockInfo
+	read := func() []byte {
+		r, err := l.st.open(ctx, lockName)
+		if err != nil {
+			return nil
+		}
+		defer r.Close()
+		b, _ := io.ReadAll(io.LimitReader(r, 1<<16))
+		return b
+	}
+	first := read()
+	if json.Unmarshal(first, &held) != nil || host == "" || held.Host != host || held.PID <= 0 || held.PID == os.Getpid() || !processGone(held.PID) {
+		return held, fs.ErrExist
+	}
+	release, ok := hostLock(filepath.Join(os.TempDir(), lockBreakFile))
+	if !ok {
+		return held, fs.ErrExist // another process is breaking a lock on this host
+	}
+	defer release()
+	if !bytes.Equal(read(), first) {
+		return held, fs.ErrExist
+	}
+	if err := l.st.remove(ctx, lockName); err != nil {
+		return held, err
+	}
+	return held, nil
+}
+
+// lockBreakFile names the file in the host's temporary directory that
+// breakDeadLock holds while it breaks a location's lock.
+const lockBreakFile = "shale-backup-lock-break"
 
 // State says whether a backup is usable.
 type State string

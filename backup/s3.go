@@ -224,6 +224,18 @@ func (s *s3Store) list(ctx context.Context, prefix string) ([]object, error) {
 	return out, nil
 }
 
+func (s *s3Store) clean(ctx context.Context) error {
+	for u := range s.cl.ListIncompleteUploads(ctx, s.bucket, s.prefix, true) {
+		if u.Err != nil {
+			return s3Error(u.Err)
+		}
+		if err := s.cl.RemoveIncompleteUpload(ctx, s.bucket, u.Key); err != nil {
+			return fmt.Errorf("abort the incomplete upload of %s: %w", s.base+strings.TrimPrefix(u.Key, s.prefix), s3Error(err))
+		}
+	}
+	return nil
+}
+
 func (s *s3Store) remove(ctx context.Context, name string) error {
 	key, err := s.key(name)
 	if err != nil {

@@ -43,6 +43,10 @@ type store interface {
 	list(ctx context.Context, prefix string) ([]object, error)
 	// remove deletes name; a missing object is not an error.
 	remove(ctx context.Context, name string) error
+	// clean removes what writers that died left in the location and that
+	// no listing shows: temporary files, incomplete multipart uploads. The
+	// caller holds the location's lock, so no writer is at work.
+	clean(ctx context.Context) error
 }
 
 // object is a stored object as list finds it.
@@ -229,6 +233,24 @@ func (d *dirStore) remove(_ context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+func (d *dirStore) clean(ctx context.Context) error {
+	return filepath.WalkDir(d.dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if e.IsDir() || !isTemp(e.Name()) {
+			return nil
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
 }
 
 // tempPrefix starts the names of files being written.

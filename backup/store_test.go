@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/shale-db/shale/internal/s3test"
 )
 
@@ -208,6 +210,79 @@ func testStore(t *testing.T, st store) {
 
 // TestDirStoreRelativePath: a location given as a relative path, even one
 // with "./" or "..", leaves no empty directories behind when its objects go.
+// TestStoresClean: clean removes what a killed writer leaves and no
+// listing shows (a directory's temporary files, at any depth; an S3
+// prefix's incomplete multipart uploads), and nothing that is stored.
+func TestStoresClean(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stored := func(t *testing.T, st store) {
+		t.Helper()
+		if err := st.put(ctx, "files/shard-1/a.sst", strings.NewReader("abc"), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(t *testing.T, st store) {
+		t.Helper()
+		objs, err := st.list(ctx, "")
+		if err != nil || len(objs) != 1 || objs[0].name != "files/shard-1/a.sst" {
+			t.Fatalf("stored after clean: %v, %v", objs, err)
+		}
+	}
+	t.Run("dir", func(t *testing.T) {
+		root := filepath.Join(t.TempDir(), "loc")
+		st, err := openDir(root, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored(t, st)
+		temps := []string{filepath.Join(root, tempPrefix+"1"), filepath.Join(root, "files", "shard-1", tempPrefix+"2"), filepath.Join(root, "files", "x.tmp")}
+		for _, p := range temps {
+			if err := os.WriteFile(p, []byte("half"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.clean(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range temps {
+			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s after clean: %v", p, err)
+			}
+		}
+		kept(t, st)
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		loc, err := Open(ctx, srv.Bucket(t, "clean", "p"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := loc.st.(*s3Store)
+		stored(t, st)
+		core := minio.Core{Client: st.cl}
+		for _, name := range []string{"files/shard-1/b.sst", "files/shard-2/c.sst"} {
+			id, err := core.NewMultipartUpload(ctx, st.bucket, st.prefix+name, minio.PutObjectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := core.PutObjectPart(ctx, st.bucket, st.prefix+name, id, 1, strings.NewReader("part"), 4, minio.PutObjectPartOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.clean(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for u := range st.cl.ListIncompleteUploads(ctx, st.bucket, st.prefix, true) {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			t.Errorf("an incomplete upload is left after clean: %s", u.Key)
+		}
+		kept(t, st)
+	})
+}
+
 func TestDirStoreRelativePath(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if err := os.Mkdir("sub", 0o755); err != nil {
