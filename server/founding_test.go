@@ -11,13 +11,13 @@ import (
 
 // TestFoundingCampaignsAtOnce: a founding cluster's shards get their
 // leaders without waiting out an election timeout. The timeout here is
-// 5 s (250 ticks of 20 ms; Raft's randomized timeout is 5-10 s), and every
-// shard has a leader well before it: the replica first in each shard's
+// 10 s (500 ticks of 20 ms; Raft's randomized timeout is 10-20 s), and
+// every shard has a leader well before it: the replica first in each shard's
 // descriptor campaigns as soon as its node runs. Only that replica
 // campaigns, so each shard is led by it after a single election (the
 // term one past the bootstrap's, no election storm).
 func TestFoundingCampaignsAtOnce(t *testing.T) {
-	const ticks = 250
+	const ticks = 500
 	tick := 20 * time.Millisecond
 	start := time.Now()
 	c := testcluster.Start(t, testcluster.Options{
