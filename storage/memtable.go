@@ -45,6 +45,9 @@ type memTable struct {
 	// nothing can reach the point skiplist any more, and its arena goes to
 	// the shared pool of spare arenas.
 	refs atomic.Int32
+	// nextArenaAsked is set once this (mutable) memtable has asked the
+	// shared pool to prepare the next memtable's arena. Under DB.mu.
+	nextArenaAsked bool
 }
 
 func newMemTable(capacity uint64, logNum manifest.FileNum, shared *Shared, reserved bool, kind MemTableKind) *memTable {

@@ -438,6 +438,8 @@ type arenaPool struct {
 	max   int64
 	bytes int64
 	free  map[uint32][]*memtable.Skiplist
+	// preparing counts the arenas of each size being allocated by prepare.
+	preparing map[uint32]int
 	// scribble (tests) overwrites every arena put in the pool, so a reader
 	// still using it sees garbage.
 	scribble bool
@@ -456,6 +458,32 @@ func (p *arenaPool) get(size uint32) *memtable.Skiplist {
 	p.free[size] = l[:len(l)-1]
 	p.bytes -= int64(size)
 	return s.Recycle()
+}
+
+// prepare allocates an empty skiplist with an arena of size bytes in the
+// background and adds it to the pool, unless the pool already holds or is
+// preparing one of that size, or has no room for it. A memtable rotation
+// then takes an arena that is already there instead of allocating (and
+// zeroing, and paying the garbage collector's assist for) up to 64 MiB in
+// the commit path.
+func (p *arenaPool) prepare(size uint32) {
+	p.mu.Lock()
+	if len(p.free[size]) > 0 || p.preparing[size] > 0 || p.bytes+int64(size) > p.max {
+		p.mu.Unlock()
+		return
+	}
+	if p.preparing == nil {
+		p.preparing = make(map[uint32]int)
+	}
+	p.preparing[size]++
+	p.mu.Unlock()
+	go func() {
+		s := memtable.NewSkiplist(size)
+		p.mu.Lock()
+		p.preparing[size]--
+		p.mu.Unlock()
+		p.put(s)
+	}()
 }
 
 // put offers s, which nothing uses any more, for reuse; it is dropped (left
