@@ -31,7 +31,20 @@ type walBuffer struct {
 	// prealloc is the preallocation step (0: none); reserved is how far the
 	// file is preallocated. Both under drainMu.
 	prealloc, reserved int64
+	// writtenBack is how far the file's writing to the disk has been
+	// started (StartWriteback), under drainMu; noWriteback is set once the
+	// file turned out not to support it.
+	writtenBack int64
+	noWriteback bool
 }
+
+// walWritebackBytes is how many written WAL bytes may wait in the page cache
+// before drain asks the operating system to start writing them out. Without
+// it, the sync at a memtable rotation wrote out the whole WAL written since
+// the last sync (up to the memtable's 64 MiB) with the commit path stopped:
+// 36-55 ms per rotation in a 2M-key overwrite (2026-11-28). RocksDB and
+// Pebble offer the same as wal_bytes_per_sync / WALBytesPerSync.
+const walWritebackBytes = 1 << 20
 
 // walBufferSize is the capacity of a pooled WAL buffer; a buffer that a
 // burst grew past maxPooledWALBuffer is left to the garbage collector.
@@ -139,6 +152,14 @@ func (b *walBuffer) drain() error {
 	if cap(data) <= maxPooledWALBuffer {
 		*buf = data[:0]
 		b.bufs.Put(buf)
+	}
+	if err == nil && !b.noWriteback && b.written-b.writtenBack >= walWritebackBytes {
+		// Only an optimisation: a failure to start the writing changes
+		// nothing that the next sync would not report itself.
+		if werr := vfs.StartWriteback(b.f, b.writtenBack, b.written-b.writtenBack); werr != nil {
+			b.noWriteback = true
+		}
+		b.writtenBack = b.written
 	}
 
 	if err != nil {

@@ -228,3 +228,57 @@ func TestWALHeldBytesWrittenWhenIdle(t *testing.T) {
 		t.Fatalf("framed %d bytes, wrote %d", db.logWriter.Size(), db.logBuf.writtenBytes())
 	}
 }
+
+// TestWALWriteback: a WAL written steadily without syncs has its writing to
+// the disk started every walWritebackBytes (on Linux), so a rotation's sync
+// finds little left to write; a memory file, which cannot, turns it off
+// and keeps working.
+func TestWALWriteback(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("writeback is started with sync_file_range(2) on Linux")
+	}
+	dir := t.TempDir()
+	db := apiMustOpen(t, dir, &Options{Logger: crashQuietLogger})
+	defer apiMustClose(t, db)
+	value := make([]byte, 1000)
+	for i := range 3000 { // about 3 MB of WAL
+		if err := db.Set([]byte(fmt.Sprintf("key%05d", i)), value, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.flushWAL(); err != nil {
+		t.Fatal(err)
+	}
+	b := db.logBuf
+	b.drainMu.Lock()
+	written, back, off := b.written, b.writtenBack, b.noWriteback
+	b.drainMu.Unlock()
+	if off || back < 2*walWritebackBytes || written-back >= walWritebackBytes+64<<10 {
+		t.Fatalf("%d WAL bytes written, writeback started up to %d (off %v); want it within %d of the end", written, back, off, walWritebackBytes)
+	}
+
+	memOpts := apiSmallOptions(vfs.NewMem())
+	memOpts.MemTableSize, memOpts.MemTableInitialSize = 16<<20, 16<<20 // one WAL for the 3 MB
+	mem := apiMustOpen(t, "db", memOpts)
+	defer apiMustClose(t, mem)
+	for i := range 3000 {
+		if err := mem.Set([]byte(fmt.Sprintf("key%05d", i)), value, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mem.flushWAL(); err != nil {
+		t.Fatal(err)
+	}
+	mem.mu.Lock()
+	mb := mem.logBuf
+	mem.mu.Unlock()
+	mb.drainMu.Lock()
+	off = mb.noWriteback
+	mb.drainMu.Unlock()
+	if !off {
+		t.Fatal("a memory file's WAL still tries to start writeback")
+	}
+	if _, err := mem.Get([]byte("key02999")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -37,6 +37,21 @@ func SyncData(f File) error {
 	return f.Sync()
 }
 
+// StartWriteback asks the operating system to start writing bytes
+// [offset, offset+n) of f to the disk, without waiting for the writes and
+// without syncing any metadata (sync_file_range(2) with
+// SYNC_FILE_RANGE_WRITE on Linux). It makes nothing durable: it only
+// spreads the writing of a file that is appended to steadily, so that a
+// later Sync or SyncData finds little left to write. Files of other
+// filesystems, and other operating systems, return ErrUnsupported.
+func StartWriteback(f File, offset, n int64) error {
+	of, ok := f.(*os.File)
+	if !ok {
+		return ErrUnsupported
+	}
+	return startWriteback(of, offset, n)
+}
+
 // Truncate sets f's size to size (dropping, for example, the unused part of
 // a preallocation). Only operating-system files support it; others return
 // ErrUnsupported.

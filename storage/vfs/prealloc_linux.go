@@ -16,6 +16,19 @@ func preallocate(f *os.File, offset, n int64) error {
 	return nil
 }
 
+func startWriteback(f *os.File, offset, n int64) error {
+	err := onFD(f, func(fd int) error {
+		return syscall.SyncFileRange(fd, offset, n, 0x2 /* SYNC_FILE_RANGE_WRITE */)
+	})
+	if err == syscall.EOPNOTSUPP || err == syscall.ENOSYS {
+		return ErrUnsupported
+	}
+	if err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
 func syncData(f *os.File) error {
 	if err := onFD(f, syscall.Fdatasync); err != nil {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
