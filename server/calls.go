@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,7 +26,66 @@ const (
 	// one message (a larger result goes alone).
 	callsPerResultBatch = 512
 	resultBatchBytes    = 1 << 20
+	// callWorkerIdle is how long a call worker waits for its next call
+	// before it ends.
+	callWorkerIdle = 10 * time.Second
 )
+
+// callWorkers runs the calls of every KV.Calls stream of a node on
+// long-lived goroutines. A fresh goroutine starts with a small stack, and
+// a put's handler outgrows it (the Raft command's proto.Marshal recurses
+// deeply): the runtime copied the stack over and over, 5% of a loaded
+// server's CPU. A worker's stack stays grown from one call to the next,
+// as gRPC's NumStreamWorkers keeps its stream workers' stacks.
+//
+// run never makes a call wait for another: a call goes to an idle worker
+// if one waits, else to a new worker, so there are as many workers as
+// calls in flight at the busiest moment (the streams bound those). A
+// worker ends once it has had no call for idle, or once stop is closed
+// and it has finished its call.
+type callWorkers struct {
+	work chan func()
+	idle time.Duration
+	stop <-chan struct{}
+	// started counts the workers started and live those not yet ended,
+	// for tests.
+	started, live atomic.Int64
+}
+
+func newCallWorkers(idle time.Duration, stop <-chan struct{}) *callWorkers {
+	return &callWorkers{work: make(chan func()), idle: idle, stop: stop}
+}
+
+// run runs f on an idle worker, or on a new one if none is idle, and
+// returns without waiting for f.
+func (w *callWorkers) run(f func()) {
+	select {
+	case w.work <- f:
+	default:
+		w.started.Add(1)
+		w.live.Add(1)
+		go w.serve(f)
+	}
+}
+
+// serve runs f, then the calls handed to it, until it has been idle for
+// w.idle or w.stop is closed.
+func (w *callWorkers) serve(f func()) {
+	defer w.live.Add(-1)
+	idle := time.NewTimer(w.idle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(w.idle)
+		select {
+		case f = <-w.work:
+		case <-idle.C:
+			return
+		case <-w.stop:
+			return
+		}
+	}
+}
 
 // kvUnaryMethods are the KV service's unary methods, by name: what a
 // KV.Calls stream may carry. They run through the generated handlers, as a
@@ -39,9 +99,10 @@ var kvUnaryMethods = func() map[string]grpc.MethodDesc {
 }()
 
 // Calls implements KV.Calls: every call of every batch runs concurrently
-// through the unary method's handler, authorized as a unary call of that
-// method is; results go back batched, in the order they complete. The
-// stream ends once the client closed its side and every call answered.
+// (on the node's call workers) through the unary method's handler,
+// authorized as a unary call of that method is; results go back batched,
+// in the order they complete. The stream ends once the client closed its
+// side and every call answered.
 func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
 	ctx := stream.Context()
 	results := make(chan *shalev1.CallResult, callsPerResultBatch)
@@ -68,11 +129,11 @@ recv:
 				break recv
 			}
 			wg.Add(1)
-			go func() {
+			s.workers.run(func() {
 				defer wg.Done()
 				defer func() { <-slots }()
 				results <- s.serveCall(ctx, c)
-			}()
+			})
 		}
 	}
 	wg.Wait()

@@ -21,6 +21,8 @@ import (
 type kvService struct {
 	shalev1.UnimplementedKVServer
 	n *Node
+	// workers run the calls of KV.Calls streams.
+	workers *callWorkers
 }
 
 // target is a request's shard on this node.

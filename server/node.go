@@ -376,7 +376,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}()
 	}
 	n.grpc = grpc.NewServer(srvOpts...)
-	shalev1.RegisterKVServer(n.grpc, &kvService{n: n})
+	shalev1.RegisterKVServer(n.grpc, &kvService{n: n, workers: newCallWorkers(callWorkerIdle, n.stop)})
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
 	shalev1.RegisterAuthServer(n.grpc, &authService{n: n})
 	n.transport.Register(n.grpc, n.store)
