@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -30,6 +31,15 @@ import (
 // replica's earlier tasks have applied. The log is truncated only up to
 // what the state machine reports durable (Flush), which is at or below the
 // applied index the workers reported.
+//
+// A snapshot is installed the same way: the loop hands the state machine's
+// Restore to the workers as the replica's last task and holds the Ready
+// that carries the snapshot (nothing of it is persisted, sent or advanced)
+// while the replica takes no messages, ticks or proposals. When the
+// worker reports the state machine restored, the loop stages the log reset
+// in its next cycle's synced write, sends the Ready's messages and answers
+// the snapshot's sender, and advances Raft. Meanwhile every other replica
+// of the node keeps persisting, acknowledging and sending.
 
 // applyTask is a run of committed entries of one replica, in log order.
 type applyTask struct {
@@ -39,6 +49,9 @@ type applyTask struct {
 	// removedSelf is set when a configuration change of the run removed
 	// this replica from its group.
 	removedSelf bool
+	// install, when set, makes the task a snapshot's Restore (no entries):
+	// always the replica's last task until the loop finishes the install.
+	install *snapInstall
 }
 
 // applyReport is what a worker tells the loop after applying a replica's
@@ -50,6 +63,9 @@ type applyReport struct {
 	// removed it, or its shard was retired (merged into another).
 	removed bool
 	err     error // the state machine failed; nothing of the run applied
+	// install is the snapshot whose Restore the run ended with; with a nil
+	// err the state machine holds it.
+	install *snapInstall
 }
 
 // applyQueue is a replica's apply state, guarded by applyPool.mu.
@@ -129,15 +145,6 @@ func (p *applyPool) stopReplica(r *Replica, err error) {
 	}
 }
 
-// waitIdle waits until every task of r handed off so far has applied.
-func (p *applyPool) waitIdle(r *Replica) {
-	p.mu.Lock()
-	for r.applyQ.queued {
-		p.cond.Wait()
-	}
-	p.mu.Unlock()
-}
-
 func (p *applyPool) work() {
 	defer p.wg.Done()
 	for {
@@ -189,6 +196,11 @@ func stoppedErr(r *Replica) error {
 }
 
 func dropTask(t applyTask, err error) {
+	if inst := t.install; inst != nil {
+		// Never restored: the received checkpoint is not needed.
+		_ = os.RemoveAll(inst.in.dir)
+		inst.in.answer(err)
+	}
 	for _, p := range t.props {
 		if p != nil {
 			if p.trace != nil {
@@ -200,9 +212,32 @@ func dropTask(t applyTask, err error) {
 }
 
 // applyTasks applies a replica's tasks as one state machine call (worker
-// side) and answers their proposals. ok is false when there was nothing to
-// report.
+// side) and answers their proposals, then runs the Restore of a snapshot
+// install that ends them. ok is false when there was nothing to report.
 func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
+	inst := tasks[len(tasks)-1].install
+	if inst != nil {
+		tasks = tasks[:len(tasks)-1]
+	}
+	rep, ok := s.applyEntries(r, tasks)
+	if inst == nil {
+		return rep, ok
+	}
+	rep.install = inst
+	if rep.err != nil {
+		return rep, true
+	}
+	if h := s.cfg.applyHook; h != nil {
+		h(r.shardID)
+	}
+	if err := r.sm.Restore(inst.in.dir); err != nil {
+		rep.err = fmt.Errorf("restore snapshot at index %d: %w", inst.rd.Snapshot.GetMetadata().GetIndex(), err)
+	}
+	return rep, true
+}
+
+// applyEntries applies the entries of tasks as one state machine call.
+func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) {
 	var ents []Entry
 	var props []*proposal
 	rep := applyReport{r: r}
@@ -381,6 +416,20 @@ func (s *Store) handleApplyReports() {
 	s.mu.Unlock()
 	for _, rep := range reps {
 		r := rep.r
+		if inst := rep.install; inst != nil && r.installing == inst {
+			switch {
+			case r.dead():
+				r.installing = nil
+				inst.in.answer(fmt.Errorf("%w: replication: shard %d: the replica stopped during the snapshot's install", ErrStopped, r.shardID))
+			case rep.err != nil:
+				r.installing = nil
+				inst.in.answer(rep.err)
+			default:
+				// The next cycle persists the held Ready (finishInstall).
+				inst.restored = true
+				s.active[r] = struct{}{}
+			}
+		}
 		if r.dead() {
 			continue
 		}

@@ -95,18 +95,7 @@ func TestBlockedApplyDoesNotStallOtherShards(t *testing.T) {
 	c.waitFor("shard 1's apply to block", 5*time.Second, func() bool { return gate.waiting.Load() > 0 })
 
 	// 20 election timeouts (10 ticks of 10 ms each) of writes to shard 2.
-	end := time.Now().Add(20 * 10 * 10 * time.Millisecond)
-	n := 0
-	for time.Now().Before(end) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		start := time.Now()
-		_, err := c.get(lead2).store.Replica(2).Propose(ctx, []byte(fmt.Sprintf("b=%d", n)))
-		cancel()
-		if err != nil {
-			t.Fatalf("shard 2 write %d while shard 1's apply is blocked: %v (after %v)", n, err, time.Since(start))
-		}
-		n++
-	}
+	n := c.writeFor(2, lead2, "b", 20*10*10*time.Millisecond, "shard 1's apply is blocked")
 	select {
 	case err := <-blocked:
 		t.Fatalf("shard 1's write finished while its apply was blocked: %v", err)

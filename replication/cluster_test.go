@@ -185,6 +185,13 @@ func (c *testCluster) get(id uint64) *testNode {
 // on each running node among them.
 func (c *testCluster) bootstrap(shardID uint64, nodes ...uint64) {
 	c.t.Helper()
+	c.bootstrapWith(shardID, func(sm *memSM) StateMachine { return sm }, nodes...)
+}
+
+// bootstrapWith is bootstrap with each node's state machine wrapped by
+// wrap before the Store gets it.
+func (c *testCluster) bootstrapWith(shardID uint64, wrap func(*memSM) StateMachine, nodes ...uint64) {
+	c.t.Helper()
 	desc := &shalev1.ShardDescriptor{ShardId: shardID, Epoch: 1, NextReplicaId: uint64(len(nodes)) + 1}
 	for i, n := range nodes {
 		desc.Replicas = append(desc.Replicas, &shalev1.ReplicaDescriptor{NodeId: n, ReplicaId: uint64(i + 1)})
@@ -195,7 +202,7 @@ func (c *testCluster) bootstrap(shardID uint64, nodes ...uint64) {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if _, err := n.store.AddReplica(sm); err != nil {
+		if _, err := n.store.AddReplica(wrap(sm)); err != nil {
 			c.t.Fatal(err)
 		}
 		n.mu.Lock()
@@ -208,6 +215,26 @@ func (n *testNode) sm(shardID uint64) *memSM {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.sms[shardID]
+}
+
+// writeFor writes "key=<n>" to shardID through node's replica (its
+// leader) for d, one write at a time, each of which must succeed within a
+// second (while names the condition in the failure); it returns how many.
+func (c *testCluster) writeFor(shardID, node uint64, key string, d time.Duration, while string) int {
+	c.t.Helper()
+	end := time.Now().Add(d)
+	n := 0
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		_, err := c.get(node).store.Replica(shardID).Propose(ctx, []byte(fmt.Sprintf("%s=%d", key, n)))
+		cancel()
+		if err != nil {
+			c.t.Fatalf("shard %d write %d while %s: %v (after %v)", shardID, n, while, err, time.Since(start))
+		}
+		n++
+	}
+	return n
 }
 
 // waitFor polls cond until it holds or the timeout passes.

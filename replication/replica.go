@@ -87,8 +87,12 @@ type Replica struct {
 	removed            bool
 	halted             bool
 	pendingSnap        *incomingSnapshot
-	sendingSnap        map[uint64]bool
-	ticks              uint64
+	// installing is the snapshot an apply worker restores (or restored)
+	// into the state machine, from the Ready that carried it until the
+	// loop persisted and advanced that Ready (see startInstall).
+	installing  *snapInstall
+	sendingSnap map[uint64]bool
+	ticks       uint64
 
 	// applyQ is the replica's apply work (guarded by the Store's apply
 	// pool).
@@ -654,6 +658,7 @@ func (r *Replica) fatal(err error) {
 	r.halted = true
 	r.store.cfg.Logger.Error("replica halted", "shard", r.shardID, "err", err)
 	r.store.applier.stopReplica(r, fmt.Errorf("%w: replication: shard %d halted: %w", ErrOutcomeUnknown, r.shardID, err))
+	r.abandonInstall(err)
 	if isIOError(err) {
 		r.store.fail(fmt.Errorf("shard %d: %w", r.shardID, err))
 	}
@@ -1221,22 +1226,59 @@ func (r *Replica) startSnapshotSend(m *raftpb.Message) {
 	}()
 }
 
-// installSnapshot restores the state machine from the received checkpoint
-// and stages the log reset to the snapshot's index.
-func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *raftpb.HardState) error {
+// snapInstall is a snapshot being installed into a replica's state
+// machine off the loop. The worker reads only in; the rest is loop only.
+type snapInstall struct {
+	in *incomingSnapshot
+	// rd is the Ready that carries the snapshot: held (not persisted,
+	// sent or advanced) until the state machine holds the snapshot.
+	rd raft.Ready
+	// restored: the worker's Restore succeeded.
+	restored bool
+	// held are the messages for the replica that arrived meanwhile,
+	// delivered once the install is finished.
+	held []*shalev1.RaftMessageBatch
+	// work: proposals, reads or operations were queued meanwhile.
+	work bool
+}
+
+// maxHeldMessages bounds the messages kept for a replica while its
+// snapshot installs; Raft sends again what is dropped beyond it.
+const maxHeldMessages = 1024
+
+// hold keeps env, a message from node from for the installing replica,
+// for delivery once the install is finished.
+func (inst *snapInstall) hold(from uint64, env *shalev1.RaftEnvelope) {
+	if len(inst.held) < maxHeldMessages {
+		inst.held = append(inst.held, &shalev1.RaftMessageBatch{FromNodeId: from, Messages: []*shalev1.RaftEnvelope{env}})
+	}
+}
+
+// startInstall hands the restore of rd's snapshot to the apply workers, as
+// the replica's last task (after the entries handed off before it), and
+// holds rd: until the worker reports, the replica takes no messages, ticks
+// or proposals and nothing of rd is persisted or sent, while the loop
+// serves the node's other replicas. A crash meanwhile leaves the state
+// machine with the old state or the snapshot, and the log as it was;
+// AddReplica realigns a log the state machine got ahead of.
+func (r *Replica) startInstall(rd raft.Ready) error {
 	in := r.pendingSnap
-	idx, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
+	idx := rd.Snapshot.GetMetadata().GetIndex()
 	if in == nil || in.msg.GetSnapshot().GetMetadata().GetIndex() != idx {
 		return fmt.Errorf("replication: shard %d: raft asked to install snapshot %d without its data", r.shardID, idx)
 	}
 	r.pendingSnap = nil
-	// The state machine takes no Apply during Restore: the entries handed
-	// off before the snapshot apply first.
-	r.store.applier.waitIdle(r)
-	if err := r.sm.Restore(in.dir); err != nil {
-		in.answer(err)
-		return fmt.Errorf("restore snapshot: %w", err)
-	}
+	in.installing = true
+	r.installing = &snapInstall{in: in, rd: rd}
+	r.store.applier.enqueue(r, applyTask{install: r.installing})
+	return nil
+}
+
+// finishInstall stages the log reset to the restored snapshot (the
+// installing Ready's) into wb, the cycle's synced write.
+func (r *Replica) finishInstall(wb *storage.Batch) error {
+	snap, hs := r.installing.rd.Snapshot, r.installing.rd.HardState
+	idx, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 	if raft.IsEmptyHardState(hs) {
 		hs = r.log.HardState()
 	}
@@ -1245,17 +1287,43 @@ func (r *Replica) installSnapshot(wb *storage.Batch, snap *raftpb.Snapshot, hs *
 		hs.Commit = proto.Uint64(idx)
 	}
 	if err := r.log.ApplySnapshot(wb, idx, term, hs); err != nil {
-		in.answer(err)
-		return err
+		return fmt.Errorf("reset the log to snapshot %d: %w", idx, err)
 	}
 	r.applied = idx
 	r.updateNodes(r.sm.AppliedState().Descriptor)
-	in.answer(nil)
-	if m := r.store.cfg.Metrics; m != nil {
+	return nil
+}
+
+// abandonInstall answers the install of a replica that stopped (once no
+// worker runs its Restore any more): the sender gets err.
+func (r *Replica) abandonInstall(err error) {
+	if inst := r.installing; inst != nil {
+		r.installing = nil
+		inst.in.answer(fmt.Errorf("replication: shard %d: the replica stopped during the snapshot's install: %w", r.shardID, err))
+	}
+}
+
+// endInstall ends the install once its Ready was written, sent and
+// advanced: the sender gets its answer, and the messages and work held
+// meanwhile go to the next cycle.
+func (r *Replica) endInstall() {
+	inst := r.installing
+	r.installing = nil
+	inst.in.answer(nil)
+	s := r.store
+	if m := s.cfg.Metrics; m != nil {
 		m.snapshotsApplied.Inc()
 	}
-	r.store.cfg.Logger.Info("snapshot installed", "shard", r.shardID, "index", idx)
-	return nil
+	s.cfg.Logger.Info("snapshot installed", "shard", r.shardID, "index", inst.rd.Snapshot.GetMetadata().GetIndex())
+	if len(inst.held) > 0 {
+		s.mu.Lock()
+		s.inbox = append(inst.held, s.inbox...)
+		s.mu.Unlock()
+		s.signal()
+	}
+	if inst.work {
+		s.queueWork(r)
+	}
 }
 
 // handleReadStates answers read batches whose index Raft confirmed.

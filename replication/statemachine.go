@@ -84,10 +84,12 @@ type AppliedConfChange struct {
 }
 
 // StateMachine is a shard's replicated state, driven by its Replica. Apply
-// is called from an apply worker and Restore from the Raft loop, one at a
-// time for a state machine, never concurrently with each other; Flush,
-// Checkpoint and AppliedState may be called from other goroutines
-// concurrently with Apply (but not with Restore). Reads may run
+// and Restore are called from an apply worker, one at a time for a state
+// machine, never concurrently with each other; AppliedState may be called
+// from other goroutines (the Raft loop's among them) concurrently with
+// both, and reports the old or the new state during a Restore; Flush and
+// Checkpoint may be called concurrently with Apply (but not with Restore).
+// Reads may run
 // concurrently with all of them. The Store creates no replica on demand
 // while an Apply runs, so a state machine may create another shard's
 // replica on disk in Apply (HostShard) without racing a message of the

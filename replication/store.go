@@ -217,17 +217,19 @@ type incomingSnapshot struct {
 	msg    *raftpb.Message
 	dir    string
 	done   chan error
-	// answered is set (on the Raft loop) once done has its one value.
-	answered bool
+	// answered is set once done has its one value (by the loop, or by
+	// whoever drops the install's task).
+	answered atomic.Bool
+	// installing is set (on the loop) once the snapshot was handed to an
+	// apply worker: its answer comes when the install ends.
+	installing bool
 }
 
 // answer gives the snapshot's sender its outcome, once.
 func (in *incomingSnapshot) answer(err error) {
-	if in.answered {
-		return
+	if in.answered.CompareAndSwap(false, true) {
+		in.done <- err
 	}
-	in.answered = true
-	in.done <- err
 }
 
 // NewStore opens the Raft-log state in cfg.LogDB. Add replicas with
@@ -306,7 +308,14 @@ func (s *Store) Stop() {
 	s.mu.Unlock()
 	for _, in := range inc {
 		_ = os.RemoveAll(in.dir)
-		in.done <- ErrStopped
+		in.answer(ErrStopped)
+	}
+	// Installs the loop did not finish: their state machines may hold the
+	// snapshot, and a restart realigns the log to it.
+	for _, r := range reps {
+		if r.installing != nil {
+			r.installing.in.answer(ErrStopped)
+		}
 	}
 	for _, r := range reps {
 		r.failAll(ErrStopped)
@@ -466,9 +475,17 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 		putUint(b, replicaIDPrefix, shardID, replicaID)
 	}
 	last, _ := lg.LastIndex()
-	if st.Index > 0 && (st.Index > last || lg.TruncatedIndex() == 0) {
+	agrees := true
+	if st.Index > 0 && st.Index <= last {
+		if agrees, err = logHas(lg, st.Index, st.Term); err != nil {
+			return nil, fmt.Errorf("replication: shard %d: %w", shardID, err)
+		}
+	}
+	if st.Index > 0 && (st.Index > last || lg.TruncatedIndex() == 0 || !agrees) {
 		// A fresh bootstrap, or a snapshot installed in the state machine
-		// whose log reset did not become durable: start the log there.
+		// whose log reset did not become durable: start the log there. The
+		// log may be longer than the snapshot and disagree with it (a
+		// suffix from an old leader that never committed): it is dropped.
 		hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
 		if hs.GetTerm() < st.Term {
 			hs.Term, hs.Vote = proto.Uint64(st.Term), proto.Uint64(0)
@@ -504,6 +521,21 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 	}
 	s.replicas[shardID] = r
 	return r, nil
+}
+
+// logHas reports whether lg holds the entry (index, term) or was
+// truncated at it (an index below the truncation counts as held): if not,
+// every entry of lg from index on conflicts with the log that committed
+// the entry (Raft's log matching).
+func logHas(lg *raftlog.Log, index, term uint64) (bool, error) {
+	t, err := lg.Term(index)
+	switch {
+	case errors.Is(err, raft.ErrCompacted):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("term of entry %d: %w", index, err)
+	}
+	return t == term, nil
 }
 
 // signal wakes the loop.
@@ -669,6 +701,10 @@ func (s *Store) cycle(tick bool) error {
 		s.deliverSnapshot(in, newIDs)
 	}
 	for r := range work {
+		if r.installing != nil && !r.dead() {
+			r.installing.work = true // drained once the install ends
+			continue
+		}
 		r.drainQueued()
 		s.active[r] = struct{}{}
 	}
@@ -682,10 +718,28 @@ func (s *Store) cycle(tick bool) error {
 	active := s.active
 	s.active = make(map[*Replica]struct{}, len(active))
 	for r := range active {
-		if r.dead() || !r.rn.HasReady() {
+		if r.dead() {
 			continue
 		}
-		readies = append(readies, readyReplica{r: r, rd: r.rn.Ready()})
+		if inst := r.installing; inst != nil {
+			// Its Ready waits for the state machine to hold the snapshot.
+			if inst.restored {
+				readies = append(readies, readyReplica{r: r, rd: inst.rd, installed: true})
+			}
+			continue
+		}
+		if !r.rn.HasReady() {
+			continue
+		}
+		rd := r.rn.Ready()
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			// Restored off the loop: the cycle does not wait for it.
+			if err := r.startInstall(rd); err != nil {
+				r.fatal(err)
+			}
+			continue
+		}
+		readies = append(readies, readyReplica{r: r, rd: rd})
 	}
 	sort.Slice(readies, func(i, j int) bool { return readies[i].r.shardID < readies[j].r.shardID })
 	defer s.handleQuiesceNotices()
@@ -756,8 +810,8 @@ func (s *Store) cycle(tick bool) error {
 		rr.appliedEarly = k
 	}
 
-	// Persist: snapshots first (state machine, then log), then entries and
-	// hard states of every group, one sync.
+	// Persist: log resets to the snapshots the state machines installed
+	// first, then entries and hard states of every group, one sync.
 	idsWritten := !newIDs.Empty()
 	wb := newIDs
 	for i := range readies {
@@ -765,8 +819,10 @@ func (s *Store) cycle(tick bool) error {
 		if rr.r.dead() {
 			continue
 		}
-		if !raft.IsEmptySnap(rr.rd.Snapshot) {
-			if err := rr.r.installSnapshot(wb, rr.rd.Snapshot, rr.rd.HardState); err != nil {
+		if rr.installed {
+			if err := rr.r.finishInstall(wb); err != nil {
+				rr.r.installing.in.answer(err)
+				rr.r.installing = nil
 				rr.r.fatal(err)
 				continue
 			}
@@ -783,7 +839,7 @@ func (s *Store) cycle(tick bool) error {
 		// snapshot) or the Store recorded a new replica.
 		sync := idsWritten
 		for i := range readies {
-			sync = sync || readies[i].rd.MustSync || !raft.IsEmptySnap(readies[i].rd.Snapshot)
+			sync = sync || readies[i].rd.MustSync || readies[i].installed
 		}
 		start := time.Now()
 		if sync {
@@ -840,6 +896,9 @@ func (s *Store) cycle(tick bool) error {
 		}
 		rr.r.afterReady(rr.rd)
 		rr.r.rn.Advance(rr.rd)
+		if rr.installed {
+			rr.r.endInstall()
+		}
 	}
 	// A replica whose Advance produced new work (e.g. the leave-joint
 	// proposal) will be picked up next cycle.
@@ -856,6 +915,9 @@ type readyReplica struct {
 	r    *Replica
 	rd   raft.Ready
 	sent bool // messages already sent (leaders send before persisting)
+	// installed: rd carries a snapshot the state machine holds (restored
+	// by an apply worker); the cycle resets the log to it.
+	installed bool
 	// appliedEarly committed entries were handed off before the cycle's
 	// write.
 	appliedEarly int
@@ -877,6 +939,12 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 			if r == nil {
 				continue
 			}
+		}
+		if r.installing != nil && !r.dead() {
+			// Delivered once the install ends: Raft takes nothing between
+			// a Ready and its Advance here.
+			r.installing.hold(from, env)
+			continue
 		}
 		if r.dead() {
 			continue
@@ -916,7 +984,7 @@ type quiesceNotice struct{ shardID, fromNode uint64 }
 // cycle's messages are processed and applied.
 func (s *Store) handleQuiesceNotices() {
 	for _, q := range s.quiesceNotices {
-		if r := s.Replica(q.shardID); r != nil && !r.dead() {
+		if r := s.Replica(q.shardID); r != nil && !r.dead() && r.installing == nil {
 			r.maybeQuiesceFollower(q.fromNode)
 		}
 	}
@@ -1003,10 +1071,10 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 		in.answer(fmt.Errorf("replication: shard %d: no replica %d here for the snapshot", shardID, in.msg.GetTo()))
 		return
 	}
-	if r.pendingSnap != nil {
+	if r.pendingSnap != nil || r.installing != nil {
 		// Another snapshot of this shard came in this cycle (a new leader's
-		// while the old one's was on its way): Raft may have taken that
-		// one, whose data must stay the one installed.
+		// while the old one's was on its way), or one is installing: Raft
+		// may have taken that one, whose data must stay the one installed.
 		_ = os.RemoveAll(in.dir)
 		in.answer(fmt.Errorf("replication: shard %d: another snapshot is being installed", shardID))
 		return
@@ -1020,13 +1088,14 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 	}
 }
 
-// finishSnapshots answers the incoming snapshots of this cycle: installed
-// ones were answered by installSnapshot; the rest were refused by Raft (or
+// finishSnapshots answers the incoming snapshots of this cycle: those
+// being installed are answered when the install ends; the rest were
+// refused by Raft (or
 // their replica was replaced or removed this cycle). Every one is answered:
 // its sender waits for the answer before it sends the shard another.
 func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 	for _, in := range snapIn {
-		if in.answered {
+		if in.installing || in.answered.Load() {
 			continue
 		}
 		if r := s.Replica(in.header.GetShardId()); r != nil && r.pendingSnap == in {
@@ -1039,7 +1108,7 @@ func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 
 func (s *Store) tickAll() {
 	for _, r := range s.Replicas() {
-		if r.dead() {
+		if r.dead() || r.installing != nil {
 			continue
 		}
 		if r.tick() {
@@ -1123,6 +1192,7 @@ func (s *Store) nodeLive(nodeID uint64) bool {
 func (s *Store) removeReplica(r *Replica) {
 	r.removed = true
 	s.applier.stopReplica(r, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrReplicaRemoved))
+	r.abandonInstall(ErrReplicaRemoved)
 	b := storage.NewBatch()
 	r.log.Destroy(b)
 	putUint(b, tombstonePrefix, r.shardID, r.replicaID+1)
