@@ -197,6 +197,7 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 	}
 	total := len(parts) + len(todo)
 	var mu sync.Mutex // parts, stored, stats, lastErr and Progress calls
+	load := &nodeLoad{streams: map[uint64]int{}}
 	return parallel.ForEach(ctx, atOnce, len(todo), func(ctx context.Context, i int) error {
 		s := todo[i]
 		id := s.GetDescriptor_().GetShardId()
@@ -212,7 +213,7 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 		}
 		mu.Unlock()
 		var st CreateStats
-		p, err := copyShard(ctx, cl, loc, s, base[id], own, &st)
+		p, err := copyShard(ctx, cl, loc, s, base[id], own, &st, load)
 		mu.Lock()
 		defer mu.Unlock()
 		maps.Copy(stored, own)
@@ -295,18 +296,53 @@ func coverKeySpace(parts map[uint64]*Part) ([]Part, error) {
 	return nil, fmt.Errorf("backup: no shard copied covers keys from %q on", at)
 }
 
+// nodeLoad counts the copies each node is sending, so that the shards'
+// copies spread over the nodes: a node's sending, not the location, is
+// what bounds a backup.
+type nodeLoad struct {
+	mu      sync.Mutex
+	streams map[uint64]int
+}
+
+// acquire picks from cands (which it reorders) the node to copy from next —
+// the lowest rank (followers before the leader before learners), and among
+// equals the one sending the fewest copies — counts one more copy for it
+// and returns it with the candidates left.
+func (l *nodeLoad) acquire(cands []candidate) (uint64, []candidate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		return l.streams[a.node] - l.streams[b.node]
+	})
+	l.streams[cands[0].node]++
+	return cands[0].node, cands[1:]
+}
+
+// release counts one copy fewer for node.
+func (l *nodeLoad) release(node uint64) {
+	l.mu.Lock()
+	l.streams[node]--
+	l.mu.Unlock()
+}
+
+// candidate is a node holding a replica of a shard to copy.
+type candidate struct {
+	node uint64
+	rank int // 0: follower, 1: leader, 2: learner
+}
+
 // copyShard copies one shard's part from one of its replicas: followers
-// first, then the leader, then learners. With a base part of the same
+// first, then the leader, then learners, and among those the nodes
+// sending the fewest copies (load) first. With a base part of the same
 // range, the part is the base's plus the entries applied since; when no
 // replica's log reaches back that far, or the range changed, a new
 // checkpoint.
-func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, base *Part, stored map[string]bool, stats *CreateStats) (*Part, error) {
+func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, base *Part, stored map[string]bool, stats *CreateStats, load *nodeLoad) (*Part, error) {
 	d := s.GetDescriptor_()
-	type cand struct {
-		node uint64
-		rank int
-	}
-	var nodes []cand
+	var nodes []candidate
 	for _, r := range d.GetReplicas() {
 		rank := 0
 		switch {
@@ -315,14 +351,16 @@ func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardS
 		case r.GetNodeId() == s.GetLeaderNodeId():
 			rank = 1
 		}
-		nodes = append(nodes, cand{r.GetNodeId(), rank})
+		nodes = append(nodes, candidate{r.GetNodeId(), rank})
 	}
-	slices.SortStableFunc(nodes, func(a, b cand) int { return a.rank - b.rank })
 	var errs []error
 	if base != nil && bytes.Equal(base.Start, d.GetStartKey()) && bytes.Equal(base.End, d.GetEndKey()) {
-		for _, c := range nodes {
+		for rest := slices.Clone(nodes); len(rest) > 0; {
+			var node uint64
+			node, rest = load.acquire(rest)
 			until := time.Now().UTC()
-			seg, err := fetchLog(ctx, cl, loc, c.node, d.GetShardId(), base.LastIndex())
+			seg, err := fetchLog(ctx, cl, loc, node, d.GetShardId(), base.LastIndex())
+			load.release(node)
 			if err == nil {
 				p := *base
 				p.Log = slices.Clone(base.Log)
@@ -345,8 +383,11 @@ func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardS
 			}
 		}
 	}
-	for _, c := range nodes {
-		p, err := copyFrom(ctx, cl, loc, c.node, d.GetShardId(), stored, stats)
+	for rest := nodes; len(rest) > 0; {
+		var node uint64
+		node, rest = load.acquire(rest)
+		p, err := copyFrom(ctx, cl, loc, node, d.GetShardId(), stored, stats)
+		load.release(node)
 		if err == nil {
 			stats.Checkpoints++
 			return p, nil

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/shale-db/shale/internal/directfile"
 )
 
 // store holds a location's objects: files named by slash-separated paths
@@ -135,8 +137,14 @@ func (d *dirStore) put(ctx context.Context, name string, r io.Reader, size int64
 		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
-	defer tmp.Close()
-	if _, err := io.Copy(tmp, ctxReader{ctx, r}); err != nil {
+	// A stored file is written once and read only by a restore or a
+	// verify: it goes around the page cache where the file system allows.
+	w := directfile.New(tmp)
+	defer w.Close()
+	if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+		return err
+	}
+	if err := w.Sync(); err != nil {
 		return err
 	}
 	return d.putFile(ctx, name, tmp, size)

@@ -48,6 +48,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 	n := s.n
 	var sent int64
 	defer func() { n.backupm.served(backupCheckpoint, sent, err) }()
+	start := time.Now()
 	sm, err := n.caughtUpShard(stream.Context(), req.GetShardId())
 	if err != nil {
 		return err
@@ -66,6 +67,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 		}
 	}()
 	applied, date, err := sm.BackupCheckpoint(dir)
+	checkpointed := time.Now()
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "node %d: checkpoint of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
 	}
@@ -102,7 +104,8 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 		}
 		return status.Errorf(code, "node %d: backup of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
 	}
-	n.log.Info("backup of a shard sent", "shard", req.GetShardId(), "index", applied.Index, "bytes", sent, "skipped_files", len(skip))
+	n.log.Info("backup of a shard sent", "shard", req.GetShardId(), "index", applied.Index, "bytes", sent, "skipped_files", len(skip),
+		"took", time.Since(start), "checkpoint_took", checkpointed.Sub(start))
 	return nil
 }
 

@@ -21,18 +21,24 @@ import (
 // continue opens (read-only and read-write) as exactly the batches at or
 // below info.SeqNum; UpdatesSince(info.SeqNum+1) on the source replays
 // exactly the later batches, LogData included, in order; applying them to
-// the checkpoint makes it equal to the source.
+// the checkpoint makes it equal to the source. CheckpointAndSnapshot's
+// snapshot reads exactly what its checkpoint holds, while the source keeps
+// writing and compacting.
 func TestAPICheckpointConsistentWithUpdates(t *testing.T) {
 	t.Run("mem", func(t *testing.T) {
-		apiCheckpointScenario(t, vfs.NewMem(), "db", "ckpt", 1)
+		apiCheckpointScenario(t, vfs.NewMem(), "db", "ckpt", 1, false)
 	})
 	t.Run("os-hardlinks", func(t *testing.T) {
 		dir := t.TempDir()
-		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 2)
+		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 2, false)
+	})
+	t.Run("with-snapshot", func(t *testing.T) {
+		dir := t.TempDir()
+		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 3, true)
 	})
 }
 
-func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed uint64) {
+func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed uint64, withSnapshot bool) {
 	opts := apiSmallOptions(fs)
 	d := apiMustOpen(t, dbDir, opts)
 	defer func() {
@@ -107,7 +113,14 @@ func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed 
 		log = append(log, apiLoggedBatch{seq: b.SeqNum(), count: b.Count(), repr: slices.Clone(b.Repr())})
 	}()
 	time.Sleep(20 * time.Millisecond)
-	info, err := d.Checkpoint(ckptDir)
+	var info *CheckpointInfo
+	var snap *Snapshot
+	var err error
+	if withSnapshot {
+		info, snap, err = d.CheckpointAndSnapshot(ckptDir)
+	} else {
+		info, err = d.Checkpoint(ckptDir)
+	}
 	stop.Store(true)
 	wg.Wait()
 	if err != nil {
@@ -192,6 +205,15 @@ func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed 
 	// files staying.
 	if err := d.CompactRange(nil, nil); err != nil {
 		t.Fatal(err)
+	}
+	if snap != nil {
+		if snap.SeqNum() != info.SeqNum {
+			t.Fatalf("snapshot at %d, checkpoint at %d", snap.SeqNum(), info.SeqNum)
+		}
+		apiCheckEqual(t, "the checkpoint's snapshot", apiDump(t, d, snap), expected)
+		if err := snap.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Read-only open of the checkpoint.

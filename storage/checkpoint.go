@@ -27,10 +27,22 @@ type CheckpointInfo struct {
 // MANIFEST describes exactly the live files. Writes continue during the
 // checkpoint except for a brief pause while the cut is taken.
 func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
+	info, _, err := d.checkpoint(destDir, false)
+	return info, err
+}
+
+// CheckpointAndSnapshot is Checkpoint that also returns a Snapshot of this
+// DB at the checkpoint's SeqNum: it reads exactly what the checkpoint
+// holds, without opening the copy. The caller closes the snapshot.
+func (d *DB) CheckpointAndSnapshot(destDir string) (*CheckpointInfo, *Snapshot, error) {
+	return d.checkpoint(destDir, true)
+}
+
+func (d *DB) checkpoint(destDir string, withSnapshot bool) (_ *CheckpointInfo, snapshot *Snapshot, _ error) {
 	if _, err := d.fs.Stat(destDir); err == nil {
-		return nil, fmt.Errorf("checkpoint %s: destination already exists", destDir)
+		return nil, nil, fmt.Errorf("checkpoint %s: destination already exists", destDir)
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
 	}
 
 	// Take the cut between commit groups: every batch at or below seq is in
@@ -38,7 +50,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	barrier := d.acquireCommitBarrierLocked()
 	// Writes made with DisableWAL live only in memtables: flush them, under
@@ -47,7 +59,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	if err := d.flushUnloggedLocked(); err != nil {
 		d.releaseCommitBarrierLocked(barrier)
 		d.mu.Unlock()
-		return nil, fmt.Errorf("checkpoint %s: flush unlogged writes: %w", destDir, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: flush unlogged writes: %w", destDir, err)
 	}
 	type walCut struct {
 		num  manifest.FileNum
@@ -57,6 +69,16 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 	var cutErr error
 	cutErr = d.flushWAL()
 	seq := d.logSeq
+	if withSnapshot && cutErr == nil {
+		// Under the barrier every batch at or below seq is visible, and
+		// no ingestion is placing files (it holds the barrier too).
+		if vis := SeqNum(d.visibleSeq.Load()); vis != seq {
+			cutErr = fmt.Errorf("visible sequence number %d is not the logged %d under the commit barrier", vis, seq)
+		} else {
+			snapshot = &Snapshot{db: d, seq: seq}
+			snapshot.elem = d.snapshots.l.PushBack(snapshot)
+		}
+	}
 	v := d.refVersionLocked()
 	minUnflushed := d.minUnflushed
 	nextFileNum := d.nextFileNum
@@ -92,15 +114,18 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		d.deleteObsoleteFilesLocked()
 		d.mu.Unlock()
 	}()
+	fail := func(err error) (*CheckpointInfo, *Snapshot, error) {
+		_ = d.fs.RemoveAll(destDir)
+		if snapshot != nil {
+			_ = snapshot.Close()
+		}
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
+	}
 	if cutErr != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", destDir, cutErr)
+		return fail(cutErr)
 	}
 
 	info := &CheckpointInfo{SeqNum: seq}
-	fail := func(err error) (*CheckpointInfo, error) {
-		_ = d.fs.RemoveAll(destDir)
-		return nil, fmt.Errorf("checkpoint %s: %w", destDir, err)
-	}
 	if err := mkdirAllDurable(d.fs, destDir); err != nil {
 		return fail(err)
 	}
@@ -161,7 +186,7 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 		return fail(err)
 	}
 	info.Files = append(info.Files, "CURRENT")
-	return info, nil
+	return info, snapshot, nil
 }
 
 // flushUnloggedLocked flushes every memtable holding DisableWAL writes and

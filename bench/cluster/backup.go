@@ -65,6 +65,11 @@ type BackupResult struct {
 	RestoreStartedSeconds float64
 }
 
+// idleAfterLoad is how long RunBackup waits after loading for the nodes to
+// count as idle (the servers' foreground window is 1 s, checked every
+// 100 ms), so that their backup streams go out unpaced.
+const idleAfterLoad = 1500 * time.Millisecond
+
 // MBps is bytes per second in MB/s (10^6).
 func MBps(bytes int64, seconds float64) float64 {
 	if seconds <= 0 {
@@ -166,6 +171,22 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 	if _, err := load(cfg.DataBytes); err != nil {
 		return res, err
 	}
+	// A node paces the checkpoint files it sends (--snapshot-rate-bytes)
+	// while it is busy: while it served a client request or made 10
+	// Raft-log syncs within the last second. The backups measured here are
+	// of an idle cluster, so each waits for that second to pass after the
+	// load.
+	idle := func() error {
+		select {
+		case <-time.After(idleAfterLoad):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := idle(); err != nil {
+		return res, err
+	}
 	where := cfg.Location
 	if where == "" {
 		where = filepath.Join(dir, "backups")
@@ -196,6 +217,9 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 
 	last, err := load(cfg.IncrementalBytes)
 	if err != nil {
+		return res, err
+	}
+	if err := idle(); err != nil {
 		return res, err
 	}
 	start = time.Now()

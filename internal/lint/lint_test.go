@@ -78,13 +78,13 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/...", "security/tlsconfig"},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "internal/parallel", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
+			"internal/testcluster", "internal/freeport", "internal/parallel", "internal/directfile", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
 		},
 	},
 	{
 		name:  "backup depends only on proto (the server restores from it; its tests may start a real cluster)",
 		from:  []string{"backup/..."},
-		allow: []string{"backup/...", "proto/...", "internal/parallel"},
+		allow: []string{"backup/...", "proto/...", "internal/parallel", "internal/directfile"},
 		testAllow: []string{
 			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...", "security/...",
 		},
@@ -97,7 +97,7 @@ var importRules = []importRule{
 	{
 		name:  "replication depends only on storage and proto (its tests may use the network faults)",
 		from:  []string{"replication/..."},
-		allow: []string{"replication/...", "storage/...", "proto/..."},
+		allow: []string{"replication/...", "storage/...", "proto/...", "internal/directfile"},
 		// internal/netfault imports nothing of ours.
 		testAllow: []string{"internal/netfault"},
 	},
@@ -120,6 +120,11 @@ var importRules = []importRule{
 		name:  "internal/parallel imports nothing of ours",
 		from:  []string{"internal/parallel"},
 		allow: []string{"internal/parallel"},
+	},
+	{
+		name:  "internal/directfile imports nothing of ours",
+		from:  []string{"internal/directfile"},
+		allow: []string{"internal/directfile"},
 	},
 	{
 		name:  "internal/logring imports nothing of ours",

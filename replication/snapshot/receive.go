@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/shale-db/shale/internal/directfile"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -378,7 +379,7 @@ func (rc *receiver) release(n int) {
 // returns nil without finishing the file when the receive fails elsewhere.
 func (rc *receiver) write(w *fileWriter) error {
 	f := rc.files[w.index]
-	out, err := createFile(filepath.Join(rc.dir, f.Name))
+	out, err := directfile.Create(filepath.Join(rc.dir, f.Name))
 	if err != nil {
 		return fmt.Errorf("snapshot: create %q: %w", f.Name, err)
 	}

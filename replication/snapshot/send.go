@@ -22,7 +22,9 @@ import (
 // caller's header is not modified), then sends every file's bytes in order
 // in chunks of opts.ChunkSize, each with its own CRC-32C, waiting on
 // opts.Limiter before each chunk. The files must not change while Send runs:
-// a file whose size or checksum differs on the second read fails the send.
+// a file that grew or shrank since the listing fails the send, and one
+// rewritten in place fails at the receiver, which checks each file against
+// its listed checksum (checkpoint files are immutable).
 //
 // Send returns the number of file bytes sent. It stops with ctx's error once
 // ctx is done. It does not close the stream: the caller does (for gRPC,
@@ -127,7 +129,6 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 	}
 	defer file.Close()
 	var off uint64
-	var crc uint32
 	for off < f.Size {
 		if err := ctx.Err(); err != nil {
 			return int64(off), err
@@ -144,20 +145,18 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 		if err := lim.WaitN(ctx, len(data)); err != nil {
 			return int64(off), err
 		}
-		c := CRC32C(data)
-		crc = crc32.Update(crc, castagnoli, data)
-		if err := s.Send(&shalev1.SnapshotChunk{FileIndex: index, Offset: off, Data: data, Crc32C: c}); err != nil {
+		if err := s.Send(&shalev1.SnapshotChunk{FileIndex: index, Offset: off, Data: data, Crc32C: CRC32C(data)}); err != nil {
 			return int64(off), fmt.Errorf("snapshot: send %s at offset %d: %w", f.Name, off, err)
 		}
 		off += n
 	}
-	// The file must not have grown or changed since it was checksummed.
+	// The file must not have grown since it was listed. A file rewritten
+	// in place fails at the receiver, which checks every file's bytes
+	// against the checksum listed in the header (checkpoint files are
+	// immutable: the sender does not checksum them a second time).
 	var one [1]byte
 	if n, _ := file.Read(one[:]); n != 0 {
 		return int64(off), fmt.Errorf("snapshot: %s grew during the send", path)
-	}
-	if crc != f.Crc32C {
-		return int64(off), fmt.Errorf("snapshot: %s changed during the send (crc %08x, listed %08x)", path, crc, f.Crc32C)
 	}
 	return int64(off), nil
 }

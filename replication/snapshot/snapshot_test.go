@@ -626,25 +626,29 @@ func TestSendContextCancel(t *testing.T) {
 	}
 }
 
-func TestSendDetectsChangedFile(t *testing.T) {
+// TestChangedFileRejected: a file rewritten in place after Send listed it
+// (same size, other bytes) reaches the receiver, which refuses the stream:
+// the whole-file checksum is the header's, taken at the listing.
+func TestChangedFileRejected(t *testing.T) {
 	src := t.TempDir()
 	writeFile(t, src, "data", bytes.Repeat([]byte{7}, 1000))
 	s := &mutatingSender{path: filepath.Join(src, "data")}
-	_, err := Send(context.Background(), s, nil, src, Options{ChunkSize: 100})
-	if err == nil {
-		t.Fatal("Send of a file changed mid-send succeeded")
+	if _, err := Send(context.Background(), s, nil, src, Options{ChunkSize: 100}); err != nil {
+		t.Fatal(err)
 	}
+	expectCorrupt(t, Receive, s.chunks, "whole-file checksum")
 }
 
-// mutatingSender rewrites the file after the header is sent.
+// mutatingSender keeps the chunks sent and rewrites the file after the
+// header is sent.
 type mutatingSender struct {
-	path string
-	n    int
+	path   string
+	chunks []*shalev1.SnapshotChunk
 }
 
-func (m *mutatingSender) Send(*shalev1.SnapshotChunk) error {
-	m.n++
-	if m.n == 1 {
+func (m *mutatingSender) Send(c *shalev1.SnapshotChunk) error {
+	m.chunks = append(m.chunks, c)
+	if len(m.chunks) == 1 {
 		return os.WriteFile(m.path, bytes.Repeat([]byte{8}, 1000), 0o644)
 	}
 	return nil

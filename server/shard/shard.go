@@ -820,8 +820,8 @@ func (s *Shard) Flush() (uint64, error) {
 
 // Checkpoint writes an openable copy of the engine into dir (which must not
 // exist; on the same filesystem) and returns the applied state the copy
-// holds, read from the copy itself (opened read-only), so the state and the
-// data always describe the same applied index. It may run concurrently with
+// holds, read at the copy's cut (from a snapshot of the engine taken with
+// it), so the state and the data always describe the same applied index. It may run concurrently with
 // Apply, which it pauses only while the engine takes its cut (SSTs are
 // hard-linked).
 func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
@@ -875,10 +875,22 @@ func (s *Shard) checkpoint(dir string) (*state, error) {
 	if s.db == nil {
 		return nil, ErrClosed
 	}
-	if _, err := s.db.Checkpoint(dir); err != nil {
+	// The state is read from a snapshot of the live engine at the
+	// checkpoint's cut, which holds what the copy holds: opening the copy
+	// would replay its WAL into a memtable, most of a small shard's data.
+	_, snap, err := s.db.CheckpointAndSnapshot(dir)
+	if err != nil {
 		return nil, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
 	}
-	return s.readCheckpoint(dir)
+	defer func() { _ = snap.Close() }()
+	st, found, err := loadState(snap)
+	if err != nil {
+		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, err)
+	}
+	if !found || st.desc == nil {
+		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, ErrNoMetadata)
+	}
+	return st, nil
 }
 
 // applied is the replication view of st.

@@ -37,8 +37,9 @@ gives the restore's MB/s of the backup, of every copy written (over the
 whole restore, and over the nodes' copying alone, from their logs), and
 when the restored nodes served. A node sends a backup's checkpoint files
 paced by --snapshot-rate-bytes while it serves client requests (128 MiB/s
-by default, shared with Raft snapshots; an idle node, as here, sends
-unpaced); --shale-arg changes it.`,
+by default, shared with Raft snapshots) and unpaced once it has been idle
+for a second: each backup here starts 1.5 s after the load, so the nodes
+send unpaced; --shale-arg changes the rate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cluster.SetShaleOptions(cluster.ShaleOptions{ServerPath: shaleServer, Splits: shaleSplits, ExtraArgs: shaleArgs})

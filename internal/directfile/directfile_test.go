@@ -1,4 +1,4 @@
-package snapshot
+package directfile
 
 import (
 	"bytes"
@@ -10,37 +10,36 @@ import (
 	"testing"
 )
 
-// TestOutFile writes files of sizes around the direct-write alignment and
+// TestWriter writes files of sizes around the direct-write alignment and
 // buffer size in pieces of several sizes, and reads them back whole: the
 // padded last block is cut off and nothing is lost between buffers. It
 // writes them directly where the system and the test's temporary directory
 // take it (Linux), and through the page cache, as where they do not.
-func TestOutFile(t *testing.T) {
+func TestWriter(t *testing.T) {
 	t.Run("direct", func(t *testing.T) {
-		testOutFile(t, t.TempDir(), runtime.GOOS == "linux")
+		testWriter(t, t.TempDir(), openDirectOS, runtime.GOOS == "linux")
 	})
 	t.Run("page cache", func(t *testing.T) {
-		defer func(f func(string) *os.File) { openDirect = f }(openDirect)
-		openDirect = func(string) *os.File { return nil }
-		testOutFile(t, t.TempDir(), false)
+		testWriter(t, t.TempDir(), func(string) *os.File { return nil }, false)
 	})
 }
 
-func testOutFile(t *testing.T, dir string, wantDirect bool) {
+func testWriter(t *testing.T, dir string, openDirect func(string) *os.File, wantDirect bool) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	sizes := []int{0, 1, directAlign - 1, directAlign, directAlign + 1, directBuffer - 1, directBuffer, directBuffer + 1, 3*directBuffer + 5}
+	sizes := []int{0, 1, align - 1, align, align + 1, bufferSize - 1, bufferSize, bufferSize + 1, 3*bufferSize + 5}
 	for _, size := range sizes {
-		for _, piece := range []int{7, directAlign, 100_000, directBuffer + 3} {
+		for _, piece := range []int{7, align, 100_000, bufferSize + 3} {
 			data := make([]byte, size)
 			for i := range data {
 				data[i] = byte(rnd.Uint32())
 			}
 			path := filepath.Join(dir, fmt.Sprintf("f-%d-%d", size, piece))
-			w, err := createFile(path)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 			if err != nil {
 				t.Fatal(err)
 			}
-			switch direct := w.direct != nil; {
+			w := newWriter(f, openDirect)
+			switch direct := w.Direct(); {
 			case !wantDirect && direct:
 				t.Fatalf("%s: direct writes", path)
 			case wantDirect && !direct:
@@ -56,8 +55,14 @@ func testOutFile(t *testing.T, dir string, wantDirect bool) {
 			if err := w.Sync(); err != nil {
 				t.Fatal(err)
 			}
+			if st, err := w.File().Stat(); err != nil || st.Size() != int64(size) {
+				t.Fatalf("%s: after Sync: %v, %v; want %d bytes", path, st.Size(), err, size)
+			}
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatalf("a second Close: %v", err)
 			}
 			got, err := os.ReadFile(path)
 			if err != nil {
@@ -68,7 +73,23 @@ func testOutFile(t *testing.T, dir string, wantDirect bool) {
 			}
 		}
 	}
-	if _, err := createFile(filepath.Join(dir, "f-0-7")); !os.IsExist(err) {
+	if _, err := Create(filepath.Join(dir, "f-0-7")); !os.IsExist(err) {
 		t.Fatalf("creating an existing file: %v", err)
+	}
+	w, err := Create(filepath.Join(dir, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "new")); err != nil || string(got) != "x" {
+		t.Fatalf("Create: read back %q, %v", got, err)
 	}
 }

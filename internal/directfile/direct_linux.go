@@ -1,6 +1,6 @@
 //go:build linux
 
-package snapshot
+package directfile
 
 import (
 	"os"
@@ -18,7 +18,7 @@ func openDirectOS(path string) *os.File {
 	return f
 }
 
-// alignOf is the address of b's first byte modulo directAlign.
+// alignOf is the address of b's first byte modulo align.
 func alignOf(b []byte) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % directAlign)
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % align)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package snapshot
+package directfile
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // openDirectOS returns nil: direct writes are used on Linux only.
 func openDirectOS(string) *os.File { return nil }
 
-// alignOf is the address of b's first byte modulo directAlign.
+// alignOf is the address of b's first byte modulo align.
 func alignOf(b []byte) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % directAlign)
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % align)
 }
