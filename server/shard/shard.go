@@ -883,7 +883,14 @@ func (s *Shard) checkpoint(dir string) (*state, error) {
 		return nil, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
 	}
 	defer func() { _ = snap.Close() }()
-	st, found, err := loadState(snap)
+	return checkpointState(snap, dir)
+}
+
+// checkpointState reads the applied state of the checkpoint in dir from g
+// (the copy, or the engine as of its cut); a copy without shard metadata
+// is an error.
+func checkpointState(g getter, dir string) (*state, error) {
+	st, found, err := loadState(g)
 	if err != nil {
 		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, err)
 	}
@@ -913,14 +920,7 @@ func (s *Shard) readCheckpoint(dir string) (*state, error) {
 		return nil, fmt.Errorf("shard: open checkpoint %s: %w", dir, err)
 	}
 	defer func() { _ = db.Close() }()
-	st, found, err := loadState(db)
-	if err != nil {
-		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, err)
-	}
-	if !found || st.desc == nil {
-		return nil, fmt.Errorf("shard: checkpoint %s: %w", dir, ErrNoMetadata)
-	}
-	return st, nil
+	return checkpointState(db, dir)
 }
 
 // restoreOldSuffix names the old engine directory set aside by Restore.
