@@ -526,12 +526,24 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 // shard is. It is for replicas of shards that no longer exist (a merge
 // retired the shard while this replica was away).
 func (r *Replica) Destroy(ctx context.Context) error {
-	return r.runOnLoop(ctx, func() error {
+	var cleaned <-chan struct{}
+	if err := r.runOnLoop(ctx, func() error {
 		if !r.dead() {
-			r.store.removeReplica(r)
+			cleaned = r.store.removeReplica(r)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	if cleaned == nil {
+		return nil
+	}
+	select {
+	case <-cleaned:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ChangeType is a kind of membership change.

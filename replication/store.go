@@ -81,7 +81,9 @@ type Config struct {
 	// will be filled by a snapshot.
 	OpenReplica func(shardID uint64) (StateMachine, error)
 	// ReplicaRemoved is called after a replica was removed from its shard
-	// and closed; the callee deletes its data.
+	// and closed; the callee deletes its data. It runs off the Raft loop
+	// (the loop serves the node's other replicas meanwhile), and the Store
+	// creates no new replica of the shard until it returned.
 	ReplicaRemoved func(shardID uint64)
 	// Logger receives the Store's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -207,6 +209,10 @@ type Store struct {
 	// logBatch is the batch of the last cycle's log write, kept for the
 	// next one (loop only).
 	logBatch *storage.Batch
+	// cleaning are the shards whose removed replica is being closed and
+	// its data deleted in the background (guarded by mu): the channel
+	// closes when that is done.
+	cleaning map[uint64]chan struct{}
 	// peers caches peerNodes (loop only), computed at peersAt.
 	peers   []uint64
 	peersAt time.Time
@@ -258,6 +264,7 @@ func NewStore(cfg Config) (*Store, error) {
 		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		lastHeard:  make(map[uint64]time.Time),
 		truncating: make(map[uint64]bool),
+		cleaning:   make(map[uint64]chan struct{}),
 		active:     make(map[*Replica]struct{}),
 	}
 	s.applier = newApplyPool(s)
@@ -1019,7 +1026,7 @@ func (s *Store) replaceStale(r *Replica, m *raftpb.Message, newIDs *storage.Batc
 	}
 	s.cfg.Logger.Info("replacing a removed replica with the shard's newer one on this node",
 		"shard", r.shardID, "stale_replica", r.replicaID, "replica", m.GetTo())
-	s.removeReplica(r)
+	<-s.removeReplica(r)
 	return s.createOnDemand(r.shardID, m, newIDs)
 }
 
@@ -1033,6 +1040,11 @@ func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storag
 		return nil
 	}
 	if min, ok, err := s.readUint(tombstonePrefix, shardID); err != nil || (ok && m.GetTo() < min) {
+		return nil
+	}
+	if s.cleanupOf(shardID) != nil {
+		// The removed replica's data is still being deleted; the leader
+		// sends again.
 		return nil
 	}
 	// A split applying now may be creating this very shard's replica.
@@ -1188,8 +1200,13 @@ func (s *Store) nodeLive(nodeID uint64) bool {
 }
 
 // removeReplica drops a replica that left its shard: its log state is
-// deleted and a tombstone keeps its old incarnation from being recreated.
-func (s *Store) removeReplica(r *Replica) {
+// deleted and a tombstone keeps its old incarnation from being recreated
+// (one synced write). Closing its state machine and deleting its data
+// (ReplicaRemoved) run in the background, since deleting a shard's files
+// takes tens of milliseconds that the loop owes every other replica; the
+// returned channel closes when they are done, and until then no replica
+// of the shard is created here.
+func (s *Store) removeReplica(r *Replica) <-chan struct{} {
 	r.removed = true
 	s.applier.stopReplica(r, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrReplicaRemoved))
 	r.abandonInstall(ErrReplicaRemoved)
@@ -1200,17 +1217,36 @@ func (s *Store) removeReplica(r *Replica) {
 	if err := s.log.Commit(b); err != nil {
 		s.cfg.Logger.Error("remove replica: log engine", "shard", r.shardID, "err", err)
 	}
+	done := make(chan struct{})
 	s.mu.Lock()
 	delete(s.replicas, r.shardID)
+	s.cleaning[r.shardID] = done
 	s.mu.Unlock()
 	r.failAll(ErrReplicaRemoved)
-	if err := r.sm.Close(); err != nil {
-		s.cfg.Logger.Warn("close removed replica", "shard", r.shardID, "err", err)
-	}
-	s.cfg.Logger.Info("replica removed from shard", "shard", r.shardID, "replica", r.replicaID)
-	if s.cfg.ReplicaRemoved != nil {
-		s.cfg.ReplicaRemoved(r.shardID)
-	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		if err := r.sm.Close(); err != nil {
+			s.cfg.Logger.Warn("close removed replica", "shard", r.shardID, "err", err)
+		}
+		s.cfg.Logger.Info("replica removed from shard", "shard", r.shardID, "replica", r.replicaID)
+		if s.cfg.ReplicaRemoved != nil {
+			s.cfg.ReplicaRemoved(r.shardID)
+		}
+		s.mu.Lock()
+		delete(s.cleaning, r.shardID)
+		s.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// cleanupOf returns the channel that closes once the removed replica of
+// shardID is closed and its data deleted, or nil if none is pending.
+func (s *Store) cleanupOf(shardID uint64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cleaning[shardID]
 }
 
 // observeClock moves the node's clock past a peer's reading. A reading too
