@@ -19,6 +19,21 @@ type restoreGate struct {
 
 func newRestoreGate() *restoreGate { return &restoreGate{open: make(chan struct{})} }
 
+// startGatedCluster starts nodes 1-3 with shard 1 on all of them, its
+// Restores held at the returned gate (opened for good at the test's end,
+// before the cluster closes).
+func startGatedCluster(t *testing.T) (*testCluster, *restoreGate) {
+	t.Helper()
+	gate := newRestoreGate()
+	c := newTestCluster(t, nil)
+	t.Cleanup(gate.release) // runs before the cluster's close
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrapGated(1, gate, 1, 2, 3)
+	return c, gate
+}
+
 // release opens the gate for good (idempotent).
 func (g *restoreGate) release() {
 	select {
@@ -92,13 +107,7 @@ func (c *testCluster) lagBehind(shard, node uint64, others ...uint64) {
 // answers until the Restore returns: shard 2 gets no leader both nodes
 // know of, and the test fails before its first write.
 func TestSnapshotInstallDoesNotStallOtherShards(t *testing.T) {
-	gate := newRestoreGate()
-	c := newTestCluster(t, nil)
-	t.Cleanup(gate.release) // runs before the cluster's close
-	for id := uint64(1); id <= 3; id++ {
-		c.startNode(id)
-	}
-	c.bootstrapGated(1, gate, 1, 2, 3)
+	c, gate := startGatedCluster(t)
 	c.bootstrap(2, 2, 3)
 	c.propose(1, "a", "0")
 	c.propose(2, "b", "0")
@@ -139,13 +148,7 @@ func TestSnapshotInstallDoesNotStallOtherShards(t *testing.T) {
 // reset is never written) comes back with its state machine at the
 // snapshot and its log realigned to it, and follows the shard again.
 func TestCrashDuringSnapshotInstall(t *testing.T) {
-	gate := newRestoreGate()
-	c := newTestCluster(t, nil)
-	t.Cleanup(gate.release)
-	for id := uint64(1); id <= 3; id++ {
-		c.startNode(id)
-	}
-	c.bootstrapGated(1, gate, 1, 2, 3)
+	c, gate := startGatedCluster(t)
 	c.propose(1, "a", "0")
 	c.lagBehind(1, 3, 1, 2)
 	before := c.get(3).sm(1).AppliedState().Index
@@ -174,13 +177,7 @@ func TestCrashDuringSnapshotInstall(t *testing.T) {
 // the conflicting entries (which halts the replica when its leader's
 // entries contradict a committed one), and the replica follows again.
 func TestCrashDuringInstallOverDivergentLog(t *testing.T) {
-	gate := newRestoreGate()
-	c := newTestCluster(t, nil)
-	t.Cleanup(gate.release)
-	for id := uint64(1); id <= 3; id++ {
-		c.startNode(id)
-	}
-	c.bootstrapGated(1, gate, 1, 2, 3)
+	c, gate := startGatedCluster(t)
 	c.propose(1, "a", "0")
 	old := c.leader(1)
 	var others []uint64

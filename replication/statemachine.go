@@ -89,11 +89,10 @@ type AppliedConfChange struct {
 // from other goroutines (the Raft loop's among them) concurrently with
 // both, and reports the old or the new state during a Restore; Flush and
 // Checkpoint may be called concurrently with Apply (but not with Restore).
-// Reads may run
-// concurrently with all of them. The Store creates no replica on demand
-// while an Apply runs, so a state machine may create another shard's
-// replica on disk in Apply (HostShard) without racing a message of the
-// new shard's group.
+// Reads may run concurrently with all of them. The Store creates no
+// replica on demand while an Apply runs, so a state machine may create
+// another shard's replica on disk in Apply (HostShard) without racing a
+// message of the new shard's group.
 type StateMachine interface {
 	// AppliedState reports the last applied entry, configuration and descriptor.
 	AppliedState() AppliedState

@@ -828,9 +828,7 @@ func (s *Store) cycle(tick bool) error {
 		}
 		if rr.installed {
 			if err := rr.r.finishInstall(wb); err != nil {
-				rr.r.installing.in.answer(err)
-				rr.r.installing = nil
-				rr.r.fatal(err)
+				rr.r.fatal(err) // answers the install's sender
 				continue
 			}
 		}
@@ -1102,9 +1100,9 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 
 // finishSnapshots answers the incoming snapshots of this cycle: those
 // being installed are answered when the install ends; the rest were
-// refused by Raft (or
-// their replica was replaced or removed this cycle). Every one is answered:
-// its sender waits for the answer before it sends the shard another.
+// refused by Raft (or their replica was replaced or removed this cycle).
+// Every one is answered: its sender waits for the answer before it sends
+// the shard another.
 func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 	for _, in := range snapIn {
 		if in.installing || in.answered.Load() {

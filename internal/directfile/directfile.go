@@ -59,13 +59,6 @@ func newWriter(f *os.File, openDirect func(string) *os.File) *Writer {
 	return w
 }
 
-// Direct reports whether the Writer writes around the page cache.
-func (w *Writer) Direct() bool { return w.direct != nil }
-
-// File is the file written, for its name and Stat; its bytes are complete
-// only once Sync returned.
-func (w *Writer) File() *os.File { return w.f }
-
 // Write appends p to the file.
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.direct == nil {

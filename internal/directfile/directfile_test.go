@@ -39,7 +39,7 @@ func testWriter(t *testing.T, dir string, openDirect func(string) *os.File, want
 				t.Fatal(err)
 			}
 			w := newWriter(f, openDirect)
-			switch direct := w.Direct(); {
+			switch direct := w.direct != nil; {
 			case !wantDirect && direct:
 				t.Fatalf("%s: direct writes", path)
 			case wantDirect && !direct:
@@ -55,7 +55,7 @@ func testWriter(t *testing.T, dir string, openDirect func(string) *os.File, want
 			if err := w.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			if st, err := w.File().Stat(); err != nil || st.Size() != int64(size) {
+			if st, err := os.Stat(path); err != nil || st.Size() != int64(size) {
 				t.Fatalf("%s: after Sync: %v, %v; want %d bytes", path, st.Size(), err, size)
 			}
 			if err := w.Close(); err != nil {
