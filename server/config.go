@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -414,29 +413,6 @@ func (c *Config) foundingID() uint64 {
 		}
 	}
 	return 0
-}
-
-// ParseInitialCluster parses "1=host:port,2=host:port,...".
-func ParseInitialCluster(s string) (map[uint64]string, error) {
-	out := map[uint64]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, part := range strings.Split(s, ",") {
-		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || addr == "" {
-			return nil, fmt.Errorf("initial cluster entry %q: want ID=HOST:PORT", part)
-		}
-		n, err := strconv.ParseUint(id, 10, 64)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("initial cluster entry %q: node ID must be a positive integer", part)
-		}
-		if _, dup := out[n]; dup {
-			return nil, fmt.Errorf("initial cluster: node %d listed twice", n)
-		}
-		out[n] = addr
-	}
-	return out, nil
 }
 
 // clusterID derives the cluster's ID from its name and founding nodes, so

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shale-db/shale/backup"
+	"github.com/shale-db/shale/placement"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/grpctransport"
@@ -713,14 +714,12 @@ func (n *Node) initialDescriptors() []*shalev1.ShardDescriptor {
 	for id := range n.cfg.InitialCluster {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	rf := min(n.cfg.ReplicationFactor, len(ids))
 	mk := func(shardID uint64, start, end []byte, system bool, offset int) *shalev1.ShardDescriptor {
 		d := &shalev1.ShardDescriptor{ShardId: shardID, StartKey: start, EndKey: end, Epoch: 1, System: system}
-		for i := 0; i < rf; i++ {
-			d.Replicas = append(d.Replicas, &shalev1.ReplicaDescriptor{NodeId: ids[(offset+i)%len(ids)], ReplicaId: uint64(i + 1)})
+		for i, id := range placement.FoundingReplicas(ids, n.cfg.ReplicationFactor, offset) {
+			d.Replicas = append(d.Replicas, &shalev1.ReplicaDescriptor{NodeId: id, ReplicaId: uint64(i + 1)})
 		}
-		d.NextReplicaId = uint64(rf + 1)
+		d.NextReplicaId = uint64(len(d.Replicas) + 1)
 		return d
 	}
 	descs := []*shalev1.ShardDescriptor{mk(SystemShardID, nil, nil, true, 0)}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/shale-db/shale/placement"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server"
 	"github.com/shale-db/shale/storage/vfs"
@@ -221,7 +222,7 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	initial, err := server.ParseInitialCluster(f.initialCluster)
+	initial, err := placement.ParseInitialCluster(f.initialCluster)
 	if err != nil {
 		return err
 	}
