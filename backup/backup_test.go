@@ -415,27 +415,202 @@ func TestCopyAndPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Prepare, from the S3 copy.
-	data := filepath.Join(t.TempDir(), "node1")
-	if _, err := backup.Prepare(ctx, dst, "b", m.Shards[1].Until.Add(time.Hour), data, nil); err == nil || !strings.Contains(err.Error(), "only until") {
+	// Prepare, from the S3 copy, node 3's data directory for a cluster of
+	// nodes 1-3 with 2 replicas per shard: node 3 hosts the second user
+	// shard (the first is on nodes 1 and 2), and only its part is staged,
+	// with the manifest.
+	data := filepath.Join(t.TempDir(), "node3")
+	opts := backup.PrepareOptions{NodeID: 3, Nodes: []uint64{2, 3, 1}, ReplicationFactor: 2}
+	late := opts
+	late.AsOf = m.Shards[1].Until.Add(time.Hour)
+	if _, err := backup.Prepare(ctx, dst, "b", data, late); err == nil || !strings.Contains(err.Error(), "only until") {
 		t.Fatalf("prepare as of a time after the backup: %v", err)
 	}
-	if _, err := backup.Prepare(ctx, dst, "b", time.Time{}, data, nil); err != nil {
+	stranger := opts
+	stranger.NodeID = 4
+	if _, err := backup.Prepare(ctx, dst, "b", data, stranger); err == nil || !strings.Contains(err.Error(), "node 4 is not one of the founding nodes [1 2 3]") {
+		t.Fatalf("prepare for a node not in the cluster: %v", err)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused prepare left %s: %v", data, err)
+	}
+	res, err := backup.Prepare(ctx, dst, "b", data, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
+	hosted := m.PartsHostedBy(3, opts.Nodes, 2)
+	if len(m.Shards) != 3 || len(hosted) != 1 || hosted[0].ShardID != m.Shards[2].ShardID {
+		t.Fatalf("node 3 of 3 with 2 replicas hosts %v of %d parts, want the last", hosted, len(m.Shards))
+	}
+	if both := m.PartsHostedBy(2, opts.Nodes, 2); len(both) != 2 {
+		t.Fatalf("node 2 of 3 with 2 replicas hosts %d parts, want both user parts", len(both))
+	}
 	p, ok, err := backup.ReadPrepared(data)
-	if err != nil || !ok || p.Backup != "b" || p.From != dst.String() || !p.AsOf.IsZero() {
+	if err != nil || !ok || p.Backup != "b" || p.From != dst.String() || !p.AsOf.IsZero() ||
+		p.NodeID != 3 || fmt.Sprint(p.Nodes) != "[1 2 3]" || p.ReplicationFactor != 2 || fmt.Sprint(p.Parts) != fmt.Sprint([]uint64{hosted[0].ShardID}) {
 		t.Fatalf("read the prepared restore: %+v, %v, %v", p, ok, err)
+	}
+	if !p.Holds(hosted[0]) || p.Holds(&m.Shards[1]) || p.Holds(&m.Shards[0]) {
+		t.Fatalf("the prepared restore %+v holds the wrong parts", p)
+	}
+	want := map[string]bool{}
+	for _, f := range append(append([]backup.File(nil), hosted[0].Files...), logFiles(hosted[0])...) {
+		want[filepath.Join(p.Location, filepath.FromSlash(f.Path))] = true
+	}
+	got := map[string]bool{}
+	if err := filepath.WalkDir(filepath.Join(p.Location, "files"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			got[path] = true
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || res.Staged.Files != len(want) || res.Reused.Files != 0 || res.Staged.Bytes != int64(hosted[0].Bytes()) {
+		t.Fatalf("staged %v (%+v, reused %+v), want the hosted part's files %v", got, res.Staged, res.Reused, want)
 	}
 	staged, err := backup.Open(ctx, p.Location, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := backup.Verify(ctx, staged, "b", nil); err != nil {
-		t.Fatalf("the staged copy: %v", err)
+	if sm, err := staged.Describe(ctx, "b"); err != nil || len(sm.Shards) != len(m.Shards) {
+		t.Fatalf("the staged manifest: %v, %v", sm, err)
 	}
-	if _, err := backup.Prepare(ctx, dst, "b", time.Time{}, data, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if _, err := backup.Prepare(ctx, dst, "b", data, opts); err == nil || !strings.Contains(err.Error(), "already holds a prepared restore of backup b") {
+		t.Fatalf("prepare in a prepared data directory: %v", err)
+	}
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "NODE"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Prepare(ctx, dst, "b", used, opts); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("prepare in a used data directory: %v", err)
+	}
+}
+
+func logFiles(p *backup.Part) []backup.File {
+	var out []backup.File
+	for _, s := range p.Log {
+		out = append(out, s.File)
+	}
+	return out
+}
+
+// TestPrepareCutShortAndCorrupt: a Prepare cancelled mid-copy (as a kill
+// would leave it, with a temporary file and the lock of a dead process)
+// leaves only whole, checked files under their final names and no record
+// a server would act on; run again, it keeps them and copies the rest. A
+// damaged file of the backup fails a Prepare with ErrCorrupt naming it,
+// and nothing of it is stored; once the file is sound again, a Prepare
+// finishes.
+func TestPrepareCutShortAndCorrupt(t *testing.T) {
+	_, cl := startCluster(t)
+	putBig(t, cl, 60, 24<<10, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srcDir := t.TempDir()
+	src, err := backup.Open(ctx, srcDir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := backup.Create(ctx, cl, src, backup.CreateOptions{ID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []uint64{1, 2, 3}
+	var files int
+	for _, p := range m.PartsHostedBy(1, nodes, 3) {
+		files += len(p.Files) + len(p.Log)
+	}
+	if files < 3 {
+		t.Fatalf("the hosted parts hold %d files; the test needs a few", files)
+	}
+
+	// Cut short after the first file.
+	data := filepath.Join(t.TempDir(), "node1")
+	stage := filepath.Join(data, backup.PreparedDir)
+	cctx, cut := context.WithCancel(ctx)
+	var lock []byte
+	_, err = backup.Prepare(cctx, src, "b", data, backup.PrepareOptions{NodeID: 1, Nodes: nodes, Parallel: 1, Progress: func(p backup.VerifyProgress) {
+		if p.FilesDone == 1 {
+			lock, _ = os.ReadFile(filepath.Join(stage, "lock"))
+			cut()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a prepare cut short: %v", err)
+	}
+	if _, ok, err := backup.ReadPrepared(data); ok || err == nil || !strings.Contains(err.Error(), "not fully prepared") {
+		t.Fatalf("the record of a prepare cut short: %v, %v", ok, err)
+	}
+	// What a kill leaves besides: the lock of a process that is gone, and
+	// a temporary file.
+	host, _ := os.Hostname()
+	if len(lock) == 0 {
+		t.Fatal("no lock while the prepare ran")
+	}
+	if err := os.WriteFile(filepath.Join(stage, "lock"), []byte(fmt.Sprintf(`{"op":"copy b","pid":%d,"host":%q,"since":"2026-01-01T00:00:00Z"}`, deadPID(t), host)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	temp := filepath.Join(stage, "files", ".tmp-killed")
+	if err := os.WriteFile(temp, []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if temps := checkStoredFiles(t, stage); len(temps) != 1 {
+		t.Fatalf("temporary files after the cut: %v", temps)
+	}
+	res, err := backup.Prepare(ctx, src, "b", data, backup.PrepareOptions{NodeID: 1, Nodes: nodes})
+	if err != nil {
+		t.Fatalf("the prepare run again: %v", err)
+	}
+	if res.Reused.Files != 1 || res.Staged.Files != files {
+		t.Fatalf("the prepare run again reused %+v of %+v, want the 1 file of the cut one", res.Reused, res.Staged)
+	}
+	if temps := checkStoredFiles(t, stage); len(temps) != 0 {
+		t.Fatalf("temporary files after the prepare finished: %v", temps)
+	}
+	if _, ok, err := backup.ReadPrepared(data); !ok || err != nil {
+		t.Fatalf("the finished prepare's record: %v, %v", ok, err)
+	}
+
+	// A damaged file: refused, not stored.
+	var victim backup.File
+	for _, p := range m.PartsHostedBy(1, nodes, 3) {
+		for _, f := range p.Files {
+			if f.Size > victim.Size {
+				victim = f
+			}
+		}
+	}
+	path := filepath.Join(srcDir, filepath.FromSlash(victim.Path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data2 := filepath.Join(t.TempDir(), "node1")
+	if _, err := backup.Prepare(ctx, src, "b", data2, backup.PrepareOptions{NodeID: 1, Nodes: nodes}); !errors.Is(err, backup.ErrCorrupt) || !strings.Contains(err.Error(), victim.Path) {
+		t.Fatalf("prepare from a damaged backup: %v, want ErrCorrupt naming %s", err, victim.Path)
+	}
+	stage2 := filepath.Join(data2, backup.PreparedDir)
+	if _, err := os.Stat(filepath.Join(stage2, filepath.FromSlash(victim.Path))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the damaged file was stored: %v", err)
+	}
+	if temps := checkStoredFiles(t, stage2); len(temps) != 0 {
+		t.Fatalf("temporary files after a failed prepare: %v", temps)
+	}
+	if _, ok, _ := backup.ReadPrepared(data2); ok {
+		t.Fatal("a failed prepare left a record of a prepared restore")
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Prepare(ctx, src, "b", data2, backup.PrepareOptions{NodeID: 1, Nodes: nodes}); err != nil {
+		t.Fatalf("prepare once the file is sound: %v", err)
 	}
 }
 

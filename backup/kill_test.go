@@ -179,7 +179,7 @@ func TestBackupKilledMidFile(t *testing.T) {
 	if _, err := backup.Verify(ctx, loc, "b1", nil); err == nil {
 		t.Fatal("the killed backup verified")
 	}
-	if _, err := backup.Prepare(ctx, loc, "b1", time.Time{}, t.TempDir(), nil); err == nil {
+	if _, err := backup.Prepare(ctx, loc, "b1", t.TempDir(), backup.PrepareOptions{NodeID: 1, Nodes: []uint64{1}}); err == nil {
 		t.Fatal("the killed backup was staged for a restore")
 	}
 	// The retry: refused while the lock names a process that runs (this
@@ -267,7 +267,7 @@ func TestBackupKilledMidFile(t *testing.T) {
 	}
 	checkStoredFiles(t, dir)
 	staged := filepath.Join(t.TempDir(), "data")
-	if _, err := backup.Prepare(ctx, loc, m.ID, time.Time{}, staged, nil); err != nil {
+	if _, err := backup.Prepare(ctx, loc, m.ID, staged, backup.PrepareOptions{NodeID: 1, Nodes: []uint64{1}}); err != nil {
 		t.Fatalf("stage the retried backup for a restore: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/replication/grpctransport"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server/auth"
@@ -71,7 +72,7 @@ type Config struct {
 	RestoreAsOf time.Time
 	// preparedRestore is set when the restore comes from a data directory
 	// `shalectl restore` prepared (RestoreFrom is its staged copy).
-	preparedRestore bool
+	preparedRestore *backup.Prepared
 	// ReplicationFactor is how many replicas each shard gets (default 3).
 	ReplicationFactor int
 	// Limits on requests.

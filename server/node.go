@@ -342,7 +342,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := writeMeta(cfg.DataDir, n.metaSnapshot()); err != nil {
 		return nil, err
 	}
-	if bootstrap && n.cfg.preparedRestore {
+	if bootstrap && n.cfg.preparedRestore != nil {
 		// The shards hold the data now; the staged copy is no longer
 		// needed.
 		if err := os.RemoveAll(filepath.Join(cfg.DataDir, backup.PreparedDir)); err != nil {

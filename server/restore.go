@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/shale-db/shale/backup"
@@ -45,7 +46,7 @@ func (c *Config) usePreparedRestore() error {
 		return fmt.Errorf("server: %s holds a prepared restore of backup %s: its time (--as-of) is given to shalectl restore, not --restore-as-of", c.DataDir, p.Backup)
 	}
 	c.RestoreFrom, c.RestoreBackup, c.RestoreAsOf = p.Location, p.Backup, p.AsOf
-	c.preparedRestore = true
+	c.preparedRestore = &p
 	return nil
 }
 
@@ -55,6 +56,9 @@ type restorePlan struct {
 	loc      *backup.Location
 	manifest *backup.Manifest
 	parts    map[string]*backup.Part
+	// prepared is the restore `shalectl restore` staged in the data
+	// directory (loc is its staged copy); nil with --restore-from.
+	prepared *backup.Prepared
 }
 
 // planRestore reads the backup Config.RestoreFrom/RestoreBackup names and
@@ -69,7 +73,7 @@ func (n *Node) planRestore(ctx context.Context) (*restorePlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
-	p := &restorePlan{loc: loc, manifest: m, parts: map[string]*backup.Part{}}
+	p := &restorePlan{loc: loc, manifest: m, parts: map[string]*backup.Part{}, prepared: n.cfg.preparedRestore}
 	var splits [][]byte
 	for i := range m.Shards {
 		part := &m.Shards[i]
@@ -98,9 +102,12 @@ const restoreParallel = 4
 
 // restoreShards builds this node's replicas of the user shards in descs
 // from the plan's parts: every part's files are copied into the node's
-// staging directory and checked first (restoreParallel parts at once),
-// then each replica is created from its copy with its log replayed
-// (restoreParallel at once). On an error no shard is left behind.
+// staging directory and checked first (restoreParallel files at once), or,
+// from a restore `shalectl restore` prepared, hard-linked there from the
+// staged copy (checked when it was staged); then each replica is created
+// from its copy with its log replayed (restoreParallel at once). On an
+// error no shard is left behind, and a prepared restore's staged copy is
+// kept.
 func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shalev1.ShardDescriptor) (map[uint64]*shard.Shard, error) {
 	staged := map[uint64]string{}
 	defer func() {
@@ -121,6 +128,9 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 				return nil, fmt.Errorf("server: %w", err)
 			}
 		}
+		if p.prepared != nil && !p.prepared.Holds(part) {
+			return nil, n.notPreparedHere(p.prepared, d, part)
+		}
 		dir := filepath.Join(n.cfg.DataDir, "snapshots", "in", fmt.Sprintf("restore-%d", d.GetShardId()))
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
@@ -128,15 +138,17 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		parts, dirs = append(parts, part), append(dirs, dir)
 		staged[d.GetShardId()] = dir
 	}
-	// Copy restoreParallel parts at once, each read from the location and
-	// written to this node's disk file by file.
 	if len(dirs) > 0 {
 		if err := os.MkdirAll(filepath.Dir(dirs[0]), 0o755); err != nil {
 			return nil, err
 		}
 	}
 	copyStart := time.Now()
-	if err := p.loc.CopyParts(ctx, parts, dirs, restoreParallel); err != nil {
+	place, how := p.loc.CopyParts, "restore: parts copied"
+	if p.prepared != nil {
+		place, how = p.loc.LinkParts, "restore: parts linked from the prepared restore"
+	}
+	if err := place(ctx, parts, dirs, restoreParallel); err != nil {
 		return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 	}
 	var copied uint64
@@ -145,7 +157,7 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 			copied += f.Size
 		}
 	}
-	n.log.Info("restore: parts copied", "parts", len(parts), "bytes", copied, "took", time.Since(copyStart))
+	n.log.Info(how, "parts", len(parts), "bytes", copied, "took", time.Since(copyStart))
 	openStart := time.Now()
 	defer func() { n.log.Info("restore: shards opened", "shards", len(descs), "took", time.Since(openStart)) }()
 	// Open the shards restoreParallel at once: each replays its part's log
@@ -180,6 +192,21 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		out[d.GetShardId()] = opened[i]
 	}
 	return out, nil
+}
+
+// notPreparedHere is the error of a node whose founding placement hosts
+// shard d (the backup's part) while the restore prepared in its data
+// directory does not hold that part: it was prepared for another node, or
+// another cluster shape.
+func (n *Node) notPreparedHere(p *backup.Prepared, d *shalev1.ShardDescriptor, part *backup.Part) error {
+	ids := make([]uint64, 0, len(n.cfg.InitialCluster))
+	for id := range n.cfg.InitialCluster {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return fmt.Errorf("server: %s was prepared for node %d of the founding nodes %v with %d replicas per shard, and holds no copy of backup %s's shard %d [%q, %q), which node %d of %v with %d replicas hosts (shard %d): prepare it again with shalectl restore %s --node-id %d --initial-cluster (the same as this node's) --replication-factor %d",
+		p.Location, p.NodeID, p.Nodes, p.ReplicationFactor, p.Backup, part.ShardID, part.Start, part.End,
+		n.cfg.NodeID, ids, n.cfg.ReplicationFactor, d.GetShardId(), p.Backup, n.cfg.NodeID, n.cfg.ReplicationFactor)
 }
 
 // replay is the log replay of shard d's part for shard.BootstrapFrom: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -356,15 +358,22 @@ func keysOf(m map[string]client.KeyValue) []string {
 	return out
 }
 
-// TestRestorePrepared: data directories prepared from an S3 backup by
-// backup.Prepare (what `shalectl restore` does), as of a time between two
-// writes, found a cluster holding the first write and not the second, with
-// no restore flag given to the server; the staged copy is gone once the
-// cluster is founded, and a node restarts from its data as usual. A data
-// directory whose preparation did not finish is refused.
+// TestRestorePrepared: data directories prepared by backup.Prepare (what
+// `shalectl restore` does), each for its founding node of a 3-node cluster
+// with 2 replicas per shard, as of a time between two writes, hold only
+// the parts of the shards their node hosts, and found a cluster holding
+// the first write and not the second on every shard, with no restore flag
+// given to the server; the nodes hard-link the staged files into place and
+// leave them intact (the engines write new files, never into those); the
+// staged copy is gone once the cluster is founded, and a node restarts
+// from its data as usual. A data directory prepared for another placement
+// and one whose preparation did not finish are refused, and the staged
+// copy is kept. From a directory and from an S3 bucket.
 func TestRestorePrepared(t *testing.T) {
-	srv := s3test.Start(t)
-	where := srv.Bucket(t, "prepared", "b")
+	s3test.EachLocation(t, func(t *testing.T, where, _ string) { testRestorePrepared(t, where) })
+}
+
+func testRestorePrepared(t *testing.T, where string) {
 	a := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
 	acl := newClient(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -377,7 +386,7 @@ func TestRestorePrepared(t *testing.T) {
 	}
 	put("a-full")
 	put("z-full")
-	loc, err := backup.Open(ctx, where, false)
+	loc, err := backup.Open(ctx, where, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,42 +400,130 @@ func TestRestorePrepared(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	put("a-after")
 	put("z-after")
-	if _, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "inc", Base: "full"}); err != nil {
+	m, _, err := backup.Create(ctx, acl, loc, backup.CreateOptions{ID: "inc", Base: "full"})
+	if err != nil {
 		t.Fatal(err)
 	}
 
 	var mu sync.Mutex // the nodes start at once
-	var prepared []string
+	prepared := map[uint64]backup.Prepared{}
+	kept := map[string]string{} // staged files, hard-linked aside: name -> path
+	keepDir := t.TempDir()
 	b := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.ReplicationFactor = 2
 		if _, err := os.Stat(cfg.DataDir); err == nil {
 			return // a restart: the node has its data
 		}
-		if _, err := backup.Prepare(ctx, loc, "inc", asOf, cfg.DataDir, nil); err != nil {
+		var nodes []uint64
+		for id := range cfg.InitialCluster {
+			nodes = append(nodes, id)
+		}
+		res, err := backup.Prepare(ctx, loc, "inc", cfg.DataDir, backup.PrepareOptions{AsOf: asOf, NodeID: cfg.NodeID, Nodes: nodes, ReplicationFactor: 2})
+		if err != nil {
 			t.Errorf("prepare %s: %v", cfg.DataDir, err)
+			return
 		}
 		mu.Lock()
-		prepared = append(prepared, cfg.DataDir)
-		mu.Unlock()
+		defer mu.Unlock()
+		prepared[cfg.NodeID] = res.Prepared
+		// Keep the staged files' inodes, to read them once the node has
+		// founded on them.
+		_ = filepath.WalkDir(filepath.Join(res.Prepared.Location, "files"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(res.Prepared.Location, p)
+				k := filepath.Join(keepDir, fmt.Sprintf("n%d-%s", cfg.NodeID, strings.ReplaceAll(rel, string(filepath.Separator), "-")))
+				if err := os.Link(p, k); err != nil {
+					t.Errorf("keep %s: %v", p, err)
+				}
+				kept[filepath.ToSlash(rel)] = k
+			}
+			return err
+		})
 	}})
 	if t.Failed() {
 		t.FailNow()
 	}
-	got := scanAll(t, newClient(t, b))
+	bcl := newClient(t, b)
+	got := scanAll(t, bcl)
 	if keys := keysOf(got); len(keys) != 4 || strings.Join(slices.Sorted(slices.Values(keys)), " ") != "a-before=v a-full=v z-before=v z-full=v" {
 		t.Fatalf("restored as of a time between writes: %v", keysOf(got))
+	}
+	// Each node was given the parts of the shards it hosts, and no other.
+	shards, err := bcl.ListShards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byStart := map[string]uint64{} // the backup's user shards by start key
+	for _, p := range m.Shards {
+		if !p.System {
+			byStart[string(p.Start)] = p.ShardID
+		}
+	}
+	want := map[uint64][]uint64{}
+	for _, s := range shards {
+		d := s.GetDescriptor_()
+		if d.GetSystem() {
+			continue
+		}
+		for _, r := range d.GetReplicas() {
+			want[r.GetNodeId()] = append(want[r.GetNodeId()], byStart[string(d.GetStartKey())])
+		}
 	}
 	if len(prepared) != 3 {
 		t.Fatalf("%d data directories prepared, want 3", len(prepared))
 	}
-	for _, dir := range prepared {
-		if _, err := os.Stat(filepath.Join(dir, backup.PreparedDir)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the staged copy in %s is still there after founding: %v", dir, err)
+	for id, p := range prepared {
+		if slices.Sort(want[id]); fmt.Sprint(p.Parts) != fmt.Sprint(want[id]) || len(p.Parts) == 0 || len(p.Parts) == len(byStart) && id != 2 {
+			t.Errorf("node %d was prepared with the parts of the backup's shards %v, and hosts %v", id, p.Parts, want[id])
+		}
+		if _, err := os.Stat(p.Location); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the staged copy %s is still there after founding: %v", p.Location, err)
+		}
+	}
+	// Write and flush on the restored cluster: the staged files the
+	// engines were opened on are as they were staged.
+	for i := range 200 {
+		put2 := fmt.Sprintf("%c-new-%03d", "az"[i%2], i)
+		if _, err := bcl.Put(ctx, []byte(put2), []byte(strings.Repeat("w", 1000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range b.NodeIDs() {
+		for _, sid := range b.ShardIDs() {
+			if s := b.Node(id).Shard(sid); s != nil {
+				if _, err := s.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var stored []backup.File
+	for _, p := range m.Shards {
+		stored = append(stored, p.Files...)
+		for _, seg := range p.Log {
+			stored = append(stored, seg.File)
+		}
+	}
+	if len(kept) == 0 {
+		t.Fatal("no staged file kept")
+	}
+	for _, f := range stored {
+		k, ok := kept[f.Path]
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(len(data)) != f.Size || crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)) != f.CRC32C {
+			t.Fatalf("staged file %s (%s) changed after the node founded on it: %d bytes", f.Path, f.Name, len(data))
 		}
 	}
 	b.Stop(2)
 	b.Restart(2)
-	if got := scanAll(t, newClient(t, b)); len(got) != 4 {
-		t.Fatalf("after a restart: %v", keysOf(got))
+	if got := scanAll(t, newClient(t, b)); len(got) != 4+200 || string(got["a-full"].Value) != "v" {
+		t.Fatalf("after a restart: %d keys, want 204", len(got))
 	}
 
 	// A preparation that did not finish: the server refuses to found a
@@ -447,6 +544,25 @@ func TestRestorePrepared(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "not fully prepared") {
 		t.Fatalf("half-prepared restore: %v", err)
+	}
+
+	// Prepared for node 1 of three with 2 replicas (the first user shard
+	// only), started as the single founding node (which hosts both):
+	// refused, and the staged copy kept.
+	other := filepath.Join(t.TempDir(), "other")
+	if _, err := backup.Prepare(ctx, loc, "inc", other, backup.PrepareOptions{NodeID: 1, Nodes: []uint64{1, 2, 3}, ReplicationFactor: 2}); err != nil {
+		t.Fatal(err)
+	}
+	n, err = server.Start(ctx, server.Config{DataDir: other, NodeID: 1, ListenAddr: addr, InitialCluster: map[uint64]string{1: addr}, Logger: testcluster.Logger()})
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node founded a cluster on a restore prepared for another placement")
+	}
+	if !strings.Contains(err.Error(), "was prepared for node 1 of the founding nodes [1 2 3] with 2 replicas per shard") || !strings.Contains(err.Error(), "--node-id 1") {
+		t.Fatalf("a restore prepared for another placement: %v", err)
+	}
+	if _, ok, err := backup.ReadPrepared(other); !ok || err != nil {
+		t.Fatalf("the staged copy after a refused start: %v, %v", ok, err)
 	}
 }
 

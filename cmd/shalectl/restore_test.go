@@ -17,11 +17,14 @@ import (
 	"github.com/shale-db/shale/server"
 )
 
-// TestRestore: restore stages a backup in a new data directory (JSON and
-// text output), refuses a data directory that is not empty and a time
-// the backup does not reach (leaving nothing behind), and a founding node
-// started on the prepared directory founds its cluster from the backup,
-// with every backed-up key.
+// TestRestore: restore stages the parts a founding node hosts in its new
+// data directory (JSON and text output; the placement from the flags or
+// from $SHALE_NODE_ID and $SHALE_INITIAL_CLUSTER), refuses a data
+// directory that is not empty, a node not among the founding nodes and a
+// time the backup does not reach (leaving nothing behind), finishes a
+// restore that did not finish, and a founding node started on the
+// prepared directory founds its cluster from the backup, with every
+// backed-up key.
 func TestRestore(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("b/m")}})
 	eps := strings.Join(c.Endpoints(), ",")
@@ -41,23 +44,30 @@ func TestRestore(t *testing.T) {
 	restore := func(a ...string) []string {
 		return append([]string{"--endpoints", "127.0.0.1:1", "--timeout", "1s", "restore"}, a...)
 	}
+	// One founding node: it hosts every user shard.
+	single := []string{"--node-id", "1", "--initial-cluster", "1=127.0.0.1:7001"}
 
 	// JSON: what was staged, and the record the server acts on.
 	d1 := filepath.Join(t.TempDir(), "node1")
 	var rec restoreRecord
-	r := shalectl(t, restore("b1", "--location", loc, "--data-dir", d1, "-o", "json")...)
+	r := shalectl(t, restore(append([]string{"b1", "--location", loc, "--data-dir", d1, "-o", "json"}, single...)...)...)
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("restore -o json: exit %d, stderr (no progress with -o json):\n%s", r.code, r.stderr)
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil {
 		t.Fatal(err)
 	}
-	files := 0
+	files, bytes, users := 0, int64(0), 0
 	for _, p := range b.Manifest.Shards {
-		files += len(p.Files) + len(p.Log)
+		if !p.System {
+			files += len(p.Files) + len(p.Log)
+			bytes += int64(p.Bytes())
+			users++
+		}
 	}
 	if rec.ID != "b1" || rec.ClusterID != b.Manifest.ClusterID || rec.ClusterID == "" || rec.DataDir != d1 || rec.AsOf != nil ||
-		rec.Shards != b.Shards || rec.Files != files || rec.Bytes != int64(b.Manifest.Bytes()) || rec.Bytes == 0 {
+		rec.NodeID != 1 || fmt.Sprint(rec.Nodes) != "[1]" || rec.ReplicationFactor != 3 || rec.Shards != b.Shards || rec.ShardsHosted != users ||
+		rec.Files != files || rec.Bytes != bytes || rec.Bytes == 0 || rec.FilesReused != 0 {
 		t.Fatalf("restore -o json: %+v\n%s", rec, r.stdout)
 	}
 	if !strings.Contains(r.stdout, `"as_of": null`) {
@@ -69,13 +79,13 @@ func TestRestore(t *testing.T) {
 
 	// Again on the same directory: refused, and the staged copy kept; so
 	// is any other directory that is not empty.
-	contains(t, "restore into a prepared directory", fails(t, restore("b1", "--location", loc, "--data-dir", d1)...),
+	contains(t, "restore into a prepared directory", fails(t, restore(append([]string{"b1", "--location", loc, "--data-dir", d1}, single...)...)...),
 		"restore: ", d1, "already holds a prepared restore of backup b1", "start shale-server on it")
 	used := t.TempDir()
 	if err := os.WriteFile(filepath.Join(used, "NODE"), []byte("1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	contains(t, "restore into a used directory", fails(t, restore("b1", "--location", loc, "--data-dir", used)...),
+	contains(t, "restore into a used directory", fails(t, restore(append([]string{"b1", "--location", loc, "--data-dir", used}, single...)...)...),
 		"restore: ", used, "is not empty")
 	if _, err := os.Stat(filepath.Join(used, "NODE")); err != nil {
 		t.Fatalf("a refused restore touched %s: %v", used, err)
@@ -84,29 +94,52 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("a refused restore removed the prepared one: %v", err)
 	}
 
-	// Usage errors, and a time the backup does not reach.
-	contains(t, "no --data-dir", fails(t, restore("b1", "--location", loc)...), "needs --data-dir DIR", "--help")
-	contains(t, "no --location", fails(t, restore("b1", "--data-dir", t.TempDir())...), "needs --location LOC", "--help")
+	// Usage errors, a node not among the founding nodes, and a time the
+	// backup does not reach.
+	contains(t, "no --data-dir", fails(t, restore(append([]string{"b1", "--location", loc}, single...)...)...), "needs --data-dir DIR", "--help")
+	contains(t, "no --location", fails(t, restore(append([]string{"b1", "--data-dir", t.TempDir()}, single...)...)...), "needs --location LOC", "--help")
 	contains(t, "no ID", fails(t, restore("--location", loc, "--data-dir", t.TempDir())...), "takes 1 argument(s), ID")
 	contains(t, "bad ID", fails(t, restore("../x", "--location", loc, "--data-dir", t.TempDir())...), "ID: ")
 	contains(t, "bad --as-of", fails(t, restore("b1", "--location", loc, "--data-dir", t.TempDir(), "--as-of", "yesterday")...),
 		"--as-of: want an RFC 3339 time", "--help")
-	contains(t, "unknown backup", fails(t, restore("nope", "--location", loc, "--data-dir", t.TempDir())...), "restore: ", "no backup nope")
+	contains(t, "no --node-id", fails(t, restore("b1", "--location", loc, "--data-dir", t.TempDir(), "--initial-cluster", "1=a:1")...),
+		"needs --node-id N (or $SHALE_NODE_ID)", "--help")
+	contains(t, "no --initial-cluster", fails(t, restore("b1", "--location", loc, "--data-dir", t.TempDir(), "--node-id", "1")...),
+		"needs --initial-cluster ID=ADDR,... (or $SHALE_INITIAL_CLUSTER)", "--help")
+	contains(t, "bad --initial-cluster", fails(t, restore("b1", "--location", loc, "--data-dir", t.TempDir(), "--node-id", "1", "--initial-cluster", "1")...),
+		"--initial-cluster: initial cluster entry", "--help")
+	contains(t, "unknown backup", fails(t, restore(append([]string{"nope", "--location", loc, "--data-dir", t.TempDir()}, single...)...)...), "restore: ", "no backup nope")
 	d2 := filepath.Join(t.TempDir(), "node2")
+	contains(t, "a node not in the cluster", fails(t, restore("b1", "--location", loc, "--data-dir", d2, "--node-id", "4", "--initial-cluster", "1=a:1,2=b:1,3=c:1")...),
+		"restore: ", "node 4 is not one of the founding nodes [1 2 3]")
 	future := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
-	contains(t, "--as-of after the backup", fails(t, restore("b1", "--location", loc, "--data-dir", d2, "--as-of", future)...),
+	contains(t, "--as-of after the backup", fails(t, restore(append([]string{"b1", "--location", loc, "--data-dir", d2, "--as-of", future}, single...)...)...),
 		"restore: ", "only until")
 	if _, err := os.Stat(d2); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a refused restore left %s behind: %v", d2, err)
 	}
+
+	// A restore that did not finish (its record gone): run again, it
+	// keeps what was staged and finishes. The placement comes from the
+	// environment, as shale-server's does.
+	d4 := filepath.Join(t.TempDir(), "node4")
+	ok(t, restore(append([]string{"b1", "--location", loc, "--data-dir", d4}, single...)...)...)
+	if err := os.Remove(filepath.Join(d4, "restore", "restore.json")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SHALE_NODE_ID", "1")
+	t.Setenv("SHALE_INITIAL_CLUSTER", "1=127.0.0.1:7001")
+	contains(t, "restore again", ok(t, restore("b1", "--location", loc, "--data-dir", d4)...),
+		fmt.Sprintf("%d staged, every checksum matches (%d of them by an earlier restore that did not finish)", files, files))
 
 	// Text: the summary and the next step (the progress line is for
 	// terminals only).
 	d3 := filepath.Join(t.TempDir(), "node3")
 	out := ok(t, restore("b1", "--location", loc, "--data-dir", d3)...)
 	contains(t, "restore", out, "prepared:", "backup b1", filepath.Join(d3, "restore"), b.Manifest.ClusterID,
+		"node:", "1 of the founding nodes 1, 3 replicas per shard", fmt.Sprintf("this node hosts %d of the %d user shards", users, users),
 		"shards:", "every checksum matches", "everything the backup holds",
-		"shale-server --data-dir "+d3, "--initial-cluster")
+		"shale-server --data-dir "+d3+" --node-id 1 --listen ADDR --initial-cluster 1=127.0.0.1:7001 --replication-factor 3")
 
 	// A founding node started on the prepared directory founds its
 	// cluster from the backup, and removes the staged copy.

@@ -82,9 +82,9 @@ var importRules = []importRule{
 		},
 	},
 	{
-		name:  "backup depends only on proto (the server restores from it; its tests may start a real cluster)",
+		name:  "backup depends only on proto and the founding layout of placement (the server restores from it; its tests may start a real cluster)",
 		from:  []string{"backup/..."},
-		allow: []string{"backup/...", "proto/...", "internal/parallel", "internal/directfile"},
+		allow: []string{"backup/...", "proto/...", "placement", "internal/parallel", "internal/directfile"},
 		testAllow: []string{
 			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...", "security/...",
 		},
