@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,8 +34,56 @@ type BackupConfig struct {
 	// more before the incremental one.
 	DataBytes, IncrementalBytes int64
 	ValueSize                   int
+	// Restores are the ways the incremental backup is restored, each as a
+	// new 3-node cluster, in this order: RestoreServer, RestoreShalectl
+	// (empty: both).
+	Restores []string
+	// Shalectl is the shalectl binary RestoreShalectl runs (empty: build
+	// it from the bench module).
+	Shalectl string
 	// Log receives progress (nil: none).
 	Log io.Writer
+}
+
+// The ways RunBackup restores a backup.
+const (
+	// RestoreServer starts every founding node with --restore-from: each
+	// copies the parts of the shards it hosts from the location.
+	RestoreServer = "server"
+	// RestoreShalectl runs `shalectl restore` for the three nodes' data
+	// directories at once (as three machines would, each its own), then
+	// starts the nodes on them.
+	RestoreShalectl = "shalectl"
+)
+
+// RestoreResult is what one restore measured.
+type RestoreResult struct {
+	// Method is RestoreServer or RestoreShalectl.
+	Method string
+	// Seconds: from starting the restore (the shalectl processes, or the
+	// founding processes with --restore-from) until every shard has a
+	// leader and the last key loaded reads back.
+	Seconds float64
+	// ReplicaBytes is what the restored replicas need from the backup,
+	// all nodes together: each node's hosted parts' checkpoint files and
+	// log segments (3 copies of every user part on 3 nodes with 3
+	// replicas). The restore's MB/s "counting every copy written" are
+	// ReplicaBytes over Seconds, whatever a build writes beyond them.
+	ReplicaBytes int64
+	// WrittenBytes is what the restore wrote from the backup, all nodes
+	// together: the files shalectl staged (its -o json "bytes") plus the
+	// checkpoint files the nodes copied ("restore: parts copied" in their
+	// logs). A node that links a prepared restore's files writes none.
+	WrittenBytes int64
+	// CopySeconds is the span of the copying: the shalectl processes'
+	// (from their start to the last one's end), or the nodes' copying
+	// from their logs (from the first one's start to the last one's end).
+	CopySeconds float64
+	// StartedSeconds is from starting the nodes to the last node's "node
+	// started" (copies and opened shards done, serving). What the restore
+	// takes beyond it is the first elections and the client finding the
+	// leaders. Zero when the logs do not say.
+	StartedSeconds float64
 }
 
 // BackupResult is what RunBackup measured.
@@ -43,26 +94,12 @@ type BackupResult struct {
 	// incremental's copied bytes and seconds.
 	FullBytes, IncrementalBytes     int64
 	FullSeconds, IncrementalSeconds float64
-	// RestoreSeconds: from starting the founding processes with
-	// --restore-from until every shard has a leader and the last key
-	// loaded reads back. Each of the 3 nodes copies every shard (3
-	// replicas), so a restore writes 3 × FullBytes in all.
-	RestoreSeconds float64
+	// Restores are the restores of the incremental backup, in
+	// BackupConfig.Restores' order.
+	Restores []RestoreResult
 	// DiskWriteSeconds: writing FullBytes to one file in 1 MiB writes and
 	// syncing it, in Dir: the disk's sequential write speed.
 	DiskWriteSeconds float64
-	// The restore's phases, from the restored nodes' logs: RestoreCopyBytes
-	// is what the founding nodes copied from the backup, all together
-	// (every replica's copy; "restore: parts copied"), in
-	// RestoreCopySeconds, from the first node's start of copying to the
-	// last one's end; RestoreStartedSeconds is from starting the
-	// processes to the last node's "node started" (copies and opened
-	// shards done, serving). What the restore takes beyond it is the
-	// first elections and the client finding the leaders. Zero when the
-	// logs do not say.
-	RestoreCopyBytes      int64
-	RestoreCopySeconds    float64
-	RestoreStartedSeconds float64
 }
 
 // idleAfterLoad is how long RunBackup waits after loading for the nodes to
@@ -236,41 +273,36 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 		return res, err
 	}
 
-	// Restore "inc" as a new cluster.
-	SetShaleOptions(ShaleOptions{ServerPath: o.ServerPath, Splits: o.Splits, ExtraArgs: append(append([]string(nil), o.ExtraArgs...),
-		"--restore-from", loc.String(), "--restore-backup", "inc")})
-	start = time.Now()
-	restored, err := StartShaleNodes(ctx, filepath.Join(dir, "restored"), 3, "", cfg.Log)
-	SetShaleOptions(o)
-	if err != nil {
-		return res, fmt.Errorf("restore: %w", err)
-	}
-	defer func() { _ = restored.Stop() }()
-	rcli, err := restored.NewClient(ctx, cfg.Log)
+	// Restore "inc" as a new cluster, each way asked for.
+	m, err := loc.Describe(ctx, "inc")
 	if err != nil {
 		return res, err
 	}
-	defer rcli.Close()
-	if _, err := restored.WaitReady(ctx, rcli, shards); err != nil {
-		return res, fmt.Errorf("restore: %w", err)
+	var replicaBytes int64
+	for node := uint64(1); node <= 3; node++ {
+		for _, p := range m.PartsHostedBy(node, []uint64{1, 2, 3}, 3) {
+			replicaBytes += int64(p.Bytes())
+		}
 	}
-	for {
-		kv, err := rcli.Get(ctx, []byte(last))
-		if err == nil && kv != nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return res, fmt.Errorf("restore: the last key loaded does not read back: %v", err)
-		}
-		if err == nil {
-			return res, errors.New("restore: the last key loaded is missing")
-		}
-		time.Sleep(50 * time.Millisecond)
+	methods := cfg.Restores
+	if len(methods) == 0 {
+		methods = []string{RestoreServer, RestoreShalectl}
 	}
-	res.RestoreSeconds = time.Since(start).Seconds()
-	res.RestoreCopyBytes, res.RestoreCopySeconds, res.RestoreStartedSeconds = restorePhases(filepath.Join(dir, "restored"), start)
-	logf("restore: %.2fs; the nodes copied %d MB from the backup in %.2fs, and all served %.2fs after their start",
-		res.RestoreSeconds, res.RestoreCopyBytes/1e6, res.RestoreCopySeconds, res.RestoreStartedSeconds)
+	for _, method := range methods {
+		if local, ok := strings.CutPrefix(loc.String(), "/"); ok {
+			// Each restore reads the backup from the disk, as the first
+			// would (the backup wrote around the page cache).
+			evictCache("/" + local)
+		}
+		r, err := restoreOnce(ctx, cfg, o, loc, method, filepath.Join(dir, "restored-"+method), last, shards)
+		if err != nil {
+			return res, fmt.Errorf("restore (%s): %w", method, err)
+		}
+		r.ReplicaBytes = replicaBytes
+		res.Restores = append(res.Restores, r)
+		logf("restore (%s): %.2fs; %d MB written from the backup (%d MB the replicas need), copying %.2fs; all served %.2fs after their start",
+			method, r.Seconds, r.WrittenBytes/1e6, r.ReplicaBytes/1e6, r.CopySeconds, r.StartedSeconds)
+	}
 
 	res.DiskWriteSeconds, err = diskWrite(filepath.Join(dir, "disk-speed"), res.FullBytes)
 	return res, err
@@ -299,6 +331,146 @@ func diskWrite(path string, n int64) (float64, error) {
 	}
 	secs := time.Since(start).Seconds()
 	return secs, f.Close()
+}
+
+// restoreOnce restores backup "inc" of loc as a new 3-node cluster in
+// dir, by method, and waits until the key last loaded reads back.
+func restoreOnce(ctx context.Context, cfg BackupConfig, o ShaleOptions, loc *backup.Location, method, dir, last string, shards int) (RestoreResult, error) {
+	r := RestoreResult{Method: method}
+	extra := append([]string(nil), o.ExtraArgs...)
+	start := time.Now()
+	switch method {
+	case RestoreServer:
+		extra = append(extra, "--restore-from", loc.String(), "--restore-backup", "inc")
+	case RestoreShalectl:
+		bin := cfg.Shalectl
+		if bin == "" {
+			built, cleanup, err := buildShalectl(cfg.Log)
+			if err != nil {
+				return r, err
+			}
+			defer cleanup()
+			bin = built
+			start = time.Now()
+		}
+		staged, err := prepareNodes(ctx, bin, loc.String(), dir, 3)
+		if err != nil {
+			return r, err
+		}
+		r.WrittenBytes = staged
+		r.CopySeconds = time.Since(start).Seconds()
+	default:
+		return r, fmt.Errorf("unknown restore method %q (want %s or %s)", method, RestoreServer, RestoreShalectl)
+	}
+	SetShaleOptions(ShaleOptions{ServerPath: o.ServerPath, Splits: o.Splits, ExtraArgs: extra})
+	nodesStart := time.Now()
+	restored, err := StartShaleNodes(ctx, dir, 3, "", cfg.Log)
+	SetShaleOptions(o)
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = restored.Stop() }()
+	rcli, err := restored.NewClient(ctx, cfg.Log)
+	if err != nil {
+		return r, err
+	}
+	defer rcli.Close()
+	if _, err := restored.WaitReady(ctx, rcli, shards); err != nil {
+		return r, err
+	}
+	for {
+		kv, err := rcli.Get(ctx, []byte(last))
+		if err == nil && kv != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return r, fmt.Errorf("the last key loaded does not read back: %v", err)
+		}
+		if err == nil {
+			return r, errors.New("the last key loaded is missing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.Seconds = time.Since(start).Seconds()
+	copied, copySeconds, started := restorePhases(dir, nodesStart)
+	r.WrittenBytes += copied
+	if method == RestoreServer {
+		r.CopySeconds = copySeconds
+	}
+	r.StartedSeconds = started
+	return r, nil
+}
+
+// prepareNodes runs `shalectl restore inc` for the data directories of
+// nodes 1..n under dir at once, each as founding node i of nodes 1..n
+// (through $SHALE_NODE_ID and $SHALE_INITIAL_CLUSTER, which a shalectl
+// that copies the whole backup ignores), and returns the bytes they
+// staged, all together.
+func prepareNodes(ctx context.Context, bin, where, dir string, n int) (int64, error) {
+	var initial []string
+	for i := 1; i <= n; i++ {
+		initial = append(initial, fmt.Sprintf("%d=127.0.0.1:%d", i, i))
+	}
+	staged := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := filepath.Join(dir, fmt.Sprintf("node%d", i+1), "data")
+			cmd := exec.CommandContext(ctx, bin, "restore", "inc", "--location", where, "--data-dir", data, "-o", "json")
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "SHALE_") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, fmt.Sprintf("SHALE_NODE_ID=%d", i+1), "SHALE_INITIAL_CLUSTER="+strings.Join(initial, ","))
+			var out, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &stderr
+			if err := cmd.Run(); err != nil {
+				errs[i] = fmt.Errorf("shalectl restore for node %d: %v: %s", i+1, err, bytes.TrimSpace(stderr.Bytes()))
+				return
+			}
+			var rec struct {
+				Bytes int64 `json:"bytes"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &rec); err != nil {
+				errs[i] = fmt.Errorf("shalectl restore for node %d: %v: %s", i+1, err, out.Bytes())
+				return
+			}
+			staged[i] = rec.Bytes
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for _, b := range staged {
+		total += b
+	}
+	return total, errors.Join(errs...)
+}
+
+// buildShalectl builds shalectl into a new temporary directory from the
+// main module (the bench module's parent: shalectl needs modules the bench
+// module does not list); cleanup removes it.
+func buildShalectl(log io.Writer) (path string, cleanup func(), err error) {
+	mod := findBenchModule()
+	if mod == "" {
+		return "", nil, errors.New("no shalectl: the bench module is not found from the working directory or the executable (give --shalectl PATH)")
+	}
+	dir, err := os.MkdirTemp("", "shale-bench-shalectl-")
+	if err != nil {
+		return "", nil, err
+	}
+	out := filepath.Join(dir, "shalectl")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/shalectl")
+	cmd.Dir = filepath.Dir(mod)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build of shalectl in %s: %v: %s", mod, err, bytes.TrimSpace(msg))
+	}
+	logLine(log, "shale: built %s", out)
+	return out, func() { _ = os.RemoveAll(dir) }, nil
 }
 
 // restorePhases reads the restored nodes' logs (dir/node*/server.log): the

@@ -15,7 +15,8 @@ import (
 )
 
 // TestRunBackup: a small run of the backup benchmark loads, backs up (full
-// and incremental), restores and reads back, and reports every figure: into
+// and incremental), restores both ways (--restore-from, and shalectl
+// restore then the nodes) and reads back, and reports every figure: into
 // the default location under Dir, and into an S3 location (a versitygw
 // server). Neither keeps a file afterwards.
 func TestRunBackup(t *testing.T) {
@@ -42,8 +43,20 @@ func TestRunBackup(t *testing.T) {
 		if r.Loaded < 4<<20 || r.FullBytes < 2<<20 || r.IncrementalBytes <= 0 || r.IncrementalBytes >= r.FullBytes {
 			t.Fatalf("loaded %d, full %d, incremental %d bytes", r.Loaded, r.FullBytes, r.IncrementalBytes)
 		}
-		if r.FullSeconds <= 0 || r.IncrementalSeconds <= 0 || r.RestoreSeconds <= 0 || r.DiskWriteSeconds <= 0 {
+		if r.FullSeconds <= 0 || r.IncrementalSeconds <= 0 || r.DiskWriteSeconds <= 0 || len(r.Restores) != 2 {
 			t.Fatalf("timings %+v", r)
+		}
+		// Both restores: every replica's bytes are the user parts' three
+		// times over; shalectl stages them, and the nodes then link them
+		// rather than copy them again; with --restore-from the nodes copy
+		// the checkpoints (not the logs, which they read in place).
+		srv, ctl := r.Restores[0], r.Restores[1]
+		if srv.Method != RestoreServer || ctl.Method != RestoreShalectl || srv.ReplicaBytes != ctl.ReplicaBytes ||
+			srv.ReplicaBytes < 3*(r.FullBytes/2) || srv.Seconds <= 0 || ctl.Seconds <= 0 || ctl.CopySeconds <= 0 {
+			t.Fatalf("restores %+v", r.Restores)
+		}
+		if ctl.WrittenBytes != ctl.ReplicaBytes || srv.WrittenBytes <= 0 || srv.WrittenBytes > srv.ReplicaBytes {
+			t.Fatalf("restores wrote %d (shalectl) and %d (server) bytes for %d bytes of replicas", ctl.WrittenBytes, srv.WrittenBytes, srv.ReplicaBytes)
 		}
 		var left []string
 		err = filepath.WalkDir(objects, func(p string, d fs.DirEntry, err error) error {

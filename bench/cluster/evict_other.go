@@ -1,0 +1,6 @@
+//go:build !linux
+
+package cluster
+
+// evictCache does nothing outside Linux.
+func evictCache(string) {}
