@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -75,7 +76,7 @@ func (m *callMux) intercept(ctx context.Context, method string, req, reply any, 
 	if !ok {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	body, err := proto.Marshal(req.(proto.Message))
+	body, err := codec.Marshal(req.(proto.Message))
 	if err != nil {
 		return status.Errorf(codes.Internal, "shale client: encode %s request: %v", name, err)
 	}
@@ -216,7 +217,7 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 		if r.GetCode() != 0 {
 			return status.FromProto(&spb.Status{Code: int32(r.GetCode()), Message: r.GetMessage(), Details: r.GetDetails()}).Err()
 		}
-		if err := proto.Unmarshal(r.GetResponse(), reply.(proto.Message)); err != nil {
+		if err := codec.Unmarshal(r.GetResponse(), reply.(proto.Message)); err != nil {
 			return status.Errorf(codes.Internal, "shale client: decode %s response: %v", method, err)
 		}
 		return nil

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/security/tlsconfig"
 )
@@ -369,6 +370,8 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	// Reconnects start after 100 ms and grow by 1.6 up to reconnectMax
 	// (gRPC's default grows to 120 s, which kept a node back from a long
 	// outage without traffic for up to two minutes).
+	// Messages are encoded by the generated methods (proto/codec), not by
+	// protobuf's reflection.
 	reconnect := backoff.DefaultConfig
 	reconnect.BaseDelay = min(100*time.Millisecond, c.opts.reconnectMax)
 	reconnect.MaxDelay = c.opts.reconnectMax
@@ -376,6 +379,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		codec.DialOption(),
 		grpc.WithInitialWindowSize(DefaultWindowBytes),
 		grpc.WithInitialConnWindowSize(DefaultConnWindowBytes),
 	}, c.opts.dialOpts...)

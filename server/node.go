@@ -35,10 +35,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/placement"
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/grpctransport"
@@ -352,7 +352,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
+	// Every service of the node, the Raft transport's too, encodes with
+	// the generated methods (proto/codec).
 	srvOpts := append(append(grpctransport.ServerOptions(), n.serverTraceOptions()...),
+		codec.ServerOption(),
 		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor, n.authUnaryInterceptor),
 		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor, n.authStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
@@ -898,7 +901,7 @@ func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
 func (n *Node) encodeCommand(cmd *shalev1.RaftCommand) ([]byte, error) {
 	cmd.TimestampUnixNanos = n.wallNanos()
 	cmd.Hlc = replication.HLCToProto(n.clock.Now())
-	return proto.Marshal(cmd)
+	return codec.Marshal(cmd)
 }
 
 func (n *Node) addressOf(id uint64) string {
@@ -997,7 +1000,7 @@ func (n *Node) peerAddrs() []string {
 func (n *Node) dialPeer(addr string) (*grpc.ClientConn, error) {
 	reconnect := backoff.DefaultConfig
 	reconnect.BaseDelay, reconnect.MaxDelay = 100*time.Millisecond, 5*time.Second
-	return grpc.NewClient(addr, append(append(n.peerDialOptions(), n.peerTraceOptions()...), grpctransport.KeepaliveDialOption(),
+	return grpc.NewClient(addr, append(append(n.peerDialOptions(), n.peerTraceOptions()...), grpctransport.KeepaliveDialOption(), codec.DialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))...)
 }
 
@@ -1106,7 +1109,7 @@ func (n *Node) priorIncarnation(ctx context.Context, id uint64, cid string) int 
 		if ctx.Err() != nil {
 			break
 		}
-		c, err := grpc.NewClient(addr, n.peerDialOptions()...)
+		c, err := grpc.NewClient(addr, append(n.peerDialOptions(), codec.DialOption())...)
 		if err != nil {
 			continue
 		}

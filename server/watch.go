@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/server/watch"
@@ -202,7 +202,7 @@ func (s *kvService) Watch(req *shalev1.WatchRequest, stream shalev1.KV_WatchServ
 		for i := 0; i < len(u.Events); {
 			j, size := i, 0
 			for j < len(u.Events) {
-				n := proto.Size(u.Events[j])
+				n := codec.Size(u.Events[j])
 				if j > i && size+n > maxMessageBytes {
 					break
 				}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -202,11 +202,11 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		Hlc:            first.Hlc,
 	}
 	n := 1
-	size := proto.Size(first)
+	size := codec.Size(first)
 	if size > t.opts.MaxBatchBytes && len(first.Messages) > 1 {
 		k, part := 0, 0
 		for k < len(first.Messages) {
-			ms := proto.Size(first.Messages[k]) + envelopeOverhead
+			ms := codec.Size(first.Messages[k]) + envelopeOverhead
 			if k > 0 && part+ms > t.opts.MaxBatchBytes {
 				break
 			}
@@ -245,7 +245,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		if b == nil {
 			break
 		}
-		bs := proto.Size(b)
+		bs := codec.Size(b)
 		if size+bs > t.opts.MaxBatchBytes {
 			p.pending = b
 			break

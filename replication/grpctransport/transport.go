@@ -52,6 +52,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/snapshot"
@@ -299,6 +300,9 @@ func New(opts Options) *Transport {
 	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second}),
+		// Batches are encoded by the generated methods, not by
+		// protobuf's reflection.
+		codec.DialOption(),
 		grpc.WithInitialWindowSize(opts.InitialWindowSize),
 		grpc.WithInitialConnWindowSize(opts.InitialConnWindowSize),
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/storage"
@@ -263,7 +264,7 @@ func (a *applier) applyEntry(e *replication.Entry) (any, error) {
 		return nil, nil
 	}
 	cmd := &shalev1.RaftCommand{}
-	if err := proto.Unmarshal(e.Payload, cmd); err != nil {
+	if err := codec.Unmarshal(e.Payload, cmd); err != nil {
 		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
 		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
 	}
@@ -351,7 +352,7 @@ func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 		return nil, false, nil
 	}
 	res := &shalev1.CommandResult{}
-	if err := proto.Unmarshal(raw[8:], res); err != nil {
+	if err := codec.Unmarshal(raw[8:], res); err != nil {
 		return nil, false, fmt.Errorf("%w: dedup entry of %x: %v", ErrCorrupt, id, err)
 	}
 	return res, true, nil
@@ -360,18 +361,21 @@ func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 // dedupStore records res under id. While the table is full, the oldest
 // entry is evicted: the oldest live sequence moves past it, which makes it
 // absent without a read or a write (compactions drop it, dedupFilter).
+//
+// The result is encoded by its generated method, which writes what
+// marshalOpts would (a CommandResult has no map).
 func (a *applier) dedupStore(id []byte, res *shalev1.CommandResult) error {
-	enc, err := marshalOpts.Marshal(res)
+	seq := a.st.dedupNext
+	val := binary.BigEndian.AppendUint64(make([]byte, 0, 8+codec.Size(res)), seq)
+	val, err := codec.MarshalAppend(val, res)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
-	seq := a.st.dedupNext
 	a.st.dedupNext++
 	if a.st.dedupNext-a.st.dedupOldest > a.s.dedupCap {
 		a.st.dedupOldest = a.st.dedupNext - a.s.dedupCap
 	}
-	val := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(enc)), seq)
-	a.ov.set(a.b, dedupIDKey(id), append(val, enc...))
+	a.ov.set(a.b, dedupIDKey(id), val)
 	return nil
 }
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -81,7 +81,7 @@ func CheckTxn(txn *shalev1.TxnRequest, lim Limits, req Request) *Invalid {
 		return malformed("%s has %d compares and operations, limit %d", what, nops, lim.MaxOps)
 	}
 	if lim.MaxBytes > 0 {
-		if sz := proto.Size(txn); sz > lim.MaxBytes {
+		if sz := codec.Size(txn); sz > lim.MaxBytes {
 			return malformed("%s is %d bytes, limit %d", what, sz, lim.MaxBytes)
 		}
 	}

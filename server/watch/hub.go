@@ -13,8 +13,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage"
@@ -267,7 +266,7 @@ func shareEvents(e *shard.AppliedEntry) []sharedEvent {
 		if ev.Prev != nil {
 			full = &shalev1.WatchEvent{Type: typ, Kv: ev.KV, PrevKv: ev.Prev}
 		}
-		out = append(out, sharedEvent{key: ev.KV.GetKey(), rev: e.Mark.Revision, bare: bare, full: full, size: proto.Size(full)})
+		out = append(out, sharedEvent{key: ev.KV.GetKey(), rev: e.Mark.Revision, bare: bare, full: full, size: codec.Size(full)})
 	}
 	return out
 }
