@@ -21,6 +21,7 @@ type Iterator struct {
 	list         *Skiplist
 	nd           uint32 // current node; 0 when not positioned
 	lower, upper []byte
+	ahead        uint64 // what seeks loaded ahead (see Skiplist.seek)
 }
 
 var _ base.InternalIterator = (*Iterator)(nil)
@@ -57,7 +58,7 @@ func (it *Iterator) SeekGE(key []byte) bool {
 	if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
 		key = it.lower
 	}
-	return it.settleFwd(it.list.seekGE(base.MakeSearchKey(key)))
+	return it.settleFwd(it.list.seekGE(base.MakeSearchKey(key), &it.ahead))
 }
 
 // SeekGEInternal positions at the first entry whose internal key is >= key
@@ -67,7 +68,7 @@ func (it *Iterator) SeekGEInternal(key base.InternalKey) bool {
 	if it.lower != nil && bytes.Compare(key.UserKey, it.lower) < 0 {
 		key = base.MakeSearchKey(it.lower)
 	}
-	return it.settleFwd(it.list.seekGE(key))
+	return it.settleFwd(it.list.seekGE(key, &it.ahead))
 }
 
 // SeekLT positions at the oldest version of the last user key < key (and <
@@ -76,7 +77,7 @@ func (it *Iterator) SeekLT(key []byte) bool {
 	if it.upper != nil && bytes.Compare(key, it.upper) > 0 {
 		key = it.upper
 	}
-	return it.settleBack(it.list.seekLT(base.MakeSearchKey(key)))
+	return it.settleBack(it.list.seekLT(base.MakeSearchKey(key), &it.ahead))
 }
 
 // First positions at the first entry within the bounds.

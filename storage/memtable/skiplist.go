@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
@@ -68,6 +69,29 @@ type Skiplist struct {
 	height atomic.Uint32
 	count  atomic.Int64
 	rng    uint64 // xorshift state; only the writer touches it
+	// splice is where the latest Add put its entry, for the next Add to
+	// try first. Only the writer touches it.
+	splice splice
+	// ascending (0 to 3) counts up when an Add's entry goes right after
+	// the previous Add's, and down when not: only while it is above 0 does
+	// Add try the splice, so keys in random order pay nothing for it.
+	ascending int
+	// hinted counts the Adds the splice placed (for tests; writer only).
+	hinted int
+	// ahead folds the values Add loaded ahead (see Add); writer only.
+	ahead uint64
+}
+
+// splice is, on every level i, a pair of adjacent nodes: prev[i] links to
+// next[i] on level i, and the gap between them holds nothing on that level.
+// The pairs nest: prev[i+1] <= prev[i] and next[i] <= next[i+1] (a node on
+// level i+1 is on level i too). So a key that falls between the level-0
+// pair falls between every level's pair, and Add can link it there without
+// a search. Add keeps the splice exact: it is the only writer, and it
+// renews the splice with every entry it links (the gaps right after that
+// entry); readers never change links.
+type splice struct {
+	prev, next [maxHeight]uint32
 }
 
 // NewSkiplist returns an empty skiplist whose arena of arenaSize bytes is
@@ -98,6 +122,10 @@ func newSkiplistOn(a *arena) *Skiplist {
 		head.tower[i] = s.tail
 	}
 	tail.prev = s.head
+	for i := range maxHeight {
+		s.splice.prev[i], s.splice.next[i] = s.head, s.tail
+	}
+	s.ascending = 1
 	s.height.Store(1)
 	return s
 }
@@ -180,16 +208,25 @@ func keyPrefix(k []byte) uint64 {
 }
 
 // compare orders key (whose keyPrefix is prefix) against the entry stored at
-// offset off, like base.CompareInternal(key, that entry's key).
+// offset off, like base.CompareInternal(key, that entry's key). Most
+// comparisons are decided by the prefixes; equal prefixes go on in
+// compareTie. The searches' loops spell the prefix step out: the compiler
+// does not inline this function.
 func (s *Skiplist) compare(key base.InternalKey, prefix uint64, off uint32) int {
-	nd := s.node(off)
-	if prefix != nd.prefix {
-		if prefix < nd.prefix {
-			return -1
-		}
-		return 1
+	np := s.node(off).prefix
+	if prefix == np {
+		return s.compareTie(&key, off)
 	}
-	if c := bytes.Compare(key.UserKey, s.userKey(off, nd)); c != 0 {
+	if prefix < np {
+		return -1
+	}
+	return 1
+}
+
+// compareTie is compare for an entry whose prefix equals key's.
+func (s *Skiplist) compareTie(key *base.InternalKey, off uint32) int {
+	nd := s.node(off)
+	if c := compareAfterPrefix(key.UserKey, s.userKey(off, nd)); c != 0 {
 		return c
 	}
 	t := uint64(key.Trailer)
@@ -197,6 +234,44 @@ func (s *Skiplist) compare(key base.InternalKey, prefix uint64, off uint32) int 
 	case t > nd.trailer:
 		return -1
 	case t < nd.trailer:
+		return 1
+	}
+	return 0
+}
+
+// compareAfterPrefix is bytes.Compare(a, b) for keys whose keyPrefix is
+// equal. Keys of 8 bytes or more then share their first 8 bytes, and the
+// rest is compared 8 bytes at a time, inline: keys that share a long
+// prefix (a Raft log's entries, a shard's dedup records, all alike in
+// their first 9 to 10 bytes) are told apart without a call.
+func compareAfterPrefix(a, b []byte) int {
+	if len(a) < 8 || len(b) < 8 {
+		return bytes.Compare(a, b)
+	}
+	a, b = a[8:], b[8:]
+	for len(a) >= 8 && len(b) >= 8 {
+		x, y := binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(b)
+		if x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+		a, b = a[8:], b[8:]
+	}
+	// Under 8 bytes left on one side: zero-padded, the first difference
+	// decides; equal padded, the shorter key (a prefix of the other) is
+	// first.
+	if x, y := keyPrefix(a), keyPrefix(b); x != y {
+		if x < y {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case len(a) < len(b):
+		return -1
+	case len(a) > len(b):
 		return 1
 	}
 	return 0
@@ -236,37 +311,108 @@ func (s *Skiplist) randomHeight() int {
 //
 // Add must not be called concurrently with another Add; it may run
 // concurrently with any number of readers and iterators.
+//
+// A key that lands right after the previous Add's entry (keys added in
+// ascending order: a Raft log's entries, a sorted batch, a bulk load) is
+// placed by the splice that Add left, with two comparisons instead of a
+// search from the top; any other key is searched for as usual. The splice
+// is tried only while recent Adds went in ascending order (see ascending).
 func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 	var prev, next [maxHeight]uint32
 	listHeight := int(s.height.Load())
 	prefix := keyPrefix(key.UserKey)
+	var st addStats
 
-	p := s.head
-	for i := listHeight - 1; i >= 0; i-- {
-		n := s.next(p, i)
-		for n != s.tail {
-			// n was already compared one level up and found greater.
-			if i+1 < listHeight && n == next[i+1] {
-				break
+	// The splice's level-0 pair brackets key: so does every level's pair
+	// (they nest, see splice), and key's place is between them.
+	hinted := false
+	p0, n0 := s.splice.prev[0], s.splice.next[0]
+	if s.ascending > 0 && s.next(p0, 0) == n0 {
+		lo := 1
+		if p0 != s.head {
+			lo = s.compare(key, prefix, p0)
+			if statsEnabled {
+				st.count(prefix, s.node(p0))
 			}
-			c := s.compare(key, prefix, n)
-			if c == 0 {
+		}
+		if lo > 0 {
+			hi := -1
+			if n0 != s.tail {
+				hi = s.compare(key, prefix, n0)
+				if statsEnabled {
+					st.count(prefix, s.node(n0))
+				}
+			}
+			if hi == 0 {
 				return ErrRecordExists
 			}
-			if c < 0 {
-				break
+			if hi < 0 {
+				prev, next = s.splice.prev, s.splice.next
+				hinted = true
 			}
-			p = n
-			n = s.next(p, i)
+		} else if lo == 0 {
+			return ErrRecordExists
 		}
-		prev[i], next[i] = p, n
+	}
+
+	if !hinted {
+		p := s.head
+		var ahead uint64
+		for i := listHeight - 1; i >= 0; i-- {
+			n := s.next(p, i)
+			for n != s.tail {
+				// n was already compared one level up and found greater.
+				if i+1 < listHeight && n == next[i+1] {
+					break
+				}
+				if i > 0 {
+					// Load the node the search goes to if it goes down
+					// from p, while n's load is still in flight: the
+					// search is a chain of cache misses, and this overlaps
+					// the one of each level's first step with the last
+					// step of the level above (wasted when the search
+					// goes right instead).
+					ahead ^= s.node(s.next(p, i-1)).prefix
+				}
+				// compare(key, prefix, n), by hand: the compiler does not
+				// inline it, and most steps are decided by the prefixes.
+				np := s.node(n).prefix
+				if statsEnabled {
+					st.count(prefix, s.node(n))
+				}
+				if prefix < np {
+					break
+				}
+				if prefix == np {
+					c := s.compareTie(&key, n)
+					if c == 0 {
+						return ErrRecordExists
+					}
+					if c < 0 {
+						break
+					}
+				}
+				p = n
+				n = s.next(p, i)
+			}
+			prev[i], next[i] = p, n
+		}
+		for i := listHeight; i < maxHeight; i++ {
+			prev[i], next[i] = s.head, s.tail
+		}
+		s.ahead = ahead // keeps the loads: a value never used is not loaded
+	}
+	if invariants && hinted {
+		// The splice is trusted without a search: check it whole
+		// (invariants builds: -race or -tags invariants).
+		if err := s.spliceError(&prev, &next); err != nil {
+			// The only writer renews the splice with every link it makes.
+			// invariant: a bad splice is a bug in Add.
+			panic(err)
+		}
 	}
 
 	height := s.randomHeight()
-	for i := listHeight; i < height; i++ {
-		prev[i], next[i] = s.head, s.tail
-	}
-
 	ks, vs := uint64(len(key.UserKey)), uint64(len(value))
 	nodeSize := nodeHeadSize + uint64(height)*linkSize
 	off, voff, ok := s.arena.allocEntry(ks, nodeSize, vs)
@@ -295,22 +441,107 @@ func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 		s.height.Store(uint32(height))
 	}
 	s.count.Add(1)
+
+	adjacent := prev[0] == p0 // nd went right after the previous Add's entry
+	if adjacent {
+		s.ascending = min(s.ascending+1, 3)
+	} else if s.ascending > 0 {
+		s.ascending--
+	}
+	if hinted {
+		s.hinted++
+	}
+	// The next splice: the gaps right after nd. On the levels nd is not
+	// on, the gap it fell in is still a gap.
+	for i := range height {
+		prev[i] = off
+	}
+	s.splice.prev, s.splice.next = prev, next
+
+	if statsEnabled {
+		st.adjacent = adjacent
+		st.hinted = hinted
+		noteAdd(key.UserKey, st)
+	}
 	return nil
 }
 
+// spliceError returns an error unless, on every level, prev links to next
+// and each level's pair encloses the one below; levels above the list's
+// height must hold the sentinels.
+func (s *Skiplist) spliceError(prev, next *[maxHeight]uint32) error {
+	h := int(s.height.Load())
+	for i := range maxHeight {
+		if i >= h {
+			if prev[i] != s.head || next[i] != s.tail {
+				return fmt.Errorf("memtable: splice level %d above the height %d holds %d, %d", i, h, prev[i], next[i])
+			}
+			continue
+		}
+		if s.next(prev[i], i) != next[i] {
+			return fmt.Errorf("memtable: splice level %d: %d links to %d, not %d", i, prev[i], s.next(prev[i], i), next[i])
+		}
+		if i > 0 && (prev[i] != prev[i-1] && prev[i] != s.head && s.compareNodes(prev[i], prev[i-1]) > 0 ||
+			next[i] != next[i-1] && next[i] != s.tail && s.compareNodes(next[i], next[i-1]) < 0) {
+			return fmt.Errorf("memtable: splice level %d does not enclose level %d", i, i-1)
+		}
+	}
+	return nil
+}
+
+// compareNodes orders the entries stored at a and b (neither a sentinel).
+func (s *Skiplist) compareNodes(a, b uint32) int {
+	na := s.node(a)
+	k := base.InternalKey{UserKey: s.userKey(a, na), Trailer: base.Trailer(na.trailer)}
+	return s.compare(k, na.prefix, b)
+}
+
+// addStats is what one Add or seek did, for the counters of a diagnostic
+// build (statsEnabled).
+type addStats struct {
+	compares    int  // key comparisons
+	keyCompares int  // of which the 8-byte prefixes were equal
+	adjacent    bool // an Add whose entry went right after the previous Add's
+	hinted      bool // an Add placed by its hint, without a search from the top
+}
+
+func (st *addStats) count(prefix uint64, nd *node) {
+	st.compares++
+	if prefix == nd.prefix {
+		st.keyCompares++
+	}
+}
+
 // seek returns the last node < key (or s.head) and the first node >= key (or
-// s.tail) on level 0.
-func (s *Skiplist) seek(key base.InternalKey) (before, after uint32) {
+// s.tail) on level 0, and folds the values it loaded ahead (see Add) into
+// *ahead, which the caller owns.
+func (s *Skiplist) seek(key base.InternalKey, ahead *uint64) (before, after uint32) {
 	prefix := keyPrefix(key.UserKey)
+	var st addStats
 	p, ge := s.head, s.tail
+	var fold uint64
 	for i := int(s.height.Load()) - 1; i >= 0; i-- {
 		n := s.next(p, i)
 		// ge has already been found >= key one level up.
-		for n != ge && s.compare(key, prefix, n) > 0 {
+		for n != ge {
+			if i > 0 {
+				fold ^= s.node(s.next(p, i-1)).prefix // see Add
+			}
+			if statsEnabled {
+				st.count(prefix, s.node(n))
+			}
+			// compare(key, prefix, n) <= 0, by hand (see Add).
+			if np := s.node(n).prefix; prefix < np || prefix == np && s.compareTie(&key, n) <= 0 {
+				break
+			}
 			p = n
 			n = s.next(p, i)
 		}
 		ge = n
+	}
+	*ahead ^= fold
+	if statsEnabled {
+		noteSeek(key.UserKey, st)
 	}
 	return p, ge
 }
@@ -325,12 +556,12 @@ func (s *Skiplist) NewIter(lower, upper []byte) *Iterator {
 	return &Iterator{list: s, lower: lower, upper: upper}
 }
 
-func (s *Skiplist) seekGE(key base.InternalKey) uint32 {
-	_, n := s.seek(key)
+func (s *Skiplist) seekGE(key base.InternalKey, ahead *uint64) uint32 {
+	_, n := s.seek(key, ahead)
 	return n
 }
 
-func (s *Skiplist) seekLT(key base.InternalKey) uint32 {
-	p, _ := s.seek(key)
+func (s *Skiplist) seekLT(key base.InternalKey, ahead *uint64) uint32 {
+	p, _ := s.seek(key, ahead)
 	return p
 }

@@ -219,24 +219,30 @@ func TestSkiplistModel(t *testing.T) {
 					}
 				}
 			}
-			// Full scans both ways.
-			it := s.NewIter(nil, nil)
-			i := 0
-			for ok := it.First(); ok; ok = it.Next() {
-				checkSame(t, "scan", true, it, true, &modelIter{es: m.entries, pos: i})
-				i++
-			}
-			if i != len(m.entries) {
-				t.Fatalf("forward scan saw %d entries, want %d", i, len(m.entries))
-			}
-			for ok := it.Last(); ok; ok = it.Prev() {
-				i--
-				checkSame(t, "reverse scan", true, it, true, &modelIter{es: m.entries, pos: i})
-			}
-			if i != 0 {
-				t.Fatalf("reverse scan missed %d entries", i)
-			}
+			checkScans(t, s, m)
 		})
+	}
+}
+
+// checkScans scans s whole both ways and checks it holds exactly the
+// model's entries.
+func checkScans(t *testing.T, s *Skiplist, m *model) {
+	t.Helper()
+	it := s.NewIter(nil, nil)
+	i := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		checkSame(t, "scan", true, it, true, &modelIter{es: m.entries, pos: i})
+		i++
+	}
+	if i != len(m.entries) {
+		t.Fatalf("forward scan saw %d entries, want %d", i, len(m.entries))
+	}
+	for ok := it.Last(); ok; ok = it.Prev() {
+		i--
+		checkSame(t, "reverse scan", true, it, true, &modelIter{es: m.entries, pos: i})
+	}
+	if i != 0 {
+		t.Fatalf("reverse scan missed %d entries", i)
 	}
 }
 
