@@ -10,7 +10,6 @@ import (
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/storage"
-	"github.com/shale-db/shale/storage/memtable"
 )
 
 // BenchmarkApplyPut applies single-put Txn commands, as the server proposes
@@ -20,9 +19,7 @@ import (
 // WAL, read back from it: records by kind and bytes per put. Cases:
 // keys drawn from 100,000 (mostly new keys) or 1,000 (overwrites, whose
 // change-log record carries the previous value), one entry per Apply call
-// or 16 (as an apply worker batches a busy shard's entries). Built with
-// -tags memtablestats it also logs the memtable's inserts and seeks by
-// kind of record with their key comparisons.
+// or 16 (as an apply worker batches a busy shard's entries).
 func BenchmarkApplyPut(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
@@ -49,7 +46,6 @@ func benchApplyPut(b *testing.B, keys, per int, records int64) {
 	start := s.db.Metrics().WALBytes
 	seq0 := s.db.LastSeq() + 1
 	b.ReportAllocs()
-	memtable.StatsReset()
 	b.ResetTimer()
 	ents := make([]replication.Entry, 0, per)
 	for i := range b.N {
@@ -68,9 +64,6 @@ func benchApplyPut(b *testing.B, keys, per int, records int64) {
 		}
 	}
 	b.StopTimer()
-	if r := memtable.StatsReport(); r != "" {
-		b.Logf("N=%d\n%s", b.N, r)
-	}
 	b.ReportMetric(float64(s.db.Metrics().WALBytes-start)/float64(b.N), "wal-B/put")
 	it, err := s.db.UpdatesSince(seq0)
 	if err != nil {

@@ -321,7 +321,6 @@ func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 	var prev, next [maxHeight]uint32
 	listHeight := int(s.height.Load())
 	prefix := keyPrefix(key.UserKey)
-	var st addStats
 
 	// The splice's level-0 pair brackets key: so does every level's pair
 	// (they nest, see splice), and key's place is between them.
@@ -331,17 +330,11 @@ func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 		lo := 1
 		if p0 != s.head {
 			lo = s.compare(key, prefix, p0)
-			if statsEnabled {
-				st.count(prefix, s.node(p0))
-			}
 		}
 		if lo > 0 {
 			hi := -1
 			if n0 != s.tail {
 				hi = s.compare(key, prefix, n0)
-				if statsEnabled {
-					st.count(prefix, s.node(n0))
-				}
 			}
 			if hi == 0 {
 				return ErrRecordExists
@@ -377,9 +370,6 @@ func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 				// compare(key, prefix, n), by hand: the compiler does not
 				// inline it, and most steps are decided by the prefixes.
 				np := s.node(n).prefix
-				if statsEnabled {
-					st.count(prefix, s.node(n))
-				}
 				if prefix < np {
 					break
 				}
@@ -458,11 +448,6 @@ func (s *Skiplist) Add(key base.InternalKey, value []byte) error {
 	}
 	s.splice.prev, s.splice.next = prev, next
 
-	if statsEnabled {
-		st.adjacent = adjacent
-		st.hinted = hinted
-		noteAdd(key.UserKey, st)
-	}
 	return nil
 }
 
@@ -496,28 +481,11 @@ func (s *Skiplist) compareNodes(a, b uint32) int {
 	return s.compare(k, na.prefix, b)
 }
 
-// addStats is what one Add or seek did, for the counters of a diagnostic
-// build (statsEnabled).
-type addStats struct {
-	compares    int  // key comparisons
-	keyCompares int  // of which the 8-byte prefixes were equal
-	adjacent    bool // an Add whose entry went right after the previous Add's
-	hinted      bool // an Add placed by its hint, without a search from the top
-}
-
-func (st *addStats) count(prefix uint64, nd *node) {
-	st.compares++
-	if prefix == nd.prefix {
-		st.keyCompares++
-	}
-}
-
 // seek returns the last node < key (or s.head) and the first node >= key (or
 // s.tail) on level 0, and folds the values it loaded ahead (see Add) into
 // *ahead, which the caller owns.
 func (s *Skiplist) seek(key base.InternalKey, ahead *uint64) (before, after uint32) {
 	prefix := keyPrefix(key.UserKey)
-	var st addStats
 	p, ge := s.head, s.tail
 	var fold uint64
 	for i := int(s.height.Load()) - 1; i >= 0; i-- {
@@ -526,9 +494,6 @@ func (s *Skiplist) seek(key base.InternalKey, ahead *uint64) (before, after uint
 		for n != ge {
 			if i > 0 {
 				fold ^= s.node(s.next(p, i-1)).prefix // see Add
-			}
-			if statsEnabled {
-				st.count(prefix, s.node(n))
 			}
 			// compare(key, prefix, n) <= 0, by hand (see Add).
 			if np := s.node(n).prefix; prefix < np || prefix == np && s.compareTie(&key, n) <= 0 {
@@ -540,9 +505,6 @@ func (s *Skiplist) seek(key base.InternalKey, ahead *uint64) (before, after uint
 		ge = n
 	}
 	*ahead ^= fold
-	if statsEnabled {
-		noteSeek(key.UserKey, st)
-	}
 	return p, ge
 }
 

@@ -16,8 +16,6 @@ import (
 //   - raftlog-6: the Raft-log engine: 6 shards' entry keys ('r' + shard +
 //     'e' + index, alike in their first 9 bytes), each cycle appending a
 //     run of 4 entries to every shard in turn.
-//
-// With -tags memtablestats it also reports the key comparisons per Add.
 func BenchmarkAddPattern(b *testing.B) {
 	const perList = 1 << 17
 	rnd := benchKeys(perList)
@@ -43,7 +41,6 @@ func BenchmarkAddPattern(b *testing.B) {
 			val := make([]byte, 100)
 			arenaSize := uint32(perList * 200)
 			s := NewSkiplist(arenaSize)
-			StatsReset()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				j := i % perList
@@ -55,10 +52,6 @@ func BenchmarkAddPattern(b *testing.B) {
 				if err := s.Add(base.MakeInternalKey(keys[j], base.SeqNum(i), base.KindSet), val); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.StopTimer()
-			if adds, cmps := statsTotals(); adds > 0 {
-				b.ReportMetric(float64(cmps)/float64(adds), "cmp/add")
 			}
 		})
 	}
