@@ -253,8 +253,9 @@ func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) 
 	if h := s.cfg.applyHook; h != nil {
 		h(r.shardID)
 	}
-	// Applies run together; creating replicas on demand waits for them (a
-	// split's apply creates its new shard's replica).
+	// Applies run together; claiming the place of a replica created on
+	// demand waits for them (a split's apply creates its new shard's
+	// replica).
 	s.hostMu.RLock()
 	applied, err := r.sm.Apply(ents)
 	if err == nil {

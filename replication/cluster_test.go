@@ -107,15 +107,26 @@ func (c *testCluster) startNode(id uint64) *testNode {
 		SnapshotDir:        filepath.Join(dir, "snap-out"),
 		LogTruncateEntries: 200,
 		Logger:             quietLogger().With("node", id),
-		OpenReplica: func(shardID uint64) (StateMachine, error) {
-			sm, err := openMemSM(filepath.Join(dir, fmt.Sprintf("shard%d", shardID)))
-			if err != nil {
+		OpenReplica: func(shardID uint64) (func() (StateMachine, error), error) {
+			// As a server does: the replica's place is claimed (emptied)
+			// first, and its state machine made there afterwards.
+			smDir := filepath.Join(dir, fmt.Sprintf("shard%d", shardID))
+			if err := os.RemoveAll(smDir); err != nil {
 				return nil, err
 			}
-			n.mu.Lock()
-			n.sms[shardID] = sm
-			n.mu.Unlock()
-			return sm, nil
+			if err := os.MkdirAll(smDir, 0o755); err != nil {
+				return nil, err
+			}
+			return func() (StateMachine, error) {
+				sm, err := openMemSM(smDir)
+				if err != nil {
+					return nil, err
+				}
+				n.mu.Lock()
+				n.sms[shardID] = sm
+				n.mu.Unlock()
+				return sm, nil
+			}, nil
 		},
 		ReplicaRemoved: func(shardID uint64) {
 			n.mu.Lock()
@@ -143,11 +154,14 @@ func (c *testCluster) startNode(id uint64) *testNode {
 			c.t.Fatal(err)
 		}
 		if sm.AppliedState().Descriptor == nil {
-			_, err = s.AddEmptyReplica(shardID, sm)
-		} else {
-			_, err = s.AddReplica(sm)
-		}
-		if err != nil {
+			if _, err = s.AddEmptyReplica(shardID, sm); err != nil {
+				// As a server does: an uninitialized replica whose
+				// creation never became durable is discarded.
+				_ = sm.Close()
+				_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+				continue
+			}
+		} else if _, err = s.AddReplica(sm); err != nil {
 			c.t.Fatalf("node %d: shard %d: %v", id, shardID, err)
 		}
 		n.sms[shardID] = sm

@@ -1249,21 +1249,9 @@ type snapInstall struct {
 	restored bool
 	// held are the messages for the replica that arrived meanwhile,
 	// delivered once the install is finished.
-	held []*shalev1.RaftMessageBatch
+	held heldMessages
 	// work: proposals, reads or operations were queued meanwhile.
 	work bool
-}
-
-// maxHeldMessages bounds the messages kept for a replica while its
-// snapshot installs; Raft sends again what is dropped beyond it.
-const maxHeldMessages = 1024
-
-// hold keeps env, a message from node from for the installing replica,
-// for delivery once the install is finished.
-func (inst *snapInstall) hold(from uint64, env *shalev1.RaftEnvelope) {
-	if len(inst.held) < maxHeldMessages {
-		inst.held = append(inst.held, &shalev1.RaftMessageBatch{FromNodeId: from, Messages: []*shalev1.RaftEnvelope{env}})
-	}
 }
 
 // startInstall hands the restore of rd's snapshot to the apply workers, as
@@ -1327,12 +1315,7 @@ func (r *Replica) endInstall() {
 		m.snapshotsApplied.Inc()
 	}
 	s.cfg.Logger.Info("snapshot installed", "shard", r.shardID, "index", inst.rd.Snapshot.GetMetadata().GetIndex())
-	if len(inst.held) > 0 {
-		s.mu.Lock()
-		s.inbox = append(inst.held, s.inbox...)
-		s.mu.Unlock()
-		s.signal()
-	}
+	s.requeue(inst.held, nil)
 	if inst.work {
 		s.queueWork(r)
 	}

@@ -78,8 +78,15 @@ type Config struct {
 	LogTruncateBytes   uint64
 	// OpenReplica creates the (empty) state machine of a replica this node
 	// learns of from a message — a replica just added to a shard, which
-	// will be filled by a snapshot.
-	OpenReplica func(shardID uint64) (StateMachine, error)
+	// will be filled by a snapshot. It runs off the Raft loop, in two
+	// steps. OpenReplica itself claims the replica's place (a server: its
+	// shard's directory, emptied) while no replica of the node applies,
+	// since an apply may host the same shard (a split's new shard, which
+	// the split leaves alone once its place is taken): it must be quick.
+	// The function it returns then opens the state machine there while the
+	// node's replicas apply and the loop serves them. Until the open is
+	// done the shard's messages wait for the replica (see createOnDemand).
+	OpenReplica func(shardID uint64) (open func() (StateMachine, error), err error)
 	// ReplicaRemoved is called after a replica was removed from its shard
 	// and closed; the callee deletes its data. It runs off the Raft loop
 	// (the loop serves the node's other replicas meanwhile), and the Store
@@ -189,9 +196,10 @@ type Store struct {
 	// applyReports are its workers' reports for the loop (under mu).
 	applier      *applyPool
 	applyReports []applyReport
-	// hostMu orders the creation of replicas (Lock) after the applies in
-	// progress (RLock): a split's apply creates its new shard's replica,
-	// which a message of the new group must not create meanwhile.
+	// hostMu orders the claim of an on-demand replica's place (Lock; see
+	// Config.OpenReplica) after the applies in progress (RLock): a split's
+	// apply creates its new shard's replica, which a message of the new
+	// group must not create meanwhile.
 	hostMu sync.RWMutex
 
 	// Loop-only state.
@@ -209,10 +217,11 @@ type Store struct {
 	// logBatch is the batch of the last cycle's log write, kept for the
 	// next one (loop only).
 	logBatch *storage.Batch
-	// cleaning are the shards whose removed replica is being closed and
-	// its data deleted in the background (guarded by mu): the channel
-	// closes when that is done.
-	cleaning map[uint64]chan struct{}
+	// hosting are the shards whose replica on this node is being opened
+	// or removed off the loop (guarded by mu; see hostChange); opened are
+	// the opens done, for the loop to take in (guarded by mu).
+	hosting map[uint64]*hostChange
+	opened  []*hostChange
 	// peers caches peerNodes (loop only), computed at peersAt.
 	peers   []uint64
 	peersAt time.Time
@@ -229,6 +238,9 @@ type incomingSnapshot struct {
 	// installing is set (on the loop) once the snapshot was handed to an
 	// apply worker: its answer comes when the install ends.
 	installing bool
+	// held is set (on the loop) while the snapshot is kept for a replica
+	// being opened: it is stepped, and answered, once the replica is.
+	held bool
 }
 
 // answer gives the snapshot's sender its outcome, once.
@@ -264,7 +276,7 @@ func NewStore(cfg Config) (*Store, error) {
 		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		lastHeard:  make(map[uint64]time.Time),
 		truncating: make(map[uint64]bool),
-		cleaning:   make(map[uint64]chan struct{}),
+		hosting:    make(map[uint64]*hostChange),
 		active:     make(map[*Replica]struct{}),
 	}
 	s.applier = newApplyPool(s)
@@ -312,10 +324,17 @@ func (s *Store) Stop() {
 	}
 	inc := s.snapIn
 	s.snapIn = nil
+	opened := s.opened
+	s.opened = nil
 	s.mu.Unlock()
 	for _, in := range inc {
 		_ = os.RemoveAll(in.dir)
 		in.answer(ErrStopped)
+	}
+	// Replicas opened on demand that the loop did not take in: their state
+	// machines were never the caller's.
+	for _, w := range opened {
+		w.abandon(s, ErrStopped)
 	}
 	// Installs the loop did not finish: their state machines may hold the
 	// snapshot, and a restart realigns the log to it.
@@ -683,6 +702,14 @@ func isIOError(err error) bool {
 // cycle is one turn of the loop: deliver messages and queued work, tick,
 // then handle every Ready with one durable write.
 func (s *Store) cycle(tick bool) error {
+	newIDs := s.logBatch
+	if newIDs == nil {
+		newIDs = storage.NewBatch()
+	}
+	s.logBatch = nil
+	// Replicas opened on demand join first, so that the messages they kept
+	// are delivered this cycle.
+	s.takeOpened(newIDs)
 	s.mu.Lock()
 	inbox := s.inbox
 	s.inbox = nil
@@ -696,16 +723,11 @@ func (s *Store) cycle(tick bool) error {
 	s.mu.Unlock()
 
 	s.handleApplyReports()
-	newIDs := s.logBatch
-	if newIDs == nil {
-		newIDs = storage.NewBatch()
-	}
-	s.logBatch = nil
 	for _, b := range inbox {
-		s.deliver(b, newIDs)
+		s.deliver(b)
 	}
 	for _, in := range snapIn {
-		s.deliverSnapshot(in, newIDs)
+		s.deliverSnapshot(in)
 	}
 	for r := range work {
 		if r.installing != nil && !r.dead() {
@@ -930,7 +952,7 @@ type readyReplica struct {
 
 // deliver steps a batch's messages into their replicas, creating
 // uninitialized replicas for shards this node newly joined.
-func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
+func (s *Store) deliver(b *shalev1.RaftMessageBatch) {
 	from := b.GetFromNodeId()
 	for _, env := range b.GetMessages() {
 		m := &raftpb.Message{}
@@ -939,27 +961,29 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch, newIDs *storage.Batch) {
 			continue
 		}
 		r := s.Replica(env.GetShardId())
-		if r == nil {
-			r = s.createOnDemand(env.GetShardId(), m, newIDs)
-			if r == nil {
-				continue
-			}
-		}
-		if r.installing != nil && !r.dead() {
+		if r != nil && r.installing != nil && !r.dead() {
 			// Delivered once the install ends: Raft takes nothing between
 			// a Ready and its Advance here.
-			r.installing.hold(from, env)
+			r.installing.held.hold(from, env)
 			continue
 		}
-		if r.dead() {
+		if r != nil && r.dead() {
 			continue
 		}
-		if m.GetTo() > r.replicaID {
+		if r != nil && m.GetTo() > r.replicaID {
 			// The shard has a newer replica on this node: the local one
 			// was removed while this node was away. Replace it.
-			if r = s.replaceStale(r, m, newIDs); r == nil {
+			if !s.replaceStale(r, m) {
 				continue
 			}
+			r = nil
+		}
+		if r == nil {
+			// Delivered once the replica is open.
+			if w := s.createOnDemand(env.GetShardId(), m); w != nil {
+				w.held.hold(from, env)
+			}
+			continue
 		}
 		if m.GetTo() != r.replicaID {
 			// A message for an older incarnation of the replica.
@@ -996,19 +1020,16 @@ func (s *Store) handleQuiesceNotices() {
 	s.quiesceNotices = s.quiesceNotices[:0]
 }
 
-// createOnDemand creates an uninitialized replica for a message from a
-// shard's leader to a replica this node does not host yet.
 // replaceStale handles a message m for a newer replica of r's shard on this
 // node: replica IDs only grow, so the shard removed r (while this node was
 // down or cut off, before r learned it) and added a new replica here. r is
-// destroyed, as a removed replica is, and the new one created in its place
-// when m is one a leader sends a new member. It returns the new replica, or
-// nil.
-func (s *Store) replaceStale(r *Replica, m *raftpb.Message, newIDs *storage.Batch) *Replica {
+// destroyed, as a removed replica is, and true returned when m is one a
+// leader sends a new member: the new replica is then created on demand.
+func (s *Store) replaceStale(r *Replica, m *raftpb.Message) bool {
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
 	default:
-		return nil
+		return false
 	}
 	// A replica this one's own descriptor places on another node is not
 	// ours, whatever the sender thinks: a sender's wrong mapping must not
@@ -1019,16 +1040,63 @@ func (s *Store) replaceStale(r *Replica, m *raftpb.Message, newIDs *storage.Batc
 		if rd.GetReplicaId() == m.GetTo() && rd.GetNodeId() != s.cfg.NodeID {
 			s.cfg.Logger.Warn("dropping a raft message for another node's replica", "shard", r.shardID,
 				"replica", m.GetTo(), "its_node", rd.GetNodeId(), "from_replica", m.GetFrom())
-			return nil
+			return false
 		}
 	}
 	s.cfg.Logger.Info("replacing a removed replica with the shard's newer one on this node",
 		"shard", r.shardID, "stale_replica", r.replicaID, "replica", m.GetTo())
 	<-s.removeReplica(r)
-	return s.createOnDemand(r.shardID, m, newIDs)
+	return true
 }
 
-func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storage.Batch) *Replica {
+// hostChange is a change of the replica a node hosts for a shard that runs
+// off the Raft loop, which owes every other replica its cycles meanwhile:
+// the open of a replica created on demand (createOnDemand: the server
+// creates a shard engine, 40-320 ms in a rebalance), or the close of a
+// removed replica and the deletion of its data (removeReplica: 50-160 ms).
+// While it runs, no other replica of the shard is created here. The
+// shard's messages wait for a replica being opened (held, as for a
+// replica whose snapshot installs), and are dropped for one being
+// removed; the senders send again what is dropped.
+type hostChange struct {
+	shardID uint64
+	// done closes when the change is over: the removed replica's data is
+	// deleted, or the opened replica joined the loop (or failed to).
+	done chan struct{}
+	// replicaID is the replica being opened (zero for a removal).
+	replicaID uint64
+	// Set by the open, before it is queued in Store.opened: the state
+	// machine, or why there is none (both nil: a split's apply hosted the
+	// shard first).
+	sm  StateMachine
+	err error
+	// held are the shard's messages and snapshots that arrived during the
+	// open (loop only).
+	held  heldMessages
+	snaps []*incomingSnapshot
+}
+
+// createOnDemand starts creating an uninitialized replica of shardID for
+// m, a message from the shard's leader to a replica this node does not host
+// yet (a replica just added, which a snapshot fills), and returns the open,
+// in which the caller keeps m for the new replica; or it returns nil and m
+// is dropped. While the replica is being opened every message for it is
+// kept (returned the same open). The state machine is opened off the loop
+// (openOnDemand), and the loop takes the replica in at the start of a
+// cycle (takeOpened), recording its ID in that cycle's synced write before
+// it delivers the messages kept for it.
+func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message) *hostChange {
+	s.mu.Lock()
+	w := s.hosting[shardID]
+	s.mu.Unlock()
+	if w != nil {
+		if w.replicaID != 0 {
+			return w
+		}
+		// The removed replica's data is still being deleted; the leader
+		// sends again.
+		return nil
+	}
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
 	default:
@@ -1040,41 +1108,135 @@ func (s *Store) createOnDemand(shardID uint64, m *raftpb.Message, newIDs *storag
 	if min, ok, err := s.readUint(tombstonePrefix, shardID); err != nil || (ok && m.GetTo() < min) {
 		return nil
 	}
-	if s.cleanupOf(shardID) != nil {
-		// The removed replica's data is still being deleted; the leader
-		// sends again.
-		return nil
-	}
-	// A split applying now may be creating this very shard's replica.
+	w = &hostChange{shardID: shardID, done: make(chan struct{}), replicaID: m.GetTo()}
+	s.mu.Lock()
+	s.hosting[shardID] = w
+	s.mu.Unlock()
+	s.bg.Add(1)
+	go s.openOnDemand(w)
+	return w
+}
+
+// openOnDemand opens the state machine of w's replica (off the loop) and
+// queues w for the loop.
+func (s *Store) openOnDemand(w *hostChange) {
+	defer s.bg.Done()
+	var open func() (StateMachine, error)
+	// A split applying now may be creating this very shard's replica: the
+	// replica's place is claimed after it, and no split hosts the shard
+	// once it is taken.
 	s.hostMu.Lock()
-	defer s.hostMu.Unlock()
-	if r := s.Replica(shardID); r != nil {
-		return r
+	if s.Replica(w.shardID) == nil {
+		open, w.err = s.cfg.OpenReplica(w.shardID)
 	}
-	sm, err := s.cfg.OpenReplica(shardID)
-	if err != nil {
-		s.cfg.Logger.Error("cannot create replica", "shard", shardID, "err", err)
-		return nil
+	s.hostMu.Unlock()
+	if open != nil && w.err == nil {
+		w.sm, w.err = open()
 	}
-	r, err := s.addReplica(shardID, m.GetTo(), sm, false)
-	if err != nil {
-		s.cfg.Logger.Error("cannot create replica", "shard", shardID, "err", err)
-		_ = sm.Close()
-		return nil
+	s.mu.Lock()
+	s.opened = append(s.opened, w)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// takeOpened hosts the replicas opened on demand since the last cycle
+// (loop side): each joins the Store, its ID is staged in newIDs (the
+// cycle's synced write, made before anything it answers is sent), and the
+// messages and snapshots kept for it are queued for this cycle. A failed
+// open drops them; its leader sends again, which opens the replica anew.
+func (s *Store) takeOpened(newIDs *storage.Batch) {
+	s.mu.Lock()
+	opened := s.opened
+	s.opened = nil
+	s.mu.Unlock()
+	for _, w := range opened {
+		if w.sm != nil {
+			if _, err := s.addReplica(w.shardID, w.replicaID, w.sm, false); err != nil {
+				_ = w.sm.Close()
+				w.err = err
+			} else {
+				putUint(newIDs, replicaIDPrefix, w.shardID, w.replicaID)
+				s.cfg.Logger.Info("created replica for a new shard membership", "shard", w.shardID, "replica", w.replicaID)
+			}
+			w.sm = nil
+		}
+		s.mu.Lock()
+		delete(s.hosting, w.shardID)
+		s.mu.Unlock()
+		close(w.done)
+		if w.err != nil {
+			s.cfg.Logger.Error("cannot create replica", "shard", w.shardID, "err", w.err)
+			w.abandon(s, fmt.Errorf("replication: shard %d: cannot create replica %d here: %w", w.shardID, w.replicaID, w.err))
+			continue
+		}
+		s.requeue(w.held, w.snaps)
 	}
-	putUint(newIDs, replicaIDPrefix, shardID, m.GetTo())
-	s.cfg.Logger.Info("created replica for a new shard membership", "shard", shardID, "replica", m.GetTo())
-	return r
+}
+
+// abandon ends an open whose replica will not join the Store: its state
+// machine, if any, is closed, and the snapshots kept for it are answered
+// with err (their messages are dropped).
+func (w *hostChange) abandon(s *Store, err error) {
+	if w.sm != nil {
+		if cerr := w.sm.Close(); cerr != nil {
+			s.cfg.Logger.Warn("close an unused replica", "shard", w.shardID, "err", cerr)
+		}
+		w.sm = nil
+	}
+	for _, in := range w.snaps {
+		_ = os.RemoveAll(in.dir)
+		in.answer(err)
+	}
+	w.held, w.snaps = nil, nil
+}
+
+// heldMessages are messages kept for a replica that takes none for a while
+// (its snapshot installs, or it is being opened), delivered once it does.
+// Beyond maxHeldMessages they are dropped: Raft sends them again.
+type heldMessages []*shalev1.RaftMessageBatch
+
+// maxHeldMessages bounds the messages kept for one replica.
+const maxHeldMessages = 1024
+
+// hold keeps env, a message from node from.
+func (h *heldMessages) hold(from uint64, env *shalev1.RaftEnvelope) {
+	if len(*h) < maxHeldMessages {
+		*h = append(*h, &shalev1.RaftMessageBatch{FromNodeId: from, Messages: []*shalev1.RaftEnvelope{env}})
+	}
+}
+
+// requeue queues messages and snapshots kept for a replica ahead of those
+// that came since, for the loop's next delivery.
+func (s *Store) requeue(held heldMessages, snaps []*incomingSnapshot) {
+	if len(held) == 0 && len(snaps) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if len(held) > 0 {
+		s.inbox = append(held, s.inbox...)
+	}
+	if len(snaps) > 0 {
+		s.snapIn = append(snaps, s.snapIn...)
+	}
+	s.mu.Unlock()
+	s.signal()
 }
 
 // deliverSnapshot steps an incoming MsgSnap whose data is in in.dir.
-func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
+func (s *Store) deliverSnapshot(in *incomingSnapshot) {
+	in.held = false
 	shardID := in.header.GetShardId()
 	r := s.Replica(shardID)
+	if r != nil && !r.dead() && in.msg.GetTo() > r.replicaID && s.replaceStale(r, in.msg) {
+		r = nil
+	}
 	if r == nil {
-		r = s.createOnDemand(shardID, in.msg, newIDs)
-	} else if !r.dead() && in.msg.GetTo() > r.replicaID {
-		r = s.replaceStale(r, in.msg, newIDs)
+		if w := s.createOnDemand(shardID, in.msg); w != nil {
+			// Stepped once the replica is open.
+			in.held = true
+			w.snaps = append(w.snaps, in)
+			return
+		}
 	}
 	if r == nil || r.removed || in.msg.GetTo() != r.replicaID {
 		_ = os.RemoveAll(in.dir)
@@ -1099,13 +1261,14 @@ func (s *Store) deliverSnapshot(in *incomingSnapshot, newIDs *storage.Batch) {
 }
 
 // finishSnapshots answers the incoming snapshots of this cycle: those
-// being installed are answered when the install ends; the rest were
+// being installed are answered when the install ends, and those kept for
+// a replica being opened once it is (or its open failed); the rest were
 // refused by Raft (or their replica was replaced or removed this cycle).
 // Every one is answered: its sender waits for the answer before it sends
 // the shard another.
 func (s *Store) finishSnapshots(snapIn []*incomingSnapshot) {
 	for _, in := range snapIn {
-		if in.installing || in.answered.Load() {
+		if in.installing || in.held || in.answered.Load() {
 			continue
 		}
 		if r := s.Replica(in.header.GetShardId()); r != nil && r.pendingSnap == in {
@@ -1200,10 +1363,10 @@ func (s *Store) nodeLive(nodeID uint64) bool {
 // removeReplica drops a replica that left its shard: its log state is
 // deleted and a tombstone keeps its old incarnation from being recreated
 // (one synced write). Closing its state machine and deleting its data
-// (ReplicaRemoved) run in the background, since deleting a shard's files
-// takes tens of milliseconds that the loop owes every other replica; the
-// returned channel closes when they are done, and until then no replica
-// of the shard is created here.
+// (ReplicaRemoved) run in the background (a hostChange), since deleting a
+// shard's files takes tens of milliseconds that the loop owes every other
+// replica; the returned channel closes when they are done, and until then
+// no replica of the shard is created here.
 func (s *Store) removeReplica(r *Replica) <-chan struct{} {
 	r.removed = true
 	s.applier.stopReplica(r, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrReplicaRemoved))
@@ -1215,10 +1378,10 @@ func (s *Store) removeReplica(r *Replica) <-chan struct{} {
 	if err := s.log.Commit(b); err != nil {
 		s.cfg.Logger.Error("remove replica: log engine", "shard", r.shardID, "err", err)
 	}
-	done := make(chan struct{})
+	w := &hostChange{shardID: r.shardID, done: make(chan struct{})}
 	s.mu.Lock()
 	delete(s.replicas, r.shardID)
-	s.cleaning[r.shardID] = done
+	s.hosting[r.shardID] = w
 	s.mu.Unlock()
 	r.failAll(ErrReplicaRemoved)
 	s.bg.Add(1)
@@ -1232,19 +1395,11 @@ func (s *Store) removeReplica(r *Replica) <-chan struct{} {
 			s.cfg.ReplicaRemoved(r.shardID)
 		}
 		s.mu.Lock()
-		delete(s.cleaning, r.shardID)
+		delete(s.hosting, r.shardID)
 		s.mu.Unlock()
-		close(done)
+		close(w.done)
 	}()
-	return done
-}
-
-// cleanupOf returns the channel that closes once the removed replica of
-// shardID is closed and its data deleted, or nil if none is pending.
-func (s *Store) cleanupOf(shardID uint64) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cleaning[shardID]
+	return w.done
 }
 
 // observeClock moves the node's clock past a peer's reading. A reading too

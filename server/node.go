@@ -788,20 +788,26 @@ func (n *Node) bootstrapShards(ctx context.Context, restore *restorePlan) ([]*re
 }
 
 // openEmptyShard creates the state machine of a replica this node was just
-// added to (the Store calls it; a snapshot fills it).
-func (n *Node) openEmptyShard(id uint64) (replication.StateMachine, error) {
+// added to (the Store calls it, off its Raft loop; a snapshot fills it). It
+// claims the shard's directory at once (emptied: what a crash left there),
+// while no replica applies: a split that applies after it finds the
+// directory and leaves the shard to this replica. The engine is created
+// in it by the function returned, while the node's replicas apply.
+func (n *Node) openEmptyShard(id uint64) (func() (replication.StateMachine, error), error) {
 	dir := n.shardDir(id)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	s, err := shard.OpenEmpty(dir, n.shardOptions())
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return func() (replication.StateMachine, error) {
+		s, err := shard.OpenEmpty(dir, n.shardOptions())
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}, nil
 }
 
 func (n *Node) onReplicaRemoved(id uint64) {
