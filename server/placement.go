@@ -33,12 +33,14 @@ import (
 // maxPlacementCalls caps the scheduling operations in flight at once.
 const maxPlacementCalls = 32
 
-// placementSettle is how long a shard is left alone after a leadership
-// transfer, so that the next decision sees its new leader's report (a
-// transfer does not change the shard's epoch, so nothing else tells the
-// report apart). After a membership change the shard is left alone until
-// the directory and its leader's report show the change's epoch, and at
-// least changeSettle.
+// After a leadership transfer a shard is left alone until the next
+// decision sees its new leader's report (a transfer does not change the
+// shard's epoch, so nothing else tells the report apart): until a report
+// names the node the transfer went to, and at least changeSettle, but at
+// most placementSettle (a transfer that failed, or whose target lost the
+// leadership again, is waited out for placementSettle). After a membership
+// change the shard is left alone until the directory and its leader's
+// report show the change's epoch, and at least changeSettle.
 const (
 	placementSettle = 2500 * time.Millisecond
 	changeSettle    = 200 * time.Millisecond
@@ -111,12 +113,17 @@ type leaderSeen struct {
 	since time.Time
 }
 
-// settleState holds a shard back until its leader reports epoch, and at
-// least until until.
+// settleState holds a shard back until its leader reports epoch (at most
+// until limit), and at least until until; after a leadership transfer, also
+// until the transfer's target reports it leads (at most until leaderBy).
 type settleState struct {
 	epoch uint64
 	until time.Time
 	limit time.Time
+	// leader is the node a leadership transfer went to (zero: none): the
+	// shard settles once a report names it, or at leaderBy.
+	leader   uint64
+	leaderBy time.Time
 }
 
 type placementMetrics struct {
@@ -582,7 +589,8 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 			}
 		}
 		if st, ok := p.settle[id]; ok {
-			if (now.Before(st.until) || d.GetEpoch() < st.epoch || sh.Leader == 0) && now.Before(st.limit) {
+			if (now.Before(st.until) || d.GetEpoch() < st.epoch || sh.Leader == 0) && now.Before(st.limit) ||
+				st.leader != 0 && sh.Leader != st.leader && now.Before(st.leaderBy) {
 				sh.Busy = true
 			} else {
 				delete(p.settle, id)
@@ -640,9 +648,14 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 			n.log.Info("placement operation", "op", op.String())
 		}
 		p.metrics.ops.WithLabelValues(string(op.Kind), result).Inc()
-		settle := placementSettle
+		st := settleState{epoch: epoch, until: now.Add(placementSettle), limit: now.Add(30 * time.Second)}
+		if op.Kind == placement.TransferLeader && err == nil {
+			// The target leads now (TransferLeader returned once it
+			// did): settled as soon as its report says so.
+			st.until, st.leader, st.leaderBy = now.Add(changeSettle), op.Node, now.Add(placementSettle)
+		}
 		if desc != nil {
-			settle = changeSettle
+			st.until = now.Add(changeSettle)
 			// The directory learns the new descriptor now rather than
 			// at the shard leader's next maintenance round (which
 			// reports it again, a no-op).
@@ -652,7 +665,7 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		}
 		p.mu.Lock()
 		delete(p.inflight, op.ShardID)
-		p.settle[op.ShardID] = settleState{epoch: epoch, until: now.Add(settle), limit: now.Add(30 * time.Second)}
+		p.settle[op.ShardID] = st
 		if err != nil && op.Kind == placement.TransferLeader {
 			p.refusedAt[op.Node] = now
 		}

@@ -469,6 +469,24 @@ func TestPlacementManualMove(t *testing.T) {
 // a replica without leading the shard, and the quickest promotion must come
 // within 2.4 s (one move can take longer on a loaded machine).
 func TestPlacementPromotesWithoutSettling(t *testing.T) {
+	timePromotions(t, false)
+}
+
+// TestPlacementPromotesLeaderMoveWithoutSettling: a move off the shard's
+// leader hands the leadership off first, and the shard is then held only
+// until the new leader's report names it (a transfer keeps the epoch), not
+// for a fixed 2.5 s: the quickest of three such promotions must come within
+// 2.4 s of the learner's addition (2.9-3.8 s with the fixed hold, measured
+// 2026-11-28).
+func TestPlacementPromotesLeaderMoveWithoutSettling(t *testing.T) {
+	timePromotions(t, true)
+}
+
+// timePromotions moves three user shards' replicas onto a fourth node, one
+// after the other, each from the shard's leader (fromLeader) or from a
+// node that holds a replica without leading the shard, and requires the
+// quickest promotion to come within 2.4 s of its learner's addition.
+func timePromotions(t *testing.T, fromLeader bool) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Splits: placementSplits})
 	a := adminOf(t, c)
 	ctx := context.Background()
@@ -479,14 +497,12 @@ func TestPlacementPromotesWithoutSettling(t *testing.T) {
 		}
 		return true, ""
 	})
-	// next is a user shard not on node 4 and not tried yet, with a node
-	// that holds one of its replicas without leading it (from): moving a
-	// leader's replica hands its leadership off first, and a leadership
-	// transfer still holds its shard 2.5 s (it keeps the epoch), which is
-	// not what this test times. Moving from node 1 alone, a CI run under
-	// load picked three shards node 1 led (the initial shards' first
-	// replicas campaign at once) and saw every promotion 3.4-3.9 s after its
-	// learner's addition.
+	// next is a user shard not on node 4 and not tried yet, with the node
+	// to move it from: its leader's, or one that holds one of its replicas
+	// without leading it. Moving from node 1 alone, a CI run under load
+	// picked three shards node 1 led (the initial shards' first replicas
+	// campaign at once) and saw every promotion 3.4-3.9 s after its
+	// learner's addition, when a leadership transfer held its shard 2.5 s.
 	tried := map[uint64]bool{}
 	next := func() (shard, from uint64) {
 		dir, err := directory(t, c)
@@ -503,6 +519,9 @@ func TestPlacementPromotesWithoutSettling(t *testing.T) {
 			}
 			if on4 || leader == 0 {
 				continue
+			}
+			if fromLeader {
+				return d.GetShardId(), leader
 			}
 			for _, rd := range d.GetReplicas() {
 				if rd.GetNodeId() != leader {
