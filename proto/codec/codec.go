@@ -22,6 +22,7 @@ package codec
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -56,21 +57,11 @@ func MarshalAppend(b []byte, m proto.Message) ([]byte, error) {
 // appendVT appends vt's encoding, size bytes, to b.
 func appendVT(b []byte, vt vtMessage, size int) ([]byte, error) {
 	n := len(b)
-	b = grow(b, size)
+	b = slices.Grow(b, size)[:n+size]
 	if _, err := vt.MarshalToSizedBufferVT(b[n:]); err != nil {
 		return b[:n], err
 	}
 	return b, nil
-}
-
-// grow extends b by n bytes (uninitialized: the marshal writes every byte).
-func grow(b []byte, n int) []byte {
-	if cap(b)-len(b) < n {
-		nb := make([]byte, len(b), len(b)+n)
-		copy(nb, b)
-		b = nb
-	}
-	return b[:len(b)+n]
 }
 
 // Unmarshal decodes b into m, as proto.Unmarshal does: m is reset first,
