@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication/raftlog"
 	"github.com/shale-db/shale/storage"
@@ -1137,7 +1138,7 @@ func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.R
 		if m.GetType() == raftpb.MsgApp && !r.store.cfg.Transport.Reachable(n) {
 			r.rn.ReportUnreachable(m.GetTo())
 		}
-		data, err := proto.Marshal(m)
+		data, err := codec.Marshal(m)
 		if err != nil {
 			r.store.cfg.Logger.Error("marshal raft message", "err", err)
 			continue

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication/hlc"
 	"github.com/shale-db/shale/replication/raftlog"
@@ -512,7 +513,7 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 		// whose log reset did not become durable: start the log there. The
 		// log may be longer than the snapshot and disagree with it (a
 		// suffix from an old leader that never committed): it is dropped.
-		hs := proto.Clone(lg.HardState()).(*raftpb.HardState)
+		hs := codec.Clone(lg.HardState())
 		if hs.GetTerm() < st.Term {
 			hs.Term, hs.Vote = proto.Uint64(st.Term), proto.Uint64(0)
 		}
@@ -526,7 +527,7 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 		// The state machine applied entries whose commit index was not made
 		// durable (commit-only writes are not synced): they were committed,
 		// so the commit index moves up to them.
-		hs = proto.Clone(hs).(*raftpb.HardState)
+		hs = codec.Clone(hs)
 		hs.Commit = proto.Uint64(st.Index)
 		if err := lg.Append(b, nil, hs); err != nil {
 			return nil, fmt.Errorf("replication: shard %d: align commit index: %w", shardID, err)
@@ -956,7 +957,7 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch) {
 	from := b.GetFromNodeId()
 	for _, env := range b.GetMessages() {
 		m := &raftpb.Message{}
-		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
+		if err := codec.Unmarshal(env.GetMessage(), m); err != nil {
 			s.cfg.Logger.Warn("dropping undecodable raft message", "shard", env.GetShardId(), "from", from, "err", err)
 			continue
 		}

@@ -3,9 +3,12 @@
 // UnmarshalVT and SizeVT methods that protoc-gen-go-vtproto generates
 // (proto/shale/v1/*_vtproto.pb.go), and Marshal, Unmarshal, Size and the
 // gRPC Codec use them; any other message (a well-known type, gRPC's health
-// messages, Raft's raftpb) goes through google.golang.org/protobuf as
-// before. The bytes are the same either way (TestRoundTripEveryMessage;
-// TestNilMessageInOneof has the one exception).
+// messages) goes through google.golang.org/protobuf as before, but for
+// Raft's own messages (go.etcd.io/raft/v3/raftpb, generated without
+// encoding methods), whose Message, Entry and HardState are encoded and
+// decoded by hand (raftpb.go). The bytes are the same either way
+// (TestRoundTripEveryMessage, TestRaftRoundTrip; TestNilMessageInOneof has
+// the one exception).
 //
 // Decoding keeps the checks of proto.Unmarshal that the generated code
 // lacks (wire.go): valid UTF-8 in proto3 strings, field numbers in range
@@ -24,6 +27,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -49,6 +53,9 @@ func Marshal(m proto.Message) ([]byte, error) {
 func MarshalAppend(b []byte, m proto.Message) ([]byte, error) {
 	vt, ok := m.(vtMessage)
 	if !ok {
+		if out, ok := raftMarshalAppend(b, m); ok {
+			return out, nil
+		}
 		return proto.MarshalOptions{}.MarshalAppend(b, m)
 	}
 	return appendVT(b, vt, vt.SizeVT())
@@ -69,6 +76,9 @@ func appendVT(b []byte, vt vtMessage, size int) ([]byte, error) {
 func Unmarshal(b []byte, m proto.Message) error {
 	vt, ok := m.(vtMessage)
 	if !ok {
+		if raftUnmarshal(b, m) {
+			return nil
+		}
 		return proto.Unmarshal(b, m)
 	}
 	if err := checkWire(b, m); err != nil {
@@ -82,6 +92,9 @@ func Unmarshal(b []byte, m proto.Message) error {
 func Size(m proto.Message) int {
 	if vt, ok := m.(vtMessage); ok {
 		return vt.SizeVT()
+	}
+	if n, ok := raftSize(m); ok {
+		return n
 	}
 	return proto.Size(m)
 }
@@ -187,4 +200,24 @@ func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) 
 // with Codec (sent as content subtype "proto").
 func DialOption() grpc.DialOption {
 	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(Codec{}))
+}
+
+// Clone returns a deep copy of m, as proto.CloneOf does, without
+// protobuf's reflection where it can: a shale.v1 message by its generated
+// CloneVT, Raft's HardState and ConfState by hand (raftpb.go); any other
+// message by proto.CloneOf. A nil m gives a nil copy.
+func Clone[M proto.Message](m M) M {
+	switch x := any(m).(type) {
+	case interface{ CloneMessageVT() proto.Message }:
+		return x.CloneMessageVT().(M)
+	case *raftpb.HardState:
+		if x != nil && !hasUnknown(x) {
+			return any(cloneHardState(x)).(M)
+		}
+	case *raftpb.ConfState:
+		if x != nil && !hasUnknown(x) {
+			return any(cloneConfState(x)).(M)
+		}
+	}
+	return proto.CloneOf(m)
 }

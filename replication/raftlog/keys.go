@@ -7,7 +7,8 @@ import (
 	"hash/crc32"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/shale-db/shale/proto/codec"
 )
 
 // Key layout; see the package comment.
@@ -97,7 +98,7 @@ func decodeTruncatedState(b []byte) (index, term uint64, err error) {
 // and checks that it is that entry.
 func decodeEntry(index uint64, value []byte) (*raftpb.Entry, error) {
 	e := new(raftpb.Entry)
-	if err := proto.Unmarshal(value, e); err != nil {
+	if err := codec.Unmarshal(value, e); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if e.Index == nil || e.GetIndex() != index {
@@ -109,7 +110,7 @@ func decodeEntry(index uint64, value []byte) (*raftpb.Entry, error) {
 // decodeHardState decodes a stored hard state.
 func decodeHardState(value []byte) (*raftpb.HardState, error) {
 	hs := new(raftpb.HardState)
-	if err := proto.Unmarshal(value, hs); err != nil {
+	if err := codec.Unmarshal(value, hs); err != nil {
 		return nil, fmt.Errorf("%w: hard state: %v", ErrCorrupt, err)
 	}
 	return hs, nil

@@ -7,8 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	"github.com/shale-db/shale/storage"
 )
 
@@ -81,7 +81,7 @@ func (l *Log) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	if fn == nil {
 		return nil, nil, fmt.Errorf("raftlog: shard %d: InitialState before SetCallbacks installed a ConfState callback", l.shardID)
 	}
-	return proto.CloneOf(hs), raftpb.EnsureConfState(fn()), nil
+	return codec.Clone(hs), raftpb.EnsureConfState(fn()), nil
 }
 
 // HardState returns a copy of the last staged hard state (empty if none was
@@ -89,7 +89,7 @@ func (l *Log) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 func (l *Log) HardState() *raftpb.HardState {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return proto.CloneOf(l.hs)
+	return codec.Clone(l.hs)
 }
 
 // TruncatedIndex returns the index of the last entry removed from the log:
@@ -294,7 +294,7 @@ func (l *Log) Append(b *storage.Batch, entries []*raftpb.Entry, hs *raftpb.HardS
 	var hsVal []byte
 	if !raft.IsEmptyHardState(hs) {
 		var err error
-		if hsVal, err = proto.Marshal(hs); err != nil {
+		if hsVal, err = codec.Marshal(hs); err != nil {
 			return fmt.Errorf("raftlog: shard %d: encode hard state: %w", l.shardID, err)
 		}
 	}
@@ -321,7 +321,7 @@ func (l *Log) Append(b *storage.Batch, entries []*raftpb.Entry, hs *raftpb.HardS
 	vals := make([][]byte, len(entries))
 	for i, e := range entries {
 		var err error
-		if vals[i], err = proto.Marshal(e); err != nil {
+		if vals[i], err = codec.Marshal(e); err != nil {
 			return fmt.Errorf("raftlog: shard %d entry %d: encode: %w", l.shardID, e.GetIndex(), err)
 		}
 	}
@@ -349,7 +349,7 @@ func (l *Log) Append(b *storage.Batch, entries []*raftpb.Entry, hs *raftpb.HardS
 
 	// Update the in-memory state.
 	if hsVal != nil {
-		l.hs = proto.CloneOf(hs)
+		l.hs = codec.Clone(hs)
 	}
 	if len(entries) == 0 {
 		return nil
@@ -485,7 +485,7 @@ func (l *Log) ApplySnapshot(b *storage.Batch, index, term uint64, hs *raftpb.Har
 	var hsVal []byte
 	if !raft.IsEmptyHardState(hs) {
 		var err error
-		if hsVal, err = proto.Marshal(hs); err != nil {
+		if hsVal, err = codec.Marshal(hs); err != nil {
 			return fmt.Errorf("raftlog: shard %d: encode hard state: %w", l.shardID, err)
 		}
 	}
@@ -498,7 +498,7 @@ func (l *Log) ApplySnapshot(b *storage.Batch, index, term uint64, hs *raftpb.Har
 	b.Set(truncatedStateKey(l.shardID), encodeTruncatedState(index, term))
 	if hsVal != nil {
 		b.Set(hardStateKey(l.shardID), hsVal)
-		l.hs = proto.CloneOf(hs)
+		l.hs = codec.Clone(hs)
 	}
 	l.dropCacheLocked(0, len(l.cache), true)
 	l.truncIndex, l.truncTerm = index, term

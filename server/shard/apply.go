@@ -710,7 +710,7 @@ func (a *applier) applyConfChange(cc *replication.AppliedConfChange) error {
 func nextDescriptor(cur *shalev1.ShardDescriptor, cc *replication.AppliedConfChange, cs *raftpb.ConfState, s *Shard) *shalev1.ShardDescriptor {
 	nd := &shalev1.ShardDescriptor{}
 	if cur != nil {
-		nd = proto.CloneOf(cur)
+		nd = cloneDesc(cur)
 	}
 	members := map[uint64]bool{}
 	for _, set := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {

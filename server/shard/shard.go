@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/replication/hlc"
@@ -562,7 +563,7 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	ns := &state{index: st.Index, term: st.Term}
 	err = ns.setConf(cloneConfState(st.ConfState))
 	if err == nil {
-		err = ns.setDesc(proto.CloneOf(st.Descriptor))
+		err = ns.setDesc(cloneDesc(st.Descriptor))
 	}
 	if err == nil {
 		b := storage.NewBatch()
@@ -687,7 +688,7 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 	ns.index, ns.term = st.Index, st.Term
 	err := ns.setConf(cloneConfState(st.ConfState))
 	if err == nil {
-		err = ns.setDesc(proto.CloneOf(st.Descriptor))
+		err = ns.setDesc(cloneDesc(st.Descriptor))
 	}
 	if err == nil {
 		b := storage.NewBatch()
@@ -1075,15 +1076,12 @@ func (s *Shard) Close() error {
 }
 
 func cloneDesc(d *shalev1.ShardDescriptor) *shalev1.ShardDescriptor {
-	if d == nil {
-		return nil
-	}
-	return proto.CloneOf(d)
+	return codec.Clone(d) // nil for nil
 }
 
 func cloneConfState(cs *raftpb.ConfState) *raftpb.ConfState {
 	if cs == nil {
 		return &raftpb.ConfState{}
 	}
-	return proto.CloneOf(cs)
+	return codec.Clone(cs)
 }

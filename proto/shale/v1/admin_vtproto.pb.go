@@ -8,6 +8,7 @@ import (
 	binary "encoding/binary"
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 	math "math"
@@ -19,6 +20,1251 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+func (m *GetAuthStateRequest) CloneVT() *GetAuthStateRequest {
+	if m == nil {
+		return (*GetAuthStateRequest)(nil)
+	}
+	r := new(GetAuthStateRequest)
+	r.KnownRevision = m.KnownRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetAuthStateRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetAuthStateResponse) CloneVT() *GetAuthStateResponse {
+	if m == nil {
+		return (*GetAuthStateResponse)(nil)
+	}
+	r := new(GetAuthStateResponse)
+	r.State = m.State.CloneVT()
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetAuthStateResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeStatus) CloneVT() *NodeStatus {
+	if m == nil {
+		return (*NodeStatus)(nil)
+	}
+	r := new(NodeStatus)
+	r.Node = m.Node.CloneVT()
+	r.Live = m.Live
+	r.LastSeenUnixNanos = m.LastSeenUnixNanos
+	r.ReplicaCount = m.ReplicaCount
+	r.LeaderCount = m.LeaderCount
+	r.UsedBytes = m.UsedBytes
+	r.Removed = m.Removed
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReplicaStatus) CloneVT() *ReplicaStatus {
+	if m == nil {
+		return (*ReplicaStatus)(nil)
+	}
+	r := new(ReplicaStatus)
+	r.NodeId = m.NodeId
+	r.ReplicaId = m.ReplicaId
+	r.Role = m.Role
+	r.MatchIndex = m.MatchIndex
+	r.Leader = m.Leader
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardStatus) CloneVT() *ShardStatus {
+	if m == nil {
+		return (*ShardStatus)(nil)
+	}
+	r := new(ShardStatus)
+	r.Descriptor_ = m.Descriptor_.CloneVT()
+	r.LeaderNodeId = m.LeaderNodeId
+	r.Term = m.Term
+	r.CommitIndex = m.CommitIndex
+	r.AppliedIndex = m.AppliedIndex
+	r.Revision = m.Revision
+	r.SizeBytes = m.SizeBytes
+	r.ReportedBy = m.ReportedBy
+	r.Quiesced = m.Quiesced
+	r.Stopped = m.Stopped
+	r.RequestsPerSecond = m.RequestsPerSecond
+	r.LedLoadTicks = m.LedLoadTicks
+	r.PeakRequestsPerSecond = m.PeakRequestsPerSecond
+	if rhs := m.Replicas; rhs != nil {
+		tmpContainer := make([]*ReplicaStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Replicas = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardStatus) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ClusterStatusRequest) CloneVT() *ClusterStatusRequest {
+	if m == nil {
+		return (*ClusterStatusRequest)(nil)
+	}
+	r := new(ClusterStatusRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ClusterStatusRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ClusterStatusResponse) CloneVT() *ClusterStatusResponse {
+	if m == nil {
+		return (*ClusterStatusResponse)(nil)
+	}
+	r := new(ClusterStatusResponse)
+	r.ClusterId = m.ClusterId
+	if rhs := m.Nodes; rhs != nil {
+		tmpContainer := make([]*NodeStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Nodes = tmpContainer
+	}
+	if rhs := m.Shards; rhs != nil {
+		tmpContainer := make([]*ShardStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Shards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ClusterStatusResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetRoutingRequest) CloneVT() *GetRoutingRequest {
+	if m == nil {
+		return (*GetRoutingRequest)(nil)
+	}
+	r := new(GetRoutingRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetRoutingRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetRoutingResponse) CloneVT() *GetRoutingResponse {
+	if m == nil {
+		return (*GetRoutingResponse)(nil)
+	}
+	r := new(GetRoutingResponse)
+	r.ClusterId = m.ClusterId
+	if rhs := m.Nodes; rhs != nil {
+		tmpContainer := make([]*NodeDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Nodes = tmpContainer
+	}
+	if rhs := m.Shards; rhs != nil {
+		tmpContainer := make([]*RoutedShard, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Shards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetRoutingResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ListNodesRequest) CloneVT() *ListNodesRequest {
+	if m == nil {
+		return (*ListNodesRequest)(nil)
+	}
+	r := new(ListNodesRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ListNodesRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ListNodesResponse) CloneVT() *ListNodesResponse {
+	if m == nil {
+		return (*ListNodesResponse)(nil)
+	}
+	r := new(ListNodesResponse)
+	if rhs := m.Nodes; rhs != nil {
+		tmpContainer := make([]*NodeStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Nodes = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ListNodesResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AddNodeRequest) CloneVT() *AddNodeRequest {
+	if m == nil {
+		return (*AddNodeRequest)(nil)
+	}
+	r := new(AddNodeRequest)
+	r.Address = m.Address
+	r.Zone = m.Zone
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AddNodeRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AddNodeResponse) CloneVT() *AddNodeResponse {
+	if m == nil {
+		return (*AddNodeResponse)(nil)
+	}
+	r := new(AddNodeResponse)
+	r.Node = m.Node.CloneVT()
+	r.ClusterId = m.ClusterId
+	if rhs := m.Peers; rhs != nil {
+		tmpContainer := make([]*NodeDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Peers = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AddNodeResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RemoveNodeRequest) CloneVT() *RemoveNodeRequest {
+	if m == nil {
+		return (*RemoveNodeRequest)(nil)
+	}
+	r := new(RemoveNodeRequest)
+	r.NodeId = m.NodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RemoveNodeRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RemoveNodeResponse) CloneVT() *RemoveNodeResponse {
+	if m == nil {
+		return (*RemoveNodeResponse)(nil)
+	}
+	r := new(RemoveNodeResponse)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RemoveNodeResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ListShardsRequest) CloneVT() *ListShardsRequest {
+	if m == nil {
+		return (*ListShardsRequest)(nil)
+	}
+	r := new(ListShardsRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ListShardsRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ListShardsResponse) CloneVT() *ListShardsResponse {
+	if m == nil {
+		return (*ListShardsResponse)(nil)
+	}
+	r := new(ListShardsResponse)
+	if rhs := m.Shards; rhs != nil {
+		tmpContainer := make([]*ShardStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Shards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ListShardsResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardInfoRequest) CloneVT() *ShardInfoRequest {
+	if m == nil {
+		return (*ShardInfoRequest)(nil)
+	}
+	r := new(ShardInfoRequest)
+	r.ShardId = m.ShardId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardInfoRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardInfoResponse) CloneVT() *ShardInfoResponse {
+	if m == nil {
+		return (*ShardInfoResponse)(nil)
+	}
+	r := new(ShardInfoResponse)
+	r.Shard = m.Shard.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardInfoResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TransferLeaderRequest) CloneVT() *TransferLeaderRequest {
+	if m == nil {
+		return (*TransferLeaderRequest)(nil)
+	}
+	r := new(TransferLeaderRequest)
+	r.ShardId = m.ShardId
+	r.TargetNodeId = m.TargetNodeId
+	r.PinSeconds = m.PinSeconds
+	r.Scheduled = m.Scheduled
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TransferLeaderRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TransferLeaderResponse) CloneVT() *TransferLeaderResponse {
+	if m == nil {
+		return (*TransferLeaderResponse)(nil)
+	}
+	r := new(TransferLeaderResponse)
+	r.LeaderNodeId = m.LeaderNodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TransferLeaderResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeInfoRequest) CloneVT() *NodeInfoRequest {
+	if m == nil {
+		return (*NodeInfoRequest)(nil)
+	}
+	r := new(NodeInfoRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeInfoRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeInfoResponse) CloneVT() *NodeInfoResponse {
+	if m == nil {
+		return (*NodeInfoResponse)(nil)
+	}
+	r := new(NodeInfoResponse)
+	r.Node = m.Node.CloneVT()
+	r.UsedBytes = m.UsedBytes
+	if rhs := m.Shards; rhs != nil {
+		tmpContainer := make([]*ShardStatus, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Shards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeInfoResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SplitShardRequest) CloneVT() *SplitShardRequest {
+	if m == nil {
+		return (*SplitShardRequest)(nil)
+	}
+	r := new(SplitShardRequest)
+	r.ShardId = m.ShardId
+	r.RightShardId = m.RightShardId
+	r.Automatic = m.Automatic
+	r.RightLeaderNodeId = m.RightLeaderNodeId
+	if rhs := m.SplitKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.SplitKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SplitShardRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SplitShardResponse) CloneVT() *SplitShardResponse {
+	if m == nil {
+		return (*SplitShardResponse)(nil)
+	}
+	r := new(SplitShardResponse)
+	r.Left = m.Left.CloneVT()
+	r.Right = m.Right.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SplitShardResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardDirectoryRequest) CloneVT() *ShardDirectoryRequest {
+	if m == nil {
+		return (*ShardDirectoryRequest)(nil)
+	}
+	r := new(ShardDirectoryRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardDirectoryRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardDirectoryResponse) CloneVT() *ShardDirectoryResponse {
+	if m == nil {
+		return (*ShardDirectoryResponse)(nil)
+	}
+	r := new(ShardDirectoryResponse)
+	if rhs := m.Shards; rhs != nil {
+		tmpContainer := make([]*ShardDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Shards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardDirectoryResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReportShardsRequest) CloneVT() *ReportShardsRequest {
+	if m == nil {
+		return (*ReportShardsRequest)(nil)
+	}
+	r := new(ReportShardsRequest)
+	if rhs := m.Descriptors; rhs != nil {
+		tmpContainer := make([]*ShardDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Descriptors = tmpContainer
+	}
+	if rhs := m.RemovedShardIds; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.RemovedShardIds = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReportShardsRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReportShardsResponse) CloneVT() *ReportShardsResponse {
+	if m == nil {
+		return (*ReportShardsResponse)(nil)
+	}
+	r := new(ReportShardsResponse)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReportShardsResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeStats) CloneVT() *NodeStats {
+	if m == nil {
+		return (*NodeStats)(nil)
+	}
+	r := new(NodeStats)
+	r.Node = m.Node.CloneVT()
+	r.CapacityBytes = m.CapacityBytes
+	r.AvailableBytes = m.AvailableBytes
+	r.UsedBytes = m.UsedBytes
+	r.ReplicaCount = m.ReplicaCount
+	r.LeaderCount = m.LeaderCount
+	r.RequestsPerSecond = m.RequestsPerSecond
+	r.WriteBytesPerSecond = m.WriteBytesPerSecond
+	r.DrainingLeaders = m.DrainingLeaders
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeStats) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *LedShard) CloneVT() *LedShard {
+	if m == nil {
+		return (*LedShard)(nil)
+	}
+	r := new(LedShard)
+	r.ShardId = m.ShardId
+	r.Epoch = m.Epoch
+	r.SizeBytes = m.SizeBytes
+	if rhs := m.CaughtUpLearners; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.CaughtUpLearners = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *LedShard) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HeartbeatRequest) CloneVT() *HeartbeatRequest {
+	if m == nil {
+		return (*HeartbeatRequest)(nil)
+	}
+	r := new(HeartbeatRequest)
+	r.Stats = m.Stats.CloneVT()
+	if rhs := m.Led; rhs != nil {
+		tmpContainer := make([]*LedShard, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Led = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HeartbeatRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HeartbeatResponse) CloneVT() *HeartbeatResponse {
+	if m == nil {
+		return (*HeartbeatResponse)(nil)
+	}
+	r := new(HeartbeatResponse)
+	if rhs := m.DrainingLeaderNodes; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.DrainingLeaderNodes = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HeartbeatResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReplicaChange) CloneVT() *ReplicaChange {
+	if m == nil {
+		return (*ReplicaChange)(nil)
+	}
+	r := new(ReplicaChange)
+	r.Type = m.Type
+	r.NodeId = m.NodeId
+	r.ReplicaId = m.ReplicaId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaChange) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ChangeReplicasRequest) CloneVT() *ChangeReplicasRequest {
+	if m == nil {
+		return (*ChangeReplicasRequest)(nil)
+	}
+	r := new(ChangeReplicasRequest)
+	r.ShardId = m.ShardId
+	r.Epoch = m.Epoch
+	if rhs := m.Changes; rhs != nil {
+		tmpContainer := make([]*ReplicaChange, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Changes = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ChangeReplicasRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ChangeReplicasResponse) CloneVT() *ChangeReplicasResponse {
+	if m == nil {
+		return (*ChangeReplicasResponse)(nil)
+	}
+	r := new(ChangeReplicasResponse)
+	r.Descriptor_ = m.Descriptor_.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ChangeReplicasResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PlacementOperation) CloneVT() *PlacementOperation {
+	if m == nil {
+		return (*PlacementOperation)(nil)
+	}
+	r := new(PlacementOperation)
+	r.ShardId = m.ShardId
+	r.Kind = m.Kind
+	r.NodeId = m.NodeId
+	r.FromNodeId = m.FromNodeId
+	r.Reason = m.Reason
+	r.StartedUnixNanos = m.StartedUnixNanos
+	r.FinishedUnixNanos = m.FinishedUnixNanos
+	r.State = m.State
+	r.Error = m.Error
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PlacementOperation) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *StuckReplica) CloneVT() *StuckReplica {
+	if m == nil {
+		return (*StuckReplica)(nil)
+	}
+	r := new(StuckReplica)
+	r.ShardId = m.ShardId
+	r.NodeId = m.NodeId
+	r.Reason = m.Reason
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *StuckReplica) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodePlacement) CloneVT() *NodePlacement {
+	if m == nil {
+		return (*NodePlacement)(nil)
+	}
+	r := new(NodePlacement)
+	r.Node = m.Node.CloneVT()
+	r.State = m.State
+	r.LastHeartbeatUnixNanos = m.LastHeartbeatUnixNanos
+	r.Stats = m.Stats.CloneVT()
+	r.Replicas = m.Replicas
+	r.Leaders = m.Leaders
+	r.Bytes = m.Bytes
+	if rhs := m.Stuck; rhs != nil {
+		tmpContainer := make([]*StuckReplica, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Stuck = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodePlacement) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PlacementStatusRequest) CloneVT() *PlacementStatusRequest {
+	if m == nil {
+		return (*PlacementStatusRequest)(nil)
+	}
+	r := new(PlacementStatusRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PlacementStatusRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PlacementStatusResponse) CloneVT() *PlacementStatusResponse {
+	if m == nil {
+		return (*PlacementStatusResponse)(nil)
+	}
+	r := new(PlacementStatusResponse)
+	r.PlacementLeaderNodeId = m.PlacementLeaderNodeId
+	r.ReplicaSpread = m.ReplicaSpread
+	r.LeaderSpread = m.LeaderSpread
+	r.BytesSpreadPercent = m.BytesSpreadPercent
+	r.Balanced = m.Balanced
+	if rhs := m.Nodes; rhs != nil {
+		tmpContainer := make([]*NodePlacement, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Nodes = tmpContainer
+	}
+	if rhs := m.Running; rhs != nil {
+		tmpContainer := make([]*PlacementOperation, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Running = tmpContainer
+	}
+	if rhs := m.Stuck; rhs != nil {
+		tmpContainer := make([]*StuckReplica, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Stuck = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PlacementStatusResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PlacementHistoryRequest) CloneVT() *PlacementHistoryRequest {
+	if m == nil {
+		return (*PlacementHistoryRequest)(nil)
+	}
+	r := new(PlacementHistoryRequest)
+	r.Limit = m.Limit
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PlacementHistoryRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PlacementHistoryResponse) CloneVT() *PlacementHistoryResponse {
+	if m == nil {
+		return (*PlacementHistoryResponse)(nil)
+	}
+	r := new(PlacementHistoryResponse)
+	if rhs := m.Operations; rhs != nil {
+		tmpContainer := make([]*PlacementOperation, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Operations = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PlacementHistoryResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DecommissionNodeRequest) CloneVT() *DecommissionNodeRequest {
+	if m == nil {
+		return (*DecommissionNodeRequest)(nil)
+	}
+	r := new(DecommissionNodeRequest)
+	r.NodeId = m.NodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DecommissionNodeRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DecommissionNodeResponse) CloneVT() *DecommissionNodeResponse {
+	if m == nil {
+		return (*DecommissionNodeResponse)(nil)
+	}
+	r := new(DecommissionNodeResponse)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DecommissionNodeResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RecommissionNodeRequest) CloneVT() *RecommissionNodeRequest {
+	if m == nil {
+		return (*RecommissionNodeRequest)(nil)
+	}
+	r := new(RecommissionNodeRequest)
+	r.NodeId = m.NodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RecommissionNodeRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RecommissionNodeResponse) CloneVT() *RecommissionNodeResponse {
+	if m == nil {
+		return (*RecommissionNodeResponse)(nil)
+	}
+	r := new(RecommissionNodeResponse)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RecommissionNodeResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MoveReplicaRequest) CloneVT() *MoveReplicaRequest {
+	if m == nil {
+		return (*MoveReplicaRequest)(nil)
+	}
+	r := new(MoveReplicaRequest)
+	r.ShardId = m.ShardId
+	r.FromNodeId = m.FromNodeId
+	r.ToNodeId = m.ToNodeId
+	r.PinSeconds = m.PinSeconds
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MoveReplicaRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MoveReplicaResponse) CloneVT() *MoveReplicaResponse {
+	if m == nil {
+		return (*MoveReplicaResponse)(nil)
+	}
+	r := new(MoveReplicaResponse)
+	r.Operation = m.Operation.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MoveReplicaResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MergeShardsRequest) CloneVT() *MergeShardsRequest {
+	if m == nil {
+		return (*MergeShardsRequest)(nil)
+	}
+	r := new(MergeShardsRequest)
+	r.ShardId = m.ShardId
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MergeShardsRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MergeShardsResponse) CloneVT() *MergeShardsResponse {
+	if m == nil {
+		return (*MergeShardsResponse)(nil)
+	}
+	r := new(MergeShardsResponse)
+	r.Merged = m.Merged.CloneVT()
+	r.RemovedShardId = m.RemovedShardId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MergeShardsResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DrainLeadersRequest) CloneVT() *DrainLeadersRequest {
+	if m == nil {
+		return (*DrainLeadersRequest)(nil)
+	}
+	r := new(DrainLeadersRequest)
+	r.NodeId = m.NodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DrainLeadersRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DrainLeadersResponse) CloneVT() *DrainLeadersResponse {
+	if m == nil {
+		return (*DrainLeadersResponse)(nil)
+	}
+	r := new(DrainLeadersResponse)
+	r.NodeId = m.NodeId
+	r.Transferred = m.Transferred
+	if rhs := m.RemainingShardIds; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.RemainingShardIds = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DrainLeadersResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReplicaChecksumRequest) CloneVT() *ReplicaChecksumRequest {
+	if m == nil {
+		return (*ReplicaChecksumRequest)(nil)
+	}
+	r := new(ReplicaChecksumRequest)
+	r.ShardId = m.ShardId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaChecksumRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ReplicaChecksumResponse) CloneVT() *ReplicaChecksumResponse {
+	if m == nil {
+		return (*ReplicaChecksumResponse)(nil)
+	}
+	r := new(ReplicaChecksumResponse)
+	r.NodeId = m.NodeId
+	r.ShardId = m.ShardId
+	r.AppliedIndex = m.AppliedIndex
+	r.Checksum = m.Checksum
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaChecksumResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *BackupShardRequest) CloneVT() *BackupShardRequest {
+	if m == nil {
+		return (*BackupShardRequest)(nil)
+	}
+	r := new(BackupShardRequest)
+	r.ShardId = m.ShardId
+	if rhs := m.SkipFiles; rhs != nil {
+		tmpContainer := make([]*SnapshotFile, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.SkipFiles = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BackupShardRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *BackupShardLogRequest) CloneVT() *BackupShardLogRequest {
+	if m == nil {
+		return (*BackupShardLogRequest)(nil)
+	}
+	r := new(BackupShardLogRequest)
+	r.ShardId = m.ShardId
+	r.AfterIndex = m.AfterIndex
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BackupShardLogRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *BackupLogEntry) CloneVT() *BackupLogEntry {
+	if m == nil {
+		return (*BackupLogEntry)(nil)
+	}
+	r := new(BackupLogEntry)
+	r.Index = m.Index
+	r.Term = m.Term
+	r.Hlc = m.Hlc.CloneVT()
+	r.Revision = m.Revision
+	r.Range = m.Range.CloneVT()
+	if rhs := m.Ops; rhs != nil {
+		tmpContainer := make([]*BackupLogOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ops = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BackupLogEntry) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *BackupLogOp) CloneVT() *BackupLogOp {
+	if m == nil {
+		return (*BackupLogOp)(nil)
+	}
+	r := new(BackupLogOp)
+	r.Kind = m.Kind
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BackupLogOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
 
 func (m *GetAuthStateRequest) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {

@@ -7,6 +7,7 @@ package shalev1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 )
@@ -17,6 +18,806 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+func (m *Permission) CloneVT() *Permission {
+	if m == nil {
+		return (*Permission)(nil)
+	}
+	r := new(Permission)
+	r.Type = m.Type
+	r.Prefix = m.Prefix
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.RangeEnd; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.RangeEnd = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Permission) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Role) CloneVT() *Role {
+	if m == nil {
+		return (*Role)(nil)
+	}
+	r := new(Role)
+	r.Name = m.Name
+	if rhs := m.Permissions; rhs != nil {
+		tmpContainer := make([]*Permission, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Permissions = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Role) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserInfo) CloneVT() *UserInfo {
+	if m == nil {
+		return (*UserInfo)(nil)
+	}
+	r := new(UserInfo)
+	r.Name = m.Name
+	r.HasPassword = m.HasPassword
+	if rhs := m.Roles; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Roles = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserInfo) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *User) CloneVT() *User {
+	if m == nil {
+		return (*User)(nil)
+	}
+	r := new(User)
+	r.Name = m.Name
+	r.TokenGeneration = m.TokenGeneration
+	if rhs := m.Roles; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Roles = tmpContainer
+	}
+	if rhs := m.PasswordHash; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.PasswordHash = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *User) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SigningKey) CloneVT() *SigningKey {
+	if m == nil {
+		return (*SigningKey)(nil)
+	}
+	r := new(SigningKey)
+	r.Id = m.Id
+	r.CreatedUnixNanos = m.CreatedUnixNanos
+	if rhs := m.Ed25519Seed; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Ed25519Seed = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SigningKey) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthState) CloneVT() *AuthState {
+	if m == nil {
+		return (*AuthState)(nil)
+	}
+	r := new(AuthState)
+	r.Enabled = m.Enabled
+	r.Revision = m.Revision
+	if rhs := m.Users; rhs != nil {
+		tmpContainer := make([]*User, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Users = tmpContainer
+	}
+	if rhs := m.Roles; rhs != nil {
+		tmpContainer := make([]*Role, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Roles = tmpContainer
+	}
+	if rhs := m.SigningKeys; rhs != nil {
+		tmpContainer := make([]*SigningKey, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.SigningKeys = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthState) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthenticateRequest) CloneVT() *AuthenticateRequest {
+	if m == nil {
+		return (*AuthenticateRequest)(nil)
+	}
+	r := new(AuthenticateRequest)
+	r.Name = m.Name
+	r.Password = m.Password
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthenticateRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthenticateResponse) CloneVT() *AuthenticateResponse {
+	if m == nil {
+		return (*AuthenticateResponse)(nil)
+	}
+	r := new(AuthenticateResponse)
+	r.Token = m.Token
+	r.ExpiresUnixMs = m.ExpiresUnixMs
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthenticateResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthEnableRequest) CloneVT() *AuthEnableRequest {
+	if m == nil {
+		return (*AuthEnableRequest)(nil)
+	}
+	r := new(AuthEnableRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthEnableRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthEnableResponse) CloneVT() *AuthEnableResponse {
+	if m == nil {
+		return (*AuthEnableResponse)(nil)
+	}
+	r := new(AuthEnableResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthEnableResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthDisableRequest) CloneVT() *AuthDisableRequest {
+	if m == nil {
+		return (*AuthDisableRequest)(nil)
+	}
+	r := new(AuthDisableRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthDisableRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthDisableResponse) CloneVT() *AuthDisableResponse {
+	if m == nil {
+		return (*AuthDisableResponse)(nil)
+	}
+	r := new(AuthDisableResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthDisableResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthStatusRequest) CloneVT() *AuthStatusRequest {
+	if m == nil {
+		return (*AuthStatusRequest)(nil)
+	}
+	r := new(AuthStatusRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthStatusRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthStatusResponse) CloneVT() *AuthStatusResponse {
+	if m == nil {
+		return (*AuthStatusResponse)(nil)
+	}
+	r := new(AuthStatusResponse)
+	r.Enabled = m.Enabled
+	r.Revision = m.Revision
+	r.User = m.User
+	if rhs := m.Roles; rhs != nil {
+		tmpContainer := make([]string, len(rhs))
+		copy(tmpContainer, rhs)
+		r.Roles = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthStatusResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthRotateKeyRequest) CloneVT() *AuthRotateKeyRequest {
+	if m == nil {
+		return (*AuthRotateKeyRequest)(nil)
+	}
+	r := new(AuthRotateKeyRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthRotateKeyRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *AuthRotateKeyResponse) CloneVT() *AuthRotateKeyResponse {
+	if m == nil {
+		return (*AuthRotateKeyResponse)(nil)
+	}
+	r := new(AuthRotateKeyResponse)
+	r.Revision = m.Revision
+	r.KeyId = m.KeyId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *AuthRotateKeyResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserAddRequest) CloneVT() *UserAddRequest {
+	if m == nil {
+		return (*UserAddRequest)(nil)
+	}
+	r := new(UserAddRequest)
+	r.Name = m.Name
+	r.Password = m.Password
+	r.NoPassword = m.NoPassword
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserAddRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserAddResponse) CloneVT() *UserAddResponse {
+	if m == nil {
+		return (*UserAddResponse)(nil)
+	}
+	r := new(UserAddResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserAddResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserDeleteRequest) CloneVT() *UserDeleteRequest {
+	if m == nil {
+		return (*UserDeleteRequest)(nil)
+	}
+	r := new(UserDeleteRequest)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserDeleteRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserDeleteResponse) CloneVT() *UserDeleteResponse {
+	if m == nil {
+		return (*UserDeleteResponse)(nil)
+	}
+	r := new(UserDeleteResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserDeleteResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserChangePasswordRequest) CloneVT() *UserChangePasswordRequest {
+	if m == nil {
+		return (*UserChangePasswordRequest)(nil)
+	}
+	r := new(UserChangePasswordRequest)
+	r.Name = m.Name
+	r.Password = m.Password
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserChangePasswordRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserChangePasswordResponse) CloneVT() *UserChangePasswordResponse {
+	if m == nil {
+		return (*UserChangePasswordResponse)(nil)
+	}
+	r := new(UserChangePasswordResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserChangePasswordResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserGrantRoleRequest) CloneVT() *UserGrantRoleRequest {
+	if m == nil {
+		return (*UserGrantRoleRequest)(nil)
+	}
+	r := new(UserGrantRoleRequest)
+	r.User = m.User
+	r.Role = m.Role
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserGrantRoleRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserGrantRoleResponse) CloneVT() *UserGrantRoleResponse {
+	if m == nil {
+		return (*UserGrantRoleResponse)(nil)
+	}
+	r := new(UserGrantRoleResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserGrantRoleResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserRevokeRoleRequest) CloneVT() *UserRevokeRoleRequest {
+	if m == nil {
+		return (*UserRevokeRoleRequest)(nil)
+	}
+	r := new(UserRevokeRoleRequest)
+	r.User = m.User
+	r.Role = m.Role
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserRevokeRoleRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserRevokeRoleResponse) CloneVT() *UserRevokeRoleResponse {
+	if m == nil {
+		return (*UserRevokeRoleResponse)(nil)
+	}
+	r := new(UserRevokeRoleResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserRevokeRoleResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserGetRequest) CloneVT() *UserGetRequest {
+	if m == nil {
+		return (*UserGetRequest)(nil)
+	}
+	r := new(UserGetRequest)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserGetRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserGetResponse) CloneVT() *UserGetResponse {
+	if m == nil {
+		return (*UserGetResponse)(nil)
+	}
+	r := new(UserGetResponse)
+	r.User = m.User.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserGetResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserListRequest) CloneVT() *UserListRequest {
+	if m == nil {
+		return (*UserListRequest)(nil)
+	}
+	r := new(UserListRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserListRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *UserListResponse) CloneVT() *UserListResponse {
+	if m == nil {
+		return (*UserListResponse)(nil)
+	}
+	r := new(UserListResponse)
+	if rhs := m.Users; rhs != nil {
+		tmpContainer := make([]*UserInfo, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Users = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *UserListResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleAddRequest) CloneVT() *RoleAddRequest {
+	if m == nil {
+		return (*RoleAddRequest)(nil)
+	}
+	r := new(RoleAddRequest)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleAddRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleAddResponse) CloneVT() *RoleAddResponse {
+	if m == nil {
+		return (*RoleAddResponse)(nil)
+	}
+	r := new(RoleAddResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleAddResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleDeleteRequest) CloneVT() *RoleDeleteRequest {
+	if m == nil {
+		return (*RoleDeleteRequest)(nil)
+	}
+	r := new(RoleDeleteRequest)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleDeleteRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleDeleteResponse) CloneVT() *RoleDeleteResponse {
+	if m == nil {
+		return (*RoleDeleteResponse)(nil)
+	}
+	r := new(RoleDeleteResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleDeleteResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleGrantPermissionRequest) CloneVT() *RoleGrantPermissionRequest {
+	if m == nil {
+		return (*RoleGrantPermissionRequest)(nil)
+	}
+	r := new(RoleGrantPermissionRequest)
+	r.Role = m.Role
+	r.Permission = m.Permission.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleGrantPermissionRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleGrantPermissionResponse) CloneVT() *RoleGrantPermissionResponse {
+	if m == nil {
+		return (*RoleGrantPermissionResponse)(nil)
+	}
+	r := new(RoleGrantPermissionResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleGrantPermissionResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleRevokePermissionRequest) CloneVT() *RoleRevokePermissionRequest {
+	if m == nil {
+		return (*RoleRevokePermissionRequest)(nil)
+	}
+	r := new(RoleRevokePermissionRequest)
+	r.Role = m.Role
+	r.Permission = m.Permission.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleRevokePermissionRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleRevokePermissionResponse) CloneVT() *RoleRevokePermissionResponse {
+	if m == nil {
+		return (*RoleRevokePermissionResponse)(nil)
+	}
+	r := new(RoleRevokePermissionResponse)
+	r.Revision = m.Revision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleRevokePermissionResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleGetRequest) CloneVT() *RoleGetRequest {
+	if m == nil {
+		return (*RoleGetRequest)(nil)
+	}
+	r := new(RoleGetRequest)
+	r.Name = m.Name
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleGetRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleGetResponse) CloneVT() *RoleGetResponse {
+	if m == nil {
+		return (*RoleGetResponse)(nil)
+	}
+	r := new(RoleGetResponse)
+	r.Role = m.Role.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleGetResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleListRequest) CloneVT() *RoleListRequest {
+	if m == nil {
+		return (*RoleListRequest)(nil)
+	}
+	r := new(RoleListRequest)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleListRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoleListResponse) CloneVT() *RoleListResponse {
+	if m == nil {
+		return (*RoleListResponse)(nil)
+	}
+	r := new(RoleListResponse)
+	if rhs := m.Roles; rhs != nil {
+		tmpContainer := make([]*Role, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Roles = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoleListResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
 
 func (m *Permission) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {

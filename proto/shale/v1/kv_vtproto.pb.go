@@ -8,9 +8,10 @@ import (
 	binary "encoding/binary"
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
-	anypb "github.com/planetscale/vtprotobuf/types/known/anypb"
+	anypb1 "github.com/planetscale/vtprotobuf/types/known/anypb"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	anypb1 "google.golang.org/protobuf/types/known/anypb"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	io "io"
 )
 
@@ -20,6 +21,1012 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+func (m *CallBatch) CloneVT() *CallBatch {
+	if m == nil {
+		return (*CallBatch)(nil)
+	}
+	r := new(CallBatch)
+	if rhs := m.Calls; rhs != nil {
+		tmpContainer := make([]*Call, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Calls = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CallBatch) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Call) CloneVT() *Call {
+	if m == nil {
+		return (*Call)(nil)
+	}
+	r := new(Call)
+	r.Id = m.Id
+	r.Method = m.Method
+	r.TimeoutMs = m.TimeoutMs
+	if rhs := m.Request; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Request = tmpBytes
+	}
+	if rhs := m.TraceContext; rhs != nil {
+		tmpContainer := make(map[string]string, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v
+		}
+		r.TraceContext = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Call) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ResultBatch) CloneVT() *ResultBatch {
+	if m == nil {
+		return (*ResultBatch)(nil)
+	}
+	r := new(ResultBatch)
+	if rhs := m.Results; rhs != nil {
+		tmpContainer := make([]*CallResult, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Results = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ResultBatch) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *CallResult) CloneVT() *CallResult {
+	if m == nil {
+		return (*CallResult)(nil)
+	}
+	r := new(CallResult)
+	r.Id = m.Id
+	r.Code = m.Code
+	r.Message = m.Message
+	if rhs := m.Response; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Response = tmpBytes
+	}
+	if rhs := m.Details; rhs != nil {
+		tmpContainer := make([]*anypb.Any, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = (*anypb.Any)((*anypb1.Any)(v).CloneVT())
+		}
+		r.Details = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CallResult) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RequestHeader) CloneVT() *RequestHeader {
+	if m == nil {
+		return (*RequestHeader)(nil)
+	}
+	r := new(RequestHeader)
+	r.ShardId = m.ShardId
+	r.Epoch = m.Epoch
+	r.Consistency = m.Consistency
+	r.FirstAttempt = m.FirstAttempt
+	if rhs := m.RequestId; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.RequestId = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RequestHeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ResponseHeader) CloneVT() *ResponseHeader {
+	if m == nil {
+		return (*ResponseHeader)(nil)
+	}
+	r := new(ResponseHeader)
+	r.ShardId = m.ShardId
+	r.Revision = m.Revision
+	r.NodeId = m.NodeId
+	r.Epoch = m.Epoch
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ResponseHeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *KeyValue) CloneVT() *KeyValue {
+	if m == nil {
+		return (*KeyValue)(nil)
+	}
+	r := new(KeyValue)
+	r.CreateRevision = m.CreateRevision
+	r.ModRevision = m.ModRevision
+	r.Version = m.Version
+	r.ExpireUnixNanos = m.ExpireUnixNanos
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *KeyValue) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetRequest) CloneVT() *GetRequest {
+	if m == nil {
+		return (*GetRequest)(nil)
+	}
+	r := new(GetRequest)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetResponse) CloneVT() *GetResponse {
+	if m == nil {
+		return (*GetResponse)(nil)
+	}
+	r := new(GetResponse)
+	r.Header = m.Header.CloneVT()
+	r.Kv = m.Kv.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MultiGetRequest) CloneVT() *MultiGetRequest {
+	if m == nil {
+		return (*MultiGetRequest)(nil)
+	}
+	r := new(MultiGetRequest)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Keys; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.Keys = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MultiGetRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MultiGetResult) CloneVT() *MultiGetResult {
+	if m == nil {
+		return (*MultiGetResult)(nil)
+	}
+	r := new(MultiGetResult)
+	r.Kv = m.Kv.CloneVT()
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MultiGetResult) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MultiGetResponse) CloneVT() *MultiGetResponse {
+	if m == nil {
+		return (*MultiGetResponse)(nil)
+	}
+	r := new(MultiGetResponse)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Results; rhs != nil {
+		tmpContainer := make([]*MultiGetResult, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Results = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MultiGetResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PutRequest) CloneVT() *PutRequest {
+	if m == nil {
+		return (*PutRequest)(nil)
+	}
+	r := new(PutRequest)
+	r.Header = m.Header.CloneVT()
+	r.TtlMs = m.TtlMs
+	r.PrevKv = m.PrevKv
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PutRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PutResponse) CloneVT() *PutResponse {
+	if m == nil {
+		return (*PutResponse)(nil)
+	}
+	r := new(PutResponse)
+	r.Header = m.Header.CloneVT()
+	r.PrevKv = m.PrevKv.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PutResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteRequest) CloneVT() *DeleteRequest {
+	if m == nil {
+		return (*DeleteRequest)(nil)
+	}
+	r := new(DeleteRequest)
+	r.Header = m.Header.CloneVT()
+	r.PrevKv = m.PrevKv
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteResponse) CloneVT() *DeleteResponse {
+	if m == nil {
+		return (*DeleteResponse)(nil)
+	}
+	r := new(DeleteResponse)
+	r.Header = m.Header.CloneVT()
+	r.Deleted = m.Deleted
+	r.PrevKv = m.PrevKv.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteRangeRequest) CloneVT() *DeleteRangeRequest {
+	if m == nil {
+		return (*DeleteRangeRequest)(nil)
+	}
+	r := new(DeleteRangeRequest)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.StartKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.StartKey = tmpBytes
+	}
+	if rhs := m.EndKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.EndKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteRangeRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteRangeResponse) CloneVT() *DeleteRangeResponse {
+	if m == nil {
+		return (*DeleteRangeResponse)(nil)
+	}
+	r := new(DeleteRangeResponse)
+	r.Header = m.Header.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteRangeResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ScanRequest) CloneVT() *ScanRequest {
+	if m == nil {
+		return (*ScanRequest)(nil)
+	}
+	r := new(ScanRequest)
+	r.Header = m.Header.CloneVT()
+	r.Reverse = m.Reverse
+	r.Limit = m.Limit
+	r.KeysOnly = m.KeysOnly
+	if rhs := m.StartKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.StartKey = tmpBytes
+	}
+	if rhs := m.EndKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.EndKey = tmpBytes
+	}
+	if rhs := m.Prefix; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Prefix = tmpBytes
+	}
+	if rhs := m.ContinuationToken; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.ContinuationToken = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ScanRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ScanResponse) CloneVT() *ScanResponse {
+	if m == nil {
+		return (*ScanResponse)(nil)
+	}
+	r := new(ScanResponse)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Kvs; rhs != nil {
+		tmpContainer := make([]*KeyValue, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Kvs = tmpContainer
+	}
+	if rhs := m.ContinuationToken; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.ContinuationToken = tmpBytes
+	}
+	if rhs := m.ResumeKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.ResumeKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ScanResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ScanToken) CloneVT() *ScanToken {
+	if m == nil {
+		return (*ScanToken)(nil)
+	}
+	r := new(ScanToken)
+	r.Remaining = m.Remaining
+	r.Checksum = m.Checksum
+	if rhs := m.ResumeKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.ResumeKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ScanToken) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *PutOp) CloneVT() *PutOp {
+	if m == nil {
+		return (*PutOp)(nil)
+	}
+	r := new(PutOp)
+	r.TtlMs = m.TtlMs
+	r.PrevKv = m.PrevKv
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PutOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteOp) CloneVT() *DeleteOp {
+	if m == nil {
+		return (*DeleteOp)(nil)
+	}
+	r := new(DeleteOp)
+	r.PrevKv = m.PrevKv
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *DeleteRangeOp) CloneVT() *DeleteRangeOp {
+	if m == nil {
+		return (*DeleteRangeOp)(nil)
+	}
+	r := new(DeleteRangeOp)
+	if rhs := m.StartKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.StartKey = tmpBytes
+	}
+	if rhs := m.EndKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.EndKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *DeleteRangeOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *GetOp) CloneVT() *GetOp {
+	if m == nil {
+		return (*GetOp)(nil)
+	}
+	r := new(GetOp)
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *GetOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RequestOp) CloneVT() *RequestOp {
+	if m == nil {
+		return (*RequestOp)(nil)
+	}
+	r := new(RequestOp)
+	if m.Op != nil {
+		r.Op = m.Op.(interface{ CloneVT() isRequestOp_Op }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RequestOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RequestOp_Put) CloneVT() isRequestOp_Op {
+	if m == nil {
+		return (*RequestOp_Put)(nil)
+	}
+	r := new(RequestOp_Put)
+	r.Put = m.Put.CloneVT()
+	return r
+}
+
+func (m *RequestOp_Delete) CloneVT() isRequestOp_Op {
+	if m == nil {
+		return (*RequestOp_Delete)(nil)
+	}
+	r := new(RequestOp_Delete)
+	r.Delete = m.Delete.CloneVT()
+	return r
+}
+
+func (m *RequestOp_DeleteRange) CloneVT() isRequestOp_Op {
+	if m == nil {
+		return (*RequestOp_DeleteRange)(nil)
+	}
+	r := new(RequestOp_DeleteRange)
+	r.DeleteRange = m.DeleteRange.CloneVT()
+	return r
+}
+
+func (m *RequestOp_Get) CloneVT() isRequestOp_Op {
+	if m == nil {
+		return (*RequestOp_Get)(nil)
+	}
+	r := new(RequestOp_Get)
+	r.Get = m.Get.CloneVT()
+	return r
+}
+
+func (m *ResponseOp) CloneVT() *ResponseOp {
+	if m == nil {
+		return (*ResponseOp)(nil)
+	}
+	r := new(ResponseOp)
+	if m.Op != nil {
+		r.Op = m.Op.(interface{ CloneVT() isResponseOp_Op }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ResponseOp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ResponseOp_Put) CloneVT() isResponseOp_Op {
+	if m == nil {
+		return (*ResponseOp_Put)(nil)
+	}
+	r := new(ResponseOp_Put)
+	r.Put = m.Put.CloneVT()
+	return r
+}
+
+func (m *ResponseOp_Delete) CloneVT() isResponseOp_Op {
+	if m == nil {
+		return (*ResponseOp_Delete)(nil)
+	}
+	r := new(ResponseOp_Delete)
+	r.Delete = m.Delete.CloneVT()
+	return r
+}
+
+func (m *ResponseOp_DeleteRange) CloneVT() isResponseOp_Op {
+	if m == nil {
+		return (*ResponseOp_DeleteRange)(nil)
+	}
+	r := new(ResponseOp_DeleteRange)
+	r.DeleteRange = m.DeleteRange.CloneVT()
+	return r
+}
+
+func (m *ResponseOp_Get) CloneVT() isResponseOp_Op {
+	if m == nil {
+		return (*ResponseOp_Get)(nil)
+	}
+	r := new(ResponseOp_Get)
+	r.Get = m.Get.CloneVT()
+	return r
+}
+
+func (m *BatchRequest) CloneVT() *BatchRequest {
+	if m == nil {
+		return (*BatchRequest)(nil)
+	}
+	r := new(BatchRequest)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Ops; rhs != nil {
+		tmpContainer := make([]*RequestOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Ops = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BatchRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *BatchResponse) CloneVT() *BatchResponse {
+	if m == nil {
+		return (*BatchResponse)(nil)
+	}
+	r := new(BatchResponse)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Results; rhs != nil {
+		tmpContainer := make([]*ResponseOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Results = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *BatchResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *CompareAndSwapRequest) CloneVT() *CompareAndSwapRequest {
+	if m == nil {
+		return (*CompareAndSwapRequest)(nil)
+	}
+	r := new(CompareAndSwapRequest)
+	r.Header = m.Header.CloneVT()
+	r.ExpectAbsent = m.ExpectAbsent
+	r.TtlMs = m.TtlMs
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.ExpectedValue; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.ExpectedValue = tmpBytes
+	}
+	if rhs := m.NewValue; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.NewValue = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CompareAndSwapRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *CompareAndSwapResponse) CloneVT() *CompareAndSwapResponse {
+	if m == nil {
+		return (*CompareAndSwapResponse)(nil)
+	}
+	r := new(CompareAndSwapResponse)
+	r.Header = m.Header.CloneVT()
+	r.Succeeded = m.Succeeded
+	r.Current = m.Current.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CompareAndSwapResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *Compare) CloneVT() *Compare {
+	if m == nil {
+		return (*Compare)(nil)
+	}
+	r := new(Compare)
+	r.Target = m.Target
+	r.Result = m.Result
+	r.Number = m.Number
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if rhs := m.Value; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Value = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *Compare) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TxnRequest) CloneVT() *TxnRequest {
+	if m == nil {
+		return (*TxnRequest)(nil)
+	}
+	r := new(TxnRequest)
+	r.Header = m.Header.CloneVT()
+	if rhs := m.Compares; rhs != nil {
+		tmpContainer := make([]*Compare, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Compares = tmpContainer
+	}
+	if rhs := m.Success; rhs != nil {
+		tmpContainer := make([]*RequestOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Success = tmpContainer
+	}
+	if rhs := m.Failure; rhs != nil {
+		tmpContainer := make([]*RequestOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Failure = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TxnRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *TxnResponse) CloneVT() *TxnResponse {
+	if m == nil {
+		return (*TxnResponse)(nil)
+	}
+	r := new(TxnResponse)
+	r.Header = m.Header.CloneVT()
+	r.Succeeded = m.Succeeded
+	if rhs := m.Results; rhs != nil {
+		tmpContainer := make([]*ResponseOp, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Results = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *TxnResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchRequest) CloneVT() *WatchRequest {
+	if m == nil {
+		return (*WatchRequest)(nil)
+	}
+	r := new(WatchRequest)
+	r.Header = m.Header.CloneVT()
+	r.StartRevision = m.StartRevision
+	r.PrevKv = m.PrevKv
+	r.ProgressNotify = m.ProgressNotify
+	r.RangeEpoch = m.RangeEpoch
+	r.RevisionShardId = m.RevisionShardId
+	if rhs := m.StartKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.StartKey = tmpBytes
+	}
+	if rhs := m.EndKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.EndKey = tmpBytes
+	}
+	if rhs := m.Prefix; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Prefix = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchEvent) CloneVT() *WatchEvent {
+	if m == nil {
+		return (*WatchEvent)(nil)
+	}
+	r := new(WatchEvent)
+	r.Type = m.Type
+	r.Kv = m.Kv.CloneVT()
+	r.PrevKv = m.PrevKv.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchEvent) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchResponse) CloneVT() *WatchResponse {
+	if m == nil {
+		return (*WatchResponse)(nil)
+	}
+	r := new(WatchResponse)
+	r.Header = m.Header.CloneVT()
+	r.RangeChange = m.RangeChange.CloneVT()
+	if rhs := m.Events; rhs != nil {
+		tmpContainer := make([]*WatchEvent, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Events = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
 
 func (m *CallBatch) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
@@ -219,7 +1226,7 @@ func (m *CallResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	}
 	if len(m.Details) > 0 {
 		for iNdEx := len(m.Details) - 1; iNdEx >= 0; iNdEx-- {
-			size, err := (*anypb.Any)(m.Details[iNdEx]).MarshalToSizedBufferVT(dAtA[:i])
+			size, err := (*anypb1.Any)(m.Details[iNdEx]).MarshalToSizedBufferVT(dAtA[:i])
 			if err != nil {
 				return 0, err
 			}
@@ -2461,7 +3468,7 @@ func (m *CallResult) SizeVT() (n int) {
 	}
 	if len(m.Details) > 0 {
 		for _, e := range m.Details {
-			l = (*anypb.Any)(e).SizeVT()
+			l = (*anypb1.Any)(e).SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
@@ -3922,8 +4929,8 @@ func (m *CallResult) UnmarshalVT(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			m.Details = append(m.Details, &anypb1.Any{})
-			if err := (*anypb.Any)(m.Details[len(m.Details)-1]).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+			m.Details = append(m.Details, &anypb.Any{})
+			if err := (*anypb1.Any)(m.Details[len(m.Details)-1]).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

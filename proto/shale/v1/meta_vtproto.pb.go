@@ -7,6 +7,7 @@ package shalev1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 )
@@ -17,6 +18,246 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+func (m *ReplicaDescriptor) CloneVT() *ReplicaDescriptor {
+	if m == nil {
+		return (*ReplicaDescriptor)(nil)
+	}
+	r := new(ReplicaDescriptor)
+	r.NodeId = m.NodeId
+	r.ReplicaId = m.ReplicaId
+	r.Role = m.Role
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ReplicaDescriptor) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardDescriptor) CloneVT() *ShardDescriptor {
+	if m == nil {
+		return (*ShardDescriptor)(nil)
+	}
+	r := new(ShardDescriptor)
+	r.ShardId = m.ShardId
+	r.Epoch = m.Epoch
+	r.NextReplicaId = m.NextReplicaId
+	r.System = m.System
+	r.MergingInto = m.MergingInto
+	r.Retired = m.Retired
+	r.AutoSplit = m.AutoSplit
+	r.RangeChangedUnixNanos = m.RangeChangedUnixNanos
+	if rhs := m.StartKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.StartKey = tmpBytes
+	}
+	if rhs := m.EndKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.EndKey = tmpBytes
+	}
+	if rhs := m.Replicas; rhs != nil {
+		tmpContainer := make([]*ReplicaDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Replicas = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardDescriptor) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NodeDescriptor) CloneVT() *NodeDescriptor {
+	if m == nil {
+		return (*NodeDescriptor)(nil)
+	}
+	r := new(NodeDescriptor)
+	r.NodeId = m.NodeId
+	r.Address = m.Address
+	r.Zone = m.Zone
+	r.Removed = m.Removed
+	r.Decommissioning = m.Decommissioning
+	r.Started = m.Started
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NodeDescriptor) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardPin) CloneVT() *ShardPin {
+	if m == nil {
+		return (*ShardPin)(nil)
+	}
+	r := new(ShardPin)
+	r.ShardId = m.ShardId
+	r.UntilUnixNanos = m.UntilUnixNanos
+	r.Reason = m.Reason
+	r.MoveFromNodeId = m.MoveFromNodeId
+	r.MoveToNodeId = m.MoveToNodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardPin) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *NotLeader) CloneVT() *NotLeader {
+	if m == nil {
+		return (*NotLeader)(nil)
+	}
+	r := new(NotLeader)
+	r.ShardId = m.ShardId
+	r.LeaderNodeId = m.LeaderNodeId
+	r.LeaderAddress = m.LeaderAddress
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *NotLeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *EpochMismatch) CloneVT() *EpochMismatch {
+	if m == nil {
+		return (*EpochMismatch)(nil)
+	}
+	r := new(EpochMismatch)
+	r.RequestedEpoch = m.RequestedEpoch
+	r.Current = m.Current.CloneVT()
+	r.Next = m.Next.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *EpochMismatch) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RoutedShard) CloneVT() *RoutedShard {
+	if m == nil {
+		return (*RoutedShard)(nil)
+	}
+	r := new(RoutedShard)
+	r.Descriptor_ = m.Descriptor_.CloneVT()
+	r.LeaderNodeId = m.LeaderNodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RoutedShard) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *KeyOutsideShard) CloneVT() *KeyOutsideShard {
+	if m == nil {
+		return (*KeyOutsideShard)(nil)
+	}
+	r := new(KeyOutsideShard)
+	r.Shard = m.Shard.CloneVT()
+	if rhs := m.Key; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Key = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *KeyOutsideShard) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ShardNotFound) CloneVT() *ShardNotFound {
+	if m == nil {
+		return (*ShardNotFound)(nil)
+	}
+	r := new(ShardNotFound)
+	r.ShardId = m.ShardId
+	r.NodeId = m.NodeId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ShardNotFound) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *CrossShardRequest) CloneVT() *CrossShardRequest {
+	if m == nil {
+		return (*CrossShardRequest)(nil)
+	}
+	r := new(CrossShardRequest)
+	r.ShardId = m.ShardId
+	if rhs := m.SplitKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.SplitKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CrossShardRequest) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *WatchInterrupted) CloneVT() *WatchInterrupted {
+	if m == nil {
+		return (*WatchInterrupted)(nil)
+	}
+	r := new(WatchInterrupted)
+	r.ShardId = m.ShardId
+	r.ResumeRevision = m.ResumeRevision
+	r.CompactRevision = m.CompactRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *WatchInterrupted) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
 
 func (m *ReplicaDescriptor) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {

@@ -8,6 +8,7 @@ import (
 	binary "encoding/binary"
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
+	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 )
@@ -18,6 +19,567 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+func (m *RaftEnvelope) CloneVT() *RaftEnvelope {
+	if m == nil {
+		return (*RaftEnvelope)(nil)
+	}
+	r := new(RaftEnvelope)
+	r.ShardId = m.ShardId
+	if rhs := m.Message; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Message = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RaftEnvelope) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RaftMessageBatch) CloneVT() *RaftMessageBatch {
+	if m == nil {
+		return (*RaftMessageBatch)(nil)
+	}
+	r := new(RaftMessageBatch)
+	r.ClusterId = m.ClusterId
+	r.FromNodeId = m.FromNodeId
+	r.ToNodeId = m.ToNodeId
+	r.Hlc = m.Hlc.CloneVT()
+	if rhs := m.Messages; rhs != nil {
+		tmpContainer := make([]*RaftEnvelope, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Messages = tmpContainer
+	}
+	if rhs := m.QuiescedShards; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.QuiescedShards = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RaftMessageBatch) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *HlcTimestamp) CloneVT() *HlcTimestamp {
+	if m == nil {
+		return (*HlcTimestamp)(nil)
+	}
+	r := new(HlcTimestamp)
+	r.WallNanos = m.WallNanos
+	r.Logical = m.Logical
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *HlcTimestamp) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RaftStreamResponse) CloneVT() *RaftStreamResponse {
+	if m == nil {
+		return (*RaftStreamResponse)(nil)
+	}
+	r := new(RaftStreamResponse)
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RaftStreamResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotFile) CloneVT() *SnapshotFile {
+	if m == nil {
+		return (*SnapshotFile)(nil)
+	}
+	r := new(SnapshotFile)
+	r.Name = m.Name
+	r.Size = m.Size
+	r.Crc32C = m.Crc32C
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotFile) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotHeader) CloneVT() *SnapshotHeader {
+	if m == nil {
+		return (*SnapshotHeader)(nil)
+	}
+	r := new(SnapshotHeader)
+	r.ClusterId = m.ClusterId
+	r.ShardId = m.ShardId
+	r.FromNodeId = m.FromNodeId
+	r.ToNodeId = m.ToNodeId
+	r.Descriptor_ = m.Descriptor_.CloneVT()
+	r.Hlc = m.Hlc.CloneVT()
+	if rhs := m.RaftMessage; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.RaftMessage = tmpBytes
+	}
+	if rhs := m.Files; rhs != nil {
+		tmpContainer := make([]*SnapshotFile, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Files = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotHeader) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotChunk) CloneVT() *SnapshotChunk {
+	if m == nil {
+		return (*SnapshotChunk)(nil)
+	}
+	r := new(SnapshotChunk)
+	r.Header = m.Header.CloneVT()
+	r.FileIndex = m.FileIndex
+	r.Offset = m.Offset
+	r.Crc32C = m.Crc32C
+	r.RunningCrc32C = m.RunningCrc32C
+	if rhs := m.Data; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Data = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotChunk) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SnapshotResponse) CloneVT() *SnapshotResponse {
+	if m == nil {
+		return (*SnapshotResponse)(nil)
+	}
+	r := new(SnapshotResponse)
+	r.Applied = m.Applied
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SnapshotResponse) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RaftCommand) CloneVT() *RaftCommand {
+	if m == nil {
+		return (*RaftCommand)(nil)
+	}
+	r := new(RaftCommand)
+	r.TimestampUnixNanos = m.TimestampUnixNanos
+	r.Epoch = m.Epoch
+	r.FirstAttempt = m.FirstAttempt
+	r.Hlc = m.Hlc.CloneVT()
+	if rhs := m.RequestId; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.RequestId = tmpBytes
+	}
+	if m.Command != nil {
+		r.Command = m.Command.(interface{ CloneVT() isRaftCommand_Command }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *RaftCommand) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *RaftCommand_Txn) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_Txn)(nil)
+	}
+	r := new(RaftCommand_Txn)
+	r.Txn = m.Txn.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_System) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_System)(nil)
+	}
+	r := new(RaftCommand_System)
+	r.System = m.System.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_Noop) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_Noop)(nil)
+	}
+	r := new(RaftCommand_Noop)
+	r.Noop = m.Noop
+	return r
+}
+
+func (m *RaftCommand_Split) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_Split)(nil)
+	}
+	r := new(RaftCommand_Split)
+	r.Split = m.Split.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_MergeFreeze) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_MergeFreeze)(nil)
+	}
+	r := new(RaftCommand_MergeFreeze)
+	r.MergeFreeze = m.MergeFreeze.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_MergeAbsorb) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_MergeAbsorb)(nil)
+	}
+	r := new(RaftCommand_MergeAbsorb)
+	r.MergeAbsorb = m.MergeAbsorb.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_MergeRetire) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_MergeRetire)(nil)
+	}
+	r := new(RaftCommand_MergeRetire)
+	r.MergeRetire = m.MergeRetire
+	return r
+}
+
+func (m *RaftCommand_Expire) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_Expire)(nil)
+	}
+	r := new(RaftCommand_Expire)
+	r.Expire = m.Expire.CloneVT()
+	return r
+}
+
+func (m *ExpireKeys) CloneVT() *ExpireKeys {
+	if m == nil {
+		return (*ExpireKeys)(nil)
+	}
+	r := new(ExpireKeys)
+	if rhs := m.Keys; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.Keys = tmpContainer
+	}
+	if rhs := m.ModRevisions; rhs != nil {
+		tmpContainer := make([]uint64, len(rhs))
+		copy(tmpContainer, rhs)
+		r.ModRevisions = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ExpireKeys) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MergeFreeze) CloneVT() *MergeFreeze {
+	if m == nil {
+		return (*MergeFreeze)(nil)
+	}
+	r := new(MergeFreeze)
+	r.IntoShardId = m.IntoShardId
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MergeFreeze) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *MergeAbsorb) CloneVT() *MergeAbsorb {
+	if m == nil {
+		return (*MergeAbsorb)(nil)
+	}
+	r := new(MergeAbsorb)
+	r.Right = m.Right.CloneVT()
+	r.Begin = m.Begin
+	r.Commit = m.Commit
+	r.RightRevision = m.RightRevision
+	if rhs := m.Keys; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.Keys = tmpContainer
+	}
+	if rhs := m.Values; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.Values = tmpContainer
+	}
+	if rhs := m.DedupIds; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.DedupIds = tmpContainer
+	}
+	if rhs := m.DedupResults; rhs != nil {
+		tmpContainer := make([][]byte, len(rhs))
+		for k, v := range rhs {
+			tmpBytes := make([]byte, len(v))
+			copy(tmpBytes, v)
+			tmpContainer[k] = tmpBytes
+		}
+		r.DedupResults = tmpContainer
+	}
+	if rhs := m.Attempt; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.Attempt = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *MergeAbsorb) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SplitCommand) CloneVT() *SplitCommand {
+	if m == nil {
+		return (*SplitCommand)(nil)
+	}
+	r := new(SplitCommand)
+	r.RightShardId = m.RightShardId
+	r.Automatic = m.Automatic
+	r.RightLeaderNodeId = m.RightLeaderNodeId
+	if rhs := m.SplitKey; rhs != nil {
+		tmpBytes := make([]byte, len(rhs))
+		copy(tmpBytes, rhs)
+		r.SplitKey = tmpBytes
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SplitCommand) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SystemCommand) CloneVT() *SystemCommand {
+	if m == nil {
+		return (*SystemCommand)(nil)
+	}
+	r := new(SystemCommand)
+	if m.Op != nil {
+		r.Op = m.Op.(interface{ CloneVT() isSystemCommand_Op }).CloneVT()
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *SystemCommand) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *SystemCommand_PutNode) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_PutNode)(nil)
+	}
+	r := new(SystemCommand_PutNode)
+	r.PutNode = m.PutNode.CloneVT()
+	return r
+}
+
+func (m *SystemCommand_RemoveNodeId) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_RemoveNodeId)(nil)
+	}
+	r := new(SystemCommand_RemoveNodeId)
+	r.RemoveNodeId = m.RemoveNodeId
+	return r
+}
+
+func (m *SystemCommand_PutShard) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_PutShard)(nil)
+	}
+	r := new(SystemCommand_PutShard)
+	r.PutShard = m.PutShard.CloneVT()
+	return r
+}
+
+func (m *SystemCommand_AllocateShardId) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_AllocateShardId)(nil)
+	}
+	r := new(SystemCommand_AllocateShardId)
+	r.AllocateShardId = m.AllocateShardId
+	return r
+}
+
+func (m *SystemCommand_PutPin) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_PutPin)(nil)
+	}
+	r := new(SystemCommand_PutPin)
+	r.PutPin = m.PutPin.CloneVT()
+	return r
+}
+
+func (m *SystemCommand_RemoveShardId) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_RemoveShardId)(nil)
+	}
+	r := new(SystemCommand_RemoveShardId)
+	r.RemoveShardId = m.RemoveShardId
+	return r
+}
+
+func (m *SystemCommand_PutAuth) CloneVT() isSystemCommand_Op {
+	if m == nil {
+		return (*SystemCommand_PutAuth)(nil)
+	}
+	r := new(SystemCommand_PutAuth)
+	r.PutAuth = m.PutAuth.CloneVT()
+	return r
+}
+
+func (m *PutAuth) CloneVT() *PutAuth {
+	if m == nil {
+		return (*PutAuth)(nil)
+	}
+	r := new(PutAuth)
+	r.State = m.State.CloneVT()
+	r.ExpectedRevision = m.ExpectedRevision
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *PutAuth) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *ConfChangeContext) CloneVT() *ConfChangeContext {
+	if m == nil {
+		return (*ConfChangeContext)(nil)
+	}
+	r := new(ConfChangeContext)
+	if rhs := m.Replicas; rhs != nil {
+		tmpContainer := make([]*ReplicaDescriptor, len(rhs))
+		for k, v := range rhs {
+			tmpContainer[k] = v.CloneVT()
+		}
+		r.Replicas = tmpContainer
+	}
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *ConfChangeContext) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
+
+func (m *CommandResult) CloneVT() *CommandResult {
+	if m == nil {
+		return (*CommandResult)(nil)
+	}
+	r := new(CommandResult)
+	r.Txn = m.Txn.CloneVT()
+	r.ErrorCode = m.ErrorCode
+	r.ErrorMessage = m.ErrorMessage
+	r.Descriptor_ = m.Descriptor_.CloneVT()
+	r.AllocatedId = m.AllocatedId
+	r.RightDescriptor = m.RightDescriptor.CloneVT()
+	if len(m.unknownFields) > 0 {
+		r.unknownFields = make([]byte, len(m.unknownFields))
+		copy(r.unknownFields, m.unknownFields)
+	}
+	return r
+}
+
+func (m *CommandResult) CloneMessageVT() proto.Message {
+	return m.CloneVT()
+}
 
 func (m *RaftEnvelope) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
