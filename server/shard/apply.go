@@ -25,7 +25,8 @@ import (
 // Raft log is the durable record), so a restart resumes exactly after the
 // last entry of some complete Apply call. Later entries (and later ops of a
 // command) see the writes of earlier ones. Each entry's writes are
-// followed in the batch by its EntryMark, as LogData.
+// followed in the batch by its entry record (its EntryMark and changes), as
+// LogData.
 //
 // It returns one result per entry (Applied.Results): a *shalev1.CommandResult for every entry
 // carrying a Txn or SystemCommand (including commands rejected at apply,
@@ -85,8 +86,9 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		results[i] = res
 		a.st.index, a.st.term = e.Index, e.Term
 		a.st.hlc = entryDate(a.st.hlc, a.proposedAt)
-		a.mark = EntryMark{ShardID: a.st.desc.GetShardId(), Index: e.Index, Term: e.Term, HLC: a.st.hlc, Revision: a.st.rev}.Append(a.mark[:0])
+		a.mark = appendEntryRecord(a.mark[:0], EntryMark{ShardID: a.st.desc.GetShardId(), Index: e.Index, Term: e.Term, HLC: a.st.hlc, Revision: a.st.rev}, a.changes)
 		a.b.LogData(a.mark)
+		a.changes = a.changes[:0]
 		applied = true
 	}
 	if !applied {
@@ -229,10 +231,10 @@ type applier struct {
 	effects []replication.Effect
 	// proposedAt is the current entry's proposer's clock reading, if any.
 	proposedAt *shalev1.HlcTimestamp
-	// mark is a buffer for encoding entry marks.
+	// mark is a buffer for encoding entry records.
 	mark []byte
-	// changes is the current entry's logKindChanges record being built
-	// (empty until its first change).
+	// changes are the current entry's change items (appendChangeItem), for
+	// its entry record.
 	changes []byte
 }
 

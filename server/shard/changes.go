@@ -17,14 +17,18 @@ import (
 // The shard's change-log records: LogData blobs written to the engine's WAL
 // with every applied entry, told apart by their first byte.
 const (
-	// logKindMark is an EntryMark (entryMarkVersion).
+	// logKindMark is a format 3 EntryMark (entryMarkVersion), read only.
 	logKindMark = entryMarkVersion
 	// logKindChanges lists an entry's user-visible changes with the values
-	// they replaced (see appendChange).
+	// they replaced (see appendChange); format 3, read only.
 	logKindChanges = 2
 	// logKindRange holds the shard's descriptor after an entry that changed
 	// its range or merge state (a split or a merge step).
 	logKindRange = 3
+	// logKindEntry is the entry record (appendEntryRecord) that ends every
+	// applied entry's records since format 4: its mark and its changes in
+	// one record.
+	logKindEntry = 4
 )
 
 // Change kinds in a logKindChanges record.
@@ -38,13 +42,33 @@ const (
 // writes.
 var ErrCorruptChangeLog = errors.New("shard: corrupt change log")
 
-// appendChange appends one item of a logKindChanges record to b: the change
-// kind, the user key and the key's previous stored value (as uvarint
-// length+1, 0 when the key was absent or expired) and the value's bytes.
+// appendChange appends one item of a format 3 logKindChanges record to b:
+// the change kind, the user key and the key's previous stored value
+// (appendPrev). Only tests write such records now.
 func appendChange(b []byte, kind byte, userKey, prev []byte) []byte {
 	b = append(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(userKey)))
 	b = append(b, userKey...)
+	return appendPrev(b, prev)
+}
+
+// appendChangeItem appends one change item of an entry record to b: the
+// change kind, the user key of a delete (a put's key is its Set's, the
+// entry's puts and Sets of user keys matching one for one, in order) and
+// the key's previous stored value (appendPrev).
+func appendChangeItem(b []byte, kind byte, userKey, prev []byte) []byte {
+	b = append(b, kind)
+	if kind != changePut {
+		b = binary.AppendUvarint(b, uint64(len(userKey)))
+		b = append(b, userKey...)
+	}
+	return appendPrev(b, prev)
+}
+
+// appendPrev appends a key's previous stored value to a change item: its
+// length+1 as a uvarint (0 when the key was absent or expired), then its
+// bytes.
+func appendPrev(b, prev []byte) []byte {
 	if prev == nil {
 		return binary.AppendUvarint(b, 0)
 	}
@@ -138,9 +162,14 @@ func DecodeBatch(b *storage.Batch, fn func(*AppliedEntry) error) error {
 // mark: its writes to user data and its change-log records (all aliasing
 // the batch).
 type entryRecords struct {
-	mark         EntryMark
-	ops          []LoggedOp
-	changes, rng []byte
+	mark EntryMark
+	ops  []LoggedOp
+	// changes are the entry's change items: an entry record's (keyed
+	// false), or a format 3 logKindChanges record, still sealed (keyed
+	// true: its put items name their keys).
+	changes []byte
+	keyed   bool
+	rng     []byte
 }
 
 // walkEntries calls fn with the records of every entry in b, in order; the
@@ -166,22 +195,31 @@ func walkEntries(b *storage.Batch, fn func(*entryRecords) error) (trailing int, 
 			if len(key) == 0 {
 				continue
 			}
+			var err error
 			switch key[0] {
 			case logKindChanges:
-				e.changes = key
+				e.changes, e.keyed = key, true
+				continue
 			case logKindRange:
 				e.rng = key
+				continue
 			case logKindMark:
-				m, err := DecodeEntryMark(key)
-				if err != nil {
-					return 0, fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+				e.mark, err = decodeMarkV1(key)
+			case logKindEntry:
+				if e.keyed {
+					return 0, fmt.Errorf("%w: a format 3 changes record before an entry record", ErrCorruptChangeLog)
 				}
-				e.mark = m
-				if err := fn(&e); err != nil {
-					return 0, err
-				}
-				e.ops, e.changes, e.rng = e.ops[:0], nil, nil
+				e.mark, e.changes, err = decodeEntryRecord(key)
+			default:
+				continue
 			}
+			if err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrCorruptChangeLog, err)
+			}
+			if err := fn(&e); err != nil {
+				return 0, err
+			}
+			e.ops, e.changes, e.keyed, e.rng = e.ops[:0], nil, false, nil
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -204,9 +242,8 @@ func decodeRange(rng []byte) (*shalev1.ShardDescriptor, error) {
 	return d, nil
 }
 
-// decodeEntry builds an entry's events from its change-log record and its
-// sets of user keys, which match the record's put items one for one, in
-// order.
+// decodeEntry builds an entry's events from its change items and its sets
+// of user keys, which match the items' puts one for one, in order.
 func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 	m := r.mark
 	e := &AppliedEntry{Mark: m}
@@ -224,13 +261,16 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 			next++
 		}
 	}
-	if r.changes == nil {
+	if len(r.changes) == 0 {
 		// No user-visible change (keys a split or merge moves are not).
 		return e, nil
 	}
-	p, err := openRecord(r.changes, logKindChanges)
-	if err != nil {
-		return nil, err
+	p := r.changes
+	if r.keyed {
+		var err error
+		if p, err = openRecord(r.changes, logKindChanges); err != nil {
+			return nil, err
+		}
 	}
 	readBytes := func() ([]byte, bool) {
 		n, w := binary.Uvarint(p)
@@ -244,9 +284,26 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 	for len(p) > 0 {
 		kind := p[0]
 		p = p[1:]
-		key, ok := readBytes()
-		if !ok {
-			return nil, fmt.Errorf("%w: bad key length", ErrCorruptChangeLog)
+		var key []byte
+		var set *LoggedOp
+		if kind == changePut {
+			nextSet()
+			if next >= len(r.ops) {
+				return nil, fmt.Errorf("%w: a put has no matching write", ErrCorruptChangeLog)
+			}
+			set = &r.ops[next]
+			next++
+			key = set.Key[1:]
+		}
+		if r.keyed || kind != changePut {
+			k, ok := readBytes()
+			if !ok {
+				return nil, fmt.Errorf("%w: bad key length", ErrCorruptChangeLog)
+			}
+			if set != nil && !bytes.Equal(k, key) {
+				return nil, fmt.Errorf("%w: put of %q has no matching write", ErrCorruptChangeLog, k)
+			}
+			key = k
 		}
 		n, w := binary.Uvarint(p)
 		if w <= 0 || (n > 0 && n-1 > uint64(len(p)-w)) {
@@ -265,14 +322,10 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 		}
 		switch kind {
 		case changePut:
-			if nextSet(); next >= len(r.ops) || !bytes.Equal(r.ops[next].Key[1:], key) {
-				return nil, fmt.Errorf("%w: put of %q has no matching write", ErrCorruptChangeLog, key)
-			}
-			sv, err := decodeValue(r.ops[next].Value)
+			sv, err := decodeValue(set.Value)
 			if err != nil {
 				return nil, fmt.Errorf("%w: value of %q: %v", ErrCorruptChangeLog, key, err)
 			}
-			next++
 			ev.Kind, ev.KV = EventPut, keyValue(key, &sv, false)
 		case changeDelete:
 			ev.Kind, ev.KV = EventDelete, &shalev1.KeyValue{Key: bytes.Clone(key), ModRevision: m.Revision}
@@ -289,21 +342,12 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 
 // noteChange records a change of the current entry for the change log.
 func (a *applier) noteChange(kind byte, userKey, prev []byte) {
-	if len(a.changes) == 0 {
-		a.changes = append(a.changes, logKindChanges)
-	}
-	a.changes = appendChange(a.changes, kind, userKey, prev)
+	a.changes = appendChangeItem(a.changes, kind, userKey, prev)
 }
 
-// endEntryLog writes the current entry's change-log records before its
-// mark: its changes, if any, and its descriptor if the entry changed the
-// shard's range or merge state.
+// endEntryLog writes the current entry's range record, before its entry
+// record, if the entry changed the shard's range or merge state.
 func (a *applier) endEntryLog(before *shalev1.ShardDescriptor) error {
-	if len(a.changes) > 0 {
-		a.changes = sealRecord(a.changes, 0)
-		a.b.LogData(a.changes)
-		a.changes = a.changes[:0]
-	}
 	after := a.st.desc
 	if after == nil || after == before {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -30,7 +31,9 @@ type EntryMark struct {
 	Revision uint64
 }
 
-// entryMarkVersion is the first byte of an encoded EntryMark.
+// entryMarkVersion is the first byte of a format 3 EntryMark, a record of
+// its own after the entry's changes record (logKindChanges). Format 4
+// writes entry records (logKindEntry) instead; these are still read.
 const entryMarkVersion = 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -39,25 +42,69 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // input that is not an EntryMark of a version this build reads.
 var ErrNotEntryMark = errors.New("shard: not an entry mark")
 
-// Append appends m's encoding to b: a version byte, the shard ID, index,
-// term and revision as uvarints, the HLC (hlc.EncodedLen bytes) and a
-// CRC-32C of everything before it (4 bytes, big-endian).
-func (m EntryMark) Append(b []byte) []byte {
+// Append appends m's encoding to b: an entry record (appendEntryRecord)
+// with no changes.
+func (m EntryMark) Append(b []byte) []byte { return appendEntryRecord(b, m, nil) }
+
+// appendEntryRecord appends the entry record of an applied entry to b: the
+// kind byte logKindEntry, the mark's shard ID, index, term and revision,
+// its date's wall nanoseconds and logical counter, all uvarints, then
+// changes (the entry's change items, appendChangeItem) and a CRC-32C of
+// everything before it (4 bytes, big-endian).
+func appendEntryRecord(b []byte, m EntryMark, changes []byte) []byte {
 	start := len(b)
-	b = append(b, entryMarkVersion)
+	b = append(b, logKindEntry)
 	b = binary.AppendUvarint(b, m.ShardID)
 	b = binary.AppendUvarint(b, m.Index)
 	b = binary.AppendUvarint(b, m.Term)
 	b = binary.AppendUvarint(b, m.Revision)
-	b = m.HLC.Append(b)
+	b = binary.AppendUvarint(b, uint64(m.HLC.WallNanos))
+	b = binary.AppendUvarint(b, uint64(m.HLC.Logical))
+	b = append(b, changes...)
 	return sealRecord(b, start)
 }
 
-// DecodeEntryMark decodes a LogData blob written by EntryMark.Append. It
-// fails, matching ErrNotEntryMark, on any other input: a blob of another
-// version or kind, a truncated or damaged one (its checksum disagrees), or
-// one with bytes after the checksum.
+// DecodeEntryMark decodes the mark of a LogData blob written by
+// EntryMark.Append or appendEntryRecord, or of a format 3 mark. It fails,
+// matching ErrNotEntryMark, on any other input: a blob of another version
+// or kind, or a truncated or damaged one (its checksum disagrees).
 func DecodeEntryMark(b []byte) (EntryMark, error) {
+	if len(b) > 0 && b[0] == entryMarkVersion {
+		return decodeMarkV1(b)
+	}
+	m, _, err := decodeEntryRecord(b)
+	return m, err
+}
+
+// decodeEntryRecord decodes an entry record (appendEntryRecord) into its
+// mark and its change items, which alias b and are checked only by their
+// decoder (decodeEntry). It fails, matching ErrNotEntryMark, on anything
+// else.
+func decodeEntryRecord(b []byte) (EntryMark, []byte, error) {
+	var m EntryMark
+	p, err := unsealRecord(b, logKindEntry)
+	if err != nil {
+		return m, nil, fmt.Errorf("%w: %v", ErrNotEntryMark, err)
+	}
+	var wall, logical uint64
+	for _, f := range []*uint64{&m.ShardID, &m.Index, &m.Term, &m.Revision, &wall, &logical} {
+		v, n := binary.Uvarint(p)
+		if n <= 0 {
+			return EntryMark{}, nil, fmt.Errorf("%w: bad varint", ErrNotEntryMark)
+		}
+		*f, p = v, p[n:]
+	}
+	if wall > math.MaxInt64 || logical > math.MaxUint32 {
+		return EntryMark{}, nil, fmt.Errorf("%w: date (%d, %d) out of range", ErrNotEntryMark, wall, logical)
+	}
+	m.HLC = hlc.Timestamp{WallNanos: int64(wall), Logical: uint32(logical)}
+	return m, p, nil
+}
+
+// decodeMarkV1 decodes a format 3 mark: the version byte, the shard ID,
+// index, term and revision as uvarints, the date (hlc.EncodedLen bytes) and
+// a CRC-32C of everything before it.
+func decodeMarkV1(b []byte) (EntryMark, error) {
 	var m EntryMark
 	p, err := unsealRecord(b, entryMarkVersion)
 	if err != nil {

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
@@ -47,7 +48,7 @@ func walMarks(t *testing.T, s *Shard) ([]EntryMark, [][]string) {
 			}
 			switch kind {
 			case storage.KindLogData:
-				if key[0] != logKindMark {
+				if key[0] != logKindEntry && key[0] != logKindMark {
 					continue
 				}
 				m, err := DecodeEntryMark(key)
@@ -163,10 +164,26 @@ func TestEntryMarks(t *testing.T) {
 	}
 }
 
-// FuzzDecodeEntryMark: the decoder never panics, accepts only what Append
-// writes (anything else matches ErrNotEntryMark), and round-trips.
+// appendMarkV1 appends a format 3 mark (the version byte, shard ID,
+// index, term and revision as uvarints, the 12-byte date and a CRC-32C), as
+// engines of format 3 wrote them after each entry's changes record.
+func appendMarkV1(b []byte, m EntryMark) []byte {
+	start := len(b)
+	b = append(b, entryMarkVersion)
+	for _, v := range []uint64{m.ShardID, m.Index, m.Term, m.Revision} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return sealRecord(m.HLC.Append(b), start)
+}
+
+// FuzzDecodeEntryMark: the decoder never panics, accepts only entry
+// records and format 3 marks (anything else matches ErrNotEntryMark), and
+// what it accepts encodes back to the same bytes.
 func FuzzDecodeEntryMark(f *testing.F) {
-	f.Add(EntryMark{ShardID: 7, Index: 11, Term: 5, HLC: hlc.Timestamp{WallNanos: 1 << 60, Logical: 3}, Revision: 9}.Append(nil))
+	m := EntryMark{ShardID: 7, Index: 11, Term: 5, HLC: hlc.Timestamp{WallNanos: 1 << 60, Logical: 3}, Revision: 9}
+	f.Add(m.Append(nil))
+	f.Add(appendEntryRecord(nil, m, appendChangeItem(appendChangeItem(nil, changePut, []byte("k"), []byte("old")), changeDelete, []byte("j"), nil)))
+	f.Add(appendMarkV1(nil, m))
 	f.Add(EntryMark{}.Append(nil))
 	f.Add([]byte{1})
 	f.Add([]byte{})
@@ -178,7 +195,15 @@ func FuzzDecodeEntryMark(f *testing.F) {
 			}
 			return
 		}
-		if again := m.Append(nil); !bytes.Equal(again, b) {
+		again := appendMarkV1(nil, m)
+		if b[0] == logKindEntry {
+			dm, changes, err := decodeEntryRecord(b)
+			if err != nil || dm != m {
+				t.Fatalf("decodeEntryRecord(%x) = %+v, %v; DecodeEntryMark gave %+v", b, dm, err, m)
+			}
+			again = appendEntryRecord(nil, m, changes)
+		}
+		if !bytes.Equal(again, b) {
 			t.Fatalf("decoded %+v re-encodes as %x, not %x", m, again, b)
 		}
 	})

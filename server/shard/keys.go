@@ -67,9 +67,12 @@ var (
 // formatVersion is the version of the engine key layout written in
 // keyFormat. Version 2 keeps the per-Apply state in one record (keyApplied)
 // and evicts dedup entries without deleting them; version 3 encodes that
-// record compactly (appliedRecord). An engine of version 1 or 2 is read as
-// it is and moves to version 3 at its next write of metadata.
-const formatVersion = 3
+// record compactly (appliedRecord); version 4 ends each applied entry's
+// records in the WAL with one entry record (its mark and changes,
+// appendEntryRecord) instead of a changes record and a mark. An engine of
+// an older version is read as it is (its WAL's records too) and moves to
+// version 4 at its next write of metadata.
+const formatVersion = 4
 
 // dataUpper is the exclusive upper bound of every data key.
 var dataUpper = []byte{prefixData + 1}

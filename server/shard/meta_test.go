@@ -139,10 +139,11 @@ func fixedAppliedRecord(st *state) []byte {
 	return st.hlc.Append(b)
 }
 
-// TestFormat2EngineMovesToFormat3: an engine whose applied record has
-// format 2's fixed 52 bytes opens with the same state, and its next write
-// stores the compact record and format 3; the state survives a reopen.
-func TestFormat2EngineMovesToFormat3(t *testing.T) {
+// TestFormat2EngineMovesToCurrentFormat: an engine whose applied record
+// has format 2's fixed 52 bytes opens with the same state, and its next
+// write stores the compact record and the current format; the state
+// survives a reopen.
+func TestFormat2EngineMovesToCurrentFormat(t *testing.T) {
 	env := newTestEnv(t, nil)
 	s := env.bootstrap("a", userDesc(1, "", ""), 0)
 	f := newFeeder(s)
@@ -173,7 +174,7 @@ func TestFormat2EngineMovesToFormat3(t *testing.T) {
 	put("req-000000000002", "2")
 	dump := engineDump(t, s)
 	a := dump[string(keyApplied)]
-	if dump[string(keyFormat)] != string([]byte{3}) || len(a) == 0 || a[0] != compactAppliedTag || len(a) >= fixedAppliedRecordLen {
+	if dump[string(keyFormat)] != string([]byte{formatVersion}) || len(a) == 0 || a[0] != compactAppliedTag || len(a) >= fixedAppliedRecordLen {
 		t.Fatalf("after a write: format %x, applied record %x", dump[string(keyFormat)], a)
 	}
 	want := s.st.Load()
@@ -181,8 +182,8 @@ func TestFormat2EngineMovesToFormat3(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = env.open("a", 0)
-	if got := s.st.Load(); got.format != 3 || got.index != want.index || got.rev != want.rev || got.hlc != want.hlc || got.dedupNext != want.dedupNext {
-		t.Fatalf("format 3 state after reopen %+v, want %+v", got, want)
+	if got := s.st.Load(); got.format != formatVersion || got.index != want.index || got.rev != want.rev || got.hlc != want.hlc || got.dedupNext != want.dedupNext {
+		t.Fatalf("format %d state after reopen %+v, want %+v", formatVersion, got, want)
 	}
 }
 
