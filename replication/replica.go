@@ -1120,12 +1120,13 @@ func (r *Replica) updateNodes(desc *shalev1.ShardDescriptor) {
 // out of band. A halted or removed replica sends nothing: a replica halted
 // while applying, before its cycle's log write, skips that write, and its
 // messages of the cycle acknowledge entries it never wrote (chaos/README
-// bug 11).
+// bug 11). Appends and acknowledgements that others of the same Ready
+// make redundant are merged first (coalesceMessages).
 func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.RaftMessageBatch) {
 	if r.dead() {
 		return
 	}
-	for _, m := range msgs {
+	for _, m := range coalesceMessages(msgs) {
 		if m.GetType() == raftpb.MsgSnap {
 			r.startSnapshotSend(m)
 			continue
