@@ -66,7 +66,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 			n.log.Warn("backup: removing the checkpoint", "dir", dir, "err", err)
 		}
 	}()
-	applied, date, err := sm.BackupCheckpoint(dir)
+	applied, date, lengths, err := sm.BackupCheckpoint(dir)
 	checkpointed := time.Now()
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "node %d: checkpoint of shard %d: %v", n.cfg.NodeID, req.GetShardId(), err)
@@ -92,6 +92,7 @@ func (s *adminService) BackupShard(req *shalev1.BackupShardRequest, stream shale
 	}
 	sent, err = snapshot.Send(stream.Context(), stream, hdr, dir, snapshot.Options{
 		Limiter: n.snapLimiter,
+		Lengths: lengths,
 		Skip: func(f *shalev1.SnapshotFile) bool {
 			h := skip[f.GetName()]
 			return h != nil && h.GetSize() == f.GetSize() && h.GetCrc32C() == f.GetCrc32C()

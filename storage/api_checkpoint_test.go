@@ -26,19 +26,33 @@ import (
 // writing and compacting.
 func TestAPICheckpointConsistentWithUpdates(t *testing.T) {
 	t.Run("mem", func(t *testing.T) {
-		apiCheckpointScenario(t, vfs.NewMem(), "db", "ckpt", 1, false)
+		apiCheckpointScenario(t, vfs.NewMem(), "db", "ckpt", 1, false, false)
 	})
 	t.Run("os-hardlinks", func(t *testing.T) {
 		dir := t.TempDir()
-		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 2, false)
+		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 2, false, false)
 	})
 	t.Run("with-snapshot", func(t *testing.T) {
 		dir := t.TempDir()
-		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 3, true)
+		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 3, true, false)
+	})
+	// CheckpointToSend: the WALs are linked, and the directory read as a
+	// sender reads it (a linked WAL up to its length, while the source
+	// writes on) is the checkpoint.
+	t.Run("to-send", func(t *testing.T) {
+		dir := t.TempDir()
+		apiCheckpointScenario(t, vfs.Default, filepath.Join(dir, "db"), filepath.Join(dir, "ckpt"), 4, true, true)
+	})
+	t.Run("to-send-mem", func(t *testing.T) {
+		apiCheckpointScenario(t, vfs.NewMem(), "db", "ckpt", 5, true, true)
 	})
 }
 
-func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed uint64, withSnapshot bool) {
+// apiCheckpointScenario runs the scenario of
+// TestAPICheckpointConsistentWithUpdates with Checkpoint, or with
+// CheckpointAndSnapshot (withSnapshot), or with CheckpointToSend
+// (withSnapshot and send).
+func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed uint64, withSnapshot, send bool) {
 	opts := apiSmallOptions(fs)
 	d := apiMustOpen(t, dbDir, opts)
 	defer func() {
@@ -116,9 +130,12 @@ func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed 
 	var info *CheckpointInfo
 	var snap *Snapshot
 	var err error
-	if withSnapshot {
+	switch {
+	case send:
+		info, snap, err = d.CheckpointToSend(ckptDir)
+	case withSnapshot:
 		info, snap, err = d.CheckpointAndSnapshot(ckptDir)
-	} else {
+	default:
 		info, err = d.Checkpoint(ckptDir)
 	}
 	stop.Store(true)
@@ -199,6 +216,11 @@ func apiCheckpointScenario(t *testing.T, fs vfs.FS, dbDir, ckptDir string, seed 
 	}
 	if ssts == 0 {
 		t.Fatalf("checkpoint holds no SSTs: %v", info.Files)
+	}
+	if send {
+		ckptDir = apiReadAsSent(t, fs, ckptDir, info)
+	} else if info.Lengths != nil {
+		t.Fatalf("Lengths %v from a checkpoint that copies its WALs", info.Lengths)
 	}
 
 	// Keep compacting the source: the checkpoint must not depend on its
@@ -535,4 +557,37 @@ func TestAPICheckpointWithUnloggedWrites(t *testing.T) {
 	}
 	defer ro.Close()
 	apiCheckEqual(t, fmt.Sprintf("checkpoint at seq %d", info.SeqNum), apiDump(t, ro, nil), want)
+}
+
+// apiReadAsSent checks that CheckpointToSend linked the checkpoint's WALs
+// (the live one longer than its length, since the writer went on), copies
+// the directory as a sender reads it (a linked WAL up to its length) into
+// a new directory and returns that.
+func apiReadAsSent(t *testing.T, fs vfs.FS, dir string, info *CheckpointInfo) string {
+	t.Helper()
+	if len(info.Lengths) == 0 {
+		t.Fatalf("no WAL linked: %v", info.Files)
+	}
+	longer := 0
+	out := dir + ".sent"
+	if err := fs.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range info.Files {
+		n, linked := info.Lengths[name]
+		if !linked {
+			n = -1
+		} else if fi, err := fs.Stat(fs.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		} else if fi.Size() > n {
+			longer++
+		}
+		if err := copyFile(fs, fs.Join(dir, name), fs.Join(out, name), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if longer == 0 {
+		t.Fatalf("no linked WAL grew past its length %v: the writer should have appended to the live one", info.Lengths)
+	}
+	return out
 }

@@ -19,6 +19,11 @@ type CheckpointInfo struct {
 	SeqNum SeqNum
 	// Files are the names of the files written into the checkpoint.
 	Files []string
+	// Lengths is set only by CheckpointToSend: for each WAL file hard-linked
+	// into the checkpoint, the number of its first bytes that belong to it
+	// (the file may be longer, and the live WAL grows on). Those bytes
+	// never change.
+	Lengths map[string]int64
 }
 
 // Checkpoint writes an openable copy of the DB into destDir, which must not
@@ -27,7 +32,7 @@ type CheckpointInfo struct {
 // MANIFEST describes exactly the live files. Writes continue during the
 // checkpoint except for a brief pause while the cut is taken.
 func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
-	info, _, err := d.checkpoint(destDir, false)
+	info, _, err := d.checkpoint(destDir, false, false)
 	return info, err
 }
 
@@ -35,10 +40,23 @@ func (d *DB) Checkpoint(destDir string) (*CheckpointInfo, error) {
 // DB at the checkpoint's SeqNum: it reads exactly what the checkpoint
 // holds, without opening the copy. The caller closes the snapshot.
 func (d *DB) CheckpointAndSnapshot(destDir string) (*CheckpointInfo, *Snapshot, error) {
-	return d.checkpoint(destDir, true)
+	return d.checkpoint(destDir, true, false)
 }
 
-func (d *DB) checkpoint(destDir string, withSnapshot bool) (_ *CheckpointInfo, snapshot *Snapshot, _ error) {
+// CheckpointToSend is CheckpointAndSnapshot for a checkpoint that is read
+// and sent elsewhere, never opened where it is: the WAL files are
+// hard-linked like the SSTs (copied where the filesystem cannot link), and
+// CheckpointInfo.Lengths says how many of each linked WAL's first bytes are
+// the checkpoint's. Whoever reads the directory must read no more than
+// that; the bytes read are then exactly Checkpoint's copy. A WAL file is
+// never rewritten (the engine always makes a new one), so the linked bytes
+// stay as they were while the directory exists. This saves copying and
+// syncing the live WAL, most of a small shard's data.
+func (d *DB) CheckpointToSend(destDir string) (*CheckpointInfo, *Snapshot, error) {
+	return d.checkpoint(destDir, true, true)
+}
+
+func (d *DB) checkpoint(destDir string, withSnapshot, linkWALs bool) (_ *CheckpointInfo, snapshot *Snapshot, _ error) {
 	if _, err := d.fs.Stat(destDir); err == nil {
 		return nil, nil, fmt.Errorf("checkpoint %s: destination already exists", destDir)
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -143,7 +161,13 @@ func (d *DB) checkpoint(destDir string, withSnapshot bool) (_ *CheckpointInfo, s
 	}
 	for _, w := range wals {
 		name := manifest.MakeFilename(manifest.FileTypeLog, w.num)
-		if err := copyFile(d.fs, d.fs.Join(d.dirname, name), d.fs.Join(destDir, name), w.size); err != nil {
+		src, dst := d.fs.Join(d.dirname, name), d.fs.Join(destDir, name)
+		if linkWALs && d.fs.Link(src, dst) == nil {
+			if info.Lengths == nil {
+				info.Lengths = map[string]int64{}
+			}
+			info.Lengths[name] = w.size
+		} else if err := copyFile(d.fs, src, dst, w.size); err != nil {
 			return fail(err)
 		}
 		info.Files = append(info.Files, name)

@@ -330,7 +330,9 @@ A location is a directory PATH (local or mounted), or an S3 bucket and prefix,
 s3://BUCKET[/PREFIX][?endpoint=URL][&region=REGION]: endpoint for an
 S3-compatible server (else AWS_ENDPOINT_URL, else AWS), region else AWS_REGION.
 S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the
-AWS credentials file or the instance role; never from the URL.`,
+AWS credentials file or the instance role; never from the URL. Objects go with
+an unsigned body and its CRC-32C, which the server checks: over http:// the
+signature does not cover the body, so use https:// on an untrusted network.`,
 		Args: noArgs,
 		RunE: groupHelp,
 	}

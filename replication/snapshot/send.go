@@ -21,10 +21,14 @@ import (
 // sends a copy of header with Files set to that list as the first chunk (the
 // caller's header is not modified), then sends every file's bytes in order
 // in chunks of opts.ChunkSize, each with its own CRC-32C, waiting on
-// opts.Limiter before each chunk. The files must not change while Send runs:
-// a file that grew or shrank since the listing fails the send, and one
-// rewritten in place fails at the receiver, which checks each file against
-// its listed checksum (checkpoint files are immutable).
+// opts.Limiter before each chunk. Every chunk's Data is the same buffer,
+// refilled once s.Send returns (see ChunkSender). A file named in
+// opts.Lengths is listed, checksummed and sent as its first
+// opts.Lengths[name] bytes (it may grow meanwhile). The files must not
+// change while Send runs otherwise: a file that grew or shrank since the
+// listing fails the send, and one rewritten in place fails at the
+// receiver, which checks each file against its listed checksum
+// (checkpoint files are immutable).
 //
 // Send returns the number of file bytes sent. It stops with ctx's error once
 // ctx is done. It does not close the stream: the caller does (for gRPC,
@@ -34,15 +38,23 @@ func Send(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, di
 	if chunkSize <= 0 {
 		chunkSize = DefaultChunkSize
 	}
-	files, err := sendHeader(ctx, s, header, dir, true)
+	files, err := sendHeader(ctx, s, header, dir, true, opts.Lengths)
 	if err != nil {
 		return 0, err
 	}
+	// One buffer for every chunk (the ChunkSender is done with a chunk's
+	// bytes when Send returns): a fresh one per chunk cost a page fault and
+	// a zeroed page per 4 KiB sent, and the garbage collector's time.
+	var buf []byte
 	for i, f := range files {
 		if opts.Skip != nil && opts.Skip(f) {
 			continue
 		}
-		n, err := sendFile(ctx, s, uint32(i), filepath.Join(dir, f.Name), f, chunkSize, opts.Limiter)
+		if buf == nil && f.Size > 0 {
+			buf = make([]byte, chunkSize)
+		}
+		_, cut := opts.Lengths[f.Name]
+		n, err := sendFile(ctx, s, uint32(i), filepath.Join(dir, f.Name), f, buf, opts.Limiter, cut)
 		sentBytes += n
 		if err != nil {
 			return sentBytes, err
@@ -53,8 +65,8 @@ func Send(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, di
 
 // sendHeader lists dir (listFiles) and sends a copy of header with the
 // list as the stream's first chunk; it returns the list.
-func sendHeader(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, dir string, checksums bool) ([]*shalev1.SnapshotFile, error) {
-	files, err := listFiles(ctx, dir, checksums)
+func sendHeader(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, dir string, checksums bool, lengths map[string]int64) ([]*shalev1.SnapshotFile, error) {
+	files, err := listFiles(ctx, dir, checksums, lengths)
 	if err != nil {
 		return nil, err
 	}
@@ -70,8 +82,9 @@ func sendHeader(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHead
 }
 
 // listFiles returns name and size of every file in dir, sorted by name, and
-// with checksums its CRC-32C, read from the file.
-func listFiles(ctx context.Context, dir string, checksums bool) ([]*shalev1.SnapshotFile, error) {
+// with checksums its CRC-32C, read from the file; a file named in lengths
+// is taken as its first lengths[name] bytes.
+func listFiles(ctx context.Context, dir string, checksums bool, lengths map[string]int64) ([]*shalev1.SnapshotFile, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: list %s: %w", dir, err)
@@ -89,8 +102,15 @@ func listFiles(ctx context.Context, dir string, checksums bool) ([]*shalev1.Snap
 		}
 		var size int64
 		var crc uint32
+		limit, cut := lengths[e.Name()]
+		if !cut {
+			limit = -1
+		}
 		if checksums {
-			size, crc, err = checksumFile(filepath.Join(dir, e.Name()))
+			size, crc, err = checksumFile(filepath.Join(dir, e.Name()), limit)
+			if err == nil && cut && size != limit {
+				err = fmt.Errorf("snapshot: %s: %d bytes, shorter than its length %d", filepath.Join(dir, e.Name()), size, limit)
+			}
 		} else {
 			var info os.FileInfo
 			if info, err = e.Info(); err == nil {
@@ -105,21 +125,30 @@ func listFiles(ctx context.Context, dir string, checksums bool) ([]*shalev1.Snap
 	return files, nil
 }
 
-func checksumFile(path string) (size int64, crc uint32, err error) {
+// checksumFile returns the size and CRC-32C of the file at path, or of its
+// first limit bytes when limit >= 0.
+func checksumFile(path string, limit int64) (size int64, crc uint32, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot: %w", err)
 	}
 	defer f.Close()
 	h := crc32.New(castagnoli)
-	size, err = io.Copy(h, f)
+	var r io.Reader = f
+	if limit >= 0 {
+		r = io.LimitReader(f, limit)
+	}
+	size, err = io.Copy(h, r)
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	return size, h.Sum32(), nil
 }
 
-func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *shalev1.SnapshotFile, chunkSize int, lim *Limiter) (int64, error) {
+// sendFile sends file index (at path, listed as f) in chunks of len(buf)
+// bytes, each read into buf; cut says the file may be longer than f.Size
+// (Options.Lengths).
+func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *shalev1.SnapshotFile, buf []byte, lim *Limiter, cut bool) (int64, error) {
 	if f.Size == 0 {
 		return 0, nil
 	}
@@ -133,12 +162,7 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 		if err := ctx.Err(); err != nil {
 			return int64(off), err
 		}
-		n := uint64(chunkSize)
-		if rest := f.Size - off; rest < n {
-			n = rest
-		}
-		// A fresh buffer per chunk: the ChunkSender may keep the message.
-		data := make([]byte, n)
+		data := buf[:min(uint64(len(buf)), f.Size-off)]
 		if _, err := io.ReadFull(file, data); err != nil {
 			return int64(off), fmt.Errorf("snapshot: read %s at offset %d: %w (did the file change during the send?)", path, off, err)
 		}
@@ -148,14 +172,14 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 		if err := s.Send(&shalev1.SnapshotChunk{FileIndex: index, Offset: off, Data: data, Crc32C: CRC32C(data)}); err != nil {
 			return int64(off), fmt.Errorf("snapshot: send %s at offset %d: %w", f.Name, off, err)
 		}
-		off += n
+		off += uint64(len(data))
 	}
 	// The file must not have grown since it was listed. A file rewritten
 	// in place fails at the receiver, which checks every file's bytes
 	// against the checksum listed in the header (checkpoint files are
 	// immutable: the sender does not checksum them a second time).
 	var one [1]byte
-	if n, _ := file.Read(one[:]); n != 0 {
+	if n, _ := file.Read(one[:]); n != 0 && !cut {
 		return int64(off), fmt.Errorf("snapshot: %s grew during the send", path)
 	}
 	return int64(off), nil
@@ -168,8 +192,8 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 // first chunk (the caller's header is not modified), then reads
 // opts.Parallel files at once in chunks of opts.ChunkSize and sends each
 // chunk as soon as it is read, with the running CRC-32C of its file,
-// waiting on opts.Limiter before each. opts.Skip is not supported (an
-// error). Each byte is read once and checksummed once. The files must not
+// waiting on opts.Limiter before each. opts.Skip and opts.Lengths are not
+// supported (an error). Each byte is read once and checksummed once. The files must not
 // change while SendInterleaved runs: a file that grew or shrank since the
 // listing fails the send, and one rewritten in place reaches the receiver
 // as the bytes read, under their own checksums (checkpoint files are
@@ -181,8 +205,8 @@ func sendFile(ctx context.Context, s ChunkSender, index uint32, path string, f *
 // gRPC, CloseAndRecv), which is how the receiver learns the stream is
 // complete.
 func SendInterleaved(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHeader, dir string, opts Options) (sentBytes int64, err error) {
-	if opts.Skip != nil {
-		return 0, fmt.Errorf("snapshot: SendInterleaved does not skip files")
+	if opts.Skip != nil || opts.Lengths != nil {
+		return 0, fmt.Errorf("snapshot: SendInterleaved does not skip files or cut them short")
 	}
 	chunkSize := opts.ChunkSize
 	if chunkSize <= 0 {
@@ -193,7 +217,7 @@ func SendInterleaved(ctx context.Context, s ChunkSender, header *shalev1.Snapsho
 		parallel = DefaultParallel
 	}
 	parallel = min(parallel, MaxFilesInFlight)
-	files, err := sendHeader(ctx, s, header, dir, false)
+	files, err := sendHeader(ctx, s, header, dir, false, nil)
 	if err != nil {
 		return 0, err
 	}

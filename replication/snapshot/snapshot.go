@@ -87,11 +87,11 @@ func UpdateCRC32C(crc uint32, b []byte) uint32 { return crc32.Update(crc, castag
 // ChunkSender is the sending half of a snapshot stream. The gRPC client
 // stream of Raft.SendSnapshot and Raft.StreamSnapshot satisfies it.
 type ChunkSender interface {
-	// Send sends one chunk. Send passes a fresh chunk on every call and
-	// never touches it again. Send gives it a fresh Data buffer too, but
-	// SendInterleaved reuses a chunk's Data buffer once Send returns: an
-	// implementation must be done with the bytes by then (a gRPC stream
-	// is: SendMsg encodes the message before it returns).
+	// Send sends one chunk. The package's Send and SendInterleaved pass
+	// a fresh chunk on every call and never touch it again, but they
+	// reuse its Data buffer once Send returns: an implementation must be
+	// done with the bytes by then (a gRPC stream is: SendMsg encodes the
+	// message before it returns).
 	Send(*shalev1.SnapshotChunk) error
 }
 
@@ -119,6 +119,12 @@ type Options struct {
 	// every file); a backup (Admin.BackupShard) skips what earlier backups
 	// copied.
 	Skip func(*shalev1.SnapshotFile) bool
+	// Lengths, if set, names files of which only the first Lengths[name]
+	// bytes are the checkpoint's (storage.CheckpointInfo.Lengths: a WAL
+	// hard-linked into the checkpoint, which may be longer and grow during
+	// the send): Send lists, checksums and sends just those bytes. Send
+	// only.
+	Lengths map[string]int64
 	// Parallel is the number of files SendInterleaved reads and streams at
 	// once, at most MaxFilesInFlight. Default (0): DefaultParallel.
 	Parallel int

@@ -180,7 +180,7 @@ func TestReadLogAfterBackupCheckpoint(t *testing.T) {
 		}
 	}
 	apply(0, 200)
-	ck, _, err := s.BackupCheckpoint("/ck")
+	ck, _, _, err := s.BackupCheckpoint("/ck")
 	if err != nil {
 		t.Fatal(err)
 	}

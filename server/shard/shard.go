@@ -826,7 +826,7 @@ func (s *Shard) Flush() (uint64, error) {
 // Apply, which it pauses only while the engine takes its cut (SSTs are
 // hard-linked).
 func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
-	st, err := s.checkpoint(dir)
+	st, _, err := s.checkpoint(dir, false)
 	if err != nil {
 		return replication.AppliedState{}, err
 	}
@@ -840,15 +840,20 @@ func (s *Shard) Checkpoint(dir string) (replication.AppliedState, error) {
 // before the copy, so that the first incremental backup after it (which
 // asks for the entries after the copy's index) reads the log from there
 // rather than from its oldest batch.
-func (s *Shard) BackupCheckpoint(dir string) (replication.AppliedState, hlc.Timestamp, error) {
+//
+// The copy is only to be read and sent, not opened where it is: its WAL
+// files are hard-linked, not copied (storage.DB.CheckpointToSend), and
+// lengths gives, for each of them, the number of its first bytes the
+// checkpoint holds (snapshot.Options.Lengths sends just those).
+func (s *Shard) BackupCheckpoint(dir string) (_ replication.AppliedState, _ hlc.Timestamp, lengths map[string]int64, _ error) {
 	if pos, index, err := s.logEnd(); err == nil {
 		s.logCursor.Store(&logCursor{index: index, pos: pos})
 	}
-	st, err := s.checkpoint(dir)
+	st, lengths, err := s.checkpoint(dir, true)
 	if err != nil {
-		return replication.AppliedState{}, hlc.Timestamp{}, err
+		return replication.AppliedState{}, hlc.Timestamp{}, nil, err
 	}
-	return st.applied(), st.hlc, nil
+	return st.applied(), st.hlc, lengths, nil
 }
 
 // logEnd returns the position after the last batch of the change log and
@@ -867,24 +872,31 @@ func (s *Shard) logEnd() (ChangeLogPosition, uint64, error) {
 	return ChangeLogPosition{pos: it.Position(), gen: s.logGen}, s.st.Load().index, nil
 }
 
-func (s *Shard) checkpoint(dir string) (*state, error) {
+// checkpoint copies the shard into dir; toSend links its WALs and returns
+// their lengths (BackupCheckpoint).
+func (s *Shard) checkpoint(dir string, toSend bool) (*state, map[string]int64, error) {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if err := s.failure(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if s.db == nil {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	// The state is read from a snapshot of the live engine at the
 	// checkpoint's cut, which holds what the copy holds: opening the copy
 	// would replay its WAL into a memtable, most of a small shard's data.
-	_, snap, err := s.db.CheckpointAndSnapshot(dir)
+	take := s.db.CheckpointAndSnapshot
+	if toSend {
+		take = s.db.CheckpointToSend
+	}
+	info, snap, err := take(dir)
 	if err != nil {
-		return nil, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
+		return nil, nil, fmt.Errorf("shard: checkpoint %s into %s: %w", s.dir, dir, err)
 	}
 	defer func() { _ = snap.Close() }()
-	return checkpointState(snap, dir)
+	st, err := checkpointState(snap, dir)
+	return st, info.Lengths, err
 }
 
 // checkpointState reads the applied state of the checkpoint in dir from g
