@@ -103,15 +103,17 @@ var kvUnaryMethods = func() map[string]grpc.MethodDesc {
 // Calls implements KV.Calls: every call of every batch runs concurrently
 // (on the node's call workers) through the unary method's handler,
 // authorized as a unary call of that method is; results go back batched,
-// in the order they complete. The stream ends once the client closed its
-// side and every call answered.
+// in the order they complete, sent by the workers that made them
+// (resultSender). The stream ends once the client closed its side and
+// every call answered.
 func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
 	ctx := stream.Context()
-	results := make(chan *shalev1.CallResult, callsPerResultBatch)
-	sent := make(chan error, 1)
-	go func() { sent <- sendResults(stream, results) }()
-
 	slots := make(chan struct{}, callsInFlight)
+	out := &resultSender{stream: stream, release: func(n int) {
+		for range n {
+			<-slots
+		}
+	}}
 	var wg sync.WaitGroup
 	var recvErr error
 recv:
@@ -133,57 +135,88 @@ recv:
 			wg.Add(1)
 			s.workers.run(func() {
 				defer wg.Done()
-				defer func() { <-slots }()
-				results <- s.serveCall(ctx, c)
+				out.send(s.serveCall(ctx, c))
 			})
 		}
 	}
 	wg.Wait()
-	close(results)
-	if err := <-sent; err != nil {
+	if err := out.err(); err != nil {
 		return err
 	}
 	return recvErr
 }
 
-// sendResults sends the results as they come, each message holding what is
-// ready (up to callsPerResultBatch). After a failed send it keeps draining
-// results, so that no call blocks, and returns the failure.
-func sendResults(stream shalev1.KV_CallsServer, results <-chan *shalev1.CallResult) error {
-	var failed error
-	send := func(b *shalev1.ResultBatch) {
-		if failed == nil {
-			failed = stream.Send(b)
-		}
+// resultSender sends the results of a KV.Calls stream from the call
+// workers that made them, with no hand-off to a sending goroutine (a
+// wake-up and a wait for the scheduler per result, which at 16 clients
+// on two loaded cores cost more than the send itself). The worker that
+// finds no send under way sends its result and every result queued while
+// it sent, each message holding what is queued (up to callsPerResultBatch
+// results and resultBatchBytes; a larger result goes alone); the others
+// queue theirs and go on. A result keeps its call's slot until it is sent,
+// so a client that reads no results holds at most callsInFlight of them
+// on the server. After a failed send the results are dropped.
+type resultSender struct {
+	stream shalev1.KV_CallsServer
+	// release frees the slots of n results sent or dropped.
+	release func(n int)
+
+	mu      sync.Mutex
+	queued  []*shalev1.CallResult
+	sending bool
+	failed  error
+}
+
+// send sends r, and what others queue meanwhile, or queues it for the
+// worker sending now.
+func (o *resultSender) send(r *shalev1.CallResult) {
+	o.mu.Lock()
+	o.queued = append(o.queued, r)
+	if o.sending {
+		o.mu.Unlock()
+		return
 	}
+	o.sending = true
 	batch := &shalev1.ResultBatch{}
-	for r := range results {
-		batch.Results = append(batch.Results[:0], r)
-		size := len(r.GetResponse())
-		var over *shalev1.CallResult // taken, but too large for this message
-	more:
-		for len(batch.Results) < callsPerResultBatch && size < resultBatchBytes {
-			select {
-			case r, ok := <-results:
-				if !ok {
-					break more
-				}
-				if size+len(r.GetResponse()) > resultBatchBytes {
-					over = r
-					break more
-				}
-				size += len(r.GetResponse())
-				batch.Results = append(batch.Results, r)
-			default:
-				break more
-			}
+	for len(o.queued) > 0 {
+		batch.Results = o.take(batch.Results[:0])
+		failed := o.failed
+		o.mu.Unlock()
+		if failed == nil {
+			failed = o.stream.Send(batch)
 		}
-		send(batch)
-		if over != nil {
-			send(&shalev1.ResultBatch{Results: []*shalev1.CallResult{over}})
-		}
+		o.release(len(batch.Results))
+		clear(batch.Results)
+		o.mu.Lock()
+		o.failed = failed
 	}
-	return failed
+	o.sending = false
+	o.mu.Unlock()
+}
+
+// take moves the next message's results from the queue to b (under mu).
+func (o *resultSender) take(b []*shalev1.CallResult) []*shalev1.CallResult {
+	n, size := 0, 0
+	for n < len(o.queued) && n < callsPerResultBatch {
+		next := len(o.queued[n].GetResponse())
+		if n > 0 && size+next > resultBatchBytes {
+			break
+		}
+		size += next
+		n++
+	}
+	b = append(b, o.queued[:n]...)
+	rest := copy(o.queued, o.queued[n:])
+	clear(o.queued[rest:])
+	o.queued = o.queued[:rest]
+	return b
+}
+
+// err returns the failure of a send, if any.
+func (o *resultSender) err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.failed
 }
 
 // serveCall runs one call of a KV.Calls stream and returns its result.
