@@ -180,7 +180,8 @@ const (
 // nothing does against someone on the path who rewrites both the body and
 // its checksum (a signed body would be refused); the checksum and the
 // backup's own (every stored file is named by its CRC-32C, which verify
-// and restore check) still catch damage. Signing the body cost a SHA-256
+// and restore check) catch accidental damage only, and over plain HTTP a
+// restore's downloads are unauthenticated anyway. Signing the body cost a SHA-256
 // pass on each side (docs/backup-and-watch.md, "S3 bodies unsigned").
 func (s *s3Store) put(ctx context.Context, name string, r io.Reader, size int64) error {
 	key, err := s.key(name)
