@@ -234,8 +234,9 @@ func (s *kvService) serveCall(ctx context.Context, c *shalev1.Call) *shalev1.Cal
 		err = status.Error(codes.InvalidArgument, "KV.Calls: timeout_ms is negative")
 	default:
 		if ms := c.GetTimeoutMs(); ms > 0 {
+			// The handler's requestCtx uses this context as it is.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+			ctx, cancel = callBudget(ctx, time.Now().Add(time.Duration(ms)*time.Millisecond))
 			defer cancel()
 		}
 		dec := func(m any) error {

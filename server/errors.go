@@ -129,7 +129,7 @@ func (n *Node) replicationErr(ctx context.Context, shardID uint64, err error) er
 	case errors.Is(err, replication.ErrReplicaRemoved), errors.Is(err, replication.ErrStopped):
 		return &causedStatus{st: status.Newf(codes.Unavailable, "shard %d: %v", shardID, err), cause: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		if ctx.Err() != nil {
+		if deadlinePassed(ctx) {
 			return status.Errorf(codes.DeadlineExceeded, "shard %d: no quorum before the deadline", shardID)
 		}
 		return status.Errorf(codes.Unavailable, "shard %d: no quorum within the deadline", shardID)

@@ -120,18 +120,51 @@ func checkRequestID(id []byte) error {
 }
 
 // requestCtx bounds a request without a deadline, and returns the context
-// for the Raft round trip, which ends a little earlier so that a missing
-// quorum is answered with Unavailable rather than a client-side timeout.
+// for the Raft round trip, which ends a little earlier (requestMargin) so
+// that a missing quorum is answered with Unavailable rather than a
+// client-side timeout. A context callBudget made is that earlier context
+// already: it is returned as both, with nothing to cancel.
 func (n *Node) requestCtx(ctx context.Context) (context.Context, context.Context, context.CancelFunc) {
+	if _, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok {
+		return ctx, ctx, func() {}
+	}
 	var cancel1 context.CancelFunc = func() {}
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancel1 = context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	}
 	dl, _ := ctx.Deadline()
-	margin := time.Until(dl) / 10
-	margin = min(max(margin, 5*time.Millisecond), 500*time.Millisecond)
-	inner, cancel2 := context.WithDeadline(ctx, dl.Add(-margin))
+	inner, cancel2 := context.WithDeadline(ctx, dl.Add(-requestMargin(dl)))
 	return ctx, inner, func() { cancel2(); cancel1() }
+}
+
+// requestMargin is how long before the caller's deadline dl a request's
+// Raft round trip ends: a tenth of the time left, within 5 to 500 ms.
+func requestMargin(dl time.Time) time.Duration {
+	return min(max(time.Until(dl)/10, 5*time.Millisecond), 500*time.Millisecond)
+}
+
+// callerDeadlineKey keys the caller's deadline in a context callBudget
+// made.
+type callerDeadlineKey struct{}
+
+// callBudget returns the context of a call whose caller gives up at dl (a
+// KV.Calls call's timeout_ms): it ends requestMargin before dl, as
+// requestCtx's inner context does, and carries dl, so that requestCtx
+// makes no further context and deadlinePassed tells the caller's deadline
+// from the call's. One timer per call instead of two.
+func callBudget(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(ctx, dl.Add(-requestMargin(dl)))
+	return context.WithValue(ctx, callerDeadlineKey{}, dl), cancel
+}
+
+// deadlinePassed reports whether the caller of a request served in ctx
+// has given up: for a context callBudget made, whether the caller's
+// deadline it carries has passed; otherwise whether ctx has ended.
+func deadlinePassed(ctx context.Context) bool {
+	if dl, ok := ctx.Value(callerDeadlineKey{}).(time.Time); ok {
+		return !time.Now().Before(dl)
+	}
+	return ctx.Err() != nil
 }
 
 // proposeTxn checks txn with the shard's validator (built from a client

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -104,5 +106,58 @@ func TestShardHoldingSkipsStaleReplicas(t *testing.T) {
 		if target.GetShardId() != tc.want || maxID != 14 {
 			t.Errorf("%s: shard %d (max ID %d), want shard %d (14)", tc.name, target.GetShardId(), maxID, tc.want)
 		}
+	}
+}
+
+// TestCallBudget: a KV.Calls call with a timeout runs in one context that
+// ends requestMargin before the caller's deadline, which requestCtx uses
+// as both of its contexts; a proposal that runs out of that budget is
+// Unavailable (no quorum within the deadline), as with a unary call's
+// two contexts, and DeadlineExceeded once the caller's own deadline has
+// passed.
+func TestCallBudget(t *testing.T) {
+	n := &Node{cfg: Config{RequestTimeout: 10 * time.Second}}
+	dl := time.Now().Add(2 * time.Second)
+	ctx, cancel := callBudget(t.Context(), dl)
+	defer cancel()
+	got, ok := ctx.Deadline()
+	if !ok || !got.Before(dl.Add(-190*time.Millisecond)) || got.Before(dl.Add(-210*time.Millisecond)) {
+		t.Fatalf("budget's deadline %v, want 200 ms before %v", got, dl)
+	}
+	outer, inner, release := n.requestCtx(ctx)
+	release()
+	if outer != ctx || inner != ctx || ctx.Err() != nil {
+		t.Fatalf("requestCtx made new contexts from a budget (or canceled it): %v, %v", outer, inner)
+	}
+
+	// Unary: the caller's deadline is the context's own; requestCtx makes
+	// the earlier one.
+	uctx, ucancel := context.WithDeadline(t.Context(), dl)
+	defer ucancel()
+	outer, inner, release = n.requestCtx(uctx)
+	defer release()
+	if idl, _ := inner.Deadline(); outer != uctx || !idl.Equal(got) && idl.Sub(got).Abs() > 5*time.Millisecond {
+		t.Fatalf("unary: inner deadline %v, want about %v", idl, got)
+	}
+
+	expired := func(caller time.Duration) context.Context {
+		ctx, cancel := callBudget(t.Context(), time.Now().Add(caller))
+		t.Cleanup(cancel)
+		<-ctx.Done()
+		return ctx
+	}
+	noQuorum := fmt.Errorf("propose: %w", context.DeadlineExceeded)
+	if err := n.replicationErr(expired(100*time.Millisecond), 4, noQuorum); status.Code(err) != codes.Unavailable {
+		t.Errorf("budget over, caller's deadline not: %v, want Unavailable", err)
+	}
+	// A deadline of 1 ms leaves less than the 5-ms margin: the budget is
+	// over at once and the caller's deadline soon after.
+	late := expired(time.Millisecond)
+	time.Sleep(2 * time.Millisecond)
+	if err := n.replicationErr(late, 4, noQuorum); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("caller's deadline over: %v, want DeadlineExceeded", err)
+	}
+	if err := n.replicationErr(expired(-time.Second), 4, noQuorum); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("caller's deadline long over: %v, want DeadlineExceeded", err)
 	}
 }
