@@ -78,6 +78,12 @@ type Config struct {
 	// over minutes this keeps the drift from favouring whichever engine
 	// runs first.
 	Rounds int
+	// ProfileDir, when set, receives CPU profiles of every cell's timed
+	// phase: <workload>.<engine>.<clients>.client.pprof for this process
+	// (the cell's clients), and .node<i>.pprof for each member of a
+	// cluster that serves /debug/pprof (Shale), covering the phase's
+	// first Duration less one second.
+	ProfileDir string
 	// Log receives progress messages (nil: none).
 	Log io.Writer
 }
@@ -565,6 +571,11 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	runtime.GC()
 	wal := startWAL(ctx, cl)
 	cpu, self := startCPU(cl), selfCPU()
+	prof, err := startCellProfile(ctx, cfg, cl, engine, w.name, clients)
+	if err != nil {
+		res.Err = err
+		return res
+	}
 
 	cellCtx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.HangTimeout)
 	defer cancel()
@@ -620,6 +631,9 @@ func runCell(ctx context.Context, cfg *Config, cl Cluster, engine string, w *wor
 	wg.Wait()
 	res.ServerCPU = cpu.used()
 	res.ClientCPU = self.used()
+	if err := prof.stop(); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("profiles: %v", err))
+	}
 	var walByKind map[string]float64
 	res.WALBytes, walByKind = walUsed(ctx, cl, wal)
 	res.Replicas = cfg.Members

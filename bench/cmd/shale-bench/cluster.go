@@ -20,14 +20,14 @@ import (
 
 func clusterCmd() *cobra.Command {
 	var (
-		engines, workloads, clients, dir string
-		shaleServer, shaleSplits         string
-		shaleArgs, cpuProfile            string
-		quick, keep, asJSON              bool
-		useTLS, useAuth                  bool
-		keys, valueSize, conns, rounds   int
-		duration, hang, slowOps          time.Duration
-		seed                             uint64
+		engines, workloads, clients, dir  string
+		shaleServer, shaleSplits          string
+		shaleArgs, cpuProfile, profileDir string
+		quick, keep, asJSON               bool
+		useTLS, useAuth                   bool
+		keys, valueSize, conns, rounds    int
+		duration, hang, slowOps           time.Duration
+		seed                              uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "cluster",
@@ -114,6 +114,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 				HangTimeout: hang,
 				SlowOps:     slowOps,
 				Rounds:      rounds,
+				ProfileDir:  profileDir,
 				Log:         os.Stderr,
 			}
 			out := cmd.OutOrStdout()
@@ -172,6 +173,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.BoolVar(&useTLS, "tls", false, "also run the Shale peer with TLS (\"shale+tls\"), next to plaintext \"shale\", and report the ratios")
 	f.BoolVar(&useAuth, "auth", false, "with --tls: the secured Shale peer also has auth enabled, its clients logged in as user bench (\"shale+tls+auth\")")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the clients of every cell, and the benchmark's own work) to this file")
+	f.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of every cell's timed phase to this directory: <workload>.<engine>.<clients>.client.pprof (the clients: this process) and .node<i>.pprof (each Shale server, the phase less its last second)")
 	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
 	return cmd
 }
