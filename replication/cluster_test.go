@@ -1016,6 +1016,71 @@ func TestProposalsDuringLeaderTransfer(t *testing.T) {
 	c.converged(1, 1, 2, 3)
 }
 
+// TestReadsDuringLeaderTransfers: reads in flight on a leader that hands
+// its leadership over complete once the new leader is known, not an
+// election timeout later: Raft forgets the rounds the old leader had not
+// confirmed (and drops those forwarded while no leader is known), and the
+// replica asks again as soon as it learns the new leader. The election
+// timeout here is 2 s; each read must take under 1 s. (Before, a read
+// caught by a transfer waited for the tick's resend: 1 s stalls in
+// shale-bench's get cells after a load split's leader move.)
+func TestReadsDuringLeaderTransfers(t *testing.T) {
+	c := newThreeNodeCluster(t, func(cfg *Config) { cfg.ElectionTicks = 200 })
+	c.propose(1, "a", "1")
+	for round := range 4 {
+		lead := c.leader(1)
+		target := lead%3 + 1
+		stop := make(chan struct{})
+		var slowest atomic.Int64
+		var reads atomic.Int64
+		var wg sync.WaitGroup
+		for id := uint64(1); id <= 3; id++ {
+			r := c.get(id).store.Replica(1)
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						start := time.Now()
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						err := r.ReadIndex(ctx)
+						cancel()
+						if err != nil {
+							t.Errorf("round %d: read on node %d: %v", round, id, err)
+							return
+						}
+						reads.Add(1)
+						for d := int64(time.Since(start)); ; {
+							old := slowest.Load()
+							if d <= old || slowest.CompareAndSwap(old, d) {
+								break
+							}
+						}
+					}
+				}()
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.get(lead).store.Replica(1).TransferLeader(ctx, target)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: transfer from node %d to %d: %v", round, lead, target, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if d := time.Duration(slowest.Load()); d >= time.Second {
+			t.Fatalf("round %d: a read took %v across the transfer from node %d to %d (%d reads)", round, d, lead, target, reads.Load())
+		}
+	}
+}
+
 // TestLeaseReadsEndBeforeANewLeader: with lease reads, a leader cut off
 // from its followers stops serving reads before they can elect a new
 // leader and commit a write: no read that starts on the old leader after

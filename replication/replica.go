@@ -1323,6 +1323,25 @@ func (r *Replica) endInstall() {
 	}
 }
 
+// resendReads asks again for the index of every read round in flight once
+// a leader is known after a change of leader or role (loop side): Raft
+// forgets the rounds a leader had not confirmed when it stepped down (as
+// a leadership transfer makes it), and drops those a follower forwarded
+// while it knew no leader; the tick would resend them only an election
+// timeout later, and their reads waited that long. A round resent is
+// still sent after its reads arrived; one confirmed twice is answered
+// once (handleReadStates ignores a context it no longer holds), and a
+// confirmation of another term extends no lease (extendLease).
+func (r *Replica) resendReads(lead uint64) {
+	if lead == 0 {
+		return
+	}
+	for _, b := range r.readBatches {
+		b.ticks = 0
+		r.rn.ReadIndex(b.ctx)
+	}
+}
+
 // handleReadStates answers read batches whose index Raft confirmed.
 func (r *Replica) handleReadStates(states []raft.ReadState) {
 	for _, rs := range states {
@@ -1372,6 +1391,7 @@ func (r *Replica) afterReady(rd raft.Ready) {
 		}
 		r.wasLeader = leader
 		r.unquiesce()
+		r.resendReads(rd.SoftState.Lead)
 	}
 	r.refreshStatus()
 	r.resolveParked(false)
