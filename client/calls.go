@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,8 +84,7 @@ func (m *callMux) intercept(ctx context.Context, method string, req, reply any, 
 	if len(body) > callBatchBytes {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	s := m.stream(cc, md)
+	s := m.stream(ctx, cc)
 	err = s.call(ctx, name, body, reply, opts)
 	if errors.Is(err, errNoCalls) {
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -92,20 +92,25 @@ func (m *callMux) intercept(ctx context.Context, method string, req, reply any, 
 	return err
 }
 
-// stream returns the open stream for calls with outgoing metadata md (the
-// target node and the token), opening one if there is none or the open
-// one was opened with other metadata (a renewed token).
-func (m *callMux) stream(cc *grpc.ClientConn, md metadata.MD) *callStream {
-	key := strings.Join(md.Get(AuthorizationMetadataKey), ",") + "|" + strings.Join(md.Get(shalev1.TargetNodeMetadataKey), ",")
+// stream returns the open stream for calls with ctx's outgoing metadata
+// (the target node and the token), opening one if there is none or the
+// open one was opened with other metadata (a renewed token). It reads the
+// two values it compares, not a copy of the whole metadata, which it takes
+// only to open a stream.
+func (m *callMux) stream(ctx context.Context, cc *grpc.ClientConn) *callStream {
+	auth := metadata.ValueFromOutgoingContext(ctx, AuthorizationMetadataKey)
+	node := metadata.ValueFromOutgoingContext(ctx, shalev1.TargetNodeMetadataKey)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.cur; s != nil && s.key == key && !s.isBroken() {
+	if s := m.cur; s != nil && slices.Equal(s.auth, auth) && slices.Equal(s.node, node) && !s.isBroken() {
 		return s
 	}
 	if old := m.cur; old != nil {
 		old.retire()
 	}
-	s := openCallStream(m, cc, md, key)
+	md, _ := metadata.FromOutgoingContext(ctx)
+	s := openCallStream(m, cc, md)
+	s.auth, s.node = auth, node
 	m.cur = s
 	return s
 }
@@ -119,11 +124,13 @@ func (m *callMux) noCalls() {
 
 // callStream is one KV.Calls stream and its calls in flight.
 type callStream struct {
-	m      *callMux
-	key    string
-	stream shalev1.KV_CallsClient
-	cancel context.CancelFunc
-	wake   chan struct{}
+	m *callMux
+	// auth and node are the outgoing metadata the stream was opened with:
+	// the token and the target node.
+	auth, node []string
+	stream     shalev1.KV_CallsClient
+	cancel     context.CancelFunc
+	wake       chan struct{}
 
 	mu      sync.Mutex
 	next    uint64
@@ -139,14 +146,14 @@ type callStream struct {
 
 // openCallStream opens a stream with the call's outgoing metadata; the
 // connection's stream interceptors add the current token.
-func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD, key string) *callStream {
+func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD) *callStream {
 	md = md.Copy()
 	md.Delete(AuthorizationMetadataKey)
 	// Each call carries its own trace context (Call.trace_context).
 	md.Delete(shalev1.TraceParentMetadataKey)
 	md.Delete(shalev1.TraceStateMetadataKey)
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
-	s := &callStream{m: m, key: key, cancel: cancel, wake: make(chan struct{}, 1),
+	s := &callStream{m: m, cancel: cancel, wake: make(chan struct{}, 1),
 		waiting: map[uint64]chan *shalev1.CallResult{}}
 	st, err := shalev1.NewKVClient(cc).Calls(ctx)
 	if err != nil {
