@@ -19,6 +19,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/shale-db/shale/internal/parallel"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -37,6 +40,8 @@ type Cluster interface {
 	BackupShard(ctx context.Context, nodeID, shardID uint64, skip []*shalev1.SnapshotFile) (shalev1.Admin_BackupShardClient, error)
 	// BackupShardLog opens Admin.BackupShardLog on a node.
 	BackupShardLog(ctx context.Context, nodeID, shardID, afterIndex uint64) (shalev1.Admin_BackupShardLogClient, error)
+	// BackupShardTo calls Admin.BackupShardTo on a node.
+	BackupShardTo(ctx context.Context, nodeID uint64, req *shalev1.BackupShardToRequest) (*shalev1.BackupShardToResponse, error)
 }
 
 // CreateOptions configure Create.
@@ -53,9 +58,26 @@ type CreateOptions struct {
 	// Progress, if set, is called after every shard's part (from the
 	// goroutines copying the parts, one call at a time).
 	Progress func(Progress)
-	// Parallel is how many shards' parts are copied at once, each from its
-	// own node's stream. Default (0): DefaultParallel.
+	// Parallel is how many shards' parts are copied at once, each by its
+	// own node. Default (0): DefaultParallel.
 	Parallel int
+	// ThroughClient makes every checkpoint travel through Create: the
+	// node streams it (Admin.BackupShard) and Create writes it into the
+	// location. By default each node writes its checkpoints into the
+	// location itself (Admin.BackupShardTo), which then must be reachable
+	// from every node under the same name: the same S3 endpoint and
+	// bucket, or a directory every node mounts at the same path. A node
+	// that does not implement it (an older version), cannot open the
+	// location, or opens another location under that name (it does not
+	// hold this backup's start marker) streams its parts through Create
+	// instead, each time.
+	ThroughClient bool
+	// NodeCredentials makes the nodes sign their S3 requests with their
+	// own credentials (their environment, AWS credentials file or
+	// instance role). By default Create sends each node the credentials
+	// it signs with itself, in the request (over TLS when the cluster
+	// uses it; the RPC requires the admin permission backups require).
+	NodeCredentials bool
 }
 
 // DefaultParallel is the default CreateOptions.Parallel.
@@ -79,6 +101,9 @@ type CreateStats struct {
 	// those extended from the base backup with their log (incremental),
 	// and LogEntries the entries those logs held.
 	Checkpoints, Logs, LogEntries int
+	// NodeWritten counts the Checkpoints their nodes wrote into the
+	// location themselves; the others were streamed through Create.
+	NodeWritten int
 }
 
 func (s *CreateStats) add(o CreateStats) {
@@ -89,6 +114,7 @@ func (s *CreateStats) add(o CreateStats) {
 	s.Checkpoints += o.Checkpoints
 	s.Logs += o.Logs
 	s.LogEntries += o.LogEntries
+	s.NodeWritten += o.NodeWritten
 }
 
 // Create takes a full backup of the cluster cl reaches into loc: every
@@ -134,8 +160,29 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 	// Only now, with the base and the cluster known, does the backup exist
 	// (incomplete until its manifest is written).
 	host, _ := os.Hostname()
-	if err := loc.begin(ctx, id, map[string]any{"id": id, "cluster": m.ClusterID, "base": opts.Base, "host": host, "started": started}); err != nil {
+	token, err := newToken()
+	if err != nil {
 		return nil, stats, err
+	}
+	if err := loc.begin(ctx, id, map[string]any{"id": id, "cluster": m.ClusterID, "base": opts.Base, "host": host, "started": started, "token": token}); err != nil {
+		return nil, stats, err
+	}
+	nw := &nodeWriter{off: map[uint64]bool{}}
+	if !opts.ThroughClient {
+		where, err := loc.Address()
+		if err != nil {
+			return nil, stats, err
+		}
+		nw.req = &shalev1.BackupShardToRequest{Location: where, BackupId: id, Token: token}
+		if !opts.NodeCredentials {
+			creds, err := loc.s3Credentials()
+			if err != nil {
+				return nil, stats, err
+			}
+			if creds != nil {
+				nw.req.S3Credentials = &shalev1.S3Credentials{AccessKeyId: creds.AccessKeyID, SecretAccessKey: creds.SecretAccessKey, SessionToken: creds.SessionToken}
+			}
+		}
 	}
 	stored, err := loc.storedFiles(ctx)
 	if err != nil {
@@ -163,12 +210,18 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 				todo = append(todo, s)
 			}
 		}
-		if err := copyShards(ctx, cl, loc, todo, base, stored, parts, &stats, opts, &lastErr); err != nil {
+		var copyErr error
+		if err := copyShards(ctx, cl, loc, nw, todo, base, stored, parts, &stats, opts, &copyErr); err != nil {
 			return nil, stats, err
 		}
 		cover, err := coverKeySpace(parts)
 		if err != nil {
+			// A shard that could not be copied says why the cover is
+			// not whole.
 			lastErr = err
+			if copyErr != nil {
+				lastErr = fmt.Errorf("%w (%v)", copyErr, err)
+			}
 			continue
 		}
 		m.Shards = cover
@@ -189,7 +242,7 @@ func Create(ctx context.Context, cl Cluster, loc *Location, opts CreateOptions) 
 // time, into parts, adding to stored and stats; a shard that could not be
 // copied leaves its error in lastErr (the caller reads the shard list again
 // and retries). It returns only ctx's error.
-func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.ShardStatus, base map[uint64]*Part,
+func copyShards(ctx context.Context, cl Cluster, loc *Location, nw *nodeWriter, todo []*shalev1.ShardStatus, base map[uint64]*Part,
 	stored map[string]bool, parts map[uint64]*Part, stats *CreateStats, opts CreateOptions, lastErr *error) error {
 	atOnce := opts.Parallel
 	if atOnce <= 0 {
@@ -213,7 +266,7 @@ func copyShards(ctx context.Context, cl Cluster, loc *Location, todo []*shalev1.
 		}
 		mu.Unlock()
 		var st CreateStats
-		p, err := copyShard(ctx, cl, loc, s, base[id], own, &st, load)
+		p, err := copyShard(ctx, cl, loc, nw, s, base[id], own, &st, load)
 		mu.Lock()
 		defer mu.Unlock()
 		maps.Copy(stored, own)
@@ -340,7 +393,7 @@ type candidate struct {
 // range, the part is the base's plus the entries applied since; when no
 // replica's log reaches back that far, or the range changed, a new
 // checkpoint.
-func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardStatus, base *Part, stored map[string]bool, stats *CreateStats, load *nodeLoad) (*Part, error) {
+func copyShard(ctx context.Context, cl Cluster, loc *Location, nw *nodeWriter, s *shalev1.ShardStatus, base *Part, stored map[string]bool, stats *CreateStats, load *nodeLoad) (*Part, error) {
 	d := s.GetDescriptor_()
 	var nodes []candidate
 	for _, r := range d.GetReplicas() {
@@ -386,7 +439,10 @@ func copyShard(ctx context.Context, cl Cluster, loc *Location, s *shalev1.ShardS
 	for rest := nodes; len(rest) > 0; {
 		var node uint64
 		node, rest = load.acquire(rest)
-		p, err := copyFrom(ctx, cl, loc, node, d.GetShardId(), stored, stats)
+		p, err := nw.write(ctx, cl, node, d.GetShardId(), stored, stats)
+		if errors.Is(err, errNodeCannotWrite) {
+			p, err = copyFrom(ctx, cl, loc, node, d.GetShardId(), stored, stats)
+		}
 		load.release(node)
 		if err == nil {
 			stats.Checkpoints++
@@ -425,6 +481,40 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 	if hdr == nil || hdr.GetShardId() != shardID {
 		return nil, fmt.Errorf("%w: node %d: shard %d: the stream does not open with the shard's header", ErrCorrupt, node, shardID)
 	}
+	p, err := partOf(node, shardID, hdr, until)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range hdr.GetFiles() {
+		path := p.Files[i].Path
+		if stored[path] {
+			stats.FilesSkipped++
+			stats.BytesSkipped += int64(f.GetSize())
+			continue
+		}
+		if err := receiveFile(ctx, stream, loc, uint32(i), f, path); err != nil {
+			return nil, fmt.Errorf("node %d: shard %d: file %s: %w", node, shardID, f.GetName(), err)
+		}
+		stored[path] = true
+		stats.FilesCopied++
+		stats.BytesCopied += int64(f.GetSize())
+	}
+	if c, err := stream.Recv(); err != io.EOF {
+		if err == nil {
+			return nil, fmt.Errorf("%w: node %d: shard %d: data after the last file (file %d at %d)", ErrCorrupt, node, shardID, c.GetFileIndex(), c.GetOffset())
+		}
+		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
+	}
+	return p, nil
+}
+
+// partOf is the part of shard shardID that the checkpoint node describes
+// in hdr (taken at until) holds, its files named where the location stores
+// them.
+func partOf(node, shardID uint64, hdr *shalev1.SnapshotHeader, until time.Time) (*Part, error) {
+	if hdr.GetShardId() != shardID {
+		return nil, fmt.Errorf("%w: node %d: shard %d: the checkpoint is of shard %d", ErrCorrupt, node, shardID, hdr.GetShardId())
+	}
 	var msg raftpb.Message
 	if err := proto.Unmarshal(hdr.GetRaftMessage(), &msg); err != nil || msg.GetSnapshot().GetMetadata() == nil {
 		return nil, fmt.Errorf("%w: node %d: shard %d: bad checkpoint metadata (%v)", ErrCorrupt, node, shardID, err)
@@ -451,30 +541,89 @@ func copyFrom(ctx context.Context, cl Cluster, loc *Location, node, shardID uint
 		Date:         HLC{WallNanos: hdr.GetHlc().GetWallNanos(), Logical: hdr.GetHlc().GetLogical()},
 		Until:        until,
 	}
-	for i, f := range hdr.GetFiles() {
+	for _, f := range hdr.GetFiles() {
 		if err := validFileName(f.GetName()); err != nil {
 			return nil, fmt.Errorf("%w: node %d: shard %d: %v", ErrCorrupt, node, shardID, err)
 		}
 		path := storedPath(shardID, f.GetName(), f.GetSize(), f.GetCrc32C())
 		p.Files = append(p.Files, File{Name: f.GetName(), Size: f.GetSize(), CRC32C: f.GetCrc32C(), Path: path})
-		if stored[path] {
+	}
+	return p, nil
+}
+
+// errNodeCannotWrite says a node does not write its part into the
+// location itself (nodeWriter.write): it is streamed through Create.
+var errNodeCannotWrite = errors.New("the node does not write its part into the location")
+
+// nodeWriter asks nodes to write their parts into the location
+// themselves (Admin.BackupShardTo), and remembers those that cannot.
+type nodeWriter struct {
+	// req is the request's template, nil when every part goes through
+	// Create (CreateOptions.ThroughClient).
+	req *shalev1.BackupShardToRequest
+	mu  sync.Mutex
+	off map[uint64]bool // nodes that cannot
+}
+
+// write has node write its checkpoint of shard shardID into the location,
+// but for the files stored holds, and returns the part; an error wrapping
+// errNodeCannotWrite when the node does not implement it or cannot reach
+// the location (then, and from then on, its parts are streamed).
+func (w *nodeWriter) write(ctx context.Context, cl Cluster, node, shardID uint64, stored map[string]bool, stats *CreateStats) (*Part, error) {
+	w.mu.Lock()
+	off := w.req == nil || w.off[node]
+	w.mu.Unlock()
+	if off {
+		return nil, errNodeCannotWrite
+	}
+	req := &shalev1.BackupShardToRequest{ShardId: shardID, Location: w.req.GetLocation(), BackupId: w.req.GetBackupId(),
+		Token: w.req.GetToken(), S3Credentials: w.req.GetS3Credentials()}
+	prefix := fmt.Sprintf("files/shard-%d/", shardID)
+	for path := range stored {
+		if f, ok := parseStored(path, prefix); ok {
+			req.SkipFiles = append(req.SkipFiles, f)
+		}
+	}
+	until := time.Now().UTC()
+	resp, err := cl.BackupShardTo(ctx, node, req)
+	if c := status.Code(err); c == codes.Unimplemented || c == codes.FailedPrecondition {
+		w.mu.Lock()
+		w.off[node] = true
+		w.mu.Unlock()
+		return nil, fmt.Errorf("node %d: %w: %w", node, errNodeCannotWrite, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	hdr := resp.GetHeader()
+	if len(hdr.GetFiles()) > maxFiles {
+		return nil, fmt.Errorf("%w: node %d: shard %d: %d files", ErrCorrupt, node, shardID, len(hdr.GetFiles()))
+	}
+	p, err := partOf(node, shardID, hdr, until)
+	if err != nil {
+		return nil, err
+	}
+	wrote := make([]bool, len(p.Files))
+	for _, i := range resp.GetWritten() {
+		if int(i) >= len(p.Files) || wrote[i] {
+			return nil, fmt.Errorf("%w: node %d: shard %d: wrote file %d of %d", ErrCorrupt, node, shardID, i, len(p.Files))
+		}
+		wrote[i] = true
+	}
+	for i, f := range p.Files {
+		switch {
+		case wrote[i]:
+			stored[f.Path] = true
+			stats.FilesCopied++
+			stats.BytesCopied += int64(f.Size)
+		case stored[f.Path]:
 			stats.FilesSkipped++
-			stats.BytesSkipped += int64(f.GetSize())
-			continue
+			stats.BytesSkipped += int64(f.Size)
+		default:
+			return nil, fmt.Errorf("%w: node %d: shard %d: %s neither written nor already stored", ErrCorrupt, node, shardID, f.Path)
 		}
-		if err := receiveFile(ctx, stream, loc, uint32(i), f, path); err != nil {
-			return nil, fmt.Errorf("node %d: shard %d: file %s: %w", node, shardID, f.GetName(), err)
-		}
-		stored[path] = true
-		stats.FilesCopied++
-		stats.BytesCopied += int64(f.GetSize())
 	}
-	if c, err := stream.Recv(); err != io.EOF {
-		if err == nil {
-			return nil, fmt.Errorf("%w: node %d: shard %d: data after the last file (file %d at %d)", ErrCorrupt, node, shardID, c.GetFileIndex(), c.GetOffset())
-		}
-		return nil, fmt.Errorf("node %d: shard %d: %w", node, shardID, err)
-	}
+	stats.NodeWritten++
 	return p, nil
 }
 

@@ -20,7 +20,14 @@
 // it is renamed into place only after every file is synced, so a backup
 // that failed half-way is never taken for a complete one.
 //
-// Every byte is checked: each chunk a node sends carries a CRC-32C, each
-// file its whole-file CRC-32C, checked before it is stored; Verify reads
-// every stored file of a backup again and checks its size and checksum.
+// Each node writes its own checkpoints into the location
+// (Admin.BackupShardTo, Location.StoreCheckpoint) and Create only
+// coordinates and writes the manifest; a node that cannot streams its
+// checkpoints through Create (Admin.BackupShard), which stores them.
+//
+// Every byte is checked: a node names each file it stores by the CRC-32C
+// computed as it writes or uploads it; each chunk a node streams carries a
+// CRC-32C, each file its whole-file CRC-32C, checked before it is stored;
+// Verify reads every stored file of a backup again and checks its size and
+// checksum.
 package backup

@@ -122,6 +122,10 @@ func checkStoredFiles(t *testing.T, dir string) (temps []string) {
 // under the same ID completes. The sender's kill stops the node streaming a
 // file mid-way: the backup copies that shard from another replica, and the
 // backup verifies and can be staged for a restore.
+//
+// The parts go through the backup client here (ThroughClient), whose
+// streams the test cuts; TestNodeWriteKilled kills the nodes that write
+// their own parts.
 func TestBackupKilledMidFile(t *testing.T) {
 	c, cl := startCluster(t)
 	putBig(t, cl, 150, 24<<10, "one") // ~3.6 MB per user shard
@@ -160,7 +164,7 @@ func TestBackupKilledMidFile(t *testing.T) {
 		})
 		return nil
 	}}
-	if _, _, err := backup.Create(kctx, cut, loc, backup.CreateOptions{ID: "b1"}); err == nil {
+	if _, _, err := backup.Create(kctx, cut, loc, backup.CreateOptions{ID: "b1", ThroughClient: true}); err == nil {
 		t.Fatal("a backup killed mid-file completed")
 	}
 	if leftTemps == 0 || len(lock) == 0 {
@@ -250,7 +254,7 @@ func TestBackupKilledMidFile(t *testing.T) {
 		}
 		return nil
 	}}
-	m, _, err = backup.Create(ctx, cut, loc, backup.CreateOptions{ID: "b2", Parallel: 1})
+	m, _, err = backup.Create(ctx, cut, loc, backup.CreateOptions{ID: "b2", Parallel: 1, ThroughClient: true})
 	if err != nil {
 		t.Fatalf("a backup whose sender was killed mid-file: %v", err)
 	}

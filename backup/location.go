@@ -29,6 +29,11 @@ type Location struct {
 // and AWS_REGION). A directory must exist unless create is set, in which
 // case it is created; a bucket must exist.
 func Open(ctx context.Context, where string, create bool) (*Location, error) {
+	return open(ctx, where, create, nil)
+}
+
+// open is Open, with S3 requests signed with creds when it is set.
+func open(ctx context.Context, where string, create bool, creds *S3Credentials) (*Location, error) {
 	if where == "" {
 		return nil, errors.New("backup: no location given")
 	}
@@ -37,7 +42,7 @@ func Open(ctx context.Context, where string, create bool) (*Location, error) {
 		if err != nil {
 			return nil, fmt.Errorf("backup: location %q: %w", where, err)
 		}
-		st, err := openS3(ctx, where, u)
+		st, err := openS3(ctx, where, u, creds)
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +72,8 @@ func manifestName(id string) string { return backupPrefix(id) + "manifest.json" 
 func startedName(id string) string { return backupPrefix(id) + "started.json" }
 
 // begin marks backup id begun in the location (startedName, with info),
-// unless it holds a backup id already.
+// unless it holds a backup id already. info's "token" is what CheckStarted
+// compares.
 func (l *Location) begin(ctx context.Context, id string, info map[string]any) error {
 	b, err := json.Marshal(info)
 	if err != nil {

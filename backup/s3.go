@@ -27,6 +27,7 @@ type s3Store struct {
 	bucket string
 	prefix string // "" or ending in "/"
 	cl     *minio.Client
+	creds  *credentials.Credentials
 }
 
 // S3 location parameters, from the location's URL query or the
@@ -46,8 +47,10 @@ const (
 // AWS (https://s3.amazonaws.com); an endpoint without a scheme is reached
 // over HTTPS, and a custom endpoint with path-style requests. region
 // defaults to $AWS_REGION, then $AWS_DEFAULT_REGION, then what the server
-// says. The bucket must exist.
-func openS3(ctx context.Context, raw string, u *url.URL) (*s3Store, error) {
+// says. The bucket must exist. Credentials come from creds when it is set,
+// else from the environment, the AWS credentials file or the instance's
+// role.
+func openS3(ctx context.Context, raw string, u *url.URL, creds *S3Credentials) (*s3Store, error) {
 	bucket := u.Host
 	if bucket == "" {
 		return nil, fmt.Errorf("backup: location %s: no bucket (want s3://BUCKET/PREFIX)", raw)
@@ -77,12 +80,16 @@ func openS3(ctx context.Context, raw string, u *url.URL) (*s3Store, error) {
 	if custom {
 		lookup = minio.BucketLookupPath
 	}
+	chain := credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{Client: &http.Client{Transport: http.DefaultTransport}},
+	})
+	if creds != nil {
+		chain = credentials.NewStaticV4(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)
+	}
 	cl, err := minio.New(eu.Host, &minio.Options{
-		Creds: credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{},
-			&credentials.FileAWSCredentials{},
-			&credentials.IAM{Client: &http.Client{Transport: http.DefaultTransport}},
-		}),
+		Creds:        chain,
 		Secure:       eu.Scheme == "https",
 		Region:       firstSet(q.Get(s3RegionParam), os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
 		BucketLookup: lookup,
@@ -102,7 +109,7 @@ func openS3(ctx context.Context, raw string, u *url.URL) (*s3Store, error) {
 		prefix += "/"
 	}
 	base := "s3://" + bucket + "/" + prefix
-	s := &s3Store{url: base, base: base, bucket: bucket, prefix: prefix, cl: cl}
+	s := &s3Store{url: base, base: base, bucket: bucket, prefix: prefix, cl: cl, creds: chain}
 	// The endpoint and region given in the URL stay in it (they are no
 	// secret), so that String is a location Open reaches again.
 	keep := url.Values{}

@@ -506,6 +506,21 @@ func (c *Client) BackupShard(ctx context.Context, nodeID, shardID uint64, skip [
 	return stream, nil
 }
 
+// BackupShardTo calls Admin.BackupShardTo on node nodeID: the node writes
+// its checkpoint of the request's shard into the backup location itself.
+// The request may carry credentials; the error returned never holds them.
+func (c *Client) BackupShardTo(ctx context.Context, nodeID uint64, req *shalev1.BackupShardToRequest) (*shalev1.BackupShardToResponse, error) {
+	admin, addr, err := c.adminAt(ctx, nodeID)
+	if err != nil {
+		return nil, wrapOp("backup-shard-to", err)
+	}
+	resp, err := admin.BackupShardTo(ctx, req)
+	if err != nil {
+		return nil, wrapOp("backup-shard-to", fmt.Errorf("node %d (%s): %w", nodeID, addr, err))
+	}
+	return resp, nil
+}
+
 // adminAt is the Admin service of node nodeID (for the RPCs about its own
 // replicas), at its address in the routing table, refreshed once when the
 // node is not in it; it also returns the address. Another node answering

@@ -31,6 +31,22 @@ type backupFlags struct {
 	*clusterFlags
 	location string
 	hex      bool
+	// throughClient and nodeCredentials are create's and stream's
+	// --through-client and --node-credentials (backup.CreateOptions).
+	throughClient, nodeCredentials bool
+}
+
+// addWriteFlags adds --through-client and --node-credentials to cmd.
+func (f *backupFlags) addWriteFlags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.throughClient, "through-client", false,
+		"have the nodes stream their checkpoints through shalectl, which writes them (for nodes that cannot reach the location)")
+	cmd.Flags().BoolVar(&f.nodeCredentials, "node-credentials", false,
+		"have the nodes sign their S3 requests with their own credentials (their environment, AWS credentials file or instance role) instead of shalectl's")
+}
+
+// createOptions are the backup.CreateOptions the flags set.
+func (f *backupFlags) createOptions(id, base string) backup.CreateOptions {
+	return backup.CreateOptions{ID: id, Base: base, ThroughClient: f.throughClient, NodeCredentials: f.nodeCredentials}
 }
 
 // backupCreateRecord is the JSON output of backup create.
@@ -47,9 +63,12 @@ type backupCreateRecord struct {
 	// Checkpoints counts the parts copied from a new checkpoint, Logs
 	// those extended from the base with their log, LogEntries the entries
 	// those logs added.
-	Checkpoints int              `json:"checkpoints"`
-	Logs        int              `json:"logs"`
-	LogEntries  int              `json:"log_entries"`
+	Checkpoints int `json:"checkpoints"`
+	Logs        int `json:"logs"`
+	LogEntries  int `json:"log_entries"`
+	// NodeWritten counts the checkpoints their nodes wrote into the
+	// location themselves (the others came through shalectl).
+	NodeWritten int              `json:"node_written"`
 	Manifest    *backup.Manifest `json:"manifest"`
 }
 
@@ -114,6 +133,17 @@ checkpoint of one of its replicas (a follower's first). Files the location
 already holds (from an earlier backup) are not copied again. The manifest is written last: a backup
 that fails or is interrupted stays incomplete and is never listed as complete.
 
+Each node writes its checkpoints into the location itself, and shalectl only
+coordinates and writes the manifest: the location must then be reachable from
+every node under the same name (the same S3 endpoint and bucket, or a
+directory every node mounts at the same path; a relative directory is made
+absolute). For S3, shalectl sends the nodes the credentials it signs with, in
+each request (over TLS when the cluster uses it; the nodes never log them);
+--node-credentials makes the nodes use their own instead. A node that cannot
+open the location, finds another one under its name, or runs a version
+without this, streams its checkpoints through shalectl, which writes them;
+--through-client does that for every node.
+
 --base ID makes the backup incremental on top of backup ID, an earlier complete
 backup of the same cluster in the location: a shard whose range is unchanged
 gets the base's part plus the entries it applied since (its log); the others,
@@ -127,7 +157,8 @@ files and bytes copied and skipped (already stored) and the range of the
 shards' dates are printed. --timeout bounds connecting only: the backup runs
 until it is done or interrupted. With -o json: one object {id, base, shards,
 files_copied, files_skipped, bytes_copied, bytes_skipped, checkpoints, logs,
-log_entries, manifest} (base null for a full backup) and no progress.`,
+log_entries, node_written (the checkpoints nodes wrote themselves), manifest}
+(base null for a full backup) and no progress.`,
 		Example: `  shalectl backup create --location /mnt/backups/shale
   shalectl backup create --location /mnt/backups/shale --id nightly-2026-11-22 -o json
   shalectl backup create --location /mnt/backups/shale --base latest`,
@@ -155,6 +186,7 @@ log_entries, manifest} (base null for a full backup) and no progress.`,
 	}
 	create.Flags().StringVar(&id, "id", "", "name the backup `ID` (default: the start time, UTC, 20060102T150405Z)")
 	create.Flags().StringVar(&base, "base", "", "take an incremental backup on top of backup `ID` (latest: the newest complete backup in the location)")
+	f.addWriteFlags(create)
 
 	sf := streamFlags{interval: 10 * time.Second, prefix: "stream"}
 	stream := &cobra.Command{
@@ -184,6 +216,7 @@ the ones kept stay complete.
 A round that fails (the cluster unreachable for a moment) is reported on
 stderr, its incomplete backup removed, and retried at the next interval on
 the same base; it does not end the command. --timeout bounds connecting only.
+--through-client and --node-credentials are create's.
 
 --metrics-addr HOST:PORT serves Prometheus metrics of the stream at /metrics:
 shale_backup_stream_backups_total{type}, _failures_total, _copied_bytes_total,
@@ -210,6 +243,7 @@ on a stream that stopped backing up or a recovery point falling behind.`,
 	stream.Flags().StringVar(&sf.prefix, "id-prefix", sf.prefix, "name the backups `PREFIX`-<UTC time>")
 	stream.Flags().IntVar(&sf.keep, "keep", 0, "keep the newest `N` backups of the stream, delete older ones (0: keep all)")
 	stream.Flags().IntVar(&sf.fullEvery, "full-every", 0, "take a full backup after `N` incremental ones (0: never)")
+	f.addWriteFlags(stream)
 	stream.Flags().StringVar(&sf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the stream (backups, failures, bytes copied, last success, recovery point) at http://`HOST:PORT`/metrics")
 
 	list := &cobra.Command{
@@ -392,7 +426,7 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 			return fmt.Errorf("backup create: --base latest: %w", err)
 		}
 	}
-	opts := backup.CreateOptions{ID: id, Base: base}
+	opts := f.createOptions(id, base)
 	var prog *progressLine
 	if !asJSON {
 		prog = newProgressLine(cmd.ErrOrStderr(), true)
@@ -410,7 +444,7 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 		return output.WriteJSON(cmd.OutOrStdout(), backupCreateRecord{
 			ID: m.ID, Base: optString(base), Shards: len(m.Shards), FilesCopied: stats.FilesCopied, FilesSkipped: stats.FilesSkipped,
 			BytesCopied: stats.BytesCopied, BytesSkipped: stats.BytesSkipped,
-			Checkpoints: stats.Checkpoints, Logs: stats.Logs, LogEntries: stats.LogEntries, Manifest: m,
+			Checkpoints: stats.Checkpoints, Logs: stats.Logs, LogEntries: stats.LogEntries, NodeWritten: stats.NodeWritten, Manifest: m,
 		})
 	}
 	tw := newTable(cmd.OutOrStdout())
@@ -422,7 +456,7 @@ func (f *backupFlags) create(cmd *cobra.Command, id, base string, asJSON bool) e
 	}
 	fmt.Fprintf(tw, "cluster:\t%s\n", m.ClusterID)
 	fmt.Fprintf(tw, "shards:\t%d\n", len(m.Shards))
-	fmt.Fprintf(tw, "parts:\t%d new checkpoints, %d extended with their log (%d entries)\n", stats.Checkpoints, stats.Logs, stats.LogEntries)
+	fmt.Fprintf(tw, "parts:\t%d new checkpoints (%d written by their nodes), %d extended with their log (%d entries)\n", stats.Checkpoints, stats.NodeWritten, stats.Logs, stats.LogEntries)
 	fmt.Fprintf(tw, "files:\t%d copied, %d skipped (already stored)\n", stats.FilesCopied, stats.FilesSkipped)
 	fmt.Fprintf(tw, "bytes:\t%s copied, %s skipped\n", bytesAndSize(stats.BytesCopied), bytesAndSize(stats.BytesSkipped))
 	fmt.Fprintf(tw, "dates:\t%s\n", dateRange(m))
@@ -565,7 +599,7 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			fmt.Fprintf(errw, "shalectl: backup stream: %s already holds a backup %s (retrying in %s)\n", loc.String(), id, sf.interval)
 			continue
 		}
-		m, stats, err := backup.Create(ctx, c, loc, backup.CreateOptions{ID: id, Base: roundBase})
+		m, stats, err := backup.Create(ctx, c, loc, f.createOptions(id, roundBase))
 		if err != nil {
 			// The round's backup is incomplete: remove it (and only it:
 			// the ID is new, checked above).

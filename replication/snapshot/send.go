@@ -81,6 +81,14 @@ func sendHeader(ctx context.Context, s ChunkSender, header *shalev1.SnapshotHead
 	return files, nil
 }
 
+// ListFiles returns the name and size of every file in dir, sorted by
+// name, without checksums; a file named in lengths is listed as its first
+// lengths[name] bytes (an error if it is shorter). Anything in dir but a
+// regular file is an error, as in Send.
+func ListFiles(ctx context.Context, dir string, lengths map[string]int64) ([]*shalev1.SnapshotFile, error) {
+	return listFiles(ctx, dir, false, lengths)
+}
+
 // listFiles returns name and size of every file in dir, sorted by name, and
 // with checksums its CRC-32C, read from the file; a file named in lengths
 // is taken as its first lengths[name] bytes.
@@ -115,6 +123,11 @@ func listFiles(ctx context.Context, dir string, checksums bool, lengths map[stri
 			var info os.FileInfo
 			if info, err = e.Info(); err == nil {
 				size = info.Size()
+				if cut && size < limit {
+					err = fmt.Errorf("snapshot: %s: %d bytes, shorter than its length %d", filepath.Join(dir, e.Name()), size, limit)
+				} else if cut {
+					size = limit
+				}
 			}
 		}
 		if err != nil {

@@ -3297,6 +3297,228 @@ func (x *BackupShardRequest) GetSkipFiles() []*SnapshotFile {
 	return nil
 }
 
+type BackupShardToRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// location is the backup location as the node opens it: an absolute
+	// directory path (the same directory on every node: a shared mount) or
+	// an s3:// URL with its endpoint and region (no credentials).
+	Location string `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"`
+	// backup_id and token name the backup being written: the node checks
+	// that the location holds its start marker with this token.
+	BackupId string `protobuf:"bytes,3,opt,name=backup_id,json=backupId,proto3" json:"backup_id,omitempty"`
+	Token    string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// skip_files are files the location already holds: a checkpoint file
+	// with the same name, size and CRC-32C is listed but not written.
+	SkipFiles []*SnapshotFile `protobuf:"bytes,5,rep,name=skip_files,json=skipFiles,proto3" json:"skip_files,omitempty"`
+	// s3_credentials, when set, are what the node signs its S3 requests
+	// with; unset, the node takes its own (its environment, its AWS
+	// credentials file or its instance's role).
+	S3Credentials *S3Credentials `protobuf:"bytes,6,opt,name=s3_credentials,json=s3Credentials,proto3" json:"s3_credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardToRequest) Reset() {
+	*x = BackupShardToRequest{}
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardToRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardToRequest) ProtoMessage() {}
+
+func (x *BackupShardToRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardToRequest.ProtoReflect.Descriptor instead.
+func (*BackupShardToRequest) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BackupShardToRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *BackupShardToRequest) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *BackupShardToRequest) GetBackupId() string {
+	if x != nil {
+		return x.BackupId
+	}
+	return ""
+}
+
+func (x *BackupShardToRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *BackupShardToRequest) GetSkipFiles() []*SnapshotFile {
+	if x != nil {
+		return x.SkipFiles
+	}
+	return nil
+}
+
+func (x *BackupShardToRequest) GetS3Credentials() *S3Credentials {
+	if x != nil {
+		return x.S3Credentials
+	}
+	return nil
+}
+
+// S3Credentials are an S3 access key, its secret and, for temporary
+// credentials, the session token.
+type S3Credentials struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AccessKeyId     string                 `protobuf:"bytes,1,opt,name=access_key_id,json=accessKeyId,proto3" json:"access_key_id,omitempty"`
+	SecretAccessKey string                 `protobuf:"bytes,2,opt,name=secret_access_key,json=secretAccessKey,proto3" json:"secret_access_key,omitempty"`
+	SessionToken    string                 `protobuf:"bytes,3,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *S3Credentials) Reset() {
+	*x = S3Credentials{}
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *S3Credentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*S3Credentials) ProtoMessage() {}
+
+func (x *S3Credentials) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use S3Credentials.ProtoReflect.Descriptor instead.
+func (*S3Credentials) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *S3Credentials) GetAccessKeyId() string {
+	if x != nil {
+		return x.AccessKeyId
+	}
+	return ""
+}
+
+func (x *S3Credentials) GetSecretAccessKey() string {
+	if x != nil {
+		return x.SecretAccessKey
+	}
+	return ""
+}
+
+func (x *S3Credentials) GetSessionToken() string {
+	if x != nil {
+		return x.SessionToken
+	}
+	return ""
+}
+
+type BackupShardToResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header is what BackupShard's first chunk would carry: every file of
+	// the checkpoint with its size and CRC-32C, the applied index and term
+	// (in raft_message), the descriptor and the date.
+	Header *SnapshotHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// written lists the indexes in header.files of the files the node
+	// stored; the others were in skip_files.
+	Written []uint32 `protobuf:"varint,2,rep,packed,name=written,proto3" json:"written,omitempty"`
+	// bytes_written counts the bytes of those files.
+	BytesWritten  uint64 `protobuf:"varint,3,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardToResponse) Reset() {
+	*x = BackupShardToResponse{}
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardToResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardToResponse) ProtoMessage() {}
+
+func (x *BackupShardToResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardToResponse.ProtoReflect.Descriptor instead.
+func (*BackupShardToResponse) Descriptor() ([]byte, []int) {
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *BackupShardToResponse) GetHeader() *SnapshotHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BackupShardToResponse) GetWritten() []uint32 {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
+func (x *BackupShardToResponse) GetBytesWritten() uint64 {
+	if x != nil {
+		return x.BytesWritten
+	}
+	return 0
+}
+
 type BackupShardLogRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ShardId       uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
@@ -3307,7 +3529,7 @@ type BackupShardLogRequest struct {
 
 func (x *BackupShardLogRequest) Reset() {
 	*x = BackupShardLogRequest{}
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3541,7 @@ func (x *BackupShardLogRequest) String() string {
 func (*BackupShardLogRequest) ProtoMessage() {}
 
 func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[56]
+	mi := &file_shale_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3554,7 @@ func (x *BackupShardLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardLogRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardLogRequest) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BackupShardLogRequest) GetShardId() uint64 {
@@ -3369,7 +3591,7 @@ type BackupLogEntry struct {
 
 func (x *BackupLogEntry) Reset() {
 	*x = BackupLogEntry{}
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3603,7 @@ func (x *BackupLogEntry) String() string {
 func (*BackupLogEntry) ProtoMessage() {}
 
 func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[57]
+	mi := &file_shale_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3616,7 @@ func (x *BackupLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogEntry.ProtoReflect.Descriptor instead.
 func (*BackupLogEntry) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BackupLogEntry) GetIndex() uint64 {
@@ -3452,7 +3674,7 @@ type BackupLogOp struct {
 
 func (x *BackupLogOp) Reset() {
 	*x = BackupLogOp{}
-	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	mi := &file_shale_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3686,7 @@ func (x *BackupLogOp) String() string {
 func (*BackupLogOp) ProtoMessage() {}
 
 func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
-	mi := &file_shale_v1_admin_proto_msgTypes[58]
+	mi := &file_shale_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3699,7 @@ func (x *BackupLogOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupLogOp.ProtoReflect.Descriptor instead.
 func (*BackupLogOp) Descriptor() ([]byte, []int) {
-	return file_shale_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_shale_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BackupLogOp) GetKind() uint32 {
@@ -3730,7 +3952,23 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x12BackupShardRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x125\n" +
 	"\n" +
-	"skip_files\x18\x02 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles\"S\n" +
+	"skip_files\x18\x02 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles\"\xf7\x01\n" +
+	"\x14BackupShardToRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1a\n" +
+	"\blocation\x18\x02 \x01(\tR\blocation\x12\x1b\n" +
+	"\tbackup_id\x18\x03 \x01(\tR\bbackupId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x125\n" +
+	"\n" +
+	"skip_files\x18\x05 \x03(\v2\x16.shale.v1.SnapshotFileR\tskipFiles\x12>\n" +
+	"\x0es3_credentials\x18\x06 \x01(\v2\x17.shale.v1.S3CredentialsR\rs3Credentials\"\x84\x01\n" +
+	"\rS3Credentials\x12\"\n" +
+	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12*\n" +
+	"\x11secret_access_key\x18\x02 \x01(\tR\x0fsecretAccessKey\x12#\n" +
+	"\rsession_token\x18\x03 \x01(\tR\fsessionToken\"\x88\x01\n" +
+	"\x15BackupShardToResponse\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.shale.v1.SnapshotHeaderR\x06header\x12\x18\n" +
+	"\awritten\x18\x02 \x03(\rR\awritten\x12#\n" +
+	"\rbytes_written\x18\x03 \x01(\x04R\fbytesWritten\"S\n" +
 	"\x15BackupShardLogRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1f\n" +
 	"\vafter_index\x18\x02 \x01(\x04R\n" +
@@ -3745,7 +3983,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vBackupLogOp\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value2\xae\x0f\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value2\x80\x10\n" +
 	"\x05Admin\x12P\n" +
 	"\rClusterStatus\x12\x1e.shale.v1.ClusterStatusRequest\x1a\x1f.shale.v1.ClusterStatusResponse\x12G\n" +
 	"\n" +
@@ -3773,7 +4011,8 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\vMergeShards\x12\x1c.shale.v1.MergeShardsRequest\x1a\x1d.shale.v1.MergeShardsResponse\x12M\n" +
 	"\fDrainLeaders\x12\x1d.shale.v1.DrainLeadersRequest\x1a\x1e.shale.v1.DrainLeadersResponse\x12V\n" +
 	"\x0fReplicaChecksum\x12 .shale.v1.ReplicaChecksumRequest\x1a!.shale.v1.ReplicaChecksumResponse\x12F\n" +
-	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01\x12M\n" +
+	"\vBackupShard\x12\x1c.shale.v1.BackupShardRequest\x1a\x17.shale.v1.SnapshotChunk0\x01\x12P\n" +
+	"\rBackupShardTo\x12\x1e.shale.v1.BackupShardToRequest\x1a\x1f.shale.v1.BackupShardToResponse\x12M\n" +
 	"\x0eBackupShardLog\x12\x1f.shale.v1.BackupShardLogRequest\x1a\x18.shale.v1.BackupLogEntry0\x01\x12M\n" +
 	"\fGetAuthState\x12\x1d.shale.v1.GetAuthStateRequest\x1a\x1e.shale.v1.GetAuthStateResponseB2Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3"
 
@@ -3790,7 +4029,7 @@ func file_shale_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_shale_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_shale_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_shale_v1_admin_proto_goTypes = []any{
 	(ReplicaChange_Type)(0),          // 0: shale.v1.ReplicaChange.Type
 	(*GetAuthStateRequest)(nil),      // 1: shale.v1.GetAuthStateRequest
@@ -3849,46 +4088,50 @@ var file_shale_v1_admin_proto_goTypes = []any{
 	(*ReplicaChecksumRequest)(nil),   // 54: shale.v1.ReplicaChecksumRequest
 	(*ReplicaChecksumResponse)(nil),  // 55: shale.v1.ReplicaChecksumResponse
 	(*BackupShardRequest)(nil),       // 56: shale.v1.BackupShardRequest
-	(*BackupShardLogRequest)(nil),    // 57: shale.v1.BackupShardLogRequest
-	(*BackupLogEntry)(nil),           // 58: shale.v1.BackupLogEntry
-	(*BackupLogOp)(nil),              // 59: shale.v1.BackupLogOp
-	(*AuthState)(nil),                // 60: shale.v1.AuthState
-	(*NodeDescriptor)(nil),           // 61: shale.v1.NodeDescriptor
-	(ReplicaRole)(0),                 // 62: shale.v1.ReplicaRole
-	(*ShardDescriptor)(nil),          // 63: shale.v1.ShardDescriptor
-	(*RoutedShard)(nil),              // 64: shale.v1.RoutedShard
-	(*SnapshotFile)(nil),             // 65: shale.v1.SnapshotFile
-	(*HlcTimestamp)(nil),             // 66: shale.v1.HlcTimestamp
-	(*SnapshotChunk)(nil),            // 67: shale.v1.SnapshotChunk
+	(*BackupShardToRequest)(nil),     // 57: shale.v1.BackupShardToRequest
+	(*S3Credentials)(nil),            // 58: shale.v1.S3Credentials
+	(*BackupShardToResponse)(nil),    // 59: shale.v1.BackupShardToResponse
+	(*BackupShardLogRequest)(nil),    // 60: shale.v1.BackupShardLogRequest
+	(*BackupLogEntry)(nil),           // 61: shale.v1.BackupLogEntry
+	(*BackupLogOp)(nil),              // 62: shale.v1.BackupLogOp
+	(*AuthState)(nil),                // 63: shale.v1.AuthState
+	(*NodeDescriptor)(nil),           // 64: shale.v1.NodeDescriptor
+	(ReplicaRole)(0),                 // 65: shale.v1.ReplicaRole
+	(*ShardDescriptor)(nil),          // 66: shale.v1.ShardDescriptor
+	(*RoutedShard)(nil),              // 67: shale.v1.RoutedShard
+	(*SnapshotFile)(nil),             // 68: shale.v1.SnapshotFile
+	(*SnapshotHeader)(nil),           // 69: shale.v1.SnapshotHeader
+	(*HlcTimestamp)(nil),             // 70: shale.v1.HlcTimestamp
+	(*SnapshotChunk)(nil),            // 71: shale.v1.SnapshotChunk
 }
 var file_shale_v1_admin_proto_depIdxs = []int32{
-	60, // 0: shale.v1.GetAuthStateResponse.state:type_name -> shale.v1.AuthState
-	61, // 1: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
-	62, // 2: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
-	63, // 3: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
+	63, // 0: shale.v1.GetAuthStateResponse.state:type_name -> shale.v1.AuthState
+	64, // 1: shale.v1.NodeStatus.node:type_name -> shale.v1.NodeDescriptor
+	65, // 2: shale.v1.ReplicaStatus.role:type_name -> shale.v1.ReplicaRole
+	66, // 3: shale.v1.ShardStatus.descriptor:type_name -> shale.v1.ShardDescriptor
 	4,  // 4: shale.v1.ShardStatus.replicas:type_name -> shale.v1.ReplicaStatus
 	3,  // 5: shale.v1.ClusterStatusResponse.nodes:type_name -> shale.v1.NodeStatus
 	5,  // 6: shale.v1.ClusterStatusResponse.shards:type_name -> shale.v1.ShardStatus
-	61, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
-	64, // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
+	64, // 7: shale.v1.GetRoutingResponse.nodes:type_name -> shale.v1.NodeDescriptor
+	67, // 8: shale.v1.GetRoutingResponse.shards:type_name -> shale.v1.RoutedShard
 	3,  // 9: shale.v1.ListNodesResponse.nodes:type_name -> shale.v1.NodeStatus
-	61, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
-	61, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
+	64, // 10: shale.v1.AddNodeResponse.node:type_name -> shale.v1.NodeDescriptor
+	64, // 11: shale.v1.AddNodeResponse.peers:type_name -> shale.v1.NodeDescriptor
 	5,  // 12: shale.v1.ListShardsResponse.shards:type_name -> shale.v1.ShardStatus
 	5,  // 13: shale.v1.ShardInfoResponse.shard:type_name -> shale.v1.ShardStatus
-	61, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
+	64, // 14: shale.v1.NodeInfoResponse.node:type_name -> shale.v1.NodeDescriptor
 	5,  // 15: shale.v1.NodeInfoResponse.shards:type_name -> shale.v1.ShardStatus
-	63, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
-	63, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
-	63, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
-	63, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
-	61, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
+	66, // 16: shale.v1.SplitShardResponse.left:type_name -> shale.v1.ShardDescriptor
+	66, // 17: shale.v1.SplitShardResponse.right:type_name -> shale.v1.ShardDescriptor
+	66, // 18: shale.v1.ShardDirectoryResponse.shards:type_name -> shale.v1.ShardDescriptor
+	66, // 19: shale.v1.ReportShardsRequest.descriptors:type_name -> shale.v1.ShardDescriptor
+	64, // 20: shale.v1.NodeStats.node:type_name -> shale.v1.NodeDescriptor
 	30, // 21: shale.v1.HeartbeatRequest.stats:type_name -> shale.v1.NodeStats
 	31, // 22: shale.v1.HeartbeatRequest.led:type_name -> shale.v1.LedShard
 	0,  // 23: shale.v1.ReplicaChange.type:type_name -> shale.v1.ReplicaChange.Type
 	34, // 24: shale.v1.ChangeReplicasRequest.changes:type_name -> shale.v1.ReplicaChange
-	63, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
-	61, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
+	66, // 25: shale.v1.ChangeReplicasResponse.descriptor:type_name -> shale.v1.ShardDescriptor
+	64, // 26: shale.v1.NodePlacement.node:type_name -> shale.v1.NodeDescriptor
 	30, // 27: shale.v1.NodePlacement.stats:type_name -> shale.v1.NodeStats
 	38, // 28: shale.v1.NodePlacement.stuck:type_name -> shale.v1.StuckReplica
 	39, // 29: shale.v1.PlacementStatusResponse.nodes:type_name -> shale.v1.NodePlacement
@@ -3896,66 +4139,71 @@ var file_shale_v1_admin_proto_depIdxs = []int32{
 	38, // 31: shale.v1.PlacementStatusResponse.stuck:type_name -> shale.v1.StuckReplica
 	37, // 32: shale.v1.PlacementHistoryResponse.operations:type_name -> shale.v1.PlacementOperation
 	37, // 33: shale.v1.MoveReplicaResponse.operation:type_name -> shale.v1.PlacementOperation
-	63, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
-	65, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
-	66, // 36: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
-	59, // 37: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
-	63, // 38: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
-	6,  // 39: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
-	8,  // 40: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
-	10, // 41: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
-	12, // 42: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
-	14, // 43: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
-	16, // 44: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
-	18, // 45: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
-	20, // 46: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
-	22, // 47: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
-	24, // 48: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
-	26, // 49: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
-	28, // 50: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
-	32, // 51: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
-	35, // 52: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
-	40, // 53: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
-	42, // 54: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
-	44, // 55: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
-	46, // 56: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
-	48, // 57: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
-	50, // 58: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
-	52, // 59: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
-	54, // 60: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
-	56, // 61: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
-	57, // 62: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
-	1,  // 63: shale.v1.Admin.GetAuthState:input_type -> shale.v1.GetAuthStateRequest
-	7,  // 64: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
-	9,  // 65: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
-	11, // 66: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
-	13, // 67: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
-	15, // 68: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
-	17, // 69: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
-	19, // 70: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
-	21, // 71: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
-	23, // 72: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
-	25, // 73: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
-	27, // 74: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
-	29, // 75: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
-	33, // 76: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
-	36, // 77: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
-	41, // 78: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
-	43, // 79: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
-	45, // 80: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
-	47, // 81: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
-	49, // 82: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
-	51, // 83: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
-	53, // 84: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
-	55, // 85: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
-	67, // 86: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
-	58, // 87: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
-	2,  // 88: shale.v1.Admin.GetAuthState:output_type -> shale.v1.GetAuthStateResponse
-	64, // [64:89] is the sub-list for method output_type
-	39, // [39:64] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	66, // 34: shale.v1.MergeShardsResponse.merged:type_name -> shale.v1.ShardDescriptor
+	68, // 35: shale.v1.BackupShardRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	68, // 36: shale.v1.BackupShardToRequest.skip_files:type_name -> shale.v1.SnapshotFile
+	58, // 37: shale.v1.BackupShardToRequest.s3_credentials:type_name -> shale.v1.S3Credentials
+	69, // 38: shale.v1.BackupShardToResponse.header:type_name -> shale.v1.SnapshotHeader
+	70, // 39: shale.v1.BackupLogEntry.hlc:type_name -> shale.v1.HlcTimestamp
+	62, // 40: shale.v1.BackupLogEntry.ops:type_name -> shale.v1.BackupLogOp
+	66, // 41: shale.v1.BackupLogEntry.range:type_name -> shale.v1.ShardDescriptor
+	6,  // 42: shale.v1.Admin.ClusterStatus:input_type -> shale.v1.ClusterStatusRequest
+	8,  // 43: shale.v1.Admin.GetRouting:input_type -> shale.v1.GetRoutingRequest
+	10, // 44: shale.v1.Admin.ListNodes:input_type -> shale.v1.ListNodesRequest
+	12, // 45: shale.v1.Admin.AddNode:input_type -> shale.v1.AddNodeRequest
+	14, // 46: shale.v1.Admin.RemoveNode:input_type -> shale.v1.RemoveNodeRequest
+	16, // 47: shale.v1.Admin.ListShards:input_type -> shale.v1.ListShardsRequest
+	18, // 48: shale.v1.Admin.ShardInfo:input_type -> shale.v1.ShardInfoRequest
+	20, // 49: shale.v1.Admin.TransferLeader:input_type -> shale.v1.TransferLeaderRequest
+	22, // 50: shale.v1.Admin.NodeInfo:input_type -> shale.v1.NodeInfoRequest
+	24, // 51: shale.v1.Admin.SplitShard:input_type -> shale.v1.SplitShardRequest
+	26, // 52: shale.v1.Admin.ShardDirectory:input_type -> shale.v1.ShardDirectoryRequest
+	28, // 53: shale.v1.Admin.ReportShards:input_type -> shale.v1.ReportShardsRequest
+	32, // 54: shale.v1.Admin.Heartbeat:input_type -> shale.v1.HeartbeatRequest
+	35, // 55: shale.v1.Admin.ChangeReplicas:input_type -> shale.v1.ChangeReplicasRequest
+	40, // 56: shale.v1.Admin.PlacementStatus:input_type -> shale.v1.PlacementStatusRequest
+	42, // 57: shale.v1.Admin.PlacementHistory:input_type -> shale.v1.PlacementHistoryRequest
+	44, // 58: shale.v1.Admin.DecommissionNode:input_type -> shale.v1.DecommissionNodeRequest
+	46, // 59: shale.v1.Admin.RecommissionNode:input_type -> shale.v1.RecommissionNodeRequest
+	48, // 60: shale.v1.Admin.MoveReplica:input_type -> shale.v1.MoveReplicaRequest
+	50, // 61: shale.v1.Admin.MergeShards:input_type -> shale.v1.MergeShardsRequest
+	52, // 62: shale.v1.Admin.DrainLeaders:input_type -> shale.v1.DrainLeadersRequest
+	54, // 63: shale.v1.Admin.ReplicaChecksum:input_type -> shale.v1.ReplicaChecksumRequest
+	56, // 64: shale.v1.Admin.BackupShard:input_type -> shale.v1.BackupShardRequest
+	57, // 65: shale.v1.Admin.BackupShardTo:input_type -> shale.v1.BackupShardToRequest
+	60, // 66: shale.v1.Admin.BackupShardLog:input_type -> shale.v1.BackupShardLogRequest
+	1,  // 67: shale.v1.Admin.GetAuthState:input_type -> shale.v1.GetAuthStateRequest
+	7,  // 68: shale.v1.Admin.ClusterStatus:output_type -> shale.v1.ClusterStatusResponse
+	9,  // 69: shale.v1.Admin.GetRouting:output_type -> shale.v1.GetRoutingResponse
+	11, // 70: shale.v1.Admin.ListNodes:output_type -> shale.v1.ListNodesResponse
+	13, // 71: shale.v1.Admin.AddNode:output_type -> shale.v1.AddNodeResponse
+	15, // 72: shale.v1.Admin.RemoveNode:output_type -> shale.v1.RemoveNodeResponse
+	17, // 73: shale.v1.Admin.ListShards:output_type -> shale.v1.ListShardsResponse
+	19, // 74: shale.v1.Admin.ShardInfo:output_type -> shale.v1.ShardInfoResponse
+	21, // 75: shale.v1.Admin.TransferLeader:output_type -> shale.v1.TransferLeaderResponse
+	23, // 76: shale.v1.Admin.NodeInfo:output_type -> shale.v1.NodeInfoResponse
+	25, // 77: shale.v1.Admin.SplitShard:output_type -> shale.v1.SplitShardResponse
+	27, // 78: shale.v1.Admin.ShardDirectory:output_type -> shale.v1.ShardDirectoryResponse
+	29, // 79: shale.v1.Admin.ReportShards:output_type -> shale.v1.ReportShardsResponse
+	33, // 80: shale.v1.Admin.Heartbeat:output_type -> shale.v1.HeartbeatResponse
+	36, // 81: shale.v1.Admin.ChangeReplicas:output_type -> shale.v1.ChangeReplicasResponse
+	41, // 82: shale.v1.Admin.PlacementStatus:output_type -> shale.v1.PlacementStatusResponse
+	43, // 83: shale.v1.Admin.PlacementHistory:output_type -> shale.v1.PlacementHistoryResponse
+	45, // 84: shale.v1.Admin.DecommissionNode:output_type -> shale.v1.DecommissionNodeResponse
+	47, // 85: shale.v1.Admin.RecommissionNode:output_type -> shale.v1.RecommissionNodeResponse
+	49, // 86: shale.v1.Admin.MoveReplica:output_type -> shale.v1.MoveReplicaResponse
+	51, // 87: shale.v1.Admin.MergeShards:output_type -> shale.v1.MergeShardsResponse
+	53, // 88: shale.v1.Admin.DrainLeaders:output_type -> shale.v1.DrainLeadersResponse
+	55, // 89: shale.v1.Admin.ReplicaChecksum:output_type -> shale.v1.ReplicaChecksumResponse
+	71, // 90: shale.v1.Admin.BackupShard:output_type -> shale.v1.SnapshotChunk
+	59, // 91: shale.v1.Admin.BackupShardTo:output_type -> shale.v1.BackupShardToResponse
+	61, // 92: shale.v1.Admin.BackupShardLog:output_type -> shale.v1.BackupLogEntry
+	2,  // 93: shale.v1.Admin.GetAuthState:output_type -> shale.v1.GetAuthStateResponse
+	68, // [68:94] is the sub-list for method output_type
+	42, // [42:68] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_admin_proto_init() }
@@ -3972,7 +4220,7 @@ func file_shale_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_admin_proto_rawDesc), len(file_shale_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   59,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

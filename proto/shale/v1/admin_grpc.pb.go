@@ -42,6 +42,7 @@ const (
 	Admin_DrainLeaders_FullMethodName     = "/shale.v1.Admin/DrainLeaders"
 	Admin_ReplicaChecksum_FullMethodName  = "/shale.v1.Admin/ReplicaChecksum"
 	Admin_BackupShard_FullMethodName      = "/shale.v1.Admin/BackupShard"
+	Admin_BackupShardTo_FullMethodName    = "/shale.v1.Admin/BackupShardTo"
 	Admin_BackupShardLog_FullMethodName   = "/shale.v1.Admin/BackupShardLog"
 	Admin_GetAuthState_FullMethodName     = "/shale.v1.Admin/GetAuthState"
 )
@@ -130,6 +131,19 @@ type AdminClient interface {
 	// files stay pinned on the node only while the stream lasts; compaction
 	// goes on meanwhile.
 	BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// BackupShardTo writes a checkpoint of the receiving node's own replica
+	// of a shard (not forwarded) straight into a backup location, instead of
+	// streaming it to the caller: every file of the checkpoint except those
+	// in skip_files (same name, size and CRC-32C) is stored under the
+	// location's files/shard-<id>/<name>.<size>.<crc32c>, durably, with the
+	// CRC-32C computed in the pass that writes it. The answer lists every
+	// file as BackupShard's header would, and which of them the node wrote.
+	// The node first checks that the location it reaches holds the backup's
+	// start marker with the caller's token (the same location the caller
+	// writes the manifest to): FailedPrecondition when it does not or cannot
+	// reach it at all, so the caller can stream the part through itself
+	// instead. Nothing in the request is logged: it may carry credentials.
+	BackupShardTo(ctx context.Context, in *BackupShardToRequest, opts ...grpc.CallOption) (*BackupShardToResponse, error)
 	// BackupShardLog streams, from the receiving node's own replica of a
 	// shard (not forwarded), every entry the replica applied after
 	// after_index, in order and consecutive, up to at least its last applied
@@ -392,6 +406,16 @@ func (c *adminClient) BackupShard(ctx context.Context, in *BackupShardRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *adminClient) BackupShardTo(ctx context.Context, in *BackupShardToRequest, opts ...grpc.CallOption) (*BackupShardToResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupShardToResponse)
+	err := c.cc.Invoke(ctx, Admin_BackupShardTo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) BackupShardLog(ctx context.Context, in *BackupShardLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupLogEntry], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[1], Admin_BackupShardLog_FullMethodName, cOpts...)
@@ -505,6 +529,19 @@ type AdminServer interface {
 	// files stay pinned on the node only while the stream lasts; compaction
 	// goes on meanwhile.
 	BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// BackupShardTo writes a checkpoint of the receiving node's own replica
+	// of a shard (not forwarded) straight into a backup location, instead of
+	// streaming it to the caller: every file of the checkpoint except those
+	// in skip_files (same name, size and CRC-32C) is stored under the
+	// location's files/shard-<id>/<name>.<size>.<crc32c>, durably, with the
+	// CRC-32C computed in the pass that writes it. The answer lists every
+	// file as BackupShard's header would, and which of them the node wrote.
+	// The node first checks that the location it reaches holds the backup's
+	// start marker with the caller's token (the same location the caller
+	// writes the manifest to): FailedPrecondition when it does not or cannot
+	// reach it at all, so the caller can stream the part through itself
+	// instead. Nothing in the request is logged: it may carry credentials.
+	BackupShardTo(context.Context, *BackupShardToRequest) (*BackupShardToResponse, error)
 	// BackupShardLog streams, from the receiving node's own replica of a
 	// shard (not forwarded), every entry the replica applied after
 	// after_index, in order and consecutive, up to at least its last applied
@@ -596,6 +633,9 @@ func (UnimplementedAdminServer) ReplicaChecksum(context.Context, *ReplicaChecksu
 }
 func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method BackupShard not implemented")
+}
+func (UnimplementedAdminServer) BackupShardTo(context.Context, *BackupShardToRequest) (*BackupShardToResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BackupShardTo not implemented")
 }
 func (UnimplementedAdminServer) BackupShardLog(*BackupShardLogRequest, grpc.ServerStreamingServer[BackupLogEntry]) error {
 	return status.Error(codes.Unimplemented, "method BackupShardLog not implemented")
@@ -1031,6 +1071,24 @@ func _Admin_BackupShard_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _Admin_BackupShardTo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupShardToRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).BackupShardTo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_BackupShardTo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).BackupShardTo(ctx, req.(*BackupShardToRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_BackupShardLog_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(BackupShardLogRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1154,6 +1212,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplicaChecksum",
 			Handler:    _Admin_ReplicaChecksum_Handler,
+		},
+		{
+			MethodName: "BackupShardTo",
+			Handler:    _Admin_BackupShardTo_Handler,
 		},
 		{
 			MethodName: "GetAuthState",

@@ -69,6 +69,32 @@ class BackupShardRequest(_message.Message):
     skip_files: _containers.RepeatedCompositeFieldContainer[_raft_pb2.SnapshotFile]
     def __init__(self, shard_id: _Optional[int] = ..., skip_files: _Optional[_Iterable[_Union[_raft_pb2.SnapshotFile, _Mapping]]] = ...) -> None: ...
 
+class BackupShardToRequest(_message.Message):
+    __slots__ = ["backup_id", "location", "s3_credentials", "shard_id", "skip_files", "token"]
+    BACKUP_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    S3_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FILES_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    backup_id: str
+    location: str
+    s3_credentials: S3Credentials
+    shard_id: int
+    skip_files: _containers.RepeatedCompositeFieldContainer[_raft_pb2.SnapshotFile]
+    token: str
+    def __init__(self, shard_id: _Optional[int] = ..., location: _Optional[str] = ..., backup_id: _Optional[str] = ..., token: _Optional[str] = ..., skip_files: _Optional[_Iterable[_Union[_raft_pb2.SnapshotFile, _Mapping]]] = ..., s3_credentials: _Optional[_Union[S3Credentials, _Mapping]] = ...) -> None: ...
+
+class BackupShardToResponse(_message.Message):
+    __slots__ = ["bytes_written", "header", "written"]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    bytes_written: int
+    header: _raft_pb2.SnapshotHeader
+    written: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[_raft_pb2.SnapshotHeader, _Mapping]] = ..., written: _Optional[_Iterable[int]] = ..., bytes_written: _Optional[int] = ...) -> None: ...
+
 class ChangeReplicasRequest(_message.Message):
     __slots__ = ["changes", "epoch", "shard_id"]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
@@ -444,6 +470,16 @@ class ReportShardsRequest(_message.Message):
 class ReportShardsResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class S3Credentials(_message.Message):
+    __slots__ = ["access_key_id", "secret_access_key", "session_token"]
+    ACCESS_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    def __init__(self, access_key_id: _Optional[str] = ..., secret_access_key: _Optional[str] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class ShardDirectoryRequest(_message.Message):
     __slots__ = []

@@ -133,6 +133,11 @@ class AdminStub(object):
                 request_serializer=shale_dot_v1_dot_admin__pb2.BackupShardRequest.SerializeToString,
                 response_deserializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.FromString,
                 )
+        self.BackupShardTo = channel.unary_unary(
+                '/shale.v1.Admin/BackupShardTo',
+                request_serializer=shale_dot_v1_dot_admin__pb2.BackupShardToRequest.SerializeToString,
+                response_deserializer=shale_dot_v1_dot_admin__pb2.BackupShardToResponse.FromString,
+                )
         self.BackupShardLog = channel.unary_stream(
                 '/shale.v1.Admin/BackupShardLog',
                 request_serializer=shale_dot_v1_dot_admin__pb2.BackupShardLogRequest.SerializeToString,
@@ -342,6 +347,24 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackupShardTo(self, request, context):
+        """BackupShardTo writes a checkpoint of the receiving node's own replica
+        of a shard (not forwarded) straight into a backup location, instead of
+        streaming it to the caller: every file of the checkpoint except those
+        in skip_files (same name, size and CRC-32C) is stored under the
+        location's files/shard-<id>/<name>.<size>.<crc32c>, durably, with the
+        CRC-32C computed in the pass that writes it. The answer lists every
+        file as BackupShard's header would, and which of them the node wrote.
+        The node first checks that the location it reaches holds the backup's
+        start marker with the caller's token (the same location the caller
+        writes the manifest to): FailedPrecondition when it does not or cannot
+        reach it at all, so the caller can stream the part through itself
+        instead. Nothing in the request is logged: it may carry credentials.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def BackupShardLog(self, request, context):
         """BackupShardLog streams, from the receiving node's own replica of a
         shard (not forwarded), every entry the replica applied after
@@ -482,6 +505,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.BackupShard,
                     request_deserializer=shale_dot_v1_dot_admin__pb2.BackupShardRequest.FromString,
                     response_serializer=shale_dot_v1_dot_raft__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'BackupShardTo': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackupShardTo,
+                    request_deserializer=shale_dot_v1_dot_admin__pb2.BackupShardToRequest.FromString,
+                    response_serializer=shale_dot_v1_dot_admin__pb2.BackupShardToResponse.SerializeToString,
             ),
             'BackupShardLog': grpc.unary_stream_rpc_method_handler(
                     servicer.BackupShardLog,
@@ -894,6 +922,23 @@ class Admin(object):
         return grpc.experimental.unary_stream(request, target, '/shale.v1.Admin/BackupShard',
             shale_dot_v1_dot_admin__pb2.BackupShardRequest.SerializeToString,
             shale_dot_v1_dot_raft__pb2.SnapshotChunk.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def BackupShardTo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shale.v1.Admin/BackupShardTo',
+            shale_dot_v1_dot_admin__pb2.BackupShardToRequest.SerializeToString,
+            shale_dot_v1_dot_admin__pb2.BackupShardToResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
