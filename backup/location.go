@@ -62,6 +62,13 @@ func open(ctx context.Context, where string, create bool, creds *S3Credentials) 
 // s3:// URL with the endpoint and region it was given.
 func (l *Location) String() string { return l.st.String() }
 
+// Close releases what the location holds between requests: an S3
+// location's idle connections, which a long-lived process (a node writing
+// a backup's parts, one location per shard) would otherwise keep until
+// they time out. The location still works after Close; using it again
+// opens new connections.
+func (l *Location) Close() { l.st.close() }
+
 func backupPrefix(id string) string { return "backups/" + id + "/" }
 
 func manifestName(id string) string { return backupPrefix(id) + "manifest.json" }

@@ -28,6 +28,7 @@ type s3Store struct {
 	prefix string // "" or ending in "/"
 	cl     *minio.Client
 	creds  *credentials.Credentials
+	tr     *http.Transport // cl's own; close ends its idle connections
 }
 
 // S3 location parameters, from the location's URL query or the
@@ -88,7 +89,12 @@ func openS3(ctx context.Context, raw string, u *url.URL, creds *S3Credentials) (
 	if creds != nil {
 		chain = credentials.NewStaticV4(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)
 	}
+	tr, err := minio.DefaultTransport(eu.Scheme == "https")
+	if err != nil {
+		return nil, fmt.Errorf("backup: location %s: %w", raw, err)
+	}
 	cl, err := minio.New(eu.Host, &minio.Options{
+		Transport:    tr,
 		Creds:        chain,
 		Secure:       eu.Scheme == "https",
 		Region:       firstSet(q.Get(s3RegionParam), os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
@@ -109,7 +115,7 @@ func openS3(ctx context.Context, raw string, u *url.URL, creds *S3Credentials) (
 		prefix += "/"
 	}
 	base := "s3://" + bucket + "/" + prefix
-	s := &s3Store{url: base, base: base, bucket: bucket, prefix: prefix, cl: cl, creds: chain}
+	s := &s3Store{url: base, base: base, bucket: bucket, prefix: prefix, cl: cl, creds: chain, tr: tr}
 	// The endpoint and region given in the URL stay in it (they are no
 	// secret), so that String is a location Open reaches again.
 	keep := url.Values{}
@@ -123,13 +129,19 @@ func openS3(ctx context.Context, raw string, u *url.URL, creds *S3Credentials) (
 	}
 	ok, err := cl.BucketExists(ctx, bucket)
 	if err != nil {
+		s.close()
 		return nil, fmt.Errorf("backup: location %s: %w", s.base, s3Error(err))
 	}
 	if !ok {
+		s.close()
 		return nil, fmt.Errorf("backup: location %s: no bucket %q at %s; create it first", s.base, bucket, eu.Host)
 	}
 	return s, nil
 }
+
+// close ends the connections the store's client keeps open between
+// requests; requests made after it open new ones.
+func (s *s3Store) close() { s.tr.CloseIdleConnections() }
 
 func firstSet(vals ...string) string {
 	for _, v := range vals {

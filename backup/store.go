@@ -45,6 +45,9 @@ type store interface {
 	list(ctx context.Context, prefix string) ([]object, error)
 	// remove deletes name; a missing object is not an error.
 	remove(ctx context.Context, name string) error
+	// close releases what the store keeps between requests (an S3
+	// client's idle connections); a request made after it still works.
+	close()
 	// clean removes what writers that died left in the location and that
 	// no listing shows: temporary files, incomplete multipart uploads. The
 	// caller holds the location's lock, so no writer is at work.
@@ -242,6 +245,8 @@ func (d *dirStore) remove(_ context.Context, name string) error {
 	}
 	return nil
 }
+
+func (d *dirStore) close() {}
 
 func (d *dirStore) clean(ctx context.Context) error {
 	return filepath.WalkDir(d.dir, func(p string, e fs.DirEntry, err error) error {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -304,5 +307,57 @@ func TestDirStoreRelativePath(t *testing.T) {
 		if err != nil || len(left) != 0 {
 			t.Fatalf("%s after removing its only object: %v, %v", loc, left, err)
 		}
+	}
+}
+
+// TestS3LocationCloseEndsConnections: an S3 location keeps its connection
+// to the server open between requests until Close, which ends it (a node
+// opens one location per shard it backs up, and would otherwise hold a
+// connection per shard until they time out).
+func TestS3LocationCloseEndsConnections(t *testing.T) {
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// HEAD /bucket/ is BucketExists: the bucket is there.
+		if r.Method != http.MethodHead || strings.Trim(r.URL.Path, "/") != "bucket" {
+			http.Error(w, "unexpected request", http.StatusNotImplemented)
+		}
+	}))
+	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch st {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+	conns := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open)
+	}
+
+	loc, err := Open(t.Context(), "s3://bucket/p?region=us-east-1&endpoint="+srv.URL, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The connection BucketExists used stays open for the next request.
+	time.Sleep(50 * time.Millisecond)
+	if n := conns(); n != 1 {
+		t.Fatalf("%d connections open after Open, want 1", n)
+	}
+	loc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for conns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open 5 s after Close", conns())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -158,6 +158,8 @@ func (s *adminService) BackupShardTo(ctx context.Context, req *shalev1.BackupSha
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %d: backup of shard %d: %v", n.cfg.NodeID, id, err)
 	}
+	// One location per shard's request: its connections go with it.
+	defer loc.Close()
 	if err := loc.CheckStarted(ctx, req.GetBackupId(), req.GetToken()); err != nil {
 		code := codes.Unavailable
 		if errors.Is(err, backup.ErrOtherLocation) {
