@@ -27,7 +27,14 @@ import (
 
 func startCluster(t *testing.T) (*testcluster.Cluster, *client.Client) {
 	t.Helper()
-	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}})
+	return startClusterWith(t, nil)
+}
+
+// startClusterWith is startCluster with every node's configuration
+// adjusted by configure (when not nil).
+func startClusterWith(t *testing.T, configure func(*server.Config)) (*testcluster.Cluster, *client.Client) {
+	t.Helper()
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("m")}, Configure: configure})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := client.New(ctx, c.Endpoints())

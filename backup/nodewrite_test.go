@@ -18,6 +18,7 @@ import (
 	"github.com/shale-db/shale/backup"
 	"github.com/shale-db/shale/client"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server"
 )
 
 // writeCluster is a client whose Admin.BackupShardTo calls go through
@@ -105,7 +106,11 @@ func TestNodeWriteFallsBack(t *testing.T) {
 // half-written is under a stored name), then, in the retry, the node
 // writing a part, whose shard then comes from another replica.
 func TestNodeWriteKilled(t *testing.T) {
-	c, cl := startCluster(t)
+	// Nodes write their parts at 16 MiB/s, so that every file takes long
+	// enough for the watch below to see it being written.
+	c, cl := startClusterWith(t, func(cfg *server.Config) {
+		cfg.SnapshotRateBytes, cfg.SnapshotRateAlways = 16<<20, true
+	})
 	putBig(t, cl, 150, 24<<10, "one") // ~3.6 MB per user shard
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -148,7 +153,7 @@ func TestNodeWriteKilled(t *testing.T) {
 	_, _, err = backup.Create(kctx, cl, loc, backup.CreateOptions{ID: "b1", Parallel: 1})
 	stop()
 	if !killed.Load() {
-		t.Skip("every part was written before the watch saw a file being written")
+		t.Fatal("every part was written before the watch saw a file being written")
 	}
 	if err == nil {
 		t.Fatal("a backup killed mid-file completed")
@@ -194,7 +199,7 @@ func TestNodeWriteKilled(t *testing.T) {
 		t.Fatalf("a backup whose writing node was killed: %v", err)
 	}
 	if stopped.Load() == 0 {
-		t.Skip("every part was written before the watch saw a file being written")
+		t.Fatal("every part was written before the watch saw a file being written")
 	}
 	if st.NodeWritten == 0 {
 		t.Fatalf("no part written by a node: %+v", st)
