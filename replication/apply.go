@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -467,12 +468,31 @@ func (r *Replica) handOff(ents []*raftpb.Entry) error {
 		return nil
 	}
 	t := applyTask{entries: make([]Entry, len(ents)), props: make([]*proposal, len(ents))}
-	for i, e := range ents {
+	// i is the entry's place in the task: a packed entry takes one per
+	// command, and moves the later ones.
+	i := -1
+	for _, e := range ents {
+		i++
 		t.entries[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm()}
 		var id uint64
 		switch e.GetType() {
 		case raftpb.EntryNormal:
 			if len(e.GetData()) == 0 {
+				continue
+			}
+			if e.GetData()[0] == entryVersionPacked {
+				cmds, err := decodePacked(e.GetData())
+				if err != nil {
+					return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+				}
+				t.entries = slices.Insert(t.entries, i+1, make([]Entry, len(cmds)-1)...)
+				t.props = slices.Insert(t.props, i+1, make([]*proposal, len(cmds)-1)...)
+				for k, c := range cmds {
+					t.entries[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm(), Payload: c.payload, Part: k, Parts: len(cmds)}
+					r.takeWaiter(&t, i, c.id)
+					i++
+				}
+				i--
 				continue
 			}
 			pid, payload, err := decodeEntry(e.GetData())
@@ -514,16 +534,26 @@ func (r *Replica) handOff(ents []*raftpb.Entry) error {
 			t.entries[i].ConfChange = acc
 			t.removedSelf = !inConf(acc.ConfState, r.replicaID)
 		}
-		if id != 0 {
-			if p, ok := r.waiters[id]; ok {
-				delete(r.waiters, id)
-				t.props[i] = p
-				if p.trace != nil {
-					t.entries[i].Span = p.trace.committed(r.store.tracer, r.shardID, e.GetIndex(), e.GetTerm())
-				}
-			}
-		}
+		r.takeWaiter(&t, i, id)
 	}
 	r.store.applier.enqueue(r, t)
 	return nil
+}
+
+// takeWaiter makes the local proposal id, if it waits here, t's proposal of
+// entry i (loop side).
+func (r *Replica) takeWaiter(t *applyTask, i int, id uint64) {
+	if id == 0 {
+		return
+	}
+	p, ok := r.waiters[id]
+	if !ok {
+		return
+	}
+	delete(r.waiters, id)
+	t.props[i] = p
+	if p.trace != nil {
+		e := &t.entries[i]
+		e.Span = p.trace.committed(r.store.tracer, r.shardID, e.Index, e.Term)
+	}
 }

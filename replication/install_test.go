@@ -187,7 +187,7 @@ func TestCrashDuringInstallOverDivergentLog(t *testing.T) {
 		}
 	}
 
-	// The cut-off leader appends 1,000 proposals it can never commit.
+	// The cut-off leader appends 1,000 entries it can never commit.
 	c.net.Isolate(old)
 	or := c.get(old).store.Replica(1)
 	var wg sync.WaitGroup
@@ -197,7 +197,7 @@ func TestCrashDuringInstallOverDivergentLog(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_, _ = or.Propose(ctx, []byte(fmt.Sprintf("lost%04d=x", i)))
+			_, _ = or.ProposeAlone(ctx, []byte(fmt.Sprintf("lost%04d=x", i))) // an entry each
 		}()
 	}
 	wg.Wait()

@@ -17,7 +17,8 @@ import (
 
 // memSM is a test state machine: a string map whose whole state is written
 // to dir/state.json after every Apply (tests keep it small). Payloads are
-// "key=value" commands; Apply returns the applied index.
+// "key=value" commands; Apply returns each command's place: its entry's
+// index and its part (Entry.Part), as a [2]uint64.
 type memSM struct {
 	dir string
 
@@ -25,6 +26,8 @@ type memSM struct {
 	st       AppliedState
 	data     map[string]string
 	restores int
+	// packedParts counts the commands applied from packed entries.
+	packedParts int
 	// applyErr, when set, fails every Apply (a test's injected fault).
 	applyErr error
 }
@@ -129,13 +132,20 @@ func (m *memSM) apply(ents []Entry) ([]any, error) {
 	}
 	res := make([]any, len(ents))
 	for i, e := range ents {
-		if e.Index <= m.st.Index {
+		if e.Part > 0 {
+			// A later command of a packed entry.
+			if e.Index != m.st.Index || e.Parts < 2 || e.Part >= e.Parts {
+				return nil, fmt.Errorf("memSM: part %d of %d of entry %d at %d", e.Part, e.Parts, e.Index, m.st.Index)
+			}
+		} else if e.Index <= m.st.Index {
 			return nil, fmt.Errorf("memSM: entry %d applied twice (at %d)", e.Index, m.st.Index)
-		}
-		if e.Index != m.st.Index+1 && m.st.Index != 0 {
+		} else if e.Index != m.st.Index+1 && m.st.Index != 0 {
 			return nil, fmt.Errorf("memSM: gap: entry %d after %d", e.Index, m.st.Index)
 		}
 		m.st.Index, m.st.Term = e.Index, e.Term
+		if e.Parts > 0 {
+			m.packedParts++
+		}
 		if cc := e.ConfChange; cc != nil {
 			m.st.ConfState = cc.ConfState
 			desc := proto.Clone(m.st.Descriptor).(*shalev1.ShardDescriptor)
@@ -176,7 +186,7 @@ func (m *memSM) apply(ents []Entry) ([]any, error) {
 			return nil, fmt.Errorf("memSM: bad payload %q", e.Payload)
 		}
 		m.data[k] = v
-		res[i] = e.Index
+		res[i] = [2]uint64{e.Index, uint64(e.Part)}
 	}
 	return res, m.save()
 }

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the Raft metrics of a Store, registered with Prometheus.
 type Metrics struct {
 	proposals        prometheus.Counter
+	packedProposals  prometheus.Counter
 	commitLatency    prometheus.Histogram
 	leaderChanges    prometheus.Counter
 	snapshotsSent    prometheus.Counter
@@ -20,6 +21,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		proposals: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "shale", Subsystem: "raft", Name: "proposals_total",
 			Help: "Commands proposed by leader replicas on this node.",
+		}),
+		packedProposals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "shale", Subsystem: "raft", Name: "proposals_packed_total",
+			Help: "Commands proposed by leader replicas on this node that shared their Raft entry with others (packed entries).",
 		}),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "shale", Subsystem: "raft", Name: "commit_latency_seconds",
@@ -49,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proposals, m.commitLatency, m.leaderChanges, m.snapshotsSent, m.snapshotsFailed, m.snapshotsApplied, m.logSync)
+		reg.MustRegister(m.proposals, m.packedProposals, m.commitLatency, m.leaderChanges, m.snapshotsSent, m.snapshotsFailed, m.snapshotsApplied, m.logSync)
 	}
 	return m
 }

@@ -130,9 +130,11 @@ type Progress struct {
 }
 
 type proposal struct {
-	id    uint64
-	data  []byte
-	cc    *raftpb.ConfChangeV2
+	id   uint64
+	data []byte
+	cc   *raftpb.ConfChangeV2
+	// alone: the proposal gets a Raft entry of its own (ProposeAlone).
+	alone bool
 	term  uint64
 	start time.Time
 	done  chan proposalResult
@@ -333,15 +335,28 @@ func (r *Replica) notLeaderLocked(lead uint64, leader bool) error {
 // state machine's Apply returned for it. It must be called on the leader
 // (else *NotLeaderError). If the replica loses leadership before the entry
 // applies, it returns ErrOutcomeUnknown; if ctx ends first, ctx's error —
-// in both cases the command may still apply.
+// in both cases the command may still apply. The command may share its
+// Raft entry with others proposed at the same time (see packed.go): the
+// state machine gets it as an Entry of its own all the same.
 func (r *Replica) Propose(ctx context.Context, payload []byte) (any, error) {
+	return r.proposeCommand(ctx, payload, false)
+}
+
+// ProposeAlone is Propose for a command that must have a Raft entry of its
+// own, never packed with others (one whose apply the state machine needs
+// to see as a whole entry: a split, a merge step).
+func (r *Replica) ProposeAlone(ctx context.Context, payload []byte) (any, error) {
+	return r.proposeCommand(ctx, payload, true)
+}
+
+func (r *Replica) proposeCommand(ctx context.Context, payload []byte, alone bool) (any, error) {
 	if len(payload) > r.store.cfg.MaxProposalBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrProposalTooLarge, len(payload), r.store.cfg.MaxProposalBytes)
 	}
 	if !r.IsLeader() {
 		return nil, r.notLeader()
 	}
-	p := &proposal{id: r.store.proposal.Add(1), start: time.Now(), done: make(chan proposalResult, 1)}
+	p := &proposal{id: r.store.proposal.Add(1), alone: alone, start: time.Now(), done: make(chan proposalResult, 1)}
 	p.data = encodeEntry(p.id, payload)
 	if p.trace = r.store.traceProposal(ctx, r.shardID, len(payload)); p.trace != nil {
 		res, err := r.submit(ctx, p)
@@ -631,18 +646,22 @@ func (r *Replica) ChangeReplicas(ctx context.Context, changes []ReplicaChange) (
 	}
 }
 
+// entryHeaderLen is the length of encodeEntry's frame before the payload.
+const entryHeaderLen = 9
+
 // encodeEntry frames a payload with the proposal ID that lets the proposing
-// replica find its waiter: version byte 1, 8-byte ID, payload.
+// replica find its waiter: version byte 1, 8-byte ID, payload. (Several
+// proposals packed into one entry are version 2: packed.go.)
 func encodeEntry(id uint64, payload []byte) []byte {
-	b := make([]byte, 9+len(payload))
-	b[0] = 1
+	b := make([]byte, entryHeaderLen+len(payload))
+	b[0] = entryVersionSingle
 	binary.BigEndian.PutUint64(b[1:9], id)
 	copy(b[9:], payload)
 	return b
 }
 
 func decodeEntry(data []byte) (uint64, []byte, error) {
-	if len(data) < 9 || data[0] != 1 {
+	if len(data) < entryHeaderLen || data[0] != entryVersionSingle {
 		return 0, nil, fmt.Errorf("replication: malformed entry (%d bytes, version %d)", len(data), func() byte {
 			if len(data) > 0 {
 				return data[0]
@@ -768,9 +787,7 @@ func (r *Replica) drainQueued() {
 		r.unquiesce()
 	}
 	bs := r.rn.BasicStatus()
-	for _, p := range props {
-		r.propose(p, &bs)
-	}
+	r.proposeAll(props, &bs)
 	if len(reads) > 0 && !r.leaseRead(&bs, reads) {
 		r.sendReadIndex(&bs, reads, false)
 	}
@@ -852,7 +869,8 @@ func (r *Replica) extendLease(b *readBatch) {
 	}
 }
 
-// propose hands one proposal to Raft (loop side); bs is Raft's status.
+// propose hands one proposal to Raft as an entry of its own (loop side);
+// bs is Raft's status.
 func (r *Replica) propose(p *proposal, bs *raft.BasicStatus) {
 	var err error
 	if p.cc != nil {
@@ -860,24 +878,34 @@ func (r *Replica) propose(p *proposal, bs *raft.BasicStatus) {
 	} else {
 		err = r.rn.Propose(p.data)
 	}
+	r.proposed([]*proposal{p}, err, bs)
+}
+
+// proposed records the outcome err of handing ps, in one entry, to Raft
+// (loop side): they wait for their entry, or are parked or answered.
+func (r *Replica) proposed(ps []*proposal, err error, bs *raft.BasicStatus) {
 	if err != nil {
-		switch {
-		case !errors.Is(err, raft.ErrProposalDropped):
-			p.finish(nil, fmt.Errorf("replication: shard %d: propose: %w", r.shardID, err))
-		case bs.RaftState == raft.StateLeader && bs.LeadTransferee != 0:
-			if len(r.parked) == 0 {
-				r.parkedTicks = 0
+		for _, p := range ps {
+			switch {
+			case !errors.Is(err, raft.ErrProposalDropped):
+				p.finish(nil, fmt.Errorf("replication: shard %d: propose: %w", r.shardID, err))
+			case bs.RaftState == raft.StateLeader && bs.LeadTransferee != 0:
+				if len(r.parked) == 0 {
+					r.parkedTicks = 0
+				}
+				r.parked = append(r.parked, p)
+			default:
+				p.finish(nil, r.notLeaderFrom(bs))
 			}
-			r.parked = append(r.parked, p)
-		default:
-			p.finish(nil, r.notLeaderFrom(bs))
 		}
 		return
 	}
-	p.term = bs.GetTerm()
-	r.waiters[p.id] = p
+	for _, p := range ps {
+		p.term = bs.GetTerm()
+		r.waiters[p.id] = p
+	}
 	if m := r.store.cfg.Metrics; m != nil {
-		m.proposals.Inc()
+		m.proposals.Add(float64(len(ps)))
 	}
 }
 
@@ -899,9 +927,7 @@ func (r *Replica) resolveParked(ticked bool) {
 	case leader && bs.LeadTransferee == 0 && ticked:
 		ps := r.parked
 		r.parked = nil
-		for _, p := range ps {
-			r.propose(p, &bs)
-		}
+		r.proposeAll(ps, &bs)
 	case !leader && (bs.Lead != 0 || r.parkedTicks >= r.store.cfg.ElectionTicks):
 		err := r.notLeaderFrom(&bs)
 		for _, p := range r.parked {
@@ -1061,7 +1087,7 @@ func (r *Replica) appendQuiesceNotices(out map[uint64]*shalev1.RaftMessageBatch)
 func (s *Store) batchFor(out map[uint64]*shalev1.RaftMessageBatch, node uint64) *shalev1.RaftMessageBatch {
 	b, ok := out[node]
 	if !ok {
-		b = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: node}
+		b = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: node, Features: s.features()}
 		out[node] = b
 	}
 	return b

@@ -26,7 +26,8 @@ type AppliedState struct {
 
 // Applied is what an Apply call produced.
 type Applied struct {
-	// Results holds one result per entry (nil where the entry produces
+	// Results holds one result per entry (per Entry value: a packed
+	// entry's commands each have theirs; nil where the entry produces
 	// none); the proposer of an entry gets its result.
 	Results []any
 	// Effects are what the entries ask of the Store beyond the state
@@ -57,12 +58,21 @@ type HostShard struct {
 
 func (HostShard) effect() {}
 
-// Entry is one committed Raft entry handed to a state machine.
+// Entry is one committed Raft entry handed to a state machine, or one
+// command of a packed Raft entry (several proposals in one entry: see
+// Part).
 type Entry struct {
 	Index, Term uint64
 	// Payload is the proposed command (nil for the empty entries Raft appends
 	// on leader election and for conf changes).
 	Payload []byte
+	// Part and Parts place a command of a packed entry: such an entry comes
+	// as Parts consecutive Entry values (Parts >= 2), all with its Index and
+	// Term, Part 0 to Parts-1, in the order proposed, and always within one
+	// Apply call. Each has its own result. The entry is applied once its
+	// last part is: the applied index moves to Index only then. Parts is 0
+	// for any other entry.
+	Part, Parts int
 	// ConfChange is set for a configuration change entry.
 	ConfChange *AppliedConfChange
 	// Span is the entry's apply span on the replica that proposed it, when

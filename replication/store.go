@@ -62,6 +62,12 @@ type Config struct {
 	LeaseReads bool
 	// DisableQuiescence keeps idle groups ticking and heartbeating.
 	DisableQuiescence bool
+	// DisablePackedEntries makes the node's leaders give every proposal a
+	// Raft entry of its own, and the node stop advertising that it reads
+	// packed entries, as a node that predates them (so no leader of
+	// another node packs for a shard it hosts). It still reads them. See
+	// packed.go.
+	DisablePackedEntries bool
 	// SnapshotDir is where outgoing snapshot checkpoints are staged (default
 	// a "snapshots" directory in the OS temp dir).
 	SnapshotDir string
@@ -204,9 +210,12 @@ type Store struct {
 	hostMu sync.RWMutex
 
 	// Loop-only state.
-	lastHeard  map[uint64]time.Time // node → last batch received (under mu)
-	lastBeat   time.Time
-	truncating map[uint64]bool
+	lastHeard map[uint64]time.Time // node → last batch received (under mu)
+	// peerFeatures are the features each node advertised on its last
+	// batch (under mu; see packingAllowed).
+	peerFeatures map[uint64]uint64
+	lastBeat     time.Time
+	truncating   map[uint64]bool
 	// quiesceNotices are this cycle's quiesce notices from leaders.
 	quiesceNotices []quiesceNotice
 	// active are the replicas stepped, ticked or proposed to this cycle
@@ -265,20 +274,21 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("replication: snapshot dir: %w", err)
 	}
 	s := &Store{
-		cfg:        cfg,
-		log:        raftlog.New(cfg.LogDB, raftlog.Options{}),
-		rlog:       raftLogger{l: cfg.Logger.With("component", "raft")},
-		replicas:   make(map[uint64]*Replica),
-		work:       make(map[*Replica]struct{}),
-		wake:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		failed:     make(chan struct{}),
-		snapSem:    make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		lastHeard:  make(map[uint64]time.Time),
-		truncating: make(map[uint64]bool),
-		hosting:    make(map[uint64]*hostChange),
-		active:     make(map[*Replica]struct{}),
+		cfg:          cfg,
+		log:          raftlog.New(cfg.LogDB, raftlog.Options{}),
+		rlog:         raftLogger{l: cfg.Logger.With("component", "raft")},
+		replicas:     make(map[uint64]*Replica),
+		work:         make(map[*Replica]struct{}),
+		wake:         make(chan struct{}, 1),
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
+		failed:       make(chan struct{}),
+		snapSem:      make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		lastHeard:    make(map[uint64]time.Time),
+		peerFeatures: make(map[uint64]uint64),
+		truncating:   make(map[uint64]bool),
+		hosting:      make(map[uint64]*hostChange),
+		active:       make(map[*Replica]struct{}),
 	}
 	s.applier = newApplyPool(s)
 	s.proposal.Store(rand.Uint64() >> 16)
@@ -589,6 +599,7 @@ func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
 		return
 	}
 	s.lastHeard[b.GetFromNodeId()] = time.Now()
+	s.peerFeatures[b.GetFromNodeId()] = b.GetFeatures()
 	if len(b.GetMessages()) > 0 || len(b.GetQuiescedShards()) > 0 {
 		s.inbox = append(s.inbox, b)
 	}

@@ -28,11 +28,20 @@ func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cm
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shard %d: encode command: %v", id, err)
 	}
-	res, err := r.Propose(inner, payload)
+	// A transaction may share its Raft entry with others proposed at the
+	// same time; every other command (a split, a merge step, a system
+	// command, an expiry) changes what the shard's apply must see as a
+	// whole entry, and goes alone.
+	_, txn := cmd.GetCommand().(*shalev1.RaftCommand_Txn)
+	propose := r.ProposeAlone
+	if txn {
+		propose = r.Propose
+	}
+	res, err := propose(inner, payload)
 	if err != nil {
 		return nil, n.replicationErr(ctx, id, err)
 	}
-	if _, ok := cmd.GetCommand().(*shalev1.RaftCommand_Txn); ok {
+	if txn {
 		n.writeBytes.Add(uint64(len(payload)))
 	}
 	cr, _ := res.(*shalev1.CommandResult)

@@ -156,6 +156,9 @@ func walCounters(b *testing.B, c *testcluster.Cluster) map[string]float64 {
 type walParts struct {
 	bytes                map[string]float64
 	raftPuts, enginePuts int
+	// raftEntries counts the Raft entries holding commands (a packed
+	// entry holds several).
+	raftEntries int
 }
 
 func (p *walParts) add(part string, n int) {
@@ -180,6 +183,7 @@ func (p *walParts) table() string {
 	}
 	fmt.Fprintf(&sb, "  %-44s %7.1f (%d puts)\n", "raft: total", sums["raft"], p.raftPuts)
 	fmt.Fprintf(&sb, "  %-44s %7.1f (%d puts)\n", "engine: total", sums["engine"], p.enginePuts)
+	fmt.Fprintf(&sb, "  %-44s %7.2f (%d entries)\n", "raft: puts per entry holding commands", float64(p.raftPuts)/float64(max(p.raftEntries, 1)), p.raftEntries)
 	return sb.String()
 }
 
@@ -249,12 +253,33 @@ func (p *walParts) raftLog(b *testing.B, dir string) {
 				b.Fatal(err)
 			}
 			p.add("raft: entry header (term, index, type)", len(v)-len(e.GetData()))
-			if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) < 9 {
-				p.add("raft: other entries", len(e.GetData()))
-				continue
+			data := e.GetData()
+			switch {
+			case e.GetType() == raftpb.EntryType_EntryNormal && len(data) > 1 && data[0] == 2:
+				// A packed entry (replication/packed.go): the version
+				// byte, then each proposal's ID, length and payload.
+				p.raftEntries++
+				p.add("raft: proposal frame (version, proposal ID)", 1)
+				for rest := data[1:]; len(rest) > 0; {
+					_, n := binary.Uvarint(rest)
+					if n <= 0 {
+						b.Fatalf("packed entry %d: bad proposal ID", e.GetIndex())
+					}
+					size, m := binary.Uvarint(rest[n:])
+					if m <= 0 || size > uint64(len(rest)-n-m) {
+						b.Fatalf("packed entry %d: bad payload length", e.GetIndex())
+					}
+					p.add("raft: proposal frame (version, proposal ID)", n+m)
+					p.command(rest[n+m : n+m+int(size)])
+					rest = rest[n+m+int(size):]
+				}
+			case e.GetType() != raftpb.EntryType_EntryNormal || len(data) < 9:
+				p.add("raft: other entries", len(data))
+			default:
+				p.raftEntries++
+				p.add("raft: proposal frame (version, proposal ID)", 9)
+				p.command(data[9:])
 			}
-			p.add("raft: proposal frame (version, proposal ID)", 9)
-			p.command(e.GetData()[9:])
 		}
 	})
 }
@@ -367,6 +392,15 @@ func (p *walParts) entryRecord(rec []byte) {
 		kind := q[0]
 		p.add("engine: entry record, change items", 1)
 		q = q[1:]
+		if kind == 3 { // a revision item (a packed entry's)
+			_, n := binary.Uvarint(q)
+			if n <= 0 {
+				return
+			}
+			p.add("engine: entry record, change items", n)
+			q = q[n:]
+			continue
+		}
 		if kind != 1 { // a delete names its key
 			l, n := binary.Uvarint(q)
 			if n <= 0 || int(l) > len(q)-n {

@@ -200,6 +200,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		Messages:       first.Messages,
 		QuiescedShards: first.QuiescedShards,
 		Hlc:            first.Hlc,
+		Features:       first.Features,
 	}
 	n := 1
 	size := codec.Size(first)
@@ -215,7 +216,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		}
 		if k < len(first.Messages) {
 			out.Messages, out.QuiescedShards = first.Messages[:k], nil
-			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards, Hlc: first.Hlc}
+			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards, Hlc: first.Hlc, Features: first.Features}
 			return out, n
 		}
 	}
@@ -276,6 +277,8 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 			// Queued in order: the later clock reading.
 			out.Hlc = b.Hlc
 		}
+		// The sender's features as of its latest batch.
+		out.Features = b.Features
 	}
 	return out, n
 }

@@ -363,7 +363,7 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	first := q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Hlc: at(1)}, 5, 6, 6)
 	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(5, "b")}, Hlc: at(2)}, 7) // wakes 5
 	p.queue <- q(&shalev1.RaftMessageBatch{Hlc: at(3)}, 6, 5)                                              // re-quiesces 5
-	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}})                // wakes 7; no clock
+	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}, Features: 1})   // wakes 7; no clock
 	p.queue <- &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(9, string(make([]byte, 2000)))}}
 	p.queue <- batch(2, "after")
 	firstMsgs := first.Messages
@@ -386,6 +386,9 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	}
 	if out.GetHlc().GetWallNanos() != 3 {
 		t.Fatalf("merged batch carries clock reading %v, want the latest, 3", out.GetHlc())
+	}
+	if out.GetFeatures() != 1 {
+		t.Fatalf("merged batch carries features %d, want the latest batch's, 1", out.GetFeatures())
 	}
 	if len(first.Messages) != 1 || &first.Messages[0] != &firstMsgs[0] || !slices.Equal(first.QuiescedShards, []uint64{5, 6, 6}) {
 		t.Fatal("coalesce modified the caller's batch")

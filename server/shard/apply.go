@@ -73,17 +73,26 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		if e.Index <= a.st.index {
 			continue
 		}
-		a.proposedAt = nil
-		before := a.st.desc
+		if e.Part == 0 {
+			// A packed entry's parts share its date, range record and
+			// entry record.
+			a.proposedAt, a.logRev = nil, 0
+			a.before = a.st.desc
+		}
+		a.packed = e.Parts > 0
 		res, err := a.applyEntry(e)
-		if err == nil {
-			err = a.endEntryLog(before)
+		last := e.Part+1 >= e.Parts
+		if err == nil && last {
+			err = a.endEntryLog(a.before)
 		}
 		if err != nil {
 			a.closeEffects()
 			return replication.Applied{}, s.fail(fmt.Errorf("shard %s: apply entry %d: %w", s.dir, e.Index, err))
 		}
 		results[i] = res
+		if !last {
+			continue
+		}
 		a.st.index, a.st.term = e.Index, e.Term
 		a.st.hlc = entryDate(a.st.hlc, a.proposedAt)
 		a.mark = appendEntryRecord(a.mark[:0], EntryMark{ShardID: a.st.desc.GetShardId(), Index: e.Index, Term: e.Term, HLC: a.st.hlc, Revision: a.st.rev}, a.changes)
@@ -229,8 +238,16 @@ type applier struct {
 	after []func() error
 	// effects are the call's effects for the Store (a split's new shard).
 	effects []replication.Effect
-	// proposedAt is the current entry's proposer's clock reading, if any.
+	// proposedAt is the current entry's proposer's clock reading, if any
+	// (a packed entry's: its latest command's).
 	proposedAt *shalev1.HlcTimestamp
+	// before is the descriptor before the current entry.
+	before *shalev1.ShardDescriptor
+	// packed is set while a part of a packed entry applies (Entry.Parts).
+	packed bool
+	// logRev is the revision the current entry's record says its next
+	// delete item is at: that of its last revision item, 0 before one.
+	logRev uint64
 	// mark is a buffer for encoding entry records.
 	mark []byte
 	// changes are the current entry's change items (appendChangeItem), for
@@ -270,7 +287,18 @@ func (a *applier) applyEntry(e *replication.Entry) (any, error) {
 		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
 		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
 	}
-	a.proposedAt = cmd.GetHlc()
+	if e.Parts > 0 {
+		switch cmd.GetCommand().(type) {
+		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Noop, nil:
+		default:
+			// Every replica refuses it alike: the proposer packs only
+			// transactions (the others' apply sees whole entries).
+			return errResult(codes.InvalidArgument, nil, "a %T command cannot share a Raft entry", cmd.GetCommand()), nil
+		}
+	}
+	if ts := cmd.GetHlc(); ts != nil {
+		a.proposedAt = ts
+	}
 	res, err := a.applyCommand(cmd)
 	if err != nil || res == nil {
 		return nil, err // an untyped nil for commands without a result

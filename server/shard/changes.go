@@ -31,10 +31,14 @@ const (
 	logKindEntry = 4
 )
 
-// Change kinds in a logKindChanges record.
+// Change kinds in a logKindChanges record and items of an entry record.
 const (
 	changePut    = 1
 	changeDelete = 2
+	// changeRevision is no change: the deletes after it, up to the next
+	// one, are at the revision it holds (a uvarint), not the entry's
+	// (format 5; entry records only).
+	changeRevision = 3
 )
 
 // ErrCorruptChangeLog is matched (errors.Is) by the errors of DecodeBatch
@@ -63,6 +67,11 @@ func appendChangeItem(b []byte, kind byte, userKey, prev []byte) []byte {
 		b = append(b, userKey...)
 	}
 	return appendPrev(b, prev)
+}
+
+// appendRevisionItem appends a revision item (changeRevision) to b.
+func appendRevisionItem(b []byte, rev uint64) []byte {
+	return binary.AppendUvarint(append(b, changeRevision), rev)
 }
 
 // appendPrev appends a key's previous stored value to a change item: its
@@ -118,15 +127,21 @@ const (
 type Event struct {
 	Kind EventKind
 	// KV is the key after the change: its new value and revisions for a
-	// put; for a delete, the key with ModRevision set to the entry's
+	// put; for a delete, the key with ModRevision set to the change's
 	// revision and nothing else.
 	KV *shalev1.KeyValue
+	// Revision is the revision of the change: the entry's (its Mark's),
+	// or, in a packed Raft entry, its command's (at most the entry's).
+	Revision uint64
 	// Prev is the key's value before the change, nil when it was absent
 	// (never written, deleted or expired).
 	Prev *shalev1.KeyValue
 }
 
-// AppliedEntry is what one applied Raft entry left in the shard's WAL.
+// AppliedEntry is what one applied Raft entry left in the shard's WAL. A
+// packed entry (several commands) is one AppliedEntry whose events may be
+// at several revisions, each its command's (Event.Revision), in increasing
+// order.
 type AppliedEntry struct {
 	// Mark identifies and dates the entry.
 	Mark EntryMark
@@ -281,9 +296,19 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 		p = p[w+int(n):]
 		return s, true
 	}
+	// rev is the revision of the next delete (changeRevision).
+	rev := m.Revision
 	for len(p) > 0 {
 		kind := p[0]
 		p = p[1:]
+		if kind == changeRevision && !r.keyed {
+			v, w := binary.Uvarint(p)
+			if w <= 0 || v > m.Revision {
+				return nil, fmt.Errorf("%w: bad revision item", ErrCorruptChangeLog)
+			}
+			rev, p = v, p[w:]
+			continue
+		}
 		var key []byte
 		var set *LoggedOp
 		if kind == changePut {
@@ -326,9 +351,9 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: value of %q: %v", ErrCorruptChangeLog, key, err)
 			}
-			ev.Kind, ev.KV = EventPut, keyValue(key, &sv, false)
+			ev.Kind, ev.KV, ev.Revision = EventPut, keyValue(key, &sv, false), sv.modRev
 		case changeDelete:
-			ev.Kind, ev.KV = EventDelete, &shalev1.KeyValue{Key: bytes.Clone(key), ModRevision: m.Revision}
+			ev.Kind, ev.KV, ev.Revision = EventDelete, &shalev1.KeyValue{Key: bytes.Clone(key), ModRevision: rev}, rev
 		default:
 			return nil, fmt.Errorf("%w: change kind %d", ErrCorruptChangeLog, kind)
 		}
@@ -340,8 +365,14 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 	return e, nil
 }
 
-// noteChange records a change of the current entry for the change log.
+// noteChange records a change of the current entry for the change log. In
+// a packed entry, a delete at another revision than the record's last
+// revision item gets one first (a put's revision is its value's).
 func (a *applier) noteChange(kind byte, userKey, prev []byte) {
+	if a.packed && kind != changePut && a.logRev != a.st.rev {
+		a.logRev = a.st.rev
+		a.changes = appendRevisionItem(a.changes, a.st.rev)
+	}
 	a.changes = appendChangeItem(a.changes, kind, userKey, prev)
 }
 

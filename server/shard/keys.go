@@ -69,10 +69,12 @@ var (
 // and evicts dedup entries without deleting them; version 3 encodes that
 // record compactly (appliedRecord); version 4 ends each applied entry's
 // records in the WAL with one entry record (its mark and changes,
-// appendEntryRecord) instead of a changes record and a mark. An engine of
-// an older version is read as it is (its WAL's records too) and moves to
-// version 4 at its next write of metadata.
-const formatVersion = 4
+// appendEntryRecord) instead of a changes record and a mark; version 5 adds
+// the revision item (changeRevision) to entry records, which a packed Raft
+// entry's record holds (its commands have revisions of their own). An
+// engine of an older version is read as it is (its WAL's records too) and
+// moves to the current version at its next write of metadata.
+const formatVersion = 5
 
 // dataUpper is the exclusive upper bound of every data key.
 var dataUpper = []byte{prefixData + 1}

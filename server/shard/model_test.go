@@ -323,16 +323,22 @@ func (g *txnGen) txn(now int64) *shalev1.TxnRequest {
 
 func TestModelTxn(t *testing.T) {
 	for seed := range uint64(3) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, 400, 32<<10) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, 400, 32<<10, false) })
 	}
 	// A record cache that holds every record, and none.
-	t.Run("large-cache", func(t *testing.T) { runModel(t, 3, 400, 64<<20) })
-	t.Run("no-cache", func(t *testing.T) { runModel(t, 4, 400, 0) })
+	t.Run("large-cache", func(t *testing.T) { runModel(t, 3, 400, 64<<20, false) })
+	t.Run("no-cache", func(t *testing.T) { runModel(t, 4, 400, 0, false) })
+	// The same steps with each step's commands packed into one Raft entry
+	// give the same results, records, revisions and events.
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("packed-seed", seed), func(t *testing.T) { runModel(t, seed, 400, 32<<10, true) })
+	}
 }
 
 // runModel runs steps random steps with a record cache of recordCache bytes
-// (0: none).
-func runModel(t *testing.T, seed uint64, steps int, recordCache int64) {
+// (0: none). With packed, each step's commands are the parts of one packed
+// Raft entry (replication.Entry.Parts) instead of an entry each.
+func runModel(t *testing.T, seed uint64, steps int, recordCache int64, packed bool) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	env := newTestEnv(t, nil)
 	env.keepWAL = true
@@ -347,6 +353,9 @@ func runModel(t *testing.T, seed uint64, steps int, recordCache int64) {
 
 	for step := range steps {
 		n := 1 + rng.IntN(4)
+		if packed {
+			n++ // at least two parts
+		}
 		var entries []replication.Entry
 		var want []*shalev1.CommandResult // nil for entries without a result
 		for range n {
@@ -368,6 +377,18 @@ func runModel(t *testing.T, seed uint64, steps int, recordCache int64) {
 				want = append(want, m.applyTxn(txn, now))
 				wantEvents[f.index] = m.events
 			}
+		}
+		if packed {
+			// One entry, at the first part's index.
+			idx := entries[0].Index
+			var evs []Event
+			for i := range entries {
+				entries[i].Index, entries[i].Part, entries[i].Parts = idx, i, n
+				evs = append(evs, wantEvents[idx+uint64(i)]...)
+				delete(wantEvents, idx+uint64(i))
+			}
+			wantEvents[idx] = evs
+			f.index = idx
 		}
 		res, err := results(s.Apply(entries))
 		if err != nil {
@@ -449,9 +470,9 @@ func checkChangeLog(t *testing.T, s *Shard, last uint64, want map[uint64][]Event
 		}
 		for j := range w {
 			g := e.Events[j]
-			if g.Kind != w[j].Kind || !proto.Equal(g.KV, w[j].KV) || !proto.Equal(g.Prev, w[j].Prev) {
-				t.Fatalf("entry %d event %d: %v %v prev %v; want %v %v prev %v", e.Mark.Index, j,
-					g.Kind, g.KV, g.Prev, w[j].Kind, w[j].KV, w[j].Prev)
+			if g.Kind != w[j].Kind || !proto.Equal(g.KV, w[j].KV) || !proto.Equal(g.Prev, w[j].Prev) || g.Revision != w[j].KV.GetModRevision() {
+				t.Fatalf("entry %d event %d: %v %v prev %v at %d; want %v %v prev %v", e.Mark.Index, j,
+					g.Kind, g.KV, g.Prev, g.Revision, w[j].Kind, w[j].KV, w[j].Prev)
 			}
 		}
 	}

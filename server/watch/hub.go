@@ -266,7 +266,7 @@ func shareEvents(e *shard.AppliedEntry) []sharedEvent {
 		if ev.Prev != nil {
 			full = &shalev1.WatchEvent{Type: typ, Kv: ev.KV, PrevKv: ev.Prev}
 		}
-		out = append(out, sharedEvent{key: ev.KV.GetKey(), rev: e.Mark.Revision, bare: bare, full: full, size: codec.Size(full)})
+		out = append(out, sharedEvent{key: ev.KV.GetKey(), rev: ev.Revision, bare: bare, full: full, size: codec.Size(full)})
 	}
 	return out
 }
@@ -567,7 +567,8 @@ func shareAll(entries []*shard.AppliedEntry) [][]sharedEvent {
 // it.
 func (w *Watcher) checkAvailable(first *shard.AppliedEntry) error {
 	start := w.from
-	if start > first.Mark.Revision || (start == first.Mark.Revision && len(first.Events) > 0) {
+	// A packed entry's events start at its first command's revision.
+	if start > first.Mark.Revision || (len(first.Events) > 0 && start >= first.Events[0].Revision) {
 		return nil
 	}
 	return &InterruptedError{Err: ErrCompacted, Compact: first.Mark.Revision + 1,

@@ -120,6 +120,43 @@ func (s *testShard) noop() {
 // write applies a transaction of random puts, deletes and range deletions
 // on keys k00-k19, and records the events it must produce.
 func (s *testShard) write(rng *rand.Rand) {
+	ops := s.randomOps(rng)
+	res := s.apply(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{Success: ops}}})
+	s.record(ops, res.GetTxn().GetHeader().GetRevision())
+}
+
+// writePacked applies n random transactions (as write's) packed into one
+// Raft entry (replication.Entry.Parts), and records their events, each at
+// its own revision.
+func (s *testShard) writePacked(rng *rand.Rand, n int) {
+	s.t.Helper()
+	s.index++
+	ops := make([][]*shalev1.RequestOp, n)
+	ents := make([]replication.Entry, n)
+	for i := range n {
+		ops[i] = s.randomOps(rng)
+		payload, err := proto.Marshal(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{Success: ops[i]}}})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		ents[i] = replication.Entry{Index: s.index, Term: 1, Payload: payload, Part: i, Parts: n}
+	}
+	ap, err := s.sh.Apply(ents)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i, r := range ap.Results {
+		res, _ := r.(*shalev1.CommandResult)
+		if res.GetErrorCode() != 0 {
+			s.t.Fatalf("entry %d part %d: %s", s.index, i, res.GetErrorMessage())
+		}
+		s.record(ops[i], res.GetTxn().GetHeader().GetRevision())
+	}
+}
+
+// randomOps returns 1-3 random puts, deletes and range deletions on keys
+// k00-k19.
+func (s *testShard) randomOps(rng *rand.Rand) []*shalev1.RequestOp {
 	var ops []*shalev1.RequestOp
 	for range 1 + rng.IntN(3) {
 		k := fmt.Sprintf("k%02d", rng.IntN(s.keys))
@@ -139,8 +176,11 @@ func (s *testShard) write(rng *rand.Rand) {
 			ops = append(ops, &shalev1.RequestOp{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{StartKey: []byte(k), EndKey: []byte(end)}}})
 		}
 	}
-	res := s.apply(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{Success: ops}}})
-	rev := res.GetTxn().GetHeader().GetRevision()
+	return ops
+}
+
+// record records the events of ops applied at revision rev.
+func (s *testShard) record(ops []*shalev1.RequestOp, rev uint64) {
 	s.rev = rev
 	for _, op := range ops {
 		switch o := op.GetOp().(type) {
@@ -230,8 +270,9 @@ func collect(t *testing.T, w *Watcher, rev uint64) ([]ev, error) {
 }
 
 // TestHubDeliversEveryChange: watchers of random ranges, started at random
-// revisions (from the log or live), with and without previous values,
-// started while a writer applies transactions, each see exactly the
+// revisions (from the log or live, inside packed Raft entries too), with
+// and without previous values, started while a writer applies
+// transactions (some packed several to an entry), each see exactly the
 // changes of their range after their start, in order, with the values the
 // model predicts; a slow watcher is cancelled with a resume revision from
 // which a new watcher continues without a gap or a repeat.
@@ -255,9 +296,12 @@ func TestHubDeliversEveryChange(t *testing.T) {
 			}
 			var ws []started
 			for i := range 300 {
-				if rng.IntN(3) == 0 {
+				switch rng.IntN(6) {
+				case 0, 1:
 					s.noop()
-				} else {
+				case 2:
+					s.writePacked(rng, 2+rng.IntN(3))
+				default:
 					s.write(rng)
 				}
 				if i%30 == 0 {

@@ -76,10 +76,13 @@ func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEve
 	for i, e := range entries {
 		rev := e.Mark.Revision
 		if rev > w.through {
+			// A packed entry's events have their commands' revisions:
+			// those at or below through were delivered.
 			var add []*shalev1.WatchEvent
+			var revs []uint64
 			size := 0
 			for _, se := range evs[i] {
-				if !w.req.contains(se.key) {
+				if se.rev <= w.through || !w.req.contains(se.key) {
 					continue
 				}
 				ev := se.bare
@@ -87,20 +90,19 @@ func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEve
 					ev = se.full
 				}
 				add = append(add, ev)
+				revs = append(revs, se.rev)
 				size += se.size
 			}
 			if !catchUp && len(add) > 0 && len(w.queue) > 0 && w.queued+size > w.maxQueue {
-				w.finish(&InterruptedError{Err: ErrTooSlow, Resume: rev,
+				w.finish(&InterruptedError{Err: ErrTooSlow, Resume: revs[0],
 					Detail: fmt.Sprintf("shard %d: %d bytes of events queued, limit %d", w.hub.id, w.queued, w.maxQueue)}, nil)
 				if f := w.hub.opts.TooSlow; f != nil {
 					f()
 				}
 				return false
 			}
-			for _, ev := range add {
-				w.queue = append(w.queue, ev)
-				w.revs = append(w.revs, rev)
-			}
+			w.queue = append(w.queue, add...)
+			w.revs = append(w.revs, revs...)
 			w.queued += size
 			w.through = rev
 		}

@@ -21,6 +21,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RaftFeature names the bits of RaftMessageBatch.features.
+type RaftFeature int32
+
+const (
+	RaftFeature_RAFT_FEATURE_UNSPECIFIED RaftFeature = 0
+	// RAFT_FEATURE_PACKED_ENTRIES: the node decodes Raft entries that pack
+	// several proposals (entry version 2) and applies each of their commands.
+	RaftFeature_RAFT_FEATURE_PACKED_ENTRIES RaftFeature = 1
+)
+
+// Enum value maps for RaftFeature.
+var (
+	RaftFeature_name = map[int32]string{
+		0: "RAFT_FEATURE_UNSPECIFIED",
+		1: "RAFT_FEATURE_PACKED_ENTRIES",
+	}
+	RaftFeature_value = map[string]int32{
+		"RAFT_FEATURE_UNSPECIFIED":    0,
+		"RAFT_FEATURE_PACKED_ENTRIES": 1,
+	}
+)
+
+func (x RaftFeature) Enum() *RaftFeature {
+	p := new(RaftFeature)
+	*p = x
+	return p
+}
+
+func (x RaftFeature) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RaftFeature) Descriptor() protoreflect.EnumDescriptor {
+	return file_shale_v1_raft_proto_enumTypes[0].Descriptor()
+}
+
+func (RaftFeature) Type() protoreflect.EnumType {
+	return &file_shale_v1_raft_proto_enumTypes[0]
+}
+
+func (x RaftFeature) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RaftFeature.Descriptor instead.
+func (RaftFeature) EnumDescriptor() ([]byte, []int) {
+	return file_shale_v1_raft_proto_rawDescGZIP(), []int{0}
+}
+
 // RaftEnvelope is one Raft message of one shard's group.
 type RaftEnvelope struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -87,7 +136,11 @@ type RaftMessageBatch struct {
 	QuiescedShards []uint64 `protobuf:"varint,5,rep,packed,name=quiesced_shards,json=quiescedShards,proto3" json:"quiesced_shards,omitempty"`
 	// hlc is the sender's hybrid logical clock when it sent the batch: the
 	// receiver's clock moves past it (see HlcTimestamp).
-	Hlc           *HlcTimestamp `protobuf:"bytes,6,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	Hlc *HlcTimestamp `protobuf:"bytes,6,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	// features are what the sender's Raft layer supports, a bit set
+	// (RAFT_FEATURE_* values; 0 from nodes that predate it): a leader uses a
+	// replicated format only once every replica's node advertised it.
+	Features      uint64 `protobuf:"varint,7,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +215,13 @@ func (x *RaftMessageBatch) GetHlc() *HlcTimestamp {
 		return x.Hlc
 	}
 	return nil
+}
+
+func (x *RaftMessageBatch) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
 }
 
 // HlcTimestamp is a hybrid logical clock reading: wall time in nanoseconds
@@ -1467,7 +1527,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x13shale/v1/raft.proto\x12\bshale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"C\n" +
 	"\fRaftEnvelope\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"\xf8\x01\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\x94\x02\n" +
 	"\x10RaftMessageBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12 \n" +
@@ -1477,7 +1537,8 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"to_node_id\x18\x03 \x01(\x04R\btoNodeId\x122\n" +
 	"\bmessages\x18\x04 \x03(\v2\x16.shale.v1.RaftEnvelopeR\bmessages\x12'\n" +
 	"\x0fquiesced_shards\x18\x05 \x03(\x04R\x0equiescedShards\x12(\n" +
-	"\x03hlc\x18\x06 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\"G\n" +
+	"\x03hlc\x18\x06 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12\x1a\n" +
+	"\bfeatures\x18\a \x01(\x04R\bfeatures\"G\n" +
 	"\fHlcTimestamp\x12\x1d\n" +
 	"\n" +
 	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +
@@ -1572,7 +1633,10 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"descriptor\x18\x04 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
 	"descriptor\x12!\n" +
 	"\fallocated_id\x18\x05 \x01(\x04R\vallocatedId\x12D\n" +
-	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor2\xe2\x01\n" +
+	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor*L\n" +
+	"\vRaftFeature\x12\x1c\n" +
+	"\x18RAFT_FEATURE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x012\xe2\x01\n" +
 	"\x04Raft\x12J\n" +
 	"\fSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12E\n" +
 	"\fSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n" +
@@ -1590,63 +1654,65 @@ func file_shale_v1_raft_proto_rawDescGZIP() []byte {
 	return file_shale_v1_raft_proto_rawDescData
 }
 
+var file_shale_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_shale_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_shale_v1_raft_proto_goTypes = []any{
-	(*RaftEnvelope)(nil),       // 0: shale.v1.RaftEnvelope
-	(*RaftMessageBatch)(nil),   // 1: shale.v1.RaftMessageBatch
-	(*HlcTimestamp)(nil),       // 2: shale.v1.HlcTimestamp
-	(*RaftStreamResponse)(nil), // 3: shale.v1.RaftStreamResponse
-	(*SnapshotFile)(nil),       // 4: shale.v1.SnapshotFile
-	(*SnapshotHeader)(nil),     // 5: shale.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),      // 6: shale.v1.SnapshotChunk
-	(*SnapshotResponse)(nil),   // 7: shale.v1.SnapshotResponse
-	(*RaftCommand)(nil),        // 8: shale.v1.RaftCommand
-	(*ExpireKeys)(nil),         // 9: shale.v1.ExpireKeys
-	(*MergeFreeze)(nil),        // 10: shale.v1.MergeFreeze
-	(*MergeAbsorb)(nil),        // 11: shale.v1.MergeAbsorb
-	(*SplitCommand)(nil),       // 12: shale.v1.SplitCommand
-	(*SystemCommand)(nil),      // 13: shale.v1.SystemCommand
-	(*PutAuth)(nil),            // 14: shale.v1.PutAuth
-	(*ConfChangeContext)(nil),  // 15: shale.v1.ConfChangeContext
-	(*CommandResult)(nil),      // 16: shale.v1.CommandResult
-	(*ShardDescriptor)(nil),    // 17: shale.v1.ShardDescriptor
-	(*TxnRequest)(nil),         // 18: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 19: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 20: shale.v1.ShardPin
-	(*AuthState)(nil),          // 21: shale.v1.AuthState
-	(*ReplicaDescriptor)(nil),  // 22: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 23: shale.v1.TxnResponse
+	(RaftFeature)(0),           // 0: shale.v1.RaftFeature
+	(*RaftEnvelope)(nil),       // 1: shale.v1.RaftEnvelope
+	(*RaftMessageBatch)(nil),   // 2: shale.v1.RaftMessageBatch
+	(*HlcTimestamp)(nil),       // 3: shale.v1.HlcTimestamp
+	(*RaftStreamResponse)(nil), // 4: shale.v1.RaftStreamResponse
+	(*SnapshotFile)(nil),       // 5: shale.v1.SnapshotFile
+	(*SnapshotHeader)(nil),     // 6: shale.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),      // 7: shale.v1.SnapshotChunk
+	(*SnapshotResponse)(nil),   // 8: shale.v1.SnapshotResponse
+	(*RaftCommand)(nil),        // 9: shale.v1.RaftCommand
+	(*ExpireKeys)(nil),         // 10: shale.v1.ExpireKeys
+	(*MergeFreeze)(nil),        // 11: shale.v1.MergeFreeze
+	(*MergeAbsorb)(nil),        // 12: shale.v1.MergeAbsorb
+	(*SplitCommand)(nil),       // 13: shale.v1.SplitCommand
+	(*SystemCommand)(nil),      // 14: shale.v1.SystemCommand
+	(*PutAuth)(nil),            // 15: shale.v1.PutAuth
+	(*ConfChangeContext)(nil),  // 16: shale.v1.ConfChangeContext
+	(*CommandResult)(nil),      // 17: shale.v1.CommandResult
+	(*ShardDescriptor)(nil),    // 18: shale.v1.ShardDescriptor
+	(*TxnRequest)(nil),         // 19: shale.v1.TxnRequest
+	(*NodeDescriptor)(nil),     // 20: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 21: shale.v1.ShardPin
+	(*AuthState)(nil),          // 22: shale.v1.AuthState
+	(*ReplicaDescriptor)(nil),  // 23: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 24: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
-	0,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
-	2,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
-	4,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
-	17, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
-	2,  // 4: shale.v1.SnapshotHeader.hlc:type_name -> shale.v1.HlcTimestamp
-	5,  // 5: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
-	2,  // 6: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
-	18, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
-	13, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
-	12, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
-	10, // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
-	11, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
-	9,  // 12: shale.v1.RaftCommand.expire:type_name -> shale.v1.ExpireKeys
-	17, // 13: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	19, // 14: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	17, // 15: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	20, // 16: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	14, // 17: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
-	21, // 18: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
-	22, // 19: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	23, // 20: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	17, // 21: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	17, // 22: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	1,  // 23: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	6,  // 24: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	6,  // 25: shale.v1.Raft.StreamSnapshot:input_type -> shale.v1.SnapshotChunk
-	3,  // 26: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	7,  // 27: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	7,  // 28: shale.v1.Raft.StreamSnapshot:output_type -> shale.v1.SnapshotResponse
+	1,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
+	3,  // 1: shale.v1.RaftMessageBatch.hlc:type_name -> shale.v1.HlcTimestamp
+	5,  // 2: shale.v1.SnapshotHeader.files:type_name -> shale.v1.SnapshotFile
+	18, // 3: shale.v1.SnapshotHeader.descriptor:type_name -> shale.v1.ShardDescriptor
+	3,  // 4: shale.v1.SnapshotHeader.hlc:type_name -> shale.v1.HlcTimestamp
+	6,  // 5: shale.v1.SnapshotChunk.header:type_name -> shale.v1.SnapshotHeader
+	3,  // 6: shale.v1.RaftCommand.hlc:type_name -> shale.v1.HlcTimestamp
+	19, // 7: shale.v1.RaftCommand.txn:type_name -> shale.v1.TxnRequest
+	14, // 8: shale.v1.RaftCommand.system:type_name -> shale.v1.SystemCommand
+	13, // 9: shale.v1.RaftCommand.split:type_name -> shale.v1.SplitCommand
+	11, // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
+	12, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
+	10, // 12: shale.v1.RaftCommand.expire:type_name -> shale.v1.ExpireKeys
+	18, // 13: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	20, // 14: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	18, // 15: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	21, // 16: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	15, // 17: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
+	22, // 18: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
+	23, // 19: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	24, // 20: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	18, // 21: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	18, // 22: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	2,  // 23: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	7,  // 24: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	7,  // 25: shale.v1.Raft.StreamSnapshot:input_type -> shale.v1.SnapshotChunk
+	4,  // 26: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	8,  // 27: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	8,  // 28: shale.v1.Raft.StreamSnapshot:output_type -> shale.v1.SnapshotResponse
 	26, // [26:29] is the sub-list for method output_type
 	23, // [23:26] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -1686,13 +1752,14 @@ func file_shale_v1_raft_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shale_v1_raft_proto_rawDesc), len(file_shale_v1_raft_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_shale_v1_raft_proto_goTypes,
 		DependencyIndexes: file_shale_v1_raft_proto_depIdxs,
+		EnumInfos:         file_shale_v1_raft_proto_enumTypes,
 		MessageInfos:      file_shale_v1_raft_proto_msgTypes,
 	}.Build()
 	File_shale_v1_raft_proto = out.File

@@ -51,6 +51,7 @@ func (m *RaftMessageBatch) CloneVT() *RaftMessageBatch {
 	r.FromNodeId = m.FromNodeId
 	r.ToNodeId = m.ToNodeId
 	r.Hlc = m.Hlc.CloneVT()
+	r.Features = m.Features
 	if rhs := m.Messages; rhs != nil {
 		tmpContainer := make([]*RaftEnvelope, len(rhs))
 		for k, v := range rhs {
@@ -655,6 +656,11 @@ func (m *RaftMessageBatch) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Features != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Features))
+		i--
+		dAtA[i] = 0x38
 	}
 	if m.Hlc != nil {
 		size, err := m.Hlc.MarshalToSizedBufferVT(dAtA[:i])
@@ -1933,6 +1939,9 @@ func (m *RaftMessageBatch) SizeVT() (n int) {
 		l = m.Hlc.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Features != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Features))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2799,6 +2808,25 @@ func (m *RaftMessageBatch) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Features", wireType)
+			}
+			m.Features = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Features |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -16,7 +16,7 @@ from shale.v1 import kv_pb2 as shale_dot_v1_dot_kv__pb2
 from shale.v1 import meta_pb2 as shale_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13shale/v1/raft.proto\x12\x08shale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"1\n\x0cRaftEnvelope\x12\x10\n\x08shard_id\x18\x01 \x01(\x04\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"\xb8\x01\n\x10RaftMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x02 \x01(\x04\x12\x12\n\nto_node_id\x18\x03 \x01(\x04\x12(\n\x08messages\x18\x04 \x03(\x0b\x32\x16.shale.v1.RaftEnvelope\x12\x17\n\x0fquiesced_shards\x18\x05 \x03(\x04\x12#\n\x03hlc\x18\x06 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\"3\n\x0cHlcTimestamp\x12\x12\n\nwall_nanos\x18\x01 \x01(\x03\x12\x0f\n\x07logical\x18\x02 \x01(\r\"\x14\n\x12RaftStreamResponse\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\x07\"\xf1\x01\n\x0eSnapshotHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66rom_node_id\x18\x03 \x01(\x04\x12\x12\n\nto_node_id\x18\x04 \x01(\x04\x12\x14\n\x0craft_message\x18\x05 \x01(\x0c\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.shale.v1.SnapshotFile\x12-\n\ndescriptor\x18\x07 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12#\n\x03hlc\x18\x08 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\"\x93\x01\n\rSnapshotChunk\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.shale.v1.SnapshotHeader\x12\x12\n\nfile_index\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x05 \x01(\x07\x12\x16\n\x0erunning_crc32c\x18\x06 \x01(\x07\"#\n\x10SnapshotResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"\xbc\x03\n\x0bRaftCommand\x12\x12\n\nrequest_id\x18\x01 \x01(\x0c\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x15\n\rfirst_attempt\x18\x04 \x01(\x08\x12#\n\x03hlc\x18\x05 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12#\n\x03txn\x18\n \x01(\x0b\x32\x14.shale.v1.TxnRequestH\x00\x12)\n\x06system\x18\x0b \x01(\x0b\x32\x17.shale.v1.SystemCommandH\x00\x12\x0e\n\x04noop\x18\x0c \x01(\x08H\x00\x12\'\n\x05split\x18\r \x01(\x0b\x32\x16.shale.v1.SplitCommandH\x00\x12-\n\x0cmerge_freeze\x18\x0e \x01(\x0b\x32\x15.shale.v1.MergeFreezeH\x00\x12-\n\x0cmerge_absorb\x18\x0f \x01(\x0b\x32\x15.shale.v1.MergeAbsorbH\x00\x12\x16\n\x0cmerge_retire\x18\x10 \x01(\x08H\x00\x12&\n\x06\x65xpire\x18\x11 \x01(\x0b\x32\x14.shale.v1.ExpireKeysH\x00\x42\t\n\x07\x63ommand\"1\n\nExpireKeys\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12\x15\n\rmod_revisions\x18\x02 \x03(\x04\"$\n\x0bMergeFreeze\x12\x15\n\rinto_shard_id\x18\x01 \x01(\x04\"\xc7\x01\n\x0bMergeAbsorb\x12(\n\x05right\x18\x01 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x08\x12\x0c\n\x04keys\x18\x03 \x03(\x0c\x12\x0e\n\x06values\x18\x04 \x03(\x0c\x12\x0e\n\x06\x63ommit\x18\x05 \x01(\x08\x12\x16\n\x0eright_revision\x18\x06 \x01(\x04\x12\x11\n\tdedup_ids\x18\x07 \x03(\x0c\x12\x15\n\rdedup_results\x18\x08 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x0c\"j\n\x0cSplitCommand\x12\x11\n\tsplit_key\x18\x01 \x01(\x0c\x12\x16\n\x0eright_shard_id\x18\x02 \x01(\x04\x12\x11\n\tautomatic\x18\x03 \x01(\x08\x12\x1c\n\x14right_leader_node_id\x18\x04 \x01(\x04\"\x93\x02\n\rSystemCommand\x12,\n\x08put_node\x18\x01 \x01(\x0b\x32\x18.shale.v1.NodeDescriptorH\x00\x12\x18\n\x0eremove_node_id\x18\x02 \x01(\x04H\x00\x12.\n\tput_shard\x18\x03 \x01(\x0b\x32\x19.shale.v1.ShardDescriptorH\x00\x12\x1b\n\x11\x61llocate_shard_id\x18\x04 \x01(\x04H\x00\x12%\n\x07put_pin\x18\x05 \x01(\x0b\x32\x12.shale.v1.ShardPinH\x00\x12\x19\n\x0fremove_shard_id\x18\x06 \x01(\x04H\x00\x12%\n\x08put_auth\x18\x07 \x01(\x0b\x32\x11.shale.v1.PutAuthH\x00\x42\x04\n\x02op\"H\n\x07PutAuth\x12\"\n\x05state\x18\x01 \x01(\x0b\x32\x13.shale.v1.AuthState\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"B\n\x11\x43onfChangeContext\x12-\n\x08replicas\x18\x01 \x03(\x0b\x32\x1b.shale.v1.ReplicaDescriptor\"\xd8\x01\n\rCommandResult\x12\"\n\x03txn\x18\x01 \x01(\x0b\x32\x15.shale.v1.TxnResponse\x12\x12\n\nerror_code\x18\x02 \x01(\r\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12-\n\ndescriptor\x18\x04 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\x14\n\x0c\x61llocated_id\x18\x05 \x01(\x04\x12\x33\n\x10right_descriptor\x18\x06 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor2\xe2\x01\n\x04Raft\x12J\n\x0cSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12\x45\n\x0cSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n\x0eStreamSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x42\x32Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13shale/v1/raft.proto\x12\x08shale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"1\n\x0cRaftEnvelope\x12\x10\n\x08shard_id\x18\x01 \x01(\x04\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"\xca\x01\n\x10RaftMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x02 \x01(\x04\x12\x12\n\nto_node_id\x18\x03 \x01(\x04\x12(\n\x08messages\x18\x04 \x03(\x0b\x32\x16.shale.v1.RaftEnvelope\x12\x17\n\x0fquiesced_shards\x18\x05 \x03(\x04\x12#\n\x03hlc\x18\x06 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12\x10\n\x08\x66\x65\x61tures\x18\x07 \x01(\x04\"3\n\x0cHlcTimestamp\x12\x12\n\nwall_nanos\x18\x01 \x01(\x03\x12\x0f\n\x07logical\x18\x02 \x01(\r\"\x14\n\x12RaftStreamResponse\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\x07\"\xf1\x01\n\x0eSnapshotHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66rom_node_id\x18\x03 \x01(\x04\x12\x12\n\nto_node_id\x18\x04 \x01(\x04\x12\x14\n\x0craft_message\x18\x05 \x01(\x0c\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.shale.v1.SnapshotFile\x12-\n\ndescriptor\x18\x07 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12#\n\x03hlc\x18\x08 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\"\x93\x01\n\rSnapshotChunk\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.shale.v1.SnapshotHeader\x12\x12\n\nfile_index\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x05 \x01(\x07\x12\x16\n\x0erunning_crc32c\x18\x06 \x01(\x07\"#\n\x10SnapshotResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"\xbc\x03\n\x0bRaftCommand\x12\x12\n\nrequest_id\x18\x01 \x01(\x0c\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x15\n\rfirst_attempt\x18\x04 \x01(\x08\x12#\n\x03hlc\x18\x05 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12#\n\x03txn\x18\n \x01(\x0b\x32\x14.shale.v1.TxnRequestH\x00\x12)\n\x06system\x18\x0b \x01(\x0b\x32\x17.shale.v1.SystemCommandH\x00\x12\x0e\n\x04noop\x18\x0c \x01(\x08H\x00\x12\'\n\x05split\x18\r \x01(\x0b\x32\x16.shale.v1.SplitCommandH\x00\x12-\n\x0cmerge_freeze\x18\x0e \x01(\x0b\x32\x15.shale.v1.MergeFreezeH\x00\x12-\n\x0cmerge_absorb\x18\x0f \x01(\x0b\x32\x15.shale.v1.MergeAbsorbH\x00\x12\x16\n\x0cmerge_retire\x18\x10 \x01(\x08H\x00\x12&\n\x06\x65xpire\x18\x11 \x01(\x0b\x32\x14.shale.v1.ExpireKeysH\x00\x42\t\n\x07\x63ommand\"1\n\nExpireKeys\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12\x15\n\rmod_revisions\x18\x02 \x03(\x04\"$\n\x0bMergeFreeze\x12\x15\n\rinto_shard_id\x18\x01 \x01(\x04\"\xc7\x01\n\x0bMergeAbsorb\x12(\n\x05right\x18\x01 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x08\x12\x0c\n\x04keys\x18\x03 \x03(\x0c\x12\x0e\n\x06values\x18\x04 \x03(\x0c\x12\x0e\n\x06\x63ommit\x18\x05 \x01(\x08\x12\x16\n\x0eright_revision\x18\x06 \x01(\x04\x12\x11\n\tdedup_ids\x18\x07 \x03(\x0c\x12\x15\n\rdedup_results\x18\x08 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x0c\"j\n\x0cSplitCommand\x12\x11\n\tsplit_key\x18\x01 \x01(\x0c\x12\x16\n\x0eright_shard_id\x18\x02 \x01(\x04\x12\x11\n\tautomatic\x18\x03 \x01(\x08\x12\x1c\n\x14right_leader_node_id\x18\x04 \x01(\x04\"\x93\x02\n\rSystemCommand\x12,\n\x08put_node\x18\x01 \x01(\x0b\x32\x18.shale.v1.NodeDescriptorH\x00\x12\x18\n\x0eremove_node_id\x18\x02 \x01(\x04H\x00\x12.\n\tput_shard\x18\x03 \x01(\x0b\x32\x19.shale.v1.ShardDescriptorH\x00\x12\x1b\n\x11\x61llocate_shard_id\x18\x04 \x01(\x04H\x00\x12%\n\x07put_pin\x18\x05 \x01(\x0b\x32\x12.shale.v1.ShardPinH\x00\x12\x19\n\x0fremove_shard_id\x18\x06 \x01(\x04H\x00\x12%\n\x08put_auth\x18\x07 \x01(\x0b\x32\x11.shale.v1.PutAuthH\x00\x42\x04\n\x02op\"H\n\x07PutAuth\x12\"\n\x05state\x18\x01 \x01(\x0b\x32\x13.shale.v1.AuthState\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"B\n\x11\x43onfChangeContext\x12-\n\x08replicas\x18\x01 \x03(\x0b\x32\x1b.shale.v1.ReplicaDescriptor\"\xd8\x01\n\rCommandResult\x12\"\n\x03txn\x18\x01 \x01(\x0b\x32\x15.shale.v1.TxnResponse\x12\x12\n\nerror_code\x18\x02 \x01(\r\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12-\n\ndescriptor\x18\x04 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\x14\n\x0c\x61llocated_id\x18\x05 \x01(\x04\x12\x33\n\x10right_descriptor\x18\x06 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor*L\n\x0bRaftFeature\x12\x1c\n\x18RAFT_FEATURE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x01\x32\xe2\x01\n\x04Raft\x12J\n\x0cSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12\x45\n\x0cSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n\x0eStreamSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x42\x32Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shale.v1.raft_pb2', globals())
@@ -24,40 +24,42 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z0github.com/shale-db/shale/proto/shale/v1;shalev1'
+  _RAFTFEATURE._serialized_start=2401
+  _RAFTFEATURE._serialized_end=2477
   _RAFTENVELOPE._serialized_start=94
   _RAFTENVELOPE._serialized_end=143
   _RAFTMESSAGEBATCH._serialized_start=146
-  _RAFTMESSAGEBATCH._serialized_end=330
-  _HLCTIMESTAMP._serialized_start=332
-  _HLCTIMESTAMP._serialized_end=383
-  _RAFTSTREAMRESPONSE._serialized_start=385
-  _RAFTSTREAMRESPONSE._serialized_end=405
-  _SNAPSHOTFILE._serialized_start=407
-  _SNAPSHOTFILE._serialized_end=465
-  _SNAPSHOTHEADER._serialized_start=468
-  _SNAPSHOTHEADER._serialized_end=709
-  _SNAPSHOTCHUNK._serialized_start=712
-  _SNAPSHOTCHUNK._serialized_end=859
-  _SNAPSHOTRESPONSE._serialized_start=861
-  _SNAPSHOTRESPONSE._serialized_end=896
-  _RAFTCOMMAND._serialized_start=899
-  _RAFTCOMMAND._serialized_end=1343
-  _EXPIREKEYS._serialized_start=1345
-  _EXPIREKEYS._serialized_end=1394
-  _MERGEFREEZE._serialized_start=1396
-  _MERGEFREEZE._serialized_end=1432
-  _MERGEABSORB._serialized_start=1435
-  _MERGEABSORB._serialized_end=1634
-  _SPLITCOMMAND._serialized_start=1636
-  _SPLITCOMMAND._serialized_end=1742
-  _SYSTEMCOMMAND._serialized_start=1745
-  _SYSTEMCOMMAND._serialized_end=2020
-  _PUTAUTH._serialized_start=2022
-  _PUTAUTH._serialized_end=2094
-  _CONFCHANGECONTEXT._serialized_start=2096
-  _CONFCHANGECONTEXT._serialized_end=2162
-  _COMMANDRESULT._serialized_start=2165
-  _COMMANDRESULT._serialized_end=2381
-  _RAFT._serialized_start=2384
-  _RAFT._serialized_end=2610
+  _RAFTMESSAGEBATCH._serialized_end=348
+  _HLCTIMESTAMP._serialized_start=350
+  _HLCTIMESTAMP._serialized_end=401
+  _RAFTSTREAMRESPONSE._serialized_start=403
+  _RAFTSTREAMRESPONSE._serialized_end=423
+  _SNAPSHOTFILE._serialized_start=425
+  _SNAPSHOTFILE._serialized_end=483
+  _SNAPSHOTHEADER._serialized_start=486
+  _SNAPSHOTHEADER._serialized_end=727
+  _SNAPSHOTCHUNK._serialized_start=730
+  _SNAPSHOTCHUNK._serialized_end=877
+  _SNAPSHOTRESPONSE._serialized_start=879
+  _SNAPSHOTRESPONSE._serialized_end=914
+  _RAFTCOMMAND._serialized_start=917
+  _RAFTCOMMAND._serialized_end=1361
+  _EXPIREKEYS._serialized_start=1363
+  _EXPIREKEYS._serialized_end=1412
+  _MERGEFREEZE._serialized_start=1414
+  _MERGEFREEZE._serialized_end=1450
+  _MERGEABSORB._serialized_start=1453
+  _MERGEABSORB._serialized_end=1652
+  _SPLITCOMMAND._serialized_start=1654
+  _SPLITCOMMAND._serialized_end=1760
+  _SYSTEMCOMMAND._serialized_start=1763
+  _SYSTEMCOMMAND._serialized_end=2038
+  _PUTAUTH._serialized_start=2040
+  _PUTAUTH._serialized_end=2112
+  _CONFCHANGECONTEXT._serialized_start=2114
+  _CONFCHANGECONTEXT._serialized_end=2180
+  _COMMANDRESULT._serialized_start=2183
+  _COMMANDRESULT._serialized_end=2399
+  _RAFT._serialized_start=2480
+  _RAFT._serialized_end=2706
 # @@protoc_insertion_point(module_scope)

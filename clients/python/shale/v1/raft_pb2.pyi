@@ -2,11 +2,14 @@ from shale.v1 import auth_pb2 as _auth_pb2
 from shale.v1 import kv_pb2 as _kv_pb2
 from shale.v1 import meta_pb2 as _meta_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+RAFT_FEATURE_PACKED_ENTRIES: RaftFeature
+RAFT_FEATURE_UNSPECIFIED: RaftFeature
 
 class CommandResult(_message.Message):
     __slots__ = ["allocated_id", "descriptor", "error_code", "error_message", "right_descriptor", "txn"]
@@ -121,20 +124,22 @@ class RaftEnvelope(_message.Message):
     def __init__(self, shard_id: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
 
 class RaftMessageBatch(_message.Message):
-    __slots__ = ["cluster_id", "from_node_id", "hlc", "messages", "quiesced_shards", "to_node_id"]
+    __slots__ = ["cluster_id", "features", "from_node_id", "hlc", "messages", "quiesced_shards", "to_node_id"]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HLC_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     QUIESCED_SHARDS_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
+    features: int
     from_node_id: int
     hlc: HlcTimestamp
     messages: _containers.RepeatedCompositeFieldContainer[RaftEnvelope]
     quiesced_shards: _containers.RepeatedScalarFieldContainer[int]
     to_node_id: int
-    def __init__(self, cluster_id: _Optional[str] = ..., from_node_id: _Optional[int] = ..., to_node_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[RaftEnvelope, _Mapping]]] = ..., quiesced_shards: _Optional[_Iterable[int]] = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, cluster_id: _Optional[str] = ..., from_node_id: _Optional[int] = ..., to_node_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[RaftEnvelope, _Mapping]]] = ..., quiesced_shards: _Optional[_Iterable[int]] = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., features: _Optional[int] = ...) -> None: ...
 
 class RaftStreamResponse(_message.Message):
     __slots__ = []
@@ -221,3 +226,6 @@ class SystemCommand(_message.Message):
     remove_node_id: int
     remove_shard_id: int
     def __init__(self, put_node: _Optional[_Union[_meta_pb2.NodeDescriptor, _Mapping]] = ..., remove_node_id: _Optional[int] = ..., put_shard: _Optional[_Union[_meta_pb2.ShardDescriptor, _Mapping]] = ..., allocate_shard_id: _Optional[int] = ..., put_pin: _Optional[_Union[_meta_pb2.ShardPin, _Mapping]] = ..., remove_shard_id: _Optional[int] = ..., put_auth: _Optional[_Union[PutAuth, _Mapping]] = ...) -> None: ...
+
+class RaftFeature(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
