@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/shale-db/shale/internal/directfile"
+	"github.com/shale-db/shale/internal/filecrc"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -229,19 +230,14 @@ func (l *Location) storeFile(ctx context.Context, shardID uint64, path, name str
 // checksumFile returns the CRC-32C of the first size bytes of the file at
 // path, read through buf.
 func checksumFile(ctx context.Context, path string, size uint64, buf []byte) (uint32, error) {
-	f, err := os.Open(path)
+	n, crc, err := filecrc.File(ctx, path, int64(size), buf)
 	if err != nil {
-		return 0, fmt.Errorf("backup: %w", err)
+		return 0, fmt.Errorf("backup: checksum %s: %w", path, err)
 	}
-	defer f.Close()
-	var sum crcCounter
-	if _, err := io.CopyBuffer(&sum, struct{ io.Reader }{ctxReader{ctx, io.LimitReader(f, int64(size))}}, buf); err != nil {
-		return 0, fmt.Errorf("backup: read %s: %w", path, err)
+	if uint64(n) != size {
+		return 0, fmt.Errorf("backup: %s: %d bytes, shorter than its listed %d", path, n, size)
 	}
-	if sum.n != size {
-		return 0, fmt.Errorf("backup: %s: %d bytes, shorter than its listed %d", path, sum.n, size)
-	}
-	return sum.crc, nil
+	return crc, nil
 }
 
 // pacedReader calls pace with every read's length before returning it.

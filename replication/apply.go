@@ -285,7 +285,7 @@ func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) 
 			m.commitLatency.Observe(now.Sub(p.start).Seconds())
 		}
 	}
-	if r.sm.AppliedState().Retired {
+	if r.sm.AppliedDescriptor().GetRetired() {
 		rep.removed = true
 	}
 	return rep, true
@@ -451,7 +451,10 @@ func (s *Store) handleApplyReports() {
 			}
 			r.appliedWaiters = keep
 		}
-		r.updateNodes(r.sm.AppliedState().Descriptor)
+		if d := r.sm.AppliedDescriptor(); d != r.nodesDesc {
+			r.updateNodes(d)
+			r.nodesDesc = d
+		}
 		if rep.removed {
 			s.removeReplica(r)
 			continue

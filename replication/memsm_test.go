@@ -119,6 +119,12 @@ func (m *memSM) AppliedState() AppliedState {
 	return m.st
 }
 
+func (m *memSM) AppliedDescriptor() *shalev1.ShardDescriptor {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.Descriptor
+}
+
 func (m *memSM) Apply(ents []Entry) (Applied, error) {
 	res, err := m.apply(ents)
 	return Applied{Results: res}, err

@@ -166,7 +166,7 @@ func (s *Store) packingAllowed(r *Replica) bool {
 	if s.cfg.DisablePackedEntries {
 		return false
 	}
-	reps := r.sm.AppliedState().Descriptor.GetReplicas()
+	reps := r.sm.AppliedDescriptor().GetReplicas()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, rd := range reps {

@@ -39,6 +39,10 @@ type Replica struct {
 	reads []*readWaiter
 	ops   []loopOp
 	nodes map[uint64]uint64 // replica ID → node ID
+	// nodesDesc is the applied descriptor whose replicas nodes last took
+	// in (loop side): an apply report that leaves it unchanged skips the
+	// update.
+	nodesDesc *shalev1.ShardDescriptor
 	// conflicts are the (replica, node) claims noteNode refused and
 	// logged, each logged once.
 	conflicts map[[2]uint64]bool

@@ -106,6 +106,12 @@ type AppliedConfChange struct {
 type StateMachine interface {
 	// AppliedState reports the last applied entry, configuration and descriptor.
 	AppliedState() AppliedState
+	// AppliedDescriptor returns the descriptor after the last applied
+	// entry (nil for an uninitialized state machine) without copying it:
+	// the caller must not modify it. The state machine never modifies a
+	// descriptor it returned, so the same pointer comes back until the
+	// descriptor changes.
+	AppliedDescriptor() *shalev1.ShardDescriptor
 	// Apply applies committed entries in order and records the new applied
 	// state in the same atomic write, so that a restart resumes exactly after
 	// the last entry applied. It returns one result per entry and the

@@ -78,13 +78,13 @@ var importRules = []importRule{
 		from:  []string{"client/..."},
 		allow: []string{"client/...", "proto/...", "security/tlsconfig"},
 		testAllow: []string{
-			"internal/testcluster", "internal/freeport", "internal/parallel", "internal/directfile", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
+			"internal/testcluster", "internal/freeport", "internal/parallel", "internal/directfile", "internal/filecrc", "server/...", "placement/...", "replication/...", "storage/...", "backup/...", "security/...",
 		},
 	},
 	{
 		name:  "backup depends only on proto and the founding layout of placement (the server restores from it; its tests may start a real cluster)",
 		from:  []string{"backup/..."},
-		allow: []string{"backup/...", "proto/...", "placement", "internal/parallel", "internal/directfile"},
+		allow: []string{"backup/...", "proto/...", "placement", "internal/parallel", "internal/directfile", "internal/filecrc"},
 		testAllow: []string{
 			"client/...", "internal/testcluster", "internal/freeport", "internal/s3test", "server/...", "placement/...", "replication/...", "storage/...", "security/...",
 		},
@@ -97,7 +97,7 @@ var importRules = []importRule{
 	{
 		name:  "replication depends only on storage and proto (its tests may use the network faults)",
 		from:  []string{"replication/..."},
-		allow: []string{"replication/...", "storage/...", "proto/...", "internal/directfile"},
+		allow: []string{"replication/...", "storage/...", "proto/...", "internal/directfile", "internal/filecrc"},
 		// internal/netfault imports nothing of ours.
 		testAllow: []string{"internal/netfault"},
 	},
@@ -125,6 +125,11 @@ var importRules = []importRule{
 		name:  "internal/directfile imports nothing of ours",
 		from:  []string{"internal/directfile"},
 		allow: []string{"internal/directfile"},
+	},
+	{
+		name:  "internal/filecrc imports nothing of ours",
+		from:  []string{"internal/filecrc"},
+		allow: []string{"internal/filecrc"},
 	},
 	{
 		name:  "internal/logring imports nothing of ours",

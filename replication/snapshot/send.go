@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shale-db/shale/internal/filecrc"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -115,7 +116,10 @@ func listFiles(ctx context.Context, dir string, checksums bool, lengths map[stri
 			limit = -1
 		}
 		if checksums {
-			size, crc, err = checksumFile(filepath.Join(dir, e.Name()), limit)
+			size, crc, err = filecrc.File(ctx, filepath.Join(dir, e.Name()), limit, nil)
+			if err != nil {
+				err = fmt.Errorf("snapshot: checksum %s: %w", filepath.Join(dir, e.Name()), err)
+			}
 			if err == nil && cut && size != limit {
 				err = fmt.Errorf("snapshot: %s: %d bytes, shorter than its length %d", filepath.Join(dir, e.Name()), size, limit)
 			}
@@ -136,26 +140,6 @@ func listFiles(ctx context.Context, dir string, checksums bool, lengths map[stri
 		files = append(files, &shalev1.SnapshotFile{Name: e.Name(), Size: uint64(size), Crc32C: crc})
 	}
 	return files, nil
-}
-
-// checksumFile returns the size and CRC-32C of the file at path, or of its
-// first limit bytes when limit >= 0.
-func checksumFile(path string, limit int64) (size int64, crc uint32, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot: %w", err)
-	}
-	defer f.Close()
-	h := crc32.New(castagnoli)
-	var r io.Reader = f
-	if limit >= 0 {
-		r = io.LimitReader(f, limit)
-	}
-	size, err = io.Copy(h, r)
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot: read %s: %w", path, err)
-	}
-	return size, h.Sum32(), nil
 }
 
 // sendFile sends file index (at path, listed as f) in chunks of len(buf)

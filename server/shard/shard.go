@@ -784,6 +784,11 @@ func (s *Shard) AppliedState() replication.AppliedState {
 	}
 }
 
+// AppliedDescriptor returns the shard's current descriptor, shared: the
+// caller must not modify it. It is the same pointer until the descriptor
+// changes (nil for an uninitialized replica).
+func (s *Shard) AppliedDescriptor() *shalev1.ShardDescriptor { return s.st.Load().desc }
+
 // Descriptor returns a copy of the shard's current descriptor, nil for an
 // uninitialized replica.
 func (s *Shard) Descriptor() *shalev1.ShardDescriptor { return cloneDesc(s.st.Load().desc) }
