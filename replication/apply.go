@@ -67,6 +67,9 @@ type applyReport struct {
 	// install is the snapshot whose Restore the run ended with; with a nil
 	// err the state machine holds it.
 	install *snapInstall
+	// wake: the loop must take the report in now, not at its next cycle
+	// (see report).
+	wake bool
 }
 
 // applyQueue is a replica's apply state, guarded by applyPool.mu.
@@ -80,9 +83,13 @@ type applyQueue struct {
 
 // applyPool is the apply workers of a Store.
 type applyPool struct {
-	s       *Store
-	mu      sync.Mutex
-	cond    *sync.Cond
+	s  *Store
+	mu sync.Mutex
+	// work wakes idle workers: one per replica made ready (enqueue), all
+	// on closing. A worker waits on it only while ready is empty.
+	work *sync.Cond
+	// idle wakes stopReplica's callers each time a worker ends a run.
+	idle    *sync.Cond
 	ready   []*Replica
 	closing bool
 	wg      sync.WaitGroup
@@ -90,7 +97,8 @@ type applyPool struct {
 
 func newApplyPool(s *Store) *applyPool {
 	p := &applyPool{s: s}
-	p.cond = sync.NewCond(&p.mu)
+	p.work = sync.NewCond(&p.mu)
+	p.idle = sync.NewCond(&p.mu)
 	return p
 }
 
@@ -98,7 +106,7 @@ func newApplyPool(s *Store) *applyPool {
 func (p *applyPool) start(n int) {
 	for range n {
 		p.wg.Add(1)
-		go p.work()
+		go p.run()
 	}
 }
 
@@ -106,7 +114,7 @@ func (p *applyPool) start(n int) {
 func (p *applyPool) stop() {
 	p.mu.Lock()
 	p.closing = true
-	p.cond.Broadcast()
+	p.work.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
 }
@@ -124,7 +132,9 @@ func (p *applyPool) enqueue(r *Replica, t applyTask) {
 	if !q.queued {
 		q.queued = true
 		p.ready = append(p.ready, r)
-		p.cond.Broadcast()
+		// One worker for one ready replica: waking them all would wake
+		// the others for nothing (a context switch each, per apply).
+		p.work.Signal()
 	}
 }
 
@@ -138,7 +148,7 @@ func (p *applyPool) stopReplica(r *Replica, err error) {
 	tasks := q.tasks
 	q.tasks = nil
 	for q.running {
-		p.cond.Wait()
+		p.idle.Wait()
 	}
 	p.mu.Unlock()
 	for _, t := range tasks {
@@ -146,12 +156,17 @@ func (p *applyPool) stopReplica(r *Replica, err error) {
 	}
 }
 
-func (p *applyPool) work() {
+// run is a worker: it applies ready replicas' tasks until the pool closes
+// and nothing is ready. A replica with more tasks after a run goes back on
+// the ready list; this worker, which does not wait while the list is
+// non-empty, takes it or another one next, so another worker is woken only
+// when the list holds more than one.
+func (p *applyPool) run() {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
 		for len(p.ready) == 0 && !p.closing {
-			p.cond.Wait()
+			p.work.Wait()
 		}
 		if len(p.ready) == 0 {
 			p.mu.Unlock()
@@ -175,6 +190,10 @@ func (p *applyPool) work() {
 		}
 		if len(q.tasks) > 0 && !q.stopped {
 			p.ready = append(p.ready, r)
+			if len(p.ready) > 1 {
+				// This worker takes one; an idle one may take the other.
+				p.work.Signal()
+			}
 		} else {
 			q.queued = false
 			for _, t := range q.tasks {
@@ -182,7 +201,7 @@ func (p *applyPool) work() {
 			}
 			q.tasks = nil
 		}
-		p.cond.Broadcast()
+		p.idle.Broadcast()
 		p.mu.Unlock()
 		if ok {
 			p.s.report(rep)
@@ -225,6 +244,7 @@ func (s *Store) applyTasks(r *Replica, tasks []applyTask) (applyReport, bool) {
 		return rep, ok
 	}
 	rep.install = inst
+	rep.wake = true
 	if rep.err != nil {
 		return rep, true
 	}
@@ -251,6 +271,11 @@ func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) 
 		return rep, false
 	}
 	rep.applied = ents[len(ents)-1].Index
+	for i := range ents {
+		// A configuration change may name replicas on nodes the loop
+		// does not know yet (updateNodes).
+		rep.wake = rep.wake || ents[i].ConfChange != nil
+	}
 	if h := s.cfg.applyHook; h != nil {
 		h(r.shardID)
 	}
@@ -263,8 +288,9 @@ func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) 
 		err = s.carryOut(r, applied.Effects)
 	}
 	s.hostMu.RUnlock()
+	rep.wake = rep.wake || len(applied.Effects) > 0
 	if err != nil {
-		rep.err = err
+		rep.err, rep.wake = err, true
 		dropTask(applyTask{props: props}, fmt.Errorf("%w: replication: shard %d: apply: %w", ErrOutcomeUnknown, r.shardID, err))
 		return rep, true
 	}
@@ -288,6 +314,7 @@ func (s *Store) applyEntries(r *Replica, tasks []applyTask) (applyReport, bool) 
 	if r.sm.AppliedDescriptor().GetRetired() {
 		rep.removed = true
 	}
+	rep.wake = rep.wake || rep.removed
 	return rep, true
 }
 
@@ -402,12 +429,25 @@ func (s *Store) CampaignFounding(r *Replica) {
 // lost.
 const foundingCampaignTimeouts = 3
 
-// report queues a worker's report for the loop.
+// report queues a worker's report for the loop, and wakes the loop only
+// when the report asks for it (rep.wake: an error, a snapshot's install,
+// a removal, a configuration change, a split's new shard) or a read on
+// the replica waits for its applied index (Replica.awaitApplied). Any
+// other report waits for the loop's next cycle, at most a tick away: the
+// proposals were answered by the worker, and what the loop does with the
+// applied index (quiescence, log truncation, the replica's status) can
+// wait that long. At 16 clients this spares a wake-up and a cycle of the
+// loop per apply on every node.
 func (s *Store) report(rep applyReport) {
 	s.mu.Lock()
 	s.applyReports = append(s.applyReports, rep)
+	// Read under s.mu: awaitApplied sets the flag, then checks for
+	// queued reports under s.mu, so one of the two sees the other.
+	wake := rep.wake || rep.r.readsWaitApplied.Load()
 	s.mu.Unlock()
-	s.signal()
+	if wake {
+		s.signal()
+	}
 }
 
 // handleApplyReports takes in the workers' reports (loop side).
@@ -450,6 +490,9 @@ func (s *Store) handleApplyReports() {
 				}
 			}
 			r.appliedWaiters = keep
+			if len(keep) == 0 {
+				r.readsWaitApplied.Store(false)
+			}
 		}
 		if d := r.sm.AppliedDescriptor(); d != r.nodesDesc {
 			r.updateNodes(d)

@@ -284,3 +284,76 @@ func TestHaltFailsQueuedProposalsAsStopped(t *testing.T) {
 		t.Fatalf("a proposal queued when its replica halted: %v, want ErrStopped", err)
 	}
 }
+
+// TestReadWaitingForApplyWakesTheLoop: an apply worker's report wakes the
+// Raft loop only when something waits for it (Store.report). A read whose
+// ReadIndex round is confirmed but whose shard has not applied up to it
+// yet waits for the apply's report; it must be answered as soon as the
+// apply ends, not at the loop's next tick (one second here).
+func TestReadWaitingForApplyWakesTheLoop(t *testing.T) {
+	const tick = time.Second
+	var (
+		hold       atomic.Pointer[chan struct{}]
+		holdNode   atomic.Uint64
+		holdingNow atomic.Int64
+	)
+	c := newTestCluster(t, func(cfg *Config) {
+		cfg.TickInterval = tick
+		cfg.ElectionTicks = 3
+		cfg.HeartbeatTicks = 1
+		node := cfg.NodeID
+		cfg.applyHook = func(shardID uint64) {
+			if ch := hold.Load(); ch != nil && shardID == 1 && node == holdNode.Load() {
+				holdingNow.Add(1)
+				<-*ch
+				holdingNow.Add(-1)
+			}
+		}
+	})
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "warm", "up")
+	lead := c.leader(1)
+	holdNode.Store(lead)
+	r := c.get(lead).store.Replica(1)
+	for round := range 3 {
+		ch := make(chan struct{})
+		hold.Store(&ch)
+		proposed := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := r.Propose(ctx, []byte(fmt.Sprintf("k%d=v", round)))
+			proposed <- err
+		}()
+		c.waitFor("the leader's apply held", 5*time.Second, func() bool { return holdingNow.Load() == 1 })
+		read := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			read <- r.ReadIndex(ctx)
+		}()
+		// The ReadIndex round takes a heartbeat's round trip; then the read
+		// waits for the held apply.
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case err := <-read:
+			t.Fatalf("round %d: the read returned (%v) before the write it must see was applied", round, err)
+		default:
+		}
+		opened := time.Now()
+		hold.Store(nil)
+		close(ch)
+		if err := <-read; err != nil {
+			t.Fatalf("round %d: read: %v", round, err)
+		}
+		if took := time.Since(opened); took > tick/4 {
+			t.Errorf("round %d: the read was answered %v after the apply it waited for was let go; want well under the %v tick", round, took, tick)
+		}
+		if err := <-proposed; err != nil {
+			t.Fatalf("round %d: propose: %v", round, err)
+		}
+	}
+}

@@ -77,8 +77,11 @@ type Replica struct {
 	readBatches    map[string]*readBatch
 	readSeq        uint64
 	appliedWaiters []*readWaiter
-	applied        uint64
-	quiesced       bool
+	// readsWaitApplied is set while appliedWaiters is not empty: the apply
+	// workers' reports of this replica then wake the loop (Store.report).
+	readsWaitApplied atomic.Bool
+	applied          uint64
+	quiesced         bool
 	// quiescedLeaderNode is the node whose leader quiesced the group.
 	quiescedLeaderNode uint64
 	// quiescedVoterNodes are, on a leader that quiesced, the nodes of the
@@ -763,6 +766,7 @@ func (r *Replica) failAll(err error) {
 		w.done <- err
 	}
 	r.appliedWaiters = nil
+	r.readsWaitApplied.Store(false)
 }
 
 // drainQueued hands queued proposals, reads and operations to Raft.
@@ -846,7 +850,7 @@ func (r *Replica) leaseRead(bs *raft.BasicStatus, reads []*readWaiter) bool {
 			w.done <- nil
 		} else {
 			w.index = idx
-			r.appliedWaiters = append(r.appliedWaiters, w)
+			r.awaitApplied(w)
 		}
 	}
 	if !r.renewing && r.leaseUntil.Sub(now) < r.leaseDuration()/2 {
@@ -1372,6 +1376,22 @@ func (r *Replica) resendReads(lead uint64) {
 	}
 }
 
+// awaitApplied queues w until the replica applied w.index (loop side).
+// Reports of applies that the loop has not taken in yet may hold it: if
+// any are queued, the loop runs another cycle at once; later ones wake
+// it (Store.report).
+func (r *Replica) awaitApplied(w *readWaiter) {
+	r.appliedWaiters = append(r.appliedWaiters, w)
+	r.readsWaitApplied.Store(true)
+	s := r.store
+	s.mu.Lock()
+	queued := len(s.applyReports) > 0
+	s.mu.Unlock()
+	if queued {
+		s.signal()
+	}
+}
+
 // handleReadStates answers read batches whose index Raft confirmed.
 func (r *Replica) handleReadStates(states []raft.ReadState) {
 	for _, rs := range states {
@@ -1386,7 +1406,7 @@ func (r *Replica) handleReadStates(states []raft.ReadState) {
 				w.done <- nil
 			} else {
 				w.index = rs.Index
-				r.appliedWaiters = append(r.appliedWaiters, w)
+				r.awaitApplied(w)
 			}
 		}
 	}
