@@ -113,9 +113,11 @@ func (d *DB) commitGroupLocked(group []*commitWriter) error {
 	seq := d.logSeq + 1
 	mem := d.mem
 	var sync, anyWAL bool
+	var groupBytes int
 	for _, w := range group {
 		w.batch.setSeqNum(seq)
 		seq += w.batch.seqSpan()
+		groupBytes += w.batch.Len()
 		if !w.opts.DisableWAL {
 			anyWAL = true
 			sync = sync || w.opts.Sync
@@ -126,7 +128,7 @@ func (d *DB) commitGroupLocked(group []*commitWriter) error {
 	last := seq - 1
 	d.mu.Unlock()
 
-	syncDone, walErr := d.writeWAL(group, anyWAL, sync)
+	pending, walErr := d.writeWAL(group, anyWAL, sync, groupBytes <= syncInlineBytes)
 	var err error
 	if walErr == nil {
 		for _, w := range group {
@@ -136,10 +138,8 @@ func (d *DB) commitGroupLocked(group []*commitWriter) error {
 			}
 		}
 	}
-	if syncDone != nil {
-		if serr := <-syncDone; serr != nil && walErr == nil {
-			walErr = fmt.Errorf("sync wal: %w", serr)
-		}
+	if serr := pending.wait(); serr != nil && walErr == nil {
+		walErr = fmt.Errorf("sync wal: %w", serr)
 	}
 	if walErr != nil {
 		err = walErr
@@ -175,15 +175,42 @@ func (d *DB) prepareNextArenaLocked(mem *memTable) {
 	d.shared.arenas.prepare(uint32(d.peekMemTableSizeLocked() + skiplistFixedOverhead))
 }
 
+// syncInlineBytes is the largest synced commit group whose sync runs in
+// the commit leader's goroutine, after its memtable inserts, instead of in
+// a goroutine of its own beside them. Inserting a group this small takes
+// microseconds against the sync's hundreds, so running both at once saves
+// little, while the goroutine costs a hand-off each way (a Raft log's
+// synced write per loop cycle paid two wake-ups for it).
+const syncInlineBytes = 64 << 10
+
+// walSync is a synced group's pending sync (walSync.wait).
+type walSync struct {
+	buf  *walBuffer // to sync in the caller's goroutine
+	done chan error // the result of a sync running in the background
+}
+
+// wait returns the result of the pending sync, running it first if it is
+// the caller's to run; it returns nil when nothing was to be synced.
+func (s walSync) wait() error {
+	switch {
+	case s.done != nil:
+		return <-s.done
+	case s.buf != nil:
+		return s.buf.sync()
+	}
+	return nil
+}
+
 // writeWAL writes the group's logged batches to the WAL. With sync it
-// flushes them and starts the fsync in the background, returning a channel
-// that yields its result: the caller inserts into the memtable meanwhile and
-// acknowledges nothing before the sync succeeds. The file cannot be rotated
-// during the sync: only a commit leader or a holder of the commit barrier
-// rotates, and the caller leads. Called by the leader without d.mu.
-func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, error) {
+// flushes them and returns the sync to wait for: started in the background
+// (the caller inserts into the memtable meanwhile), or, with inline, left
+// for the caller to run once it has inserted. Either way the caller
+// acknowledges nothing before the sync succeeds. The file cannot be
+// rotated during the sync: only a commit leader or a holder of the commit
+// barrier rotates, and the caller leads. Called by the leader without d.mu.
+func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync, inline bool) (walSync, error) {
 	if !anyWAL {
-		return nil, nil
+		return walSync{}, nil
 	}
 	d.walMu.Lock()
 	defer d.walMu.Unlock()
@@ -192,14 +219,14 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 			continue
 		}
 		if _, err := d.logWriter.WriteRecord(w.batch.Repr()); err != nil {
-			return nil, fmt.Errorf("write wal: %w", err)
+			return walSync{}, fmt.Errorf("write wal: %w", err)
 		}
 		d.walBytes.Add(uint64(w.batch.Len()))
 	}
 	// Move the framed bytes into the WAL buffer (a memory copy); the write
 	// system call happens in drain, outside walMu.
 	if err := d.logWriter.Flush(); err != nil {
-		return nil, fmt.Errorf("write wal: %w", err)
+		return walSync{}, fmt.Errorf("write wal: %w", err)
 	}
 	if !sync {
 		// Hand the write system call to the background flusher (once
@@ -209,19 +236,22 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync bool) (chan error, err
 			case d.walHeldC <- struct{}{}:
 			default:
 			}
-			return nil, nil
+			return walSync{}, nil
 		}
 		select {
 		case d.walFlushC <- struct{}{}:
 		default:
 		}
-		return nil, nil
+		return walSync{}, nil
+	}
+	d.walSyncs.Add(1)
+	if inline {
+		return walSync{buf: d.logBuf}, nil
 	}
 	done := make(chan error, 1)
 	buf := d.logBuf
 	go func() { done <- buf.sync() }()
-	d.walSyncs.Add(1)
-	return done, nil
+	return walSync{done: done}, nil
 }
 
 // makeRoomForWriteLocked ensures the mutable memtable can take a batch of
