@@ -14,16 +14,54 @@ const (
 	bufferSize = 1 << 20
 )
 
+// BufferSize is the size of the buffers GetBuffer takes from the Writers'
+// pool (1 MiB).
+const BufferSize = bufferSize
+
 // buffers are aligned buffers of bufferSize bytes.
-var buffers = sync.Pool{New: func() any {
-	b := make([]byte, bufferSize+align)
+var buffers = sync.Pool{New: func() any { return alignedBuffer(bufferSize) }}
+
+// alignedBuffer returns a new buffer of n bytes (and capacity) whose first
+// byte is aligned.
+func alignedBuffer(n int) *[]byte {
+	b := make([]byte, n+align)
 	off := 0
 	if r := alignOf(b); r != 0 {
 		off = align - r
 	}
-	b = b[off : off+bufferSize : off+bufferSize]
+	b = b[off : off+n : off+n]
 	return &b
-}}
+}
+
+// GetBuffer returns a buffer of length n whose first byte is aligned for
+// direct writes: one of the Writers' pool when n <= BufferSize, a new one
+// otherwise. Bytes a Writer is handed in such a buffer, in a multiple of
+// the alignment and at an aligned place in the file, are written straight
+// from it without a copy. Give it back with PutBuffer once nothing refers
+// to it; a buffer not given back is garbage like any other.
+func GetBuffer(n int) *[]byte {
+	if n > bufferSize || n < 0 {
+		return alignedBuffer(max(n, 0))
+	}
+	b := buffers.Get().(*[]byte)
+	*b = (*b)[:n]
+	return b
+}
+
+// PutBuffer gives a buffer back to the Writers' pool for GetBuffer and
+// Writers to reuse, if it is one they could have taken: aligned, of
+// capacity BufferSize (any length); it drops anything else. The caller
+// must not use the buffer afterwards, nor anyone else refer to it.
+func PutBuffer(b []byte) {
+	if cap(b) != bufferSize {
+		return
+	}
+	b = b[:bufferSize]
+	if alignOf(b) != 0 {
+		return
+	}
+	buffers.Put(&b)
+}
 
 // Writer writes one new file from offset 0 to its end. It is not safe for
 // concurrent use.
@@ -65,6 +103,16 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return w.f.Write(p)
 	}
 	written := len(p)
+	if w.n == 0 && len(p) >= align && alignOf(p) == 0 {
+		// Aligned memory at an aligned place in the file (nothing
+		// buffered): write its whole blocks straight from it.
+		k := len(p) / align * align
+		if _, err := w.direct.WriteAt(p[:k], w.off); err != nil {
+			return 0, fmt.Errorf("direct write at %d: %w", w.off, err)
+		}
+		w.off += int64(k)
+		p = p[k:]
+	}
 	for len(p) > 0 {
 		k := copy((*w.buf)[w.n:], p)
 		w.n += k

@@ -93,3 +93,72 @@ func testWriter(t *testing.T, dir string, openDirect func(string) *os.File, want
 		t.Fatalf("Create: read back %q, %v", got, err)
 	}
 }
+
+// TestWriterAlignedBuffers writes a file from buffers of GetBuffer mixed
+// with unaligned pieces: the whole aligned blocks of an aligned buffer are
+// written straight from it when nothing is buffered (nothing left in the
+// Writer's buffer afterwards), everything else goes through the buffer,
+// and the file reads back as written either way. PutBuffer keeps buffers
+// of the pool's shape and drops others.
+func TestWriterAlignedBuffers(t *testing.T) {
+	dir := t.TempDir()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	f, err := os.OpenFile(filepath.Join(dir, "f"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(f, openDirectOS)
+	if w.direct == nil {
+		t.Skip("the filesystem takes no direct writes")
+	}
+	var data []byte
+	write := func(b []byte, wantBuffered int) {
+		t.Helper()
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		data = append(data, b...)
+		if n, err := w.Write(b); err != nil || n != len(b) {
+			t.Fatalf("write %d bytes: %d, %v", len(b), n, err)
+		}
+		if w.n != wantBuffered {
+			t.Fatalf("after writing %d bytes: %d buffered, want %d", len(b), w.n, wantBuffered)
+		}
+	}
+	a := GetBuffer(BufferSize)
+	if len(*a) != BufferSize || alignOf(*a) != 0 {
+		t.Fatalf("GetBuffer(%d): %d bytes at alignment %d", BufferSize, len(*a), alignOf(*a))
+	}
+	write(*a, 0)                              // straight from the buffer
+	b := GetBuffer(3*align + 5)               // three blocks straight, 5 bytes buffered
+	write(*b, 5)                              //
+	write((*GetBuffer(2 * align)), 5+2*align) // buffered: something is
+	write(make([]byte, BufferSize-5-2*align), 0)
+	big := GetBuffer(2*BufferSize + align)
+	if len(*big) != 2*BufferSize+align || alignOf(*big) != 0 {
+		t.Fatalf("GetBuffer(%d): %d bytes at alignment %d", 2*BufferSize+align, len(*big), alignOf(*big))
+	}
+	write(*big, 0)
+	write(make([]byte, 17), 17)
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes, wrote %d", len(got), len(data))
+	}
+	PutBuffer(*a)
+	PutBuffer((*a)[1:]) // unaligned: dropped
+	PutBuffer(*big)     // another size: dropped
+	for range 10 {
+		if c := GetBuffer(BufferSize); cap(*c) != BufferSize || alignOf(*c) != 0 {
+			t.Fatalf("GetBuffer after PutBuffer: capacity %d at alignment %d", cap(*c), alignOf(*c))
+		}
+	}
+}

@@ -114,8 +114,30 @@ var _ encoding.CodecV2 = Codec{}
 // Name returns Name.
 func (Codec) Name() string { return Name }
 
-// Marshal encodes v, a protobuf message.
+// BufferMarshaler is a value that encodes itself for gRPC as buffers of
+// its own, which Codec sends as they are: a message whose bulk it hands
+// gRPC without a copy (snapshot chunks).
+type BufferMarshaler interface {
+	// MarshalBuffers returns the value's wire encoding. gRPC owns the
+	// slice's references and frees each buffer once it has written it,
+	// which may be after its SendMsg returned.
+	MarshalBuffers() (mem.BufferSlice, error)
+}
+
+// BufferUnmarshaler is a value that decodes itself from gRPC's buffers,
+// without their being gathered into one first.
+type BufferUnmarshaler interface {
+	// UnmarshalBuffers decodes the wire encoding data into the value. It
+	// keeps no reference to data's buffers, which gRPC recycles once it
+	// returns.
+	UnmarshalBuffers(data mem.BufferSlice) error
+}
+
+// Marshal encodes v, a protobuf message or a BufferMarshaler.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if bm, ok := v.(BufferMarshaler); ok {
+		return bm.MarshalBuffers()
+	}
 	m := messageOf(v)
 	if m == nil {
 		return nil, fmt.Errorf("codec: cannot marshal %T, not a protobuf message", v)
@@ -166,9 +188,13 @@ func marshalProto(m proto.Message) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// Unmarshal decodes data into v, a protobuf message. The decoded message
-// keeps no reference to data's buffers, which gRPC recycles.
+// Unmarshal decodes data into v, a protobuf message or a
+// BufferUnmarshaler. The decoded message keeps no reference to data's
+// buffers, which gRPC recycles.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if bu, ok := v.(BufferUnmarshaler); ok {
+		return bu.UnmarshalBuffers(data)
+	}
 	m := messageOf(v)
 	if m == nil {
 		return fmt.Errorf("codec: cannot unmarshal into %T, not a protobuf message", v)

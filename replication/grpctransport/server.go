@@ -109,18 +109,22 @@ func (s *raftServer) receive(stream shalev1.Raft_SendMessagesServer) error {
 	}
 }
 
-// headerCheck rejects a snapshot stream whose header is for another cluster
-// or node before any file is written.
+// headerCheck receives a snapshot stream's chunks, each's data decoded
+// into a buffer of directfile's pool (snapshot.ReceivedChunk), and rejects
+// a stream whose header is for another cluster or node before any file is
+// written.
 type headerCheck struct {
 	s    *raftServer
-	r    snapshot.ChunkReceiver
+	r    grpc.ServerStream
 	seen bool
 }
 
 // Recv passes chunks through, failing on a first chunk whose header is for
 // another cluster or node.
 func (h *headerCheck) Recv() (*shalev1.SnapshotChunk, error) {
-	c, err := h.r.Recv()
+	var rc snapshot.ReceivedChunk
+	err := h.r.RecvMsg(&rc)
+	c := rc.Chunk
 	if err == nil && !h.seen {
 		h.seen = true
 		if hdr := c.GetHeader(); hdr != nil {
@@ -131,6 +135,10 @@ func (h *headerCheck) Recv() (*shalev1.SnapshotChunk, error) {
 	}
 	return c, err
 }
+
+// PooledData marks headerCheck as a snapshot.PooledReceiver: its chunks'
+// data are the receiver's, in buffers of directfile's pool.
+func (h *headerCheck) PooledData() {}
 
 // SendSnapshot receives one snapshot in the ordered format, verifies it and
 // hands it to the Handler; it replies applied=true once the Handler has
@@ -212,6 +220,19 @@ func toStatus(err error, def codes.Code) error {
 		code = codes.DeadlineExceeded
 	}
 	return status.Error(code, err.Error())
+}
+
+// heldStream is a snapshot stream that sends data chunks without copying
+// their bytes (snapshot.HeldChunk, encoded by codec.Codec, which every
+// connection of the transport uses).
+type heldStream struct {
+	grpc.ClientStreamingClient[shalev1.SnapshotChunk, shalev1.SnapshotResponse]
+}
+
+// SendHeld sends c, whose Data gRPC writes from its buffer and then calls
+// release.
+func (h heldStream) SendHeld(c *shalev1.SnapshotChunk, release func()) error {
+	return h.SendMsg(&snapshot.HeldChunk{Chunk: c, Release: release})
 }
 
 // corruptingSender applies a test hook to every chunk before sending it.
@@ -317,7 +338,7 @@ func (t *Transport) sendSnapshotOn(ctx context.Context, cancel context.CancelFun
 	} else if stream, err = cli.SendSnapshot(ctx); err != nil {
 		return err
 	}
-	var sender snapshot.ChunkSender = stream
+	var sender snapshot.ChunkSender = heldStream{stream}
 	if t.testCorruptChunk != nil {
 		sender = corruptingSender{s: stream, mutate: t.testCorruptChunk}
 	}

@@ -342,12 +342,14 @@ func keepaliveDialOption(t, timeout time.Duration) grpc.DialOption {
 
 // ServerOptions are the options a gRPC server serving Register needs: it
 // accepts the peers' keepalive pings (Options.KeepaliveTime), which gRPC's
-// default policy answers by closing the connection as abusive.
+// default policy answers by closing the connection as abusive, and it
+// encodes and decodes with codec.Codec, which the snapshot receiver's
+// chunks need (snapshot.ReceivedChunk).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		MinTime:             DefaultKeepaliveTime / 2,
 		PermitWithoutStream: true,
-	})}
+	}), codec.ServerOption()}
 }
 
 // enter registers a goroutine or call that Close must wait for; it returns

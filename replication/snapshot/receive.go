@@ -81,6 +81,7 @@ func receive(ctx context.Context, r ChunkReceiver, stagingDir string, f format) 
 		return nil, "", fmt.Errorf("snapshot: staging dir: %w", err)
 	}
 	rc := newReceiver(ctx, dir, hdr.Files, f)
+	_, rc.pooled = r.(PooledReceiver)
 	defer rc.cancel()
 	if err := rc.run(r); err != nil {
 		rc.abort()
@@ -134,6 +135,7 @@ type receiver struct {
 	format format
 	dir    string
 	files  []*shalev1.SnapshotFile
+	pooled bool // chunks' Data go back to directfile's pool once written
 
 	// The receiving goroutine's state.
 	got     []uint64      // bytes of each file handed to its writer
@@ -416,6 +418,10 @@ func (rc *receiver) write(w *fileWriter) error {
 			return fmt.Errorf("snapshot: write file %q (index %d) at offset %d: %w", f.Name, w.index, c.Offset, err)
 		}
 		rc.release(len(c.Data))
+		if rc.pooled {
+			directfile.PutBuffer(c.Data)
+			c.Data = nil
+		}
 	}
 	if (rc.format == ordered || f.Crc32C != 0) && crc != f.Crc32C {
 		return corruptf("file %q (index %d): whole-file checksum %08x, header says %08x", f.Name, w.index, crc, f.Crc32C)

@@ -239,20 +239,35 @@ func SendInterleaved(ctx context.Context, s ChunkSender, header *shalev1.Snapsho
 		close(rd.pieces)
 	}()
 	// Send what the readers produce, in the order it comes; once something
-	// failed, only drain (the readers stop at the cancel).
+	// failed, only drain (the readers stop at the cancel). A HeldSender
+	// gives a piece's buffer back when it is done with it; any other
+	// sender is done when Send returns.
+	hs, held := s.(HeldSender)
 	for p := range rd.pieces {
-		if err := rd.failed(); err == nil {
-			if err := opts.Limiter.WaitN(ctx, p.n); err != nil {
-				rd.fail(err)
-				cancel()
-			} else if err := s.Send(&shalev1.SnapshotChunk{FileIndex: p.index, Offset: p.off, Data: (*p.buf)[:p.n], RunningCrc32C: p.crc}); err != nil {
-				rd.fail(fmt.Errorf("snapshot: send %s at offset %d: %w", files[p.index].Name, p.off, err))
-				cancel()
-			} else {
-				sentBytes += int64(p.n)
-			}
+		if err := rd.failed(); err != nil {
+			rd.pool.Put(p.buf)
+			continue
 		}
-		rd.pool.Put(p.buf)
+		if err := opts.Limiter.WaitN(ctx, p.n); err != nil {
+			rd.pool.Put(p.buf)
+			rd.fail(err)
+			cancel()
+			continue
+		}
+		c := &shalev1.SnapshotChunk{FileIndex: p.index, Offset: p.off, Data: (*p.buf)[:p.n], RunningCrc32C: p.crc}
+		if held {
+			buf := p.buf
+			err = hs.SendHeld(c, func() { rd.pool.Put(buf) })
+		} else {
+			err = s.Send(c)
+			rd.pool.Put(p.buf)
+		}
+		if err != nil {
+			rd.fail(fmt.Errorf("snapshot: send %s at offset %d: %w", files[p.index].Name, p.off, err))
+			cancel()
+			continue
+		}
+		sentBytes += int64(p.n)
 	}
 	if err := rd.failed(); err != nil {
 		return sentBytes, err

@@ -95,6 +95,19 @@ type ChunkSender interface {
 	Send(*shalev1.SnapshotChunk) error
 }
 
+// HeldSender is a ChunkSender that can also send a chunk without being
+// done with its bytes when the call returns (a gRPC stream sending
+// HeldChunk writes them from the caller's buffer later). SendInterleaved
+// sends every data chunk with SendHeld when its ChunkSender is one.
+type HeldSender interface {
+	ChunkSender
+	// SendHeld sends c as Send does, but may read c.Data until it calls
+	// release, at most once, after it returned or before; it is not
+	// called when the bytes are never sent, and the caller then does not
+	// reuse them.
+	SendHeld(c *shalev1.SnapshotChunk, release func()) error
+}
+
 // ChunkReceiver is the receiving half of a snapshot stream. The gRPC server
 // stream of Raft.SendSnapshot and Raft.StreamSnapshot satisfies it.
 type ChunkReceiver interface {
@@ -102,6 +115,17 @@ type ChunkReceiver interface {
 	// receiver keeps the chunk (it writes Data to disk later, from another
 	// goroutine): Recv must return a fresh one every time.
 	Recv() (*shalev1.SnapshotChunk, error)
+}
+
+// PooledReceiver is a ChunkReceiver whose chunks' Data may be buffers of
+// directfile.GetBuffer (ReceivedChunk decodes them so) and are the
+// receiver's alone: Receive and ReceiveInterleaved write such a buffer to
+// disk without a copy, and give it back with directfile.PutBuffer once it
+// is written.
+type PooledReceiver interface {
+	ChunkReceiver
+	// PooledData marks the type; it does nothing.
+	PooledData()
 }
 
 // Options configure Send and SendInterleaved.
