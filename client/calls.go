@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -69,12 +70,7 @@ var errNoCalls = errors.New("shale client: the node has no KV.Calls")
 // intercept is the unary interceptor.
 func (m *callMux) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	name, ok := streamable(method)
-	if ok {
-		m.mu.Lock()
-		ok = !m.unary
-		m.mu.Unlock()
-	}
-	if !ok {
+	if !ok || m.isUnary() {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	body, err := codec.Marshal(req.(proto.Message))
@@ -85,7 +81,7 @@ func (m *callMux) intercept(ctx context.Context, method string, req, reply any, 
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	s := m.stream(ctx, cc)
-	err = s.call(ctx, name, body, reply, opts)
+	err = s.call(ctx, name, body, reply, opts, nil)
 	if errors.Is(err, errNoCalls) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -98,21 +94,42 @@ func (m *callMux) intercept(ctx context.Context, method string, req, reply any, 
 // two values it compares, not a copy of the whole metadata, which it takes
 // only to open a stream.
 func (m *callMux) stream(ctx context.Context, cc *grpc.ClientConn) *callStream {
-	auth := metadata.ValueFromOutgoingContext(ctx, AuthorizationMetadataKey)
-	node := metadata.ValueFromOutgoingContext(ctx, shalev1.TargetNodeMetadataKey)
+	auth := strings.Join(metadata.ValueFromOutgoingContext(ctx, AuthorizationMetadataKey), ",")
+	node := strings.Join(metadata.ValueFromOutgoingContext(ctx, shalev1.TargetNodeMetadataKey), ",")
+	return m.streamFor(cc, auth, node, ctx)
+}
+
+// streamFor returns the open stream for calls with the authorization and
+// target node metadata values auth and node ("" for none), opening one if
+// there is none or the open one has other values. A stream it opens
+// carries mdCtx's outgoing metadata, or with mdCtx nil the target node
+// alone.
+func (m *callMux) streamFor(cc *grpc.ClientConn, auth, node string, mdCtx context.Context) *callStream {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.cur; s != nil && slices.Equal(s.auth, auth) && slices.Equal(s.node, node) && !s.isBroken() {
+	if s := m.cur; s != nil && s.auth == auth && s.node == node && !s.isBroken() {
 		return s
 	}
 	if old := m.cur; old != nil {
 		old.retire()
 	}
-	md, _ := metadata.FromOutgoingContext(ctx)
+	var md metadata.MD
+	if mdCtx != nil {
+		md, _ = metadata.FromOutgoingContext(mdCtx)
+	} else if node != "" {
+		md = metadata.Pairs(shalev1.TargetNodeMetadataKey, node)
+	}
 	s := openCallStream(m, cc, md)
 	s.auth, s.node = auth, node
 	m.cur = s
 	return s
+}
+
+// isUnary reports whether the node answered Unimplemented to KV.Calls.
+func (m *callMux) isUnary() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unary
 }
 
 // noCalls records that the node has no KV.Calls.
@@ -126,8 +143,8 @@ func (m *callMux) noCalls() {
 type callStream struct {
 	m *callMux
 	// auth and node are the outgoing metadata the stream was opened with:
-	// the token and the target node.
-	auth, node []string
+	// the token and the target node (values joined by commas).
+	auth, node string
 	stream     shalev1.KV_CallsClient
 	cancel     context.CancelFunc
 	wake       chan struct{}
@@ -185,7 +202,10 @@ func (s *callStream) retire() {
 }
 
 // call sends one call (its encoded request) and waits for its result.
-func (s *callStream) call(ctx context.Context, method string, body []byte, reply any, opts []grpc.CallOption) error {
+// Once the call is queued on the open stream it counts as sent: the peer
+// of every grpc.PeerCallOption in opts is set, and probe (if not nil) is
+// marked.
+func (s *callStream) call(ctx context.Context, method string, body []byte, reply any, opts []grpc.CallOption, probe *attemptProbe) error {
 	c := &shalev1.Call{Method: method, Request: body, TraceContext: traceContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		c.TimeoutMs = max(time.Until(dl).Milliseconds(), 1)
@@ -212,6 +232,9 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 		if p, ok := o.(grpc.PeerCallOption); ok && p.PeerAddr != nil {
 			*p.PeerAddr = peer.Peer{Addr: streamAddr{}}
 		}
+	}
+	if probe != nil {
+		probe.sent.Store(true)
 	}
 	select {
 	case r := <-done:
@@ -338,4 +361,106 @@ func (s *callStream) failLocked(err error) (noCalls bool) {
 	default:
 	}
 	return noCalls
+}
+
+// kvConn is the connection to one node, as a request's attempt uses it:
+// every call on it is meant for node (see toNode), and a KV call takes the
+// direct path onto the connection's KV.Calls stream when it can (see
+// callDirect); anything else is an ordinary gRPC call through the
+// connection's interceptors.
+type kvConn struct {
+	c    *Client
+	cc   *grpc.ClientConn
+	addr string
+	node uint64
+	// mux is the connection's KV.Calls multiplexer when the direct path is
+	// allowed (nil: every call goes through gRPC's Invoke).
+	mux *callMux
+}
+
+// Invoke makes a unary call to k's node.
+func (k *kvConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if k.mux != nil && staticOnly(opts) {
+		if done, err := k.callDirect(ctx, method, args, reply); done {
+			return err
+		}
+	}
+	return k.cc.Invoke(toNode(ctx, k.node), method, args, reply, opts...)
+}
+
+// staticOnly reports whether opts hold nothing but the grpc.StaticMethod
+// option the generated clients add to every call (other options ask for
+// what only gRPC's Invoke does).
+func staticOnly(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		if _, ok := o.(grpc.StaticMethodCallOption); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// NewStream opens a stream to k's node.
+func (k *kvConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return k.cc.NewStream(toNode(ctx, k.node), desc, method, opts...)
+}
+
+// callDirect puts a KV call straight onto the connection's KV.Calls
+// stream, doing on the way what the connection's unary interceptors would
+// (see Client.conn), without gRPC's Invoke and the interceptor chain: the
+// token attached, a refused token renewed and the call resent, the error
+// typed (authTyped), a wrong-node refusal retiring the connection, and the
+// attempt's probe marked sent once the call is queued. It reports done =
+// false, having sent nothing, when the call must take the ordinary path:
+// a method that is not carried over KV.Calls, a context with a span (the
+// tracing interceptor makes the call's client span) or with outgoing
+// metadata of the caller's (a stream opened for the call carries it), a
+// node without KV.Calls, or a request over callBatchBytes.
+func (k *kvConn) callDirect(ctx context.Context, method string, req, reply any) (done bool, err error) {
+	name, ok := streamable(method)
+	if !ok || trace.SpanContextFromContext(ctx).IsValid() || k.mux.isUnary() {
+		return false, nil
+	}
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return false, nil
+	}
+	body, err := codec.Marshal(req.(proto.Message))
+	if err != nil {
+		return true, status.Errorf(codes.Internal, "shale client: encode %s request: %v", name, err)
+	}
+	if len(body) > callBatchBytes {
+		return false, nil
+	}
+	node := strconv.FormatUint(k.node, 10)
+	probe, _ := ctx.Value(attemptProbeKey{}).(*attemptProbe)
+	send := func(tok string) error {
+		auth := ""
+		if tok != "" {
+			auth = "Bearer " + tok
+		}
+		return k.mux.streamFor(k.cc, auth, node, nil).call(ctx, name, body, reply, nil, probe)
+	}
+	if a := k.c.auth; a == nil {
+		err = send("")
+	} else {
+		tok, terr := a.get(ctx)
+		if terr != nil {
+			return true, rpcError(ctx, terr)
+		}
+		err = send(tok)
+		if rejected(err, tok) {
+			k.c.log.Debug("shale client: token refused; authenticating again", "method", method, "error", err)
+			_, err = a.renewals(ctx, tok, err, send)
+		}
+	}
+	if errors.Is(err, errNoCalls) {
+		// The node has no KV.Calls: nothing reached it; the ordinary path
+		// makes the call unary.
+		return false, nil
+	}
+	err = authTyped(err)
+	if err != nil && isWrongNode(err) {
+		k.c.retire(k.addr, k.cc, err)
+	}
+	return true, err
 }

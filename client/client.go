@@ -72,11 +72,18 @@ type options struct {
 	unaryCalls bool
 	// tracer is WithTracerProvider's (nil: the client makes no spans).
 	tracer trace.Tracer
+	// directCalls: a request's KV calls go straight onto the connection's
+	// KV.Calls stream (kvConn.callDirect), bypassing gRPC's Invoke and the
+	// interceptor chain; set when KV.Calls is on and no dial options were
+	// given (they may hold interceptors that must see every call).
+	directCalls bool
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
 // connection, replacing the default (insecure transport credentials, or
-// those of WithTLS or WithTLSFiles, which come before them).
+// those of WithTLS or WithTLSFiles, which come before them). With any dial
+// option, every KV call goes through gRPC's Invoke, so that interceptors
+// among them see it; without, KV calls may skip it (docs/client.md, "The direct path").
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append([]grpc.DialOption(nil), opts...) }
 }
@@ -176,6 +183,9 @@ type Client struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// muxes are the KV.Calls multiplexers of the connections in conns
+	// when the direct path is allowed (options.directCalls).
+	muxes map[*grpc.ClientConn]*callMux
 	// retired are connections that reached the wrong node, closed a
 	// while after (see retire).
 	retired map[*grpc.ClientConn]struct{}
@@ -250,6 +260,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if tlsOpt == nil {
 		tlsOpt = grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
+	o.directCalls = !o.unaryCalls && len(o.dialOpts) == 0
 	// Dial options the caller gave come after the credentials and win.
 	o.dialOpts = append([]grpc.DialOption{tlsOpt}, o.dialOpts...)
 	var eps []string
@@ -269,6 +280,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		log:       o.logger,
 		endpoints: eps,
 		conns:     map[string]*grpc.ClientConn{},
+		muxes:     map[*grpc.ClientConn]*callMux{},
 		retired:   map[*grpc.ClientConn]struct{}{},
 
 		routingMaxAge: adminRoutingMaxAge,
@@ -353,13 +365,21 @@ func (c *Client) Close() error {
 
 // conn returns the connection to addr, creating it on first use.
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	cc, _, err := c.connMux(addr)
+	return cc, err
+}
+
+// connMux returns the connection to addr, creating it on first use, and
+// its KV.Calls multiplexer when KV calls may take the direct path onto it
+// (nil otherwise).
+func (c *Client) connMux(addr string) (*grpc.ClientConn, *callMux, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
+		return cc, c.muxes[cc], nil
 	}
 	// Scan pages and MultiGet answers may be large: accept up to 64 MiB.
 	// Fixed flow-control windows turn off gRPC's bandwidth estimator and
@@ -388,8 +408,10 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	opts = append(opts, c.wrongNodeInterceptors(addr, &cc)...)
 	opts = append(opts, c.authInterceptors()...)
 	opts = append(opts, grpc.WithChainUnaryInterceptor(sentInterceptor))
+	var mux *callMux
 	if !c.opts.unaryCalls {
-		opts = append(opts, grpc.WithChainUnaryInterceptor((&callMux{}).intercept))
+		mux = &callMux{}
+		opts = append(opts, grpc.WithChainUnaryInterceptor(mux.intercept))
 	}
 	target := addr
 	if c.opts.addrMap != nil {
@@ -397,10 +419,16 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("shale: connect to %s: %w", target, err)
+		return nil, nil, fmt.Errorf("shale: connect to %s: %w", target, err)
 	}
 	c.conns[addr] = cc
-	return cc, nil
+	if !c.opts.directCalls {
+		mux = nil
+	}
+	if mux != nil {
+		c.muxes[cc] = mux
+	}
+	return cc, mux, nil
 }
 
 // isClosed reports whether Close was called.

@@ -111,6 +111,7 @@ func (c *Client) retire(addr string, cc *grpc.ClientConn, why error) {
 		return
 	}
 	delete(c.conns, addr)
+	delete(c.muxes, cc)
 	c.retired[cc] = struct{}{}
 	c.mu.Unlock()
 	c.log.Info("shale client: the address reached another node; dialing it again", "address", addr, "err", why)

@@ -264,7 +264,7 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (*KeyV
 	o := readOpts(opts)
 	var resp *shalev1.GetResponse
 	err := c.invoke(ctx, readSpec("get", o.consistency), target{key: key},
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Get(ctx, &shalev1.GetRequest{Header: hdr, Key: key})
 			return err
@@ -364,7 +364,7 @@ func (c *Client) multiGetGroup(ctx context.Context, keys [][]byte, g []int, o re
 	gen := c.rt.generation()
 	var resp *shalev1.MultiGetResponse
 	err := c.invoke(ctx, readSpec("multiget", o.consistency), target{key: req[0]},
-		func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, sh *shardRoute, hdr *shalev1.RequestHeader) error {
 			for _, k := range req {
 				if !sh.contains(k) {
 					return errRegroup
@@ -407,7 +407,7 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 	}
 	var resp *shalev1.PutResponse
 	err = c.invoke(ctx, writeSpec("put", o.rid), target{key: key},
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Put(ctx, &shalev1.PutRequest{
 				Header: hdr, Key: key, Value: value, TtlMs: ttl, PrevKv: o.prevKV,
@@ -432,7 +432,7 @@ func (c *Client) Delete(ctx context.Context, key []byte, opts ...DeleteOption) (
 	}
 	var resp *shalev1.DeleteResponse
 	err := c.invoke(ctx, writeSpec("delete", o.rid), target{key: key},
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Delete(ctx, &shalev1.DeleteRequest{Header: hdr, Key: key, PrevKv: o.prevKV})
 			return err
@@ -467,7 +467,7 @@ func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
 		// to both halves, so reusing one ID across parts could make a later
 		// part look like a duplicate.
 		err := c.invoke(ctx, writeSpec("delete-range", requestIDOpt{}), target{key: cur},
-			func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
+			func(ctx context.Context, cc grpc.ClientConnInterface, sh *shardRoute, hdr *shalev1.RequestHeader) error {
 				partEnd := end
 				shardEnd = sh.desc.GetEndKey()
 				if len(shardEnd) > 0 && (len(end) == 0 || bytes.Compare(shardEnd, end) < 0) {
@@ -538,7 +538,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []b
 	}
 	var resp *shalev1.CompareAndSwapResponse
 	err = c.invoke(ctx, writeSpec("compare-and-swap", o.rid), target{key: key},
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).CompareAndSwap(ctx, &shalev1.CompareAndSwapRequest{
 				Header: hdr, Key: key, ExpectedValue: expected, ExpectAbsent: o.expectAbsent,

@@ -37,9 +37,10 @@ type callSpec struct {
 	consistency  shalev1.ReadConsistency
 }
 
-// attemptFunc sends one attempt of a request to the replica behind cc,
-// with the header already addressed to shard sh.
-type attemptFunc func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error
+// attemptFunc sends one attempt of a request to the replica behind cc
+// (whose calls are all meant for that node, see kvConn), with the header
+// already addressed to shard sh.
+type attemptFunc func(ctx context.Context, cc grpc.ClientConnInterface, sh *shardRoute, hdr *shalev1.RequestHeader) error
 
 // requestIDLen is the length of the SDK's request IDs: 96 random bits,
 // for which a collision among the entries of a shard's deduplication table
@@ -305,7 +306,7 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			}
 			continue
 		}
-		cc, err := c.conn(addr)
+		cc, mux, err := c.connMux(addr)
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return err
@@ -330,7 +331,6 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			FirstAttempt: attempt == 1 && len(spec.requestID) > 0 && !spec.appRequestID,
 		}
 		actx, acancel := bounds.attempt()
-		actx = toNode(actx, node)
 		var probe *attemptProbe
 		if spec.write {
 			// Only a write's outcome can be unknown: reads skip the probe
@@ -338,7 +338,7 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			probe = &attemptProbe{}
 			actx = context.WithValue(actx, attemptProbeKey{}, probe)
 		}
-		err = fn(actx, cc, sh, hdr)
+		err = fn(actx, &kvConn{c: c, cc: cc, addr: addr, node: node, mux: mux}, sh, hdr)
 		acancel()
 		if err == nil {
 			if spec.leaderOnly && sh.leader.Load() != node {

@@ -318,7 +318,7 @@ func (it *Iterator) openStream() (*shalev1.ScanResponse, error) {
 	req, tg := it.request()
 	var first *shalev1.ScanResponse
 	err := it.c.invoke(it.ctx, readSpec("scan", it.o.consistency), tg,
-		func(actx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(actx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			r := proto.CloneOf(req)
 			r.Header = hdr
 			// The attempt's metadata (the node it is for), but not its
@@ -416,7 +416,7 @@ func (it *Iterator) fetchPage() bool {
 	req, tg := it.request()
 	var resp *shalev1.ScanResponse
 	err := it.c.invoke(it.ctx, readSpec("scan", it.o.consistency), tg,
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			r := proto.CloneOf(req)
 			r.Header = hdr
 			var err error

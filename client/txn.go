@@ -193,7 +193,7 @@ func (c *Client) invokeOneShard(ctx context.Context, spec *callSpec, spans []spa
 	// The shard of the first key decides; sending to the shard of some
 	// other key would only make the server find the same crossing.
 	return c.invoke(ctx, spec, target{key: spans[0].start},
-		func(ctx context.Context, cc *grpc.ClientConn, sh *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, sh *shardRoute, hdr *shalev1.RequestHeader) error {
 			if err := checkOneShard(sh.desc, spans); err != nil {
 				return err
 			}
@@ -283,7 +283,7 @@ func (c *Client) Commit(ctx context.Context, b *Batch, opts ...CommitOption) (*B
 	}
 	var resp *shalev1.BatchResponse
 	err := c.invokeOneShard(ctx, writeSpec("batch", o.rid), spans,
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Batch(ctx, &shalev1.BatchRequest{Header: hdr, Ops: pbOps})
 			return err
@@ -454,7 +454,7 @@ func (t *Txn) Commit(opts ...CommitOption) (*TxnResult, error) {
 	}
 	var resp *shalev1.TxnResponse
 	err = t.c.invokeOneShard(t.ctx, writeSpec("txn", o.rid), spans,
-		func(ctx context.Context, cc *grpc.ClientConn, _ *shardRoute, hdr *shalev1.RequestHeader) error {
+		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Txn(ctx, &shalev1.TxnRequest{
 				Header: hdr, Compares: cmps, Success: then, Failure: els,
