@@ -810,8 +810,7 @@ func (s *Store) cycle(tick bool) error {
 		// ... unless this Ready changes the term or vote (a leader elected
 		// within one Ready): those must be durable before any message.
 		if hs := rr.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
-			old := rr.r.log.HardState()
-			if hs.GetTerm() != old.GetTerm() || hs.GetVote() != old.GetVote() {
+			if term, vote := rr.r.log.TermVote(); hs.GetTerm() != term || hs.GetVote() != vote {
 				leader = false
 			}
 		}
@@ -866,7 +865,7 @@ func (s *Store) cycle(tick bool) error {
 				continue
 			}
 		}
-		hs := durableHardState(rr.rd.HardState, rr.r.log.HardState())
+		hs := durableHardState(rr.rd.HardState, rr.r.log)
 		if len(rr.rd.Entries) > 0 || hs != nil {
 			if err := rr.r.log.Append(wb, rr.rd.Entries, hs); err != nil {
 				return fmt.Errorf("shard %d: append: %w", rr.r.shardID, err)
@@ -1441,19 +1440,19 @@ func HLCToProto(ts hlc.Timestamp) *shalev1.HlcTimestamp {
 	return &shalev1.HlcTimestamp{WallNanos: ts.WallNanos, Logical: ts.Logical}
 }
 
-// durableHardState is the part of a Ready's hard state (hs) that the log
-// must write, given the last one it wrote (old): hs when its term or vote
-// changed, else nil. A commit index that moved alone is not written: Raft
+// durableHardState is the part of a Ready's hard state (hs) that lg must
+// write, given the last one it staged: hs when its term or vote changed,
+// else nil. A commit index that moved alone is not written: Raft
 // treats it as volatile (a replica relearns it from its leader), and a
 // restarted replica whose state machine applied past the commit index on
 // disk moves it up to the applied index (newReplica). At one client this
 // leaves out a hard-state record with every put and, on followers and on
 // an idle leader, whole log writes that moved nothing else.
-func durableHardState(hs, old *raftpb.HardState) *raftpb.HardState {
+func durableHardState(hs *raftpb.HardState, lg *raftlog.Log) *raftpb.HardState {
 	if hs == nil || raft.IsEmptyHardState(hs) {
 		return nil
 	}
-	if hs.GetTerm() == old.GetTerm() && hs.GetVote() == old.GetVote() {
+	if term, vote := lg.TermVote(); hs.GetTerm() == term && hs.GetVote() == vote {
 		return nil
 	}
 	return hs

@@ -27,8 +27,10 @@ type kvService struct {
 
 // target is a request's shard on this node.
 type target struct {
-	r    *replication.Replica
-	sm   *shard.Shard
+	r  *replication.Replica
+	sm *shard.Shard
+	// desc is the shard's descriptor when the request was routed, shared
+	// with the shard (Shard.AppliedDescriptor): read only.
 	desc *shalev1.ShardDescriptor
 }
 
@@ -46,7 +48,7 @@ func (n *Node) route(ctx context.Context, h *shalev1.RequestHeader, key []byte) 
 		if r == nil || sm == nil {
 			return target{}, n.shardNotFoundErr(id)
 		}
-		desc := sm.Descriptor()
+		desc := sm.AppliedDescriptor()
 		if desc == nil {
 			return target{}, status.Errorf(codes.Unavailable, "shard %d: replica on node %d is still receiving its first snapshot", id, n.cfg.NodeID)
 		}
@@ -72,7 +74,7 @@ func (n *Node) route(ctx context.Context, h *shalev1.RequestHeader, key []byte) 
 		if sm == nil {
 			continue
 		}
-		desc := sm.Descriptor()
+		desc := sm.AppliedDescriptor()
 		if desc == nil || desc.GetSystem() || desc.GetMergingInto() != 0 || !contains(desc, key) {
 			continue
 		}

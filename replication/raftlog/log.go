@@ -92,6 +92,14 @@ func (l *Log) HardState() *raftpb.HardState {
 	return codec.Clone(l.hs)
 }
 
+// TermVote returns the term and vote of the last staged hard state (zero
+// if none was ever staged), without HardState's copy.
+func (l *Log) TermVote() (term, vote uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.hs.GetTerm(), l.hs.GetVote()
+}
+
 // TruncatedIndex returns the index of the last entry removed from the log:
 // FirstIndex is TruncatedIndex + 1.
 func (l *Log) TruncatedIndex() uint64 {
