@@ -275,6 +275,29 @@ func withToken(ctx context.Context, tok string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, AuthorizationMetadataKey, "Bearer "+tok)
 }
 
+// tokenCall makes a unary call with the client's token: send sends it with
+// a token ("" for none) and returns its error. A token refused by the node
+// is renewed and the call resent (see renewals); the error returned is
+// typed (authTyped). Without WithCredentials the call is sent once, with
+// no token. It is the one place a unary call's authentication happens,
+// whether through the interceptors or on the direct path (kvConn.callDirect).
+func (c *Client) tokenCall(ctx context.Context, method string, send func(tok string) error) error {
+	a := c.auth
+	if a == nil {
+		return authTyped(send(""))
+	}
+	tok, err := a.get(ctx)
+	if err != nil {
+		return rpcError(ctx, err)
+	}
+	err = send(tok)
+	if rejected(err, tok) {
+		c.log.Debug("shale client: token refused; authenticating again", "method", method, "error", err)
+		_, err = a.renewals(ctx, tok, err, send)
+	}
+	return authTyped(err)
+}
+
 // authInterceptors attach the token to every call on a connection (not to
 // Authenticate itself), authenticate again and resend a call when a node
 // refuses the token (see renewals), and type Unauthenticated and PermissionDenied
@@ -284,21 +307,12 @@ func (c *Client) authInterceptors() []grpc.DialOption {
 	a := c.auth
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			if a == nil || method == shalev1.Auth_Authenticate_FullMethodName {
+			if method == shalev1.Auth_Authenticate_FullMethodName {
 				return authTyped(invoker(ctx, method, req, reply, cc, opts...))
 			}
-			tok, err := a.get(ctx)
-			if err != nil {
-				return rpcError(ctx, err)
-			}
-			err = invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
-			if rejected(err, tok) {
-				c.log.Debug("shale client: token refused; authenticating again", "method", method, "error", err)
-				_, err = a.renewals(ctx, tok, err, func(tok string) error {
-					return invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
-				})
-			}
-			return authTyped(err)
+			return c.tokenCall(ctx, method, func(tok string) error {
+				return invoker(withToken(ctx, tok), method, req, reply, cc, opts...)
+			})
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			var tok string

@@ -440,27 +440,12 @@ func (k *kvConn) callDirect(ctx context.Context, method string, req, reply any) 
 		}
 		return k.mux.streamFor(k.cc, auth, node, nil).call(ctx, name, body, reply, nil, probe)
 	}
-	if a := k.c.auth; a == nil {
-		err = send("")
-	} else {
-		tok, terr := a.get(ctx)
-		if terr != nil {
-			return true, rpcError(ctx, terr)
-		}
-		err = send(tok)
-		if rejected(err, tok) {
-			k.c.log.Debug("shale client: token refused; authenticating again", "method", method, "error", err)
-			_, err = a.renewals(ctx, tok, err, send)
-		}
-	}
+	err = k.c.tokenCall(ctx, method, send)
 	if errors.Is(err, errNoCalls) {
 		// The node has no KV.Calls: nothing reached it; the ordinary path
 		// makes the call unary.
 		return false, nil
 	}
-	err = authTyped(err)
-	if err != nil && isWrongNode(err) {
-		k.c.retire(k.addr, k.cc, err)
-	}
+	k.c.retireWrongNode(k.addr, k.cc, err)
 	return true, err
 }

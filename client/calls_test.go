@@ -156,6 +156,15 @@ func TestDirectCalls(t *testing.T) {
 	if stream1, _ := callsServed(t, c); stream1-stream0 < gets {
 		t.Fatalf("%v of %d gets through the interceptor went over KV.Calls", stream1-stream0, gets)
 	}
+	if raceEnabled {
+		// Under the race detector sync.Pool drops objects at random (the
+		// nodes' and gRPC's pools as well as the client's) and the counts
+		// stop showing the path: CI's run of 2026-11-29 counted 334
+		// allocations per get on the direct path against 319 through
+		// Invoke (288 against 303 without the race detector).
+		t.Log("allocations not compared: the race detector makes sync.Pool drop objects")
+		return
+	}
 	allocs := func(cl *client.Client) float64 {
 		return testing.AllocsPerRun(200, func() {
 			if _, err := cl.Get(ctx, []byte("k")); err != nil {

@@ -61,11 +61,7 @@ func isWrongNode(err error) bool {
 // connection, so that the next call dials addr again and reaches the node
 // that has it now.
 func (c *Client) wrongNodeInterceptors(addr string, cc **grpc.ClientConn) []grpc.DialOption {
-	check := func(err error) {
-		if err != nil && isWrongNode(err) {
-			c.retire(addr, *cc, err)
-		}
-	}
+	check := func(err error) { c.retireWrongNode(addr, *cc, err) }
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, conn, opts...)
@@ -97,6 +93,14 @@ func (s *checkedStream) RecvMsg(m any) error {
 		s.check(err)
 	}
 	return err
+}
+
+// retireWrongNode retires cc (see retire) when err is a node's refusal of
+// a call meant for another node; other errors leave it in use.
+func (c *Client) retireWrongNode(addr string, cc *grpc.ClientConn, err error) {
+	if err != nil && isWrongNode(err) {
+		c.retire(addr, cc, err)
+	}
 }
 
 // retire takes cc out of use for addr (if it still serves it) and closes it
