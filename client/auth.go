@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -490,10 +491,20 @@ func (c *Client) authenticateOnce(ctx context.Context, req *shalev1.Authenticate
 
 // invokeAuth runs an Auth request on any node (see invokeAnyNode).
 func (c *Client) invokeAuth(ctx context.Context, op string, mutation bool, fn func(ctx context.Context, a shalev1.AuthClient) error) error {
+	if mutation {
+		// One ID for every attempt: the cluster makes the change once,
+		// though an attempt that failed may have made it.
+		ctx = metadata.AppendToOutgoingContext(ctx, requestIDMetadataKey, hex.EncodeToString(newRequestID()))
+	}
 	return c.invokeAnyNode(ctx, op, mutation, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		return fn(ctx, shalev1.NewAuthClient(cc))
 	})
 }
+
+// requestIDMetadataKey carries the client's ID for an auth change, the
+// same in every attempt of one call (docs/api.md, "Auth changes sent
+// again").
+const requestIDMetadataKey = "x-shale-request-id"
 
 // authCall runs an Auth mutation that answers only a revision.
 func (c *Client) authCall(ctx context.Context, op string, fn func(ctx context.Context, a shalev1.AuthClient) error) error {

@@ -605,3 +605,104 @@ func TestAuthTokenExpiryUnderLoad(t *testing.T) {
 	}
 	t.Fatal("the watch's channel closed without an error")
 }
+
+// TestAuthChangeSentAgainAppliesOnce: an auth change whose reply was lost
+// is retried by the SDK with the same request ID and succeeds, made once
+// (without the ID, the retry of a role grant that was made failed with
+// AlreadyExists: CI's TestLinearizability met it under load); the same ID
+// sent to every node, the leader of the system shard and the nodes that
+// forward to it, gets success without a second change; a change sent again
+// without an ID is refused as before, and a malformed ID is
+// InvalidArgument.
+func TestAuthChangeSentAgainAppliesOnce(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{TLS: true})
+	ctx := context.Background()
+	cs := c.Certs()
+	const grant = "/shale.v1.Auth/UserGrantRole"
+	var mu sync.Mutex
+	var ids []string // the request IDs of the grant's attempts
+	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if method != grant {
+			return err
+		}
+		md, _ := metadata.FromOutgoingContext(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, strings.Join(md.Get("x-shale-request-id"), ","))
+		if len(ids) == 1 && err == nil {
+			return status.Error(codes.Unavailable, "test: the reply was lost")
+		}
+		return err
+	}
+	cl, err := client.New(ctx, c.Endpoints(), client.WithTLSFiles(cs.CAFile(), cs.ClientCertFile(), cs.ClientKeyFile()),
+		client.WithDialOptions(grpc.WithChainUnaryInterceptor(lose)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.UserAdd(ctx, "alice", "alicepw", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RoleAdd(ctx, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.UserGrantRole(ctx, "alice", "reader"); err != nil {
+		t.Fatalf("a grant whose first reply was lost: %v", err)
+	}
+	mu.Lock()
+	if len(ids) < 2 || ids[0] == "" || ids[1] != ids[0] {
+		t.Fatalf("the grant's attempts carried request IDs %q; want at least 2, all the same", ids)
+	}
+	mu.Unlock()
+	// A node's view of the auth state may lag the change by a refresh
+	// (about 200 ms) when the SDK reads it from another node.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		u, err := cl.UserGet(ctx, "alice")
+		if err == nil && fmt.Sprint(u.GetRoles()) == "[reader]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice after the retried grant: %v, %v; want the role reader", u, err)
+		}
+	}
+	st, err := cl.AuthStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The same ID on every node: no node makes the change again, and each
+	// answers a revision that holds it.
+	idCtx := metadata.AppendToOutgoingContext(ctx, "x-shale-request-id", "0123456789abcdef0123")
+	var first uint64
+	for i, ep := range c.Endpoints() {
+		a := shalev1.NewAuthClient(authConn(t, c, ep))
+		waitAuthLoaded(t, a)
+		resp, err := a.RoleAdd(idCtx, &shalev1.RoleAddRequest{Name: "writer"})
+		if err != nil {
+			t.Fatalf("node %d: a role added again with the same request ID: %v", i+1, err)
+		}
+		if i == 0 {
+			first = resp.GetRevision()
+			if first <= st.GetRevision() {
+				t.Fatalf("the role's revision %d, not after %d", first, st.GetRevision())
+			}
+		} else if resp.GetRevision() < first {
+			t.Fatalf("node %d answered revision %d, before the change's %d", i+1, resp.GetRevision(), first)
+		}
+		if i == len(c.Endpoints())-1 {
+			if _, err := a.RoleAdd(ctx, &shalev1.RoleAddRequest{Name: "writer"}); status.Code(err) != codes.AlreadyExists {
+				t.Fatalf("a role added again without a request ID: %v; want AlreadyExists", err)
+			}
+			bad := metadata.AppendToOutgoingContext(ctx, "x-shale-request-id", "not hex")
+			if _, err := a.RoleAdd(bad, &shalev1.RoleAddRequest{Name: "other"}); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a malformed request ID: %v; want InvalidArgument", err)
+			}
+		}
+	}
+	// Every node answered with its view holding the change, and none was
+	// made after it: the revision stays.
+	if st2, err := cl.AuthStatus(ctx); err != nil || st2.GetRevision() != first {
+		t.Fatalf("auth revision %d (%v) after the role was added once at %d", st2.GetRevision(), err, first)
+	}
+}

@@ -8,11 +8,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server/auth"
+	"github.com/shale-db/shale/server/shard"
 )
 
 // authRefreshInterval is how often a node reads the auth state from the
@@ -147,12 +147,26 @@ func (s *adminService) GetAuthState(ctx context.Context, req *shalev1.GetAuthSta
 // editAuth applies an auth change on the system shard's leader (this node
 // must lead it): it reads the stored state, applies ch, and proposes the
 // result for the revision it read, again when another change came first.
-// It returns the new revision.
-func (n *Node) editAuth(ctx context.Context, ch auth.Change) (uint64, error) {
+// It returns the revision of the state it then reads, which holds the
+// change.
+//
+// reqID, when not nil, is the caller's ID for the change, the same in each
+// of its retries: a change whose ID the system shard has applied is not
+// made again (its result is looked up before ch is applied to the state,
+// and the shard's deduplication refuses a second application that the
+// lookup missed because this leader had not applied the first yet).
+func (n *Node) editAuth(ctx context.Context, reqID []byte, ch auth.Change) (uint64, error) {
 	for attempt := 1; ; attempt++ {
 		sh := n.Shard(SystemShardID)
 		if sh == nil {
 			return 0, status.Error(codes.Unavailable, "the system shard is not open")
+		}
+		if reqID != nil {
+			if _, done, err := sh.StoredResult(reqID); err != nil {
+				return 0, status.Errorf(codes.Internal, "look up request %x: %v", reqID, err)
+			} else if done {
+				return n.reloadAuth(sh)
+			}
 		}
 		cur, err := sh.AuthState()
 		if err != nil {
@@ -162,11 +176,14 @@ func (n *Node) editAuth(ctx context.Context, ch auth.Change) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		reqID := make([]byte, 16)
-		if _, err := rand.Read(reqID); err != nil {
-			return 0, fmt.Errorf("server: request ID: %w", err)
+		id := reqID
+		if id == nil {
+			id = make([]byte, 16)
+			if _, err := rand.Read(id); err != nil {
+				return 0, fmt.Errorf("server: request ID: %w", err)
+			}
 		}
-		cr, err := n.proposeSystem(ctx, reqID, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutAuth{PutAuth: &shalev1.PutAuth{
+		cr, err := n.proposeSystem(ctx, id, &shalev1.SystemCommand{Op: &shalev1.SystemCommand_PutAuth{PutAuth: &shalev1.PutAuth{
 			State: next, ExpectedRevision: cur.GetRevision(),
 		}}})
 		if err != nil {
@@ -187,9 +204,22 @@ func (n *Node) editAuth(ctx context.Context, ch auth.Change) (uint64, error) {
 			}
 			return 0, status.Error(codes.Unavailable, err.Error())
 		}
-		n.setAuth(auth.NewStore(proto.Clone(next).(*shalev1.AuthState)))
-		return next.GetRevision(), nil
+		// The shard may have answered with the result of an earlier
+		// application of reqID (a retry), not of next: the stored state
+		// is the truth.
+		return n.reloadAuth(sh)
 	}
+}
+
+// reloadAuth reads the system shard's auth state into this node's view and
+// returns its revision.
+func (n *Node) reloadAuth(sh *shard.Shard) (uint64, error) {
+	st, err := sh.AuthState()
+	if err != nil {
+		return 0, status.Errorf(codes.Internal, "read the auth state: %v", err)
+	}
+	n.setAuth(auth.NewStore(st))
+	return st.GetRevision(), nil
 }
 
 // errAuthNotLoaded refuses requests a node cannot check yet.

@@ -55,15 +55,20 @@ func (s *authService) Authenticate(ctx context.Context, req *shalev1.Authenticat
 // changeAuth makes an auth change: on the system shard's leader when this
 // node leads it (mk builds the change there), else through the leader's
 // Auth service (fwd). This node's view includes the change when it
-// returns.
+// returns. A call carrying a request ID (requestIDKey) makes its change at
+// most once however often it is sent: a retry of a change already made
+// returns the auth state's current revision (see editAuth).
 func (n *Node) changeAuth(ctx context.Context, op string, mk func() (auth.Change, error),
 	fwd func(context.Context, shalev1.AuthClient) (uint64, error)) (uint64, error) {
 	var rev uint64
-	var err error
+	reqID, err := incomingRequestID(ctx)
+	if err != nil {
+		return 0, err
+	}
 	if r := n.store.Replica(SystemShardID); r != nil && r.IsLeader() {
 		var ch auth.Change
 		if ch, err = mk(); err == nil {
-			rev, err = n.editAuth(ctx, ch)
+			rev, err = n.editAuth(ctx, reqID, ch)
 		}
 	} else {
 		if isForwarded(ctx) {
@@ -73,7 +78,7 @@ func (n *Node) changeAuth(ctx context.Context, op string, mk func() (auth.Change
 		if addr, err = n.systemLeaderAddr(ctx); err != nil {
 			return 0, err
 		}
-		if rev, err = fwd(forwarded(ctx), shalev1.NewAuthClient(n.conn(addr))); err == nil {
+		if rev, err = fwd(withRequestID(forwarded(ctx), reqID), shalev1.NewAuthClient(n.conn(addr))); err == nil {
 			_ = n.refreshAuth(ctx) // read your writes on this node; the loop retries
 		}
 	}

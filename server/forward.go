@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
@@ -21,6 +24,35 @@ func forwarded(ctx context.Context) context.Context {
 func isForwarded(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
 	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+// requestIDKey is the metadata of a call that changes the auth state: the
+// caller's ID for the change, in hex, 8 to 32 bytes (docs/api.md, "Auth
+// changes sent again").
+const requestIDKey = "x-shale-request-id"
+
+// incomingRequestID returns the request ID a call carries (nil for none),
+// or InvalidArgument when it is malformed.
+func incomingRequestID(ctx context.Context) ([]byte, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(requestIDKey)
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	id, err := hex.DecodeString(vals[0])
+	if err != nil || len(vals) > 1 || len(id) < 8 || len(id) > 32 {
+		return nil, status.Errorf(codes.InvalidArgument, "metadata %s: want one ID of 8 to 32 bytes in hex, got %q", requestIDKey, vals)
+	}
+	return id, nil
+}
+
+// withRequestID passes the request ID id (none if nil) on in a call made
+// with ctx.
+func withRequestID(ctx context.Context, id []byte) context.Context {
+	if id == nil {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, requestIDKey, hex.EncodeToString(id))
 }
 
 // filteredTransport drops Raft traffic on links its filter refuses.

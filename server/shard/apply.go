@@ -375,10 +375,17 @@ func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
+	return decodeDedupEntry(id, raw, a.st.dedupOldest)
+}
+
+// decodeDedupEntry decodes the dedup table's entry raw of request id: its
+// stored result, or ok false when the entry's sequence is below oldest
+// (evicted).
+func decodeDedupEntry(id, raw []byte, oldest uint64) (*shalev1.CommandResult, bool, error) {
 	if len(raw) < 8 {
 		return nil, false, fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, id, len(raw))
 	}
-	if binary.BigEndian.Uint64(raw) < a.st.dedupOldest {
+	if binary.BigEndian.Uint64(raw) < oldest {
 		return nil, false, nil
 	}
 	res := &shalev1.CommandResult{}

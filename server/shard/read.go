@@ -340,6 +340,31 @@ func (s *Shard) Pins() ([]*shalev1.ShardPin, error) {
 	return out, err
 }
 
+// StoredResult returns the result this replica recorded when it applied
+// the command with request ID id: ok is false when it applied none (as far
+// as its applied state goes) or its deduplication table no longer holds
+// it. Only commands that changed the shard are recorded; a command whose
+// ID is found here must not be applied again.
+func (s *Shard) StoredResult(id []byte) (res *shalev1.CommandResult, ok bool, err error) {
+	v, err := s.view()
+	if err != nil {
+		return nil, false, err
+	}
+	defer v.release()
+	raw, err := v.snap.Get(dedupIDKey(id))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read the result of request %x: %w", id, err)
+	}
+	ai, err := readApplied(v.snap)
+	if err != nil {
+		return nil, false, err
+	}
+	return decodeDedupEntry(id, raw, ai.dedupOldest)
+}
+
 func (s *Shard) scanSystem(prefix []byte, fn func([]byte) error) (err error) {
 	v, err := s.view()
 	if err != nil {
