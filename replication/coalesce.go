@@ -154,3 +154,23 @@ func supersededAck(m *raftpb.Message, later []*raftpb.Message) bool {
 	}
 	return false
 }
+
+// commitOnly reports whether msgs is not empty and holds only appends
+// without entries: what a leader sends its followers when the commit index
+// moved and nothing new was proposed. A cycle sends such a Ready's
+// messages with its followers' messages, after its write, rather than
+// before it with the leaders' appends (docs/replication.md, "The Raft
+// loop", step 5). A follower then applies later by at most that write; no
+// put waits for it (its leader answers), only a follower read waiting for
+// the follower to apply up to its leader's commit index.
+func commitOnly(msgs []*raftpb.Message) bool {
+	if len(msgs) == 0 {
+		return false
+	}
+	for _, m := range msgs {
+		if m.GetType() != raftpb.MsgApp || len(m.GetEntries()) > 0 {
+			return false
+		}
+	}
+	return true
+}

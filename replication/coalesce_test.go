@@ -1,12 +1,19 @@
 package replication
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shale-db/shale/proto/codec"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // app is a MsgApp from replica 1 in term 2 to replica to, anchored at
@@ -144,5 +151,99 @@ func TestCoalesceMessagesNothingToMerge(t *testing.T) {
 		}
 	}); allocs != 0 {
 		t.Errorf("%v allocations", allocs)
+	}
+}
+
+func TestCommitOnly(t *testing.T) {
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(2)}
+	for _, tc := range []struct {
+		name string
+		msgs []*raftpb.Message
+		want bool
+	}{
+		{"none", nil, false},
+		{"empty appends", []*raftpb.Message{app(2, 5, 2, 0, 5), app(3, 5, 2, 0, 5)}, true},
+		{"an append with entries", []*raftpb.Message{app(2, 5, 2, 0, 5), app(3, 5, 2, 1, 5)}, false},
+		{"a heartbeat", []*raftpb.Message{app(2, 5, 2, 0, 5), hb}, false},
+	} {
+		if got := commitOnly(tc.msgs); got != tc.want {
+			t.Errorf("%s: commitOnly = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCommitOnlyAppendsSentLate: a leader's Ready that only moves its
+// followers' commit indexes (empty appends) is not sent before the cycle's
+// write with the leaders' appends but after it, with the followers'
+// messages; the followers still learn every commit. Node 1 leads shard 1
+// and follows shard 2, so its cycles mix both kinds.
+func TestCommitOnlyAppendsSentLate(t *testing.T) {
+	var early, bad atomic.Int64
+	var mu sync.Mutex
+	var example string
+	c := newTestCluster(t, func(cfg *Config) {
+		if cfg.NodeID != 1 {
+			return
+		}
+		cfg.earlySendHook = func(b *shalev1.RaftMessageBatch) {
+			early.Add(1)
+			msgs := make([]*raftpb.Message, 0, len(b.GetMessages()))
+			for _, env := range b.GetMessages() {
+				m := &raftpb.Message{}
+				if err := codec.Unmarshal(env.GetMessage(), m); err != nil {
+					t.Errorf("early batch: %v", err)
+					return
+				}
+				msgs = append(msgs, m)
+			}
+			if commitOnly(msgs) {
+				bad.Add(1)
+				mu.Lock()
+				example = fmt.Sprint(msgs)
+				mu.Unlock()
+			}
+		}
+	})
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.bootstrap(2, 1, 2, 3)
+	if err := c.get(1).store.Replica(1).Campaign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.get(2).store.Replica(2).Campaign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lead := c.leader(1); lead != 1 {
+		t.Fatalf("shard 1 led by node %d, want 1", lead)
+	}
+	if lead := c.leader(2); lead != 2 {
+		t.Fatalf("shard 2 led by node %d, want 2", lead)
+	}
+	var wg sync.WaitGroup
+	for shard, node := range map[uint64]uint64{1: 1, 2: 2} {
+		wg.Go(func() {
+			for i := range 40 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := c.get(node).store.Replica(shard).Propose(ctx, []byte(fmt.Sprintf("k%02d=%d", i, shard)))
+				cancel()
+				if err != nil {
+					t.Errorf("shard %d put %d: %v", shard, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	c.converged(1, 1, 2, 3)
+	c.converged(2, 1, 2, 3)
+	if early.Load() == 0 {
+		t.Fatal("node 1 sent nothing before a cycle's write")
+	}
+	if n := bad.Load(); n > 0 {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("node 1 sent %d of %d early batches with only commit-index appends, e.g. %s", n, early.Load(), example)
 	}
 }

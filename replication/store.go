@@ -110,6 +110,9 @@ type Config struct {
 	// applyHook, when set (by tests), runs on an apply worker before each
 	// state machine call, with the shard's ID.
 	applyHook func(shardID uint64)
+	// earlySendHook, when set (by tests), sees each batch a cycle sends
+	// before its write (the leaders' messages), on the loop.
+	earlySendHook func(b *shalev1.RaftMessageBatch)
 	// Clock, when set, is the node's hybrid logical clock: every batch
 	// sent carries its reading, and every batch received moves it past the
 	// sender's (a reading beyond the clock's maximum offset is refused and
@@ -814,12 +817,21 @@ func (s *Store) cycle(tick bool) error {
 				leader = false
 			}
 		}
-		if leader && raft.IsEmptySnap(rr.rd.Snapshot) {
+		// A Ready whose messages only move followers' commit indexes
+		// waits for the late send (commitOnly): a follower learns the
+		// commit index after this cycle's write instead of before it,
+		// and in the late batch these ride with the node's
+		// acknowledgements to the same nodes instead of being a batch of
+		// their own.
+		if leader && raft.IsEmptySnap(rr.rd.Snapshot) && !commitOnly(rr.rd.Messages) {
 			rr.r.sendMessages(rr.rd.Messages, early)
 			rr.sent = true
 		}
 	}
 	for _, b := range early {
+		if h := s.cfg.earlySendHook; h != nil {
+			h(b)
+		}
 		s.cfg.Transport.Send(b)
 	}
 
