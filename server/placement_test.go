@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -296,9 +298,19 @@ func TestPlacementDecommission(t *testing.T) {
 	ctx := context.Background()
 	stop := load(t, c)
 	time.Sleep(time.Second)
-	if _, err := a.DecommissionNode(ctx, &shalev1.DecommissionNodeRequest{NodeId: 4}); err != nil {
-		t.Fatal(err)
-	}
+	// Node 4 registers with the placement service by its first heartbeat:
+	// on a loaded machine (CI's run of 4613f44) that came after the second
+	// above, and the decommission was refused with NotFound.
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		_, err := a.DecommissionNode(ctx, &shalev1.DecommissionNodeRequest{NodeId: 4})
+		if status.Code(err) == codes.NotFound {
+			return false, err.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true, ""
+	})
 	took := waitFor(t, 90*time.Second, func() (bool, string) {
 		st, err := placementStatus(t, c)
 		if err != nil {
