@@ -706,3 +706,46 @@ func TestAuthChangeSentAgainAppliesOnce(t *testing.T) {
 		t.Fatalf("auth revision %d (%v) after the role was added once at %d", st2.GetRevision(), err, first)
 	}
 }
+
+// TestAuthReadsOnPlaintextNodes: on a cluster without TLS, whose nodes other
+// than the system shard's leader hold only the auth state's revision (the
+// users' password hashes do not cross the network in the clear), every
+// node answers UserGet, UserList, RoleGet and RoleList with the users and
+// roles (before, the others answered NotFound and empty lists).
+func TestAuthReadsOnPlaintextNodes(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := context.Background()
+	cl := newClient(t, c)
+	if err := cl.UserAdd(ctx, "alice", "alicepw", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RoleAdd(ctx, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.UserGrantRole(ctx, "alice", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	for i, ep := range c.Endpoints() {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		a := shalev1.NewAuthClient(cc)
+		waitAuthLoaded(t, a)
+		u, err := a.UserGet(ctx, &shalev1.UserGetRequest{Name: "alice"})
+		if err != nil || fmt.Sprint(u.GetUser().GetRoles()) != "[reader]" {
+			t.Fatalf("node %d: UserGet alice: %v, %v", i+1, u, err)
+		}
+		ul, err := a.UserList(ctx, &shalev1.UserListRequest{})
+		if err != nil || len(ul.GetUsers()) != 1 || ul.GetUsers()[0].GetName() != "alice" {
+			t.Fatalf("node %d: UserList: %v, %v", i+1, ul, err)
+		}
+		if r, err := a.RoleGet(ctx, &shalev1.RoleGetRequest{Name: "reader"}); err != nil || r.GetRole().GetName() != "reader" {
+			t.Fatalf("node %d: RoleGet reader: %v, %v", i+1, r, err)
+		}
+		if rl, err := a.RoleList(ctx, &shalev1.RoleListRequest{}); err != nil || len(rl.GetRoles()) != 2 {
+			t.Fatalf("node %d: RoleList: %v, %v; want root and reader", i+1, rl, err)
+		}
+	}
+}

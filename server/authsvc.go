@@ -270,6 +270,11 @@ func userInfo(u *shalev1.User) *shalev1.UserInfo {
 }
 
 func (s *authService) UserGet(ctx context.Context, req *shalev1.UserGetRequest) (*shalev1.UserGetResponse, error) {
+	if s.n.partialAuthView() {
+		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserGetResponse, error) {
+			return a.UserGet(ctx, req)
+		})
+	}
 	st, err := s.n.loadedAuth()
 	if err != nil {
 		return nil, err
@@ -282,6 +287,11 @@ func (s *authService) UserGet(ctx context.Context, req *shalev1.UserGetRequest) 
 }
 
 func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) (*shalev1.UserListResponse, error) {
+	if s.n.partialAuthView() {
+		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserListResponse, error) {
+			return a.UserList(ctx, &shalev1.UserListRequest{})
+		})
+	}
 	st, err := s.n.loadedAuth()
 	if err != nil {
 		return nil, err
@@ -294,6 +304,11 @@ func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) 
 }
 
 func (s *authService) RoleGet(ctx context.Context, req *shalev1.RoleGetRequest) (*shalev1.RoleGetResponse, error) {
+	if s.n.partialAuthView() {
+		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleGetResponse, error) {
+			return a.RoleGet(ctx, req)
+		})
+	}
 	st, err := s.n.loadedAuth()
 	if err != nil {
 		return nil, err
@@ -310,6 +325,11 @@ func (s *authService) RoleGet(ctx context.Context, req *shalev1.RoleGetRequest) 
 }
 
 func (s *authService) RoleList(ctx context.Context, _ *shalev1.RoleListRequest) (*shalev1.RoleListResponse, error) {
+	if s.n.partialAuthView() {
+		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleListResponse, error) {
+			return a.RoleList(ctx, &shalev1.RoleListRequest{})
+		})
+	}
 	st, err := s.n.loadedAuth()
 	if err != nil {
 		return nil, err
@@ -318,4 +338,31 @@ func (s *authService) RoleList(ctx context.Context, _ *shalev1.RoleListRequest) 
 	resp.Roles = append(resp.Roles, st.State().GetRoles()...)
 	sort.Slice(resp.Roles, func(i, j int) bool { return resp.Roles[i].GetName() < resp.Roles[j].GetName() })
 	return resp, nil
+}
+
+// partialAuthView reports whether this node's view of the auth state lacks
+// the users and roles: a node without TLS gets from the system shard's
+// leader only the revision and whether auth is enabled (the rest would
+// cross the network in the clear), so the leader answers reads of users
+// and roles for it.
+func (n *Node) partialAuthView() bool {
+	if n.tls != nil {
+		return false
+	}
+	r := n.store.Replica(SystemShardID)
+	return r == nil || !r.IsLeader()
+}
+
+// readAuthAtLeader makes an auth read on the system shard's leader, once: a
+// read forwarded to a node that no longer leads gets Unavailable.
+func readAuthAtLeader[T any](ctx context.Context, n *Node, read func(context.Context, shalev1.AuthClient) (T, error)) (T, error) {
+	var zero T
+	if isForwarded(ctx) {
+		return zero, status.Error(codes.Unavailable, "system shard leadership moved; retry")
+	}
+	addr, err := n.systemLeaderAddr(ctx)
+	if err != nil {
+		return zero, err
+	}
+	return read(forwarded(ctx), shalev1.NewAuthClient(n.conn(addr)))
 }
