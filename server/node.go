@@ -640,14 +640,19 @@ func (n *Node) shardOptions() shard.Options {
 		// shard for it. For the same reason a shard's first memtable is
 		// the smallest there is (64 KiB), doubling with every flush up to
 		// --shard-memtable-bytes: most shards of a large cluster are idle.
+		// A shard engine keeps the memtable it replays at open: an engine
+		// installed from a snapshot then has its sender's levels, where a
+		// flush at open added an L0 file and, on a loaded shard, a
+		// compaction of the whole shard right after the install.
 		Storage: &storage.Options{
-			Shared:              n.shared,
-			FS:                  n.cfg.FS,
-			SkipLockFile:        true,
-			MemTableSize:        uint64(n.cfg.ShardMemTableBytes),
-			MemTableInitialSize: 64 << 10,
-			WALPreallocateSize:  -1,
-			WALFlushThreshold:   64 << 10,
+			KeepRecoveredMemTable: true,
+			Shared:                n.shared,
+			FS:                    n.cfg.FS,
+			SkipLockFile:          true,
+			MemTableSize:          uint64(n.cfg.ShardMemTableBytes),
+			MemTableInitialSize:   64 << 10,
+			WALPreallocateSize:    -1,
+			WALFlushThreshold:     64 << 10,
 		},
 		Logger:      n.log,
 		ShardsDir:   n.shardsDir(),

@@ -409,12 +409,13 @@ func (d *DB) recover() error {
 	// Replay into memtables. Recovery applies the WAL's writes in order;
 	// full memtables are flushed to L0 as they fill (not in read-only mode,
 	// where they simply queue in memory).
-	d.mem = newMemTable(d.opts.MemTableSize, 0, d.shared, false, d.opts.MemTable)
 	var edit manifest.VersionEdit
 	// The last log is the last one holding anything: recovery that crashed
 	// after creating its new, empty log leaves the previous last log (and
 	// its possibly torn tail) before it.
 	lastData := 0
+	allClean := true // every log read to its end without a torn tail
+	var logBytes uint64
 	for i, num := range logs {
 		fi, err := d.fs.Stat(d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num)))
 		if err != nil {
@@ -423,7 +424,9 @@ func (d *DB) recover() error {
 		if fi.Size() > 0 {
 			lastData = i
 		}
+		logBytes += uint64(fi.Size())
 	}
+	d.mem = newMemTable(d.recoveryMemTableSize(logBytes), 0, d.shared, false, d.opts.MemTable)
 	for i, num := range logs {
 		// Only the tail of the last log holding data may be torn by a
 		// crash, and not even that one if the DB was closed cleanly with
@@ -439,19 +442,29 @@ func (d *DB) recover() error {
 					summary.CleanCloseLogSize, fi.Size())
 			}
 		}
-		if err := d.replayWAL(num, tolerateTail, &edit); err != nil {
+		cleanEnd, err := d.replayWAL(num, tolerateTail, &edit)
+		if err != nil {
 			return err
 		}
+		allClean = allClean && cleanEnd
 	}
 	d.visibleSeq.Store(uint64(d.logSeq))
 	if d.readOnly {
 		return nil
 	}
 
-	// Persist what was replayed: flush the recovered memtables to L0,
-	// then a new WAL and a new MANIFEST (a full snapshot of the version)
-	// that no longer needs the replayed logs.
-	mems := append(d.imm, d.mem)
+	// Persist what was replayed: flush the recovered memtables to L0 (or
+	// keep the last one, see keepRecovered), then a new WAL and a new
+	// MANIFEST (a full snapshot of the version) that no longer needs the
+	// replayed logs it does not keep.
+	kept, err := d.keepRecovered(logs, allClean, &edit)
+	if err != nil {
+		return err
+	}
+	mems := d.imm
+	if kept == nil {
+		mems = append(mems, d.mem)
+	}
 	d.imm = nil
 	for _, m := range mems {
 		if m.empty() {
@@ -472,8 +485,15 @@ func (d *DB) recover() error {
 	if err := d.newLogLocked(); err != nil {
 		return err
 	}
-	d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared, false, d.opts.MemTable)
-	edit.MinUnflushedLogNum = d.logNum
+	if kept != nil {
+		// The kept memtable goes on taking writes, which go to the new
+		// WAL; its replayed logs stay live until it is flushed.
+		d.mem = kept
+		edit.MinUnflushedLogNum = kept.logNum
+	} else {
+		d.mem = newMemTable(d.nextMemTableSizeLocked(), d.logNum, d.shared, false, d.opts.MemTable)
+		edit.MinUnflushedLogNum = d.logNum
+	}
 	nv, err := applyEdit(d.vers, &edit)
 	if err != nil {
 		return fmt.Errorf("recovery edit: %w", err)
@@ -482,23 +502,71 @@ func (d *DB) recover() error {
 		return err
 	}
 	d.installVersionLocked(nv)
-	d.minUnflushed = d.logNum
+	d.minUnflushed = edit.MinUnflushedLogNum
 	for _, e := range edit.NewFiles {
 		delete(d.pendingOut, e.Meta.FileNum)
 	}
 	return nil
 }
 
+// recoveryMemTableSize is the capacity of the first memtable recovery
+// replays logBytes of WAL into: a full memtable, except where the memtable
+// may be kept (KeepRecoveredMemTable), which sizes it to the logs (twice
+// their bytes, for the skiplist's per-entry overhead; at least
+// MemTableInitialSize) so that a DB with little in its WAL does not keep a
+// full memtable's arena. Data that does not fit fills it and is flushed as
+// it goes, as in any replay, and then nothing is kept.
+func (d *DB) recoveryMemTableSize(logBytes uint64) uint64 {
+	if !d.opts.KeepRecoveredMemTable || d.readOnly {
+		return d.opts.MemTableSize
+	}
+	return min(d.opts.MemTableSize, max(d.opts.MemTableInitialSize, 2*logBytes))
+}
+
+// keepRecovered decides whether recovery keeps the memtable it replayed
+// (Options.KeepRecoveredMemTable) instead of flushing it to L0, and returns
+// it if so, with its logNum set to the first replayed log, which stays live
+// (with every later one) until the memtable is flushed. It keeps it only
+// when the replay made exactly that memtable (no memtable filled and was
+// flushed meanwhile), it holds data, and every log was read to its end
+// with no torn tail: a torn log kept behind a newer one would no longer be
+// the last and would fail the next recovery. The replayed logs are synced
+// first (the writes that follow go to a new log, so a crash must not keep
+// those and lose these).
+func (d *DB) keepRecovered(logs []manifest.FileNum, allClean bool, edit *manifest.VersionEdit) (*memTable, error) {
+	if !d.opts.KeepRecoveredMemTable || !allClean || len(logs) == 0 || len(edit.NewFiles) > 0 ||
+		len(d.imm) > 0 || d.mem.empty() || d.mem.unlogged.Load() {
+		return nil, nil
+	}
+	for _, num := range logs {
+		name := manifest.MakeFilename(manifest.FileTypeLog, num)
+		f, err := d.fs.OpenAppend(d.fs.Join(d.dirname, name))
+		if err != nil {
+			return nil, fmt.Errorf("open wal %s to sync: %w", name, err)
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sync recovered wal %s: %w", name, err)
+		}
+	}
+	d.mem.logNum = logs[0]
+	return d.mem, nil
+}
+
 // replayWAL applies the batches of log num to the memtables. With
 // tolerateTail, a damaged tail (what a crash leaves in the last log) ends
 // replay; damage followed by intact records, or any damage without
-// tolerateTail, is a corruption error naming the file.
-func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.VersionEdit) error {
+// tolerateTail, is a corruption error naming the file. cleanEnd reports
+// that the log was read to its end with no damaged tail ignored.
+func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.VersionEdit) (cleanEnd bool, _ error) {
 	name := manifest.MakeFilename(manifest.FileTypeLog, num)
 	path := d.fs.Join(d.dirname, name)
 	f, err := d.fs.Open(path)
 	if err != nil {
-		return fmt.Errorf("open wal %s: %w", name, err)
+		return false, fmt.Errorf("open wal %s: %w", name, err)
 	}
 	defer f.Close()
 	r := wal.NewReader(f, path)
@@ -506,9 +574,9 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 		rec, err := r.Next()
 		if err == io.EOF {
 			if r.ValidRecordFollows() {
-				return base.Corruptf(path, r.ValidOffset(), "zeroed chunk header before intact records")
+				return false, base.Corruptf(path, r.ValidOffset(), "zeroed chunk header before intact records")
 			}
-			return nil
+			return true, nil
 		}
 		if err != nil {
 			// Only the tail of the last log may be torn or garbled (by a
@@ -520,16 +588,16 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 				if !torn {
 					d.log.Warn("ignoring damaged tail of last WAL (crash during write)", "wal", name, "err", err)
 				}
-				return nil
+				return false, nil
 			}
 			if torn {
 				err = base.Corruptf(path, r.ValidOffset(), "%v", err)
 			}
-			return fmt.Errorf("replay wal %s: %w", name, err)
+			return false, fmt.Errorf("replay wal %s: %w", name, err)
 		}
 		b, err := decodeBatch(append([]byte(nil), rec...))
 		if err != nil {
-			return base.Corruptf(path, -1, "batch: %v", err)
+			return false, base.Corruptf(path, -1, "batch: %v", err)
 		}
 		seq := b.SeqNum()
 		if b.count == 0 {
@@ -551,7 +619,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 				for _, m := range d.imm {
 					meta, err := d.writeL0(m)
 					if err != nil {
-						return err
+						return false, err
 					}
 					if meta != nil {
 						edit.NewFiles = append(edit.NewFiles, manifest.NewFileEntry{Level: 0, Meta: meta})
@@ -563,7 +631,7 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 			d.mem = newMemTable(max(d.opts.MemTableSize, batchFootprint(b)), 0, d.shared, false, d.opts.MemTable)
 		}
 		if err := d.mem.apply(b, seq); err != nil {
-			return fmt.Errorf("replay wal %s: %w", name, err)
+			return false, fmt.Errorf("replay wal %s: %w", name, err)
 		}
 		if end := seq + SeqNum(b.count) - 1; end > d.logSeq {
 			d.logSeq = end

@@ -127,6 +127,20 @@ type Options struct {
 	// holds for as long as the DB is open, which matters to a process
 	// hosting thousands of engines. Requires Shared. Default false.
 	SkipLockFile bool
+	// KeepRecoveredMemTable makes Open keep the memtable it replays from the
+	// WAL as the mutable memtable, with its WAL files, instead of flushing it
+	// to a new L0 file (RocksDB's avoid_flush_during_recovery). A DB opened
+	// from a checkpoint of another DB then has the same levels as its source
+	// and takes writes into the same memtable: the flush at open would add
+	// an L0 file the source does not have, and with it often a compaction of
+	// L0 into the levels below (the whole database, for a small one) right
+	// after the open. It keeps the memtable only when the replay made one
+	// memtable and read every log to its end; otherwise Open flushes as
+	// without it. The kept logs are synced before new writes are taken. The
+	// memtable replayed into is then sized to the WAL (twice its bytes, at
+	// least MemTableInitialSize, at most MemTableSize), so that a DB with
+	// little in its WAL keeps no full-size memtable. Default false.
+	KeepRecoveredMemTable bool
 	// ErrorIfNotExists makes Open fail when no database exists in the
 	// directory. Default false: a missing database is created.
 	ErrorIfNotExists bool
