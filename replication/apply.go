@@ -177,6 +177,13 @@ func (p *applyPool) run() {
 		p.ready = p.ready[1:]
 		q := &r.applyQ
 		tasks := q.tasks
+		if len(tasks) == 0 {
+			// stopReplica took its tasks while it waited on this list:
+			// nothing to apply or report.
+			q.queued = false
+			p.mu.Unlock()
+			continue
+		}
 		q.tasks = nil
 		q.running = true
 		p.mu.Unlock()
