@@ -71,16 +71,11 @@ func (n *Node) changeAuth(ctx context.Context, op string, mk func() (auth.Change
 			rev, err = n.editAuth(ctx, reqID, ch)
 		}
 	} else {
-		if isForwarded(ctx) {
-			return 0, status.Error(codes.Unavailable, "system shard leadership moved; retry")
-		}
-		var addr string
-		if addr, err = n.systemLeaderAddr(ctx); err != nil {
+		rev, err = atAuthLeader(withRequestID(ctx, reqID), n, fwd)
+		if err != nil {
 			return 0, err
 		}
-		if rev, err = fwd(withRequestID(forwarded(ctx), reqID), shalev1.NewAuthClient(n.conn(addr))); err == nil {
-			_ = n.refreshAuth(ctx) // read your writes on this node; the loop retries
-		}
+		_ = n.refreshAuth(ctx) // read your writes on this node; the loop retries
 	}
 	if err == nil && !isForwarded(ctx) {
 		n.log.Info("auth: changed", "op", op, "user", caller(ctx), "revision", rev)
@@ -271,7 +266,7 @@ func userInfo(u *shalev1.User) *shalev1.UserInfo {
 
 func (s *authService) UserGet(ctx context.Context, req *shalev1.UserGetRequest) (*shalev1.UserGetResponse, error) {
 	if s.n.partialAuthView() {
-		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserGetResponse, error) {
+		return atAuthLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserGetResponse, error) {
 			return a.UserGet(ctx, req)
 		})
 	}
@@ -288,7 +283,7 @@ func (s *authService) UserGet(ctx context.Context, req *shalev1.UserGetRequest) 
 
 func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) (*shalev1.UserListResponse, error) {
 	if s.n.partialAuthView() {
-		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserListResponse, error) {
+		return atAuthLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.UserListResponse, error) {
 			return a.UserList(ctx, &shalev1.UserListRequest{})
 		})
 	}
@@ -305,7 +300,7 @@ func (s *authService) UserList(ctx context.Context, _ *shalev1.UserListRequest) 
 
 func (s *authService) RoleGet(ctx context.Context, req *shalev1.RoleGetRequest) (*shalev1.RoleGetResponse, error) {
 	if s.n.partialAuthView() {
-		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleGetResponse, error) {
+		return atAuthLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleGetResponse, error) {
 			return a.RoleGet(ctx, req)
 		})
 	}
@@ -326,7 +321,7 @@ func (s *authService) RoleGet(ctx context.Context, req *shalev1.RoleGetRequest) 
 
 func (s *authService) RoleList(ctx context.Context, _ *shalev1.RoleListRequest) (*shalev1.RoleListResponse, error) {
 	if s.n.partialAuthView() {
-		return readAuthAtLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleListResponse, error) {
+		return atAuthLeader(ctx, s.n, func(ctx context.Context, a shalev1.AuthClient) (*shalev1.RoleListResponse, error) {
 			return a.RoleList(ctx, &shalev1.RoleListRequest{})
 		})
 	}
@@ -353,9 +348,10 @@ func (n *Node) partialAuthView() bool {
 	return r == nil || !r.IsLeader()
 }
 
-// readAuthAtLeader makes an auth read on the system shard's leader, once: a
-// read forwarded to a node that no longer leads gets Unavailable.
-func readAuthAtLeader[T any](ctx context.Context, n *Node, read func(context.Context, shalev1.AuthClient) (T, error)) (T, error) {
+// atAuthLeader makes an Auth call on the system shard's leader, forwarded
+// once: a call already forwarded to a node that no longer leads gets
+// Unavailable. ctx's outgoing metadata goes with the call.
+func atAuthLeader[T any](ctx context.Context, n *Node, call func(context.Context, shalev1.AuthClient) (T, error)) (T, error) {
 	var zero T
 	if isForwarded(ctx) {
 		return zero, status.Error(codes.Unavailable, "system shard leadership moved; retry")
@@ -364,5 +360,5 @@ func readAuthAtLeader[T any](ctx context.Context, n *Node, read func(context.Con
 	if err != nil {
 		return zero, err
 	}
-	return read(forwarded(ctx), shalev1.NewAuthClient(n.conn(addr)))
+	return call(forwarded(ctx), shalev1.NewAuthClient(n.conn(addr)))
 }
