@@ -59,6 +59,7 @@ func TestAPIKeepRecoveredMemTable(t *testing.T) {
 		opts.MemTableInitialSize = 64 << 10
 		opts.WALArchiveMaxBytes = 0
 		opts.KeepRecoveredMemTable = keep
+		opts.L0CompactionTrigger = 4 // the recovery's L0 file must not start a compaction at open
 		want, srcL0 := apiCheckpointWithWAL(t, fs, opts)
 
 		d := apiMustOpen(t, "cp", opts)
@@ -132,6 +133,7 @@ func TestAPIKeepRecoveredMemTableTornTail(t *testing.T) {
 	opts.MemTableSize = 1 << 20
 	opts.WALArchiveMaxBytes = 0
 	opts.KeepRecoveredMemTable = true
+	opts.L0CompactionTrigger = 4 // the recovery's L0 file must not start a compaction at open
 	want, srcL0 := apiCheckpointWithWAL(t, fs, opts)
 	wals := apiLiveWALs(t, fs, "cp")
 	if len(wals) != 1 {

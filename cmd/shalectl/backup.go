@@ -215,7 +215,9 @@ the ones kept stay complete.
 
 A round that fails (the cluster unreachable for a moment) is reported on
 stderr, its incomplete backup removed, and retried at the next interval on
-the same base; it does not end the command. --timeout bounds connecting only.
+the same base; it does not end the command. Stopped (SIGINT, SIGTERM), the
+command ends its round's backup at once but still removes it if incomplete,
+or deletes what --keep says after it if complete. --timeout bounds connecting only.
 --through-client and --node-credentials are create's.
 
 --metrics-addr HOST:PORT serves Prometheus metrics of the stream at /metrics:
@@ -603,11 +605,14 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		if err != nil {
 			// The round's backup is incomplete: remove it (and only it:
 			// the ID is new, checked above).
-			if exists, _ := loc.Exists(ctx, id); exists {
-				if _, derr := loc.Delete(ctx, id); derr != nil {
+			// Also when the stream is stopping: that is what ended it.
+			cctx, cancel := roundCleanupContext(ctx)
+			if exists, _ := loc.Exists(cctx, id); exists {
+				if _, derr := loc.Delete(cctx, id); derr != nil {
 					fmt.Fprintf(errw, "shalectl: backup stream: remove the incomplete backup %s: %v\n", id, derr)
 				}
 			}
+			cancel()
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -631,7 +636,10 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		metrics.succeeded(roundBase == "", stats.BytesCopied, recoveryPoint(m))
 		var deleted []string
 		if sf.keep > 0 {
-			deleted, err = pruneStream(ctx, loc, sf.prefix, sf.keep, m)
+			// A stream stopped after a round's backup still prunes for it.
+			pctx, cancel := roundCleanupContext(ctx)
+			deleted, err = pruneStream(pctx, loc, sf.prefix, sf.keep, m)
+			cancel()
 			if err != nil {
 				fmt.Fprintf(errw, "shalectl: backup stream: --keep %d: %v\n", sf.keep, err)
 			}
@@ -650,6 +658,14 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			return fmt.Errorf("backup stream: %w", err)
 		}
 	}
+}
+
+// roundCleanupContext is the context of a stream round's last step (the
+// removal of its incomplete backup, the prune after a complete one): it
+// is not ended by the stream's stop, so a stop never leaves a round half
+// done, but it ends after a minute.
+func roundCleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 }
 
 // pruneStream deletes the oldest complete backups of the stream with
