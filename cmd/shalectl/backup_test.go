@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,10 +250,12 @@ func TestBackupIncremental(t *testing.T) {
 	}
 	contains(t, "describe full", ok(t, offline("backup", "describe", "full")...), "LOG", "UNTIL")
 
-	// stream: incremental backups every 300ms, on top of inc2, until the
-	// context ends; writes go on meanwhile. (2.5 s held only 2 backups in
-	// a loaded CI run, where one took 1.4 s.)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	// stream: incremental backups every 300ms, on top of inc2, until it
+	// has printed 3 and /metrics has been scraped after the third; writes
+	// go on meanwhile. The stream is stopped on those events rather than
+	// after a fixed time (a loaded CI run fitted only 2 backups in 2.5 s,
+	// one of which took 1.4 s); two minutes bound the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ports, err := freeport.Ports(1)
 	if err != nil {
@@ -266,24 +271,27 @@ func TestBackupIncremental(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+	var sout lineWriter
 	var scraped string // /metrics as the stream last served it
 	scrapeDone := make(chan struct{})
 	go func() {
 		defer close(scrapeDone)
 		for ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
-			if resp, err := http.Get(metricsURL); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					scraped = string(b)
+			printed := sout.lines.Load() // before the scrape, so the scrape comes after them
+			if body, ok := scrape(ctx, metricsURL); ok {
+				scraped = body
+				if printed >= 3 {
+					cancel()
 				}
 			}
 		}
 	}()
-	var sout, serr bytes.Buffer
+	var serr bytes.Buffer
 	code := run(ctx, args("backup", "stream", "--location", loc, "--interval", "300ms", "--keep", "2", "-o", "json",
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", ports[0])), &sout, &serr)
+	stopped := ctx.Err()
+	cancel()
 	<-done
 	<-scrapeDone
 	if code != 0 {
@@ -291,6 +299,9 @@ func TestBackupIncremental(t *testing.T) {
 	}
 	if serr.Len() != 0 {
 		t.Logf("backup stream stderr:\n%s", serr.String())
+	}
+	if errors.Is(stopped, context.DeadlineExceeded) {
+		t.Fatalf("backup stream: no 3 backups and a scrape of /metrics after them in %v:\n%s", time.Since(streamStart).Round(time.Second), sout.String())
 	}
 	var recs []backupStreamRecord
 	for _, l := range lines(sout.String()) {
@@ -317,8 +328,8 @@ func TestBackupIncremental(t *testing.T) {
 		}
 		return v
 	}
-	if n := metric(`shale_backup_stream_backups_total{type="incremental"}`); n < 1 || n > float64(len(recs)) {
-		t.Errorf("%v incremental backups by the last scrape, of %d in all", n, len(recs))
+	if n := metric(`shale_backup_stream_backups_total{type="incremental"}`); n < 3 || n > float64(len(recs)) {
+		t.Errorf("%v incremental backups by the last scrape (after the third was printed), of %d in all", n, len(recs))
 	}
 	if n := metric(`shale_backup_stream_backups_total{type="full"}`); n != 0 {
 		t.Errorf("%v full backups", n)
@@ -379,13 +390,67 @@ func TestBackupIncremental(t *testing.T) {
 	// What is left reads back whole.
 	contains(t, "verify after stream", ok(t, offline("backup", "verify", ids[len(ids)-1])...), "every checksum matches")
 
-	// A second stream, text output, starts on top of the newest backup.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	// A second stream, text output, starts on top of the newest backup at
+	// once (its interval is an hour): it is stopped when it has printed its
+	// first backup, and fails if that takes a minute.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel2()
-	sout.Reset()
+	sout = lineWriter{onLine: func(int64) { cancel2() }}
 	serr.Reset()
 	if code := run(ctx2, args("backup", "stream", "--location", loc, "--id-prefix", "s2", "--interval", "1h"), &sout, &serr); code != 0 {
 		t.Fatalf("backup stream (text): exit %d\n%s", code, serr.String())
 	}
+	if sout.lines.Load() == 0 {
+		t.Fatalf("backup stream (text, --interval 1h): no backup in the first minute\nstderr:\n%s", serr.String())
+	}
 	contains(t, "stream text", sout.String(), "s2-", "incremental on "+ids[len(ids)-1], "0 checkpoints", "recovery point")
+}
+
+// lineWriter is the stdout of a command run in-process by a test that
+// stops it on what it printed rather than after a fixed time: it keeps
+// the output, counts its complete lines, and calls onLine (if set) with
+// the count after each write that ends one.
+type lineWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	lines  atomic.Int64
+	onLine func(lines int64)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	n, err := w.buf.Write(p)
+	w.mu.Unlock()
+	if k := bytes.Count(p[:n], []byte{'\n'}); k > 0 {
+		total := w.lines.Add(int64(k))
+		if w.onLine != nil {
+			w.onLine(total)
+		}
+	}
+	return n, err
+}
+
+// String is everything written so far.
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// scrape GETs a /metrics URL and returns the body when it answers 200 OK.
+func scrape(ctx context.Context, url string) (string, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", false
+	}
+	return string(b), true
 }
