@@ -60,8 +60,15 @@ func (g *applyGate) release() {
 	clear(g.closed)
 }
 
-func newGatedCluster(t *testing.T, gate *applyGate) *testCluster {
-	c := newTestCluster(t, func(cfg *Config) { cfg.applyHook = gate.hook(cfg.NodeID) })
+// newGatedCluster starts nodes 1, 2 and 3 with gate's hook on their
+// applies; more, if set, adjusts each node's Config further.
+func newGatedCluster(t *testing.T, gate *applyGate, more func(*Config)) *testCluster {
+	c := newTestCluster(t, func(cfg *Config) {
+		cfg.applyHook = gate.hook(cfg.NodeID)
+		if more != nil {
+			more(cfg)
+		}
+	})
 	t.Cleanup(gate.release) // runs before the cluster's close
 	for id := uint64(1); id <= 3; id++ {
 		c.startNode(id)
@@ -73,9 +80,19 @@ func newGatedCluster(t *testing.T, gate *applyGate) *testCluster {
 // stuck on every node, the node's other shard keeps committing and
 // applying, and neither shard holds an election (the Raft loop keeps
 // ticking and heartbeating both).
+//
+// The election timeout is 500 ms (50 ticks of 10 ms), not the default
+// 100 ms: under -race on a loaded machine a node's loop or transport can
+// fall silent for 100-200 ms with no apply blocked (a loaded run of the
+// package saw shard 1's term go from 6 to 7 while shard 2 wrote on). A
+// loop that stopped heartbeating a shard still shows: its followers
+// campaign within 1 s (the longest randomized timeout), and its leader
+// steps down under CheckQuorum, well inside the 3 s of writes (checked by
+// dropping shard 1's messages in the simulated network).
 func TestBlockedApplyDoesNotStallOtherShards(t *testing.T) {
+	const electionTicks = 50
 	gate := newApplyGate(1)
-	c := newGatedCluster(t, gate)
+	c := newGatedCluster(t, gate, func(cfg *Config) { cfg.ElectionTicks = electionTicks })
 	c.bootstrap(1, 1, 2, 3)
 	c.bootstrap(2, 1, 2, 3)
 	lead1, lead2 := c.leader(1), c.leader(2)
@@ -94,8 +111,9 @@ func TestBlockedApplyDoesNotStallOtherShards(t *testing.T) {
 	}()
 	c.waitFor("shard 1's apply to block", 5*time.Second, func() bool { return gate.waiting.Load() > 0 })
 
-	// 20 election timeouts (10 ticks of 10 ms each) of writes to shard 2.
-	n := c.writeFor(2, lead2, "b", 20*10*10*time.Millisecond, "shard 1's apply is blocked")
+	// 6 election timeouts (3 of the longest randomized ones) of writes to
+	// shard 2.
+	n := c.writeFor(2, lead2, "b", 6*electionTicks*10*time.Millisecond, "shard 1's apply is blocked")
 	select {
 	case err := <-blocked:
 		t.Fatalf("shard 1's write finished while its apply was blocked: %v", err)
@@ -127,7 +145,7 @@ func TestBlockedApplyDoesNotStallOtherShards(t *testing.T) {
 // tail: each entry once, in order (memSM refuses a gap or a repeat).
 func TestCrashBetweenPersistAndApply(t *testing.T) {
 	gate := newApplyGate(1)
-	c := newGatedCluster(t, gate)
+	c := newGatedCluster(t, gate, nil)
 	c.bootstrap(1, 1, 2, 3)
 	lead := c.leader(1)
 	if lead == 3 {
