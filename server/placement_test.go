@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -81,6 +82,24 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) ti
 	}
 	t.Fatalf("not reached in %v: %s", timeout, last)
 	return 0
+}
+
+// retryUnavailable calls op until it returns an error other than
+// Unavailable or DeadlineExceeded (what a request that did not finish in
+// the server's time returns: a leadership transfer or a proposal that a
+// loaded machine did not complete in time), and returns that, or the last
+// error after timeout.
+func retryUnavailable(timeout time.Duration, op func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := op()
+		c := status.Code(err)
+		late := c == codes.Unavailable || c == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+		if err == nil || !late || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // directory reads the shard directory through a running node.
@@ -407,11 +426,16 @@ func TestPlacementZones(t *testing.T) {
 // TestPlacementManualMove moves a replica by hand; the pin keeps balancing
 // from undoing it, and a pinned leadership stays where it was put.
 func TestPlacementManualMove(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Splits: placementSplits})
+	// A one-second election timeout (50 ticks of 20 ms) rather than the
+	// test clusters' 200 ms: the check that a pinned leadership stays put
+	// must not trip on an election that a loaded -race run's stalls set
+	// off; balancing moves a leadership by a transfer, whatever the timeout.
+	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Splits: placementSplits,
+		Configure: func(cfg *server.Config) { cfg.ElectionTicks = 50 }})
 	a := adminOf(t, c)
 	ctx := context.Background()
 	var shard, from uint64
-	waitFor(t, 30*time.Second, func() (bool, string) {
+	waitFor(t, 2*time.Minute, func() (bool, string) {
 		st, err := placementStatus(t, c)
 		if err != nil || !st.GetBalanced() {
 			return false, fmt.Sprintf("%v %v", st, err)
@@ -438,14 +462,20 @@ func TestPlacementManualMove(t *testing.T) {
 	if _, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: 4, ToNodeId: 1}); err == nil {
 		t.Fatal("a move from a node without a replica was accepted")
 	}
-	if _, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: 4}); err != nil {
+	if err := retryUnavailable(time.Minute, func() error {
+		_, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: 4})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	onNode4 := func() (bool, string) { return movedTo(t, c, shard, from, 4) }
-	took := waitFor(t, 60*time.Second, onNode4)
+	took := waitFor(t, 2*time.Minute, onNode4)
 	t.Logf("manual move of shard %d from node %d to node 4 took %v", shard, from, took)
 	// A pinned leadership stays put even though it unbalances leaders.
-	if _, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: shard, TargetNodeId: 4}); err != nil {
+	if err := retryUnavailable(time.Minute, func() error {
+		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: shard, TargetNodeId: 4})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Second)
@@ -477,9 +507,9 @@ func TestPlacementManualMove(t *testing.T) {
 // membership step holds its shard only until the directory and the leader
 // show its epoch. Until issue 24 every step held its shard for 2.5 s, so
 // the promotion came at least that long after the learner's addition.
-// Three shards are moved one after the other, each from a node that holds
-// a replica without leading the shard, and the quickest promotion must come
-// within 2.4 s (one move can take longer on a loaded machine).
+// Shards are moved one after the other, each from a node that holds a
+// replica without leading the shard, until one promotion comes within
+// 2.4 s (one move can take longer on a loaded machine; see timePromotions).
 func TestPlacementPromotesWithoutSettling(t *testing.T) {
 	timePromotions(t, false)
 }
@@ -487,22 +517,32 @@ func TestPlacementPromotesWithoutSettling(t *testing.T) {
 // TestPlacementPromotesLeaderMoveWithoutSettling: a move off the shard's
 // leader hands the leadership off first, and the shard is then held only
 // until the new leader's report names it (a transfer keeps the epoch), not
-// for a fixed 2.5 s: the quickest of three such promotions must come within
+// for a fixed 2.5 s: one of up to six such promotions must come within
 // 2.4 s of the learner's addition (2.9-3.8 s with the fixed hold, measured
 // 2026-11-28).
 func TestPlacementPromotesLeaderMoveWithoutSettling(t *testing.T) {
 	timePromotions(t, true)
 }
 
-// timePromotions moves three user shards' replicas onto a fourth node, one
+// timePromotions moves user shards' replicas onto a fourth node, one
 // after the other, each from the shard's leader (fromLeader) or from a
-// node that holds a replica without leading the shard, and requires the
-// quickest promotion to come within 2.4 s of its learner's addition.
+// node that holds a replica without leading the shard, until a promotion
+// comes within 2.4 s of its learner's addition, and fails if none of six
+// timed moves does. A fixed hold of 2.5 s makes every promotion come
+// later than that, however quick the machine; the moves of a loaded
+// machine can each take longer too, so the test tries again rather than
+// requiring it of the quickest of three (CI saw 2.4 s passed under load).
+// It waits for each step with generous deadlines: its only clock is the
+// gap the placement history records.
 func timePromotions(t *testing.T, fromLeader bool) {
+	const (
+		maxMoves = 6
+		within   = 2400 * time.Millisecond
+	)
 	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Splits: placementSplits})
 	a := adminOf(t, c)
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, func() (bool, string) {
+	waitFor(t, 2*time.Minute, func() (bool, string) {
 		st, err := placementStatus(t, c)
 		if err != nil || !st.GetBalanced() {
 			return false, fmt.Sprintf("%v %v", st, err)
@@ -515,46 +555,51 @@ func timePromotions(t *testing.T, fromLeader bool) {
 	// picked three shards node 1 led (the initial shards' first replicas
 	// campaign at once) and saw every promotion 3.4-3.9 s after its
 	// learner's addition, when a leadership transfer held its shard 2.5 s.
+	// Once the balanced cluster's shards not on node 4 are moved there,
+	// balancing moves others off it (node 4 then holds more than its
+	// share), so next waits for one.
 	tried := map[uint64]bool{}
 	next := func() (shard, from uint64) {
-		dir, err := directory(t, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range dir {
-			if d.GetSystem() || tried[d.GetShardId()] {
-				continue
+		waitFor(t, 2*time.Minute, func() (bool, string) {
+			dir, err := directory(t, c)
+			if err != nil {
+				return false, err.Error()
 			}
-			on4, leader := false, c.Leader(d.GetShardId())
-			for _, rd := range d.GetReplicas() {
-				on4 = on4 || rd.GetNodeId() == 4
-			}
-			if on4 || leader == 0 {
-				continue
-			}
-			if fromLeader {
-				return d.GetShardId(), leader
-			}
-			for _, rd := range d.GetReplicas() {
-				if rd.GetNodeId() != leader {
-					return d.GetShardId(), rd.GetNodeId()
+			for _, d := range dir {
+				if d.GetSystem() || tried[d.GetShardId()] {
+					continue
+				}
+				on4, leader := false, c.Leader(d.GetShardId())
+				for _, rd := range d.GetReplicas() {
+					on4 = on4 || rd.GetNodeId() == 4
+				}
+				if on4 || leader == 0 {
+					continue
+				}
+				if fromLeader {
+					shard, from = d.GetShardId(), leader
+					return true, ""
+				}
+				for _, rd := range d.GetReplicas() {
+					if rd.GetNodeId() != leader {
+						shard, from = d.GetShardId(), rd.GetNodeId()
+						return true, ""
+					}
 				}
 			}
-		}
-		return 0, 0
+			return false, fmt.Sprintf("no untried user shard off node 4 with a leader (tried %v)", tried)
+		})
+		return shard, from
 	}
 	best, moves := time.Hour, 0
-	for moves < 3 && len(tried) < 8 {
+	for tries := 0; moves < maxMoves && best >= within && tries < 2*maxMoves; tries++ {
 		shard, from := next()
-		if shard == 0 {
-			break
-		}
 		tried[shard] = true
 		if _, err := a.MoveReplica(ctx, &shalev1.MoveReplicaRequest{ShardId: shard, FromNodeId: from, ToNodeId: 4}); err != nil {
 			t.Logf("move shard %d: %v (balancing moved it meanwhile?)", shard, err)
 			continue
 		}
-		waitFor(t, 60*time.Second, func() (bool, string) { return movedTo(t, c, shard, from, 4) })
+		waitFor(t, 2*time.Minute, func() (bool, string) { return movedTo(t, c, shard, from, 4) })
 		hist, err := a.PlacementHistory(ctx, &shalev1.PlacementHistoryRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -582,8 +627,8 @@ func timePromotions(t *testing.T, fromLeader bool) {
 	if moves == 0 {
 		t.Fatal("no move could be timed")
 	}
-	if best >= 2400*time.Millisecond {
-		t.Fatalf("the quickest of %d promotions came %v after its learner was added", moves, best)
+	if best >= within {
+		t.Fatalf("the quickest of %d promotions came %v after its learner was added, want < %v", moves, best, within)
 	}
 }
 

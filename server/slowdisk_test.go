@@ -25,6 +25,14 @@ import (
 // as quick as without the fault (the slow node is then a follower that a
 // quorum does not wait for). The p50/p99 of writes before, during and after
 // the hand-off are logged.
+//
+// What the test times is measured against the machine rather than fixed:
+// the hand-off has a minute (it takes 5-10 s on a loaded machine; without
+// it the slow node leads for good, its followers hearing its heartbeats),
+// and "as quick as without the fault" means that writes of 600 ms or more
+// (the least a write waiting on one of the slow node's log writes takes)
+// are no more common after the hand-off than before the fault, give or
+// take 1% of writes: a loaded -race run has such writes without any fault.
 func TestSlowDiskMovesLeadership(t *testing.T) {
 	const slowNode = 1
 	slow := errorfs.NewToggle(errorfs.InjectorFunc(func(errorfs.Op, string) error {
@@ -41,10 +49,13 @@ func TestSlowDiskMovesLeadership(t *testing.T) {
 		},
 	})
 	cl := newClient(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, sh := range c.ShardIDs() {
-		if _, err := cl.TransferLeaderPinned(ctx, sh, slowNode, -1); err != nil {
+		if err := retryUnavailable(time.Minute, func() error {
+			_, err := cl.TransferLeaderPinned(ctx, sh, slowNode, -1)
+			return err
+		}); err != nil {
 			t.Fatalf("transfer shard %d to node %d: %v", sh, slowNode, err)
 		}
 	}
@@ -89,9 +100,9 @@ func TestSlowDiskMovesLeadership(t *testing.T) {
 	for movedAt.IsZero() {
 		if n, _ := leaders(c, slowNode); n == 0 {
 			movedAt = time.Now()
-		} else if time.Since(faultAt) > 20*time.Second {
+		} else if time.Since(faultAt) > time.Minute {
 			_, sh := leaders(c, slowNode)
-			t.Fatalf("node %d still leads shards %v 20 s into its slow disk", slowNode, sh)
+			t.Fatalf("node %d still leads shards %v a minute into its slow disk", slowNode, sh)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -111,33 +122,47 @@ func TestSlowDiskMovesLeadership(t *testing.T) {
 	if g := metricSum(t, c, slowNode, "shale_slow_disk"); g != 1 {
 		t.Fatalf("node %d's shale_slow_disk is %v while its disk is slow, want 1", slowNode, g)
 	}
-	percentiles := func(from, to time.Time) (n int, p50, p99, top time.Duration) {
+	// slowWrite is the least a write waiting on the slow node's log takes
+	// (a write of 300 ms and a sync of 300 ms at least).
+	const slowWrite = 600 * time.Millisecond
+	percentiles := func(from, to time.Time) (n int, p50, p99, top time.Duration, slowShare float64) {
 		var ds []time.Duration
+		slowN := 0
 		for _, s := range samples {
 			if !s.at.Before(from) && s.at.Before(to) {
 				ds = append(ds, s.took)
+				if s.took >= slowWrite {
+					slowN++
+				}
 			}
 		}
 		if len(ds) == 0 {
-			return 0, 0, 0, 0
+			return 0, 0, 0, 0, 0
 		}
 		slices.Sort(ds)
-		return len(ds), ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]
+		return len(ds), ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1], float64(slowN) / float64(len(ds))
 	}
-	n0, p50b, p99b, maxb := percentiles(time.Time{}, faultAt)
-	n1, p50d, p99d, maxd := percentiles(faultAt, movedAt)
+	n0, p50b, p99b, maxb, slowb := percentiles(time.Time{}, faultAt)
+	n1, p50d, p99d, maxd, slowd := percentiles(faultAt, movedAt)
 	settled := movedAt.Add(time.Second)
-	n2, p50a, p99a, maxa := percentiles(settled, endAt)
-	t.Logf("writes started before the fault: %d, p50 %v, p99 %v, max %v", n0, p50b, p99b, maxb)
-	t.Logf("started while the slow node still led (%v): %d, p50 %v, p99 %v, max %v", movedAt.Sub(faultAt).Round(time.Millisecond), n1, p50d, p99d, maxd)
-	t.Logf("started after the leaderships moved (disk still slow): %d, p50 %v, p99 %v, max %v", n2, p50a, p99a, maxa)
+	n2, p50a, p99a, maxa, slowa := percentiles(settled, endAt)
+	t.Logf("writes started before the fault: %d, p50 %v, p99 %v, max %v, %.1f%% took %v or more", n0, p50b, p99b, maxb, 100*slowb, slowWrite)
+	t.Logf("started while the slow node still led (%v): %d, p50 %v, p99 %v, max %v, %.1f%% took %v or more",
+		movedAt.Sub(faultAt).Round(time.Millisecond), n1, p50d, p99d, maxd, 100*slowd, slowWrite)
+	t.Logf("started after the leaderships moved (disk still slow): %d, p50 %v, p99 %v, max %v, %.1f%% took %v or more", n2, p50a, p99a, maxa, 100*slowa, slowWrite)
+	if n0 < 50 {
+		t.Fatalf("only %d writes completed before the fault, too few to compare with", n0)
+	}
 	if n2 < 50 {
 		t.Fatalf("only %d writes completed in the %v after the leaderships moved", n2, endAt.Sub(settled))
 	}
-	// The slow node's log writes take 600 to 900 ms; a write that waited on one
-	// would take that long. Generous for a loaded -race machine.
-	if p99a >= 750*time.Millisecond {
-		t.Fatalf("p99 of writes after the leaderships moved off the slow disk: %v, want < 750ms", p99a)
+	// A write that waited on one of the slow node's log writes takes 600 to
+	// 900 ms: were the slow node still in the path of a shard's writes, a
+	// sixth of them or more would (the writers' keys fall 2:1:1:2 on the
+	// four user shards).
+	if slowa > slowb+0.01 {
+		t.Fatalf("%.1f%% of writes after the leaderships moved off the slow disk took %v or more, %.1f%% before the fault (p99 %v after, %v before)",
+			100*slowa, slowWrite, 100*slowb, p99a, p99b)
 	}
 }
 
