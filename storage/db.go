@@ -416,11 +416,13 @@ func (d *DB) recover() error {
 	lastData := 0
 	allClean := true // every log read to its end without a torn tail
 	var logBytes uint64
+	sizes := make([]int64, len(logs))
 	for i, num := range logs {
 		fi, err := d.fs.Stat(d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num)))
 		if err != nil {
 			return fmt.Errorf("stat wal %s: %w", num, err)
 		}
+		sizes[i] = fi.Size()
 		if fi.Size() > 0 {
 			lastData = i
 		}
@@ -434,12 +436,10 @@ func (d *DB) recover() error {
 		tolerateTail := i >= lastData
 		if summary.CleanCloseLogNum == num {
 			tolerateTail = false
-			path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num))
-			if fi, err := d.fs.Stat(path); err != nil {
-				return fmt.Errorf("stat wal %s: %w", num, err)
-			} else if uint64(fi.Size()) != summary.CleanCloseLogSize {
-				return base.Corruptf(path, fi.Size(), "log was closed cleanly at %d bytes but is now %d bytes",
-					summary.CleanCloseLogSize, fi.Size())
+			if uint64(sizes[i]) != summary.CleanCloseLogSize {
+				path := d.fs.Join(d.dirname, manifest.MakeFilename(manifest.FileTypeLog, num))
+				return base.Corruptf(path, sizes[i], "log was closed cleanly at %d bytes but is now %d bytes",
+					summary.CleanCloseLogSize, sizes[i])
 			}
 		}
 		cleanEnd, err := d.replayWAL(num, tolerateTail, &edit)
@@ -457,7 +457,11 @@ func (d *DB) recover() error {
 	// keep the last one, see keepRecovered), then a new WAL and a new
 	// MANIFEST (a full snapshot of the version) that no longer needs the
 	// replayed logs it does not keep.
-	kept, err := d.keepRecovered(logs, allClean, &edit)
+	// Closed cleanly with its last log complete (checked above), the DB's
+	// logs are all durable: Close synced the last, each switch to a new
+	// log the one before.
+	closedCleanly := len(logs) > 0 && summary.CleanCloseLogNum == logs[len(logs)-1]
+	kept, err := d.keepRecovered(logs, allClean, closedCleanly, &edit)
 	if err != nil {
 		return err
 	}
@@ -530,30 +534,42 @@ func (d *DB) recoveryMemTableSize(logBytes uint64) uint64 {
 // when the replay made exactly that memtable (no memtable filled and was
 // flushed meanwhile), it holds data, and every log was read to its end
 // with no torn tail: a torn log kept behind a newer one would no longer be
-// the last and would fail the next recovery. The replayed logs are synced
-// first (the writes that follow go to a new log, so a crash must not keep
-// those and lose these).
-func (d *DB) keepRecovered(logs []manifest.FileNum, allClean bool, edit *manifest.VersionEdit) (*memTable, error) {
+// the last and would fail the next recovery. Unless the DB was closed
+// cleanly (durable says its logs are synced), the replayed logs are
+// synced first: the writes that follow go to a new log, so a crash must
+// not keep those and lose these.
+func (d *DB) keepRecovered(logs []manifest.FileNum, allClean, durable bool, edit *manifest.VersionEdit) (*memTable, error) {
 	if !d.opts.KeepRecoveredMemTable || !allClean || len(logs) == 0 || len(edit.NewFiles) > 0 ||
 		len(d.imm) > 0 || d.mem.empty() || d.mem.unlogged.Load() {
 		return nil, nil
 	}
-	for _, num := range logs {
-		name := manifest.MakeFilename(manifest.FileTypeLog, num)
-		f, err := d.fs.OpenAppend(d.fs.Join(d.dirname, name))
-		if err != nil {
-			return nil, fmt.Errorf("open wal %s to sync: %w", name, err)
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sync recovered wal %s: %w", name, err)
+	if !durable {
+		for _, num := range logs {
+			if err := d.syncLog(num); err != nil {
+				return nil, err
+			}
 		}
 	}
 	d.mem.logNum = logs[0]
 	return d.mem, nil
+}
+
+// syncLog syncs the WAL file num, which the DB does not have open.
+func (d *DB) syncLog(num manifest.FileNum) error {
+	name := manifest.MakeFilename(manifest.FileTypeLog, num)
+	f, err := d.fs.OpenAppend(d.fs.Join(d.dirname, name))
+	if err != nil {
+		return fmt.Errorf("open wal %s to sync: %w", name, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync recovered wal %s: %w", name, err)
+	}
+	d.walSyncs.Add(1)
+	return nil
 }
 
 // replayWAL applies the batches of log num to the memtables. With

@@ -136,10 +136,11 @@ type Options struct {
 	// L0 into the levels below (the whole database, for a small one) right
 	// after the open. It keeps the memtable only when the replay made one
 	// memtable and read every log to its end; otherwise Open flushes as
-	// without it. The kept logs are synced before new writes are taken. The
-	// memtable replayed into is then sized to the WAL (twice its bytes, at
-	// least MemTableInitialSize, at most MemTableSize), so that a DB with
-	// little in its WAL keeps no full-size memtable. Default false.
+	// without it. The kept logs are synced before new writes are taken
+	// (unless the DB was closed cleanly, which synced them). The memtable
+	// replayed into is then sized to the WAL (twice its bytes, at least
+	// MemTableInitialSize, at most MemTableSize), so that a DB with little
+	// in its WAL keeps no full-size memtable. Default false.
 	KeepRecoveredMemTable bool
 	// ErrorIfNotExists makes Open fail when no database exists in the
 	// directory. Default false: a missing database is created.
