@@ -494,17 +494,12 @@ func (c *Client) invokeAuth(ctx context.Context, op string, mutation bool, fn fu
 	if mutation {
 		// One ID for every attempt: the cluster makes the change once,
 		// though an attempt that failed may have made it.
-		ctx = metadata.AppendToOutgoingContext(ctx, requestIDMetadataKey, hex.EncodeToString(newRequestID()))
+		ctx = metadata.AppendToOutgoingContext(ctx, shalev1.RequestIDMetadataKey, hex.EncodeToString(newRequestID()))
 	}
 	return c.invokeAnyNode(ctx, op, mutation, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		return fn(ctx, shalev1.NewAuthClient(cc))
 	})
 }
-
-// requestIDMetadataKey carries the client's ID for an auth change, the
-// same in every attempt of one call (docs/api.md, "Auth changes sent
-// again").
-const requestIDMetadataKey = "x-shale-request-id"
 
 // authCall runs an Auth mutation that answers only a revision.
 func (c *Client) authCall(ctx context.Context, op string, fn func(ctx context.Context, a shalev1.AuthClient) error) error {

@@ -55,7 +55,7 @@ func (s *authService) Authenticate(ctx context.Context, req *shalev1.Authenticat
 // changeAuth makes an auth change: on the system shard's leader when this
 // node leads it (mk builds the change there), else through the leader's
 // Auth service (fwd). This node's view includes the change when it
-// returns. A call carrying a request ID (requestIDKey) makes its change at
+// returns. A call carrying a request ID (shalev1.RequestIDMetadataKey) makes its change at
 // most once however often it is sent: a retry of a change already made
 // returns the auth state's current revision (see editAuth).
 func (n *Node) changeAuth(ctx context.Context, op string, mk func() (auth.Change, error),

@@ -26,22 +26,17 @@ func isForwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
-// requestIDKey is the metadata of a call that changes the auth state: the
-// caller's ID for the change, in hex, 8 to 32 bytes (docs/api.md, "Auth
-// changes sent again").
-const requestIDKey = "x-shale-request-id"
-
 // incomingRequestID returns the request ID a call carries (nil for none),
 // or InvalidArgument when it is malformed.
 func incomingRequestID(ctx context.Context) ([]byte, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(requestIDKey)
+	vals := md.Get(shalev1.RequestIDMetadataKey)
 	if len(vals) == 0 {
 		return nil, nil
 	}
 	id, err := hex.DecodeString(vals[0])
 	if err != nil || len(vals) > 1 || len(id) < 8 || len(id) > 32 {
-		return nil, status.Errorf(codes.InvalidArgument, "metadata %s: want one ID of 8 to 32 bytes in hex, got %q", requestIDKey, vals)
+		return nil, status.Errorf(codes.InvalidArgument, "metadata %s: want one ID of 8 to 32 bytes in hex, got %q", shalev1.RequestIDMetadataKey, vals)
 	}
 	return id, nil
 }
@@ -52,7 +47,7 @@ func withRequestID(ctx context.Context, id []byte) context.Context {
 	if id == nil {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, requestIDKey, hex.EncodeToString(id))
+	return metadata.AppendToOutgoingContext(ctx, shalev1.RequestIDMetadataKey, hex.EncodeToString(id))
 }
 
 // filteredTransport drops Raft traffic on links its filter refuses.

@@ -45,22 +45,21 @@ func twoUserShards(t *testing.T, c *testcluster.Cluster) (left, right *shalev1.S
 
 // mergeRetrying calls Admin.MergeShards until it succeeds, retrying its
 // Unavailable answers (a leadership that moved under the forwarded call) as
-// the SDK does, for up to 30 s.
+// the SDK does, for up to 30 s (retryUnavailable).
 func mergeRetrying(t *testing.T, a shalev1.AdminClient, req *shalev1.MergeShardsRequest) *shalev1.MergeShardsResponse {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var resp *shalev1.MergeShardsResponse
+	err := retryUnavailable(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		resp, err := a.MergeShards(ctx, req)
-		cancel()
-		if err == nil {
-			return resp
-		}
-		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
-			t.Fatalf("merge %v: %v", req, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer cancel()
+		var err error
+		resp, err = a.MergeShards(ctx, req)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("merge %v: %v", req, err)
 	}
+	return resp
 }
 
 // TestMergeShards merges two shards by hand while clients write, and

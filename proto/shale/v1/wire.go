@@ -25,4 +25,10 @@ const (
 	// Call.trace_context instead.
 	TraceParentMetadataKey = "traceparent"
 	TraceStateMetadataKey  = "tracestate"
+	// RequestIDMetadataKey is the gRPC metadata key of a call that changes
+	// the auth state: the caller's ID for the change, in hex, 8 to 32
+	// bytes, the same in every attempt of one call. The cluster makes a
+	// change whose ID it has applied only once (docs/api.md, "Auth changes
+	// sent again"); a malformed ID gets InvalidArgument.
+	RequestIDMetadataKey = "x-shale-request-id"
 )
