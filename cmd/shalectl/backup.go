@@ -564,12 +564,8 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		next      = time.Now()
 	)
 	for {
-		timer := time.NewTimer(time.Until(next))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !waitRound(ctx, next) {
 			return nil
-		case <-timer.C:
 		}
 		started := time.Now()
 		next = started.Add(sf.interval)
@@ -595,6 +591,9 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 		id := streamID(sf.prefix, started)
 		if exists, err := loc.Exists(ctx, id); err != nil || exists {
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
 				fmt.Fprintf(errw, "shalectl: backup stream: %v (retrying in %s)\n", err, sf.interval)
 				continue
 			}
@@ -658,6 +657,19 @@ func (f *backupFlags) stream(cmd *cobra.Command, sf streamFlags, asJSON bool) er
 			return fmt.Errorf("backup stream: %w", err)
 		}
 	}
+}
+
+// waitRound waits until next, the start of a stream's next round, and
+// reports whether the round should run: false once ctx is done, also when
+// next has passed too (a stream stopped between rounds starts none).
+func waitRound(ctx context.Context, next time.Time) bool {
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	return ctx.Err() == nil
 }
 
 // roundCleanupContext is the context of a stream round's last step (the

@@ -454,3 +454,21 @@ func scrape(ctx context.Context, url string) (string, bool) {
 	}
 	return string(b), true
 }
+
+// TestWaitRoundStopped: a stream stopped when its next round is due
+// starts no round. With a plain select between the stop and the round's
+// timer, both ready, about half of these waits would start one (which then
+// printed "retrying" on its way out).
+func TestWaitRoundStopped(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	past := time.Now().Add(-time.Second)
+	for i := range 200 {
+		if waitRound(ctx, past) {
+			t.Fatalf("wait %d: a stopped stream's round due at once ran", i)
+		}
+	}
+	if !waitRound(context.Background(), time.Now().Add(10*time.Millisecond)) {
+		t.Fatal("a running stream's round did not run")
+	}
+}
