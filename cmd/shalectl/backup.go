@@ -217,7 +217,8 @@ A round that fails (the cluster unreachable for a moment) is reported on
 stderr, its incomplete backup removed, and retried at the next interval on
 the same base; it does not end the command. Stopped (SIGINT, SIGTERM), the
 command ends its round's backup at once but still removes it if incomplete,
-or deletes what --keep says after it if complete. --timeout bounds connecting only.
+or deletes what --keep says after it if complete; stopped between rounds, it
+starts no other. --timeout bounds connecting only.
 --through-client and --node-credentials are create's.
 
 --metrics-addr HOST:PORT serves Prometheus metrics of the stream at /metrics:
