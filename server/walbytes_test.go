@@ -364,7 +364,7 @@ func (p *walParts) engine(b *testing.B, dir string) {
 				p.enginePuts++
 				p.add("engine: data key", len(k))
 				p.add("engine: data value", len(v))
-			case kind == storage.KindSet && strings.HasPrefix(string(k), "mdedup-id/"):
+			case kind == storage.KindSet && (strings.HasPrefix(string(k), "mdedup-id/") || strings.HasPrefix(string(k), "m\x01")):
 				p.add("engine: dedup entry", len(k)+len(v))
 			case kind == storage.KindSet && string(k) == "mapplied":
 				p.add("engine: applied record", len(k)+len(v))

@@ -369,27 +369,70 @@ func (a *applier) applyCommand(cmd *shalev1.RaftCommand) (*shalev1.CommandResult
 }
 
 // dedupLookup returns the stored result of request id, if the table holds
-// it (an entry below the oldest live sequence was evicted).
+// it (an entry below the oldest live sequence was evicted). While entries
+// of an older format may be live, an ID not found under dedupPrefix is
+// looked up under legacyDedupPrefix too.
 func (a *applier) dedupLookup(id []byte) (*shalev1.CommandResult, bool, error) {
-	raw, ok, err := a.ov.get(dedupIDKey(id))
-	if err != nil || !ok {
+	raw, ok, err := a.ov.get(dedupKey(id))
+	if err != nil {
 		return nil, false, err
 	}
-	return decodeDedupEntry(id, raw, a.st.dedupOldest)
+	if ok {
+		return decodeDedupEntry(id, raw, a.st.dedupOldest, false)
+	}
+	if a.st.dedupOldest >= a.st.dedupLegacyEnd {
+		return nil, false, nil // no entry of an older format is live
+	}
+	if raw, ok, err = a.ov.get(legacyDedupKey(id)); err != nil || !ok {
+		return nil, false, err
+	}
+	return decodeDedupEntry(id, raw, a.st.dedupOldest, true)
 }
 
-// decodeDedupEntry decodes the dedup table's entry raw of request id: its
-// stored result, or ok false when the entry's sequence is below oldest
-// (evicted).
-func decodeDedupEntry(id, raw []byte, oldest uint64) (*shalev1.CommandResult, bool, error) {
-	if len(raw) < 8 {
-		return nil, false, fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, id, len(raw))
+// appendDedupEntry appends the dedup table's entry of a result to buf: its
+// insertion sequence as a uvarint, then the result, encoded by its
+// generated method, which writes what marshalOpts would (a CommandResult
+// has no map).
+func appendDedupEntry(buf []byte, seq uint64, res *shalev1.CommandResult) ([]byte, error) {
+	buf = binary.AppendUvarint(buf, seq)
+	buf, err := codec.MarshalAppend(buf, res)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	if binary.BigEndian.Uint64(raw) < oldest {
+	return buf, nil
+}
+
+// splitDedupEntry splits a dedup entry into its insertion sequence and its
+// encoded result; legacy selects the 8-byte big-endian sequence of formats
+// 1 to 5 (legacyDedupPrefix). ok is false for an entry too short to hold a
+// sequence.
+func splitDedupEntry(raw []byte, legacy bool) (seq uint64, result []byte, ok bool) {
+	if legacy {
+		if len(raw) < 8 {
+			return 0, nil, false
+		}
+		return binary.BigEndian.Uint64(raw), raw[8:], true
+	}
+	seq, n := binary.Uvarint(raw)
+	if n <= 0 {
+		return 0, nil, false
+	}
+	return seq, raw[n:], true
+}
+
+// decodeDedupEntry decodes the dedup table's entry raw of request id (of
+// an older format when legacy is set): its stored result, or ok false when
+// the entry's sequence is below oldest (evicted).
+func decodeDedupEntry(id, raw []byte, oldest uint64, legacy bool) (*shalev1.CommandResult, bool, error) {
+	seq, enc, ok := splitDedupEntry(raw, legacy)
+	if !ok {
+		return nil, false, fmt.Errorf("%w: dedup entry of %x: no sequence in %d bytes", ErrCorrupt, id, len(raw))
+	}
+	if seq < oldest {
 		return nil, false, nil
 	}
 	res := &shalev1.CommandResult{}
-	if err := codec.Unmarshal(raw[8:], res); err != nil {
+	if err := codec.Unmarshal(enc, res); err != nil {
 		return nil, false, fmt.Errorf("%w: dedup entry of %x: %v", ErrCorrupt, id, err)
 	}
 	return res, true, nil
@@ -398,21 +441,17 @@ func decodeDedupEntry(id, raw []byte, oldest uint64) (*shalev1.CommandResult, bo
 // dedupStore records res under id. While the table is full, the oldest
 // entry is evicted: the oldest live sequence moves past it, which makes it
 // absent without a read or a write (compactions drop it, dedupFilter).
-//
-// The result is encoded by its generated method, which writes what
-// marshalOpts would (a CommandResult has no map).
 func (a *applier) dedupStore(id []byte, res *shalev1.CommandResult) error {
 	seq := a.st.dedupNext
-	val := binary.BigEndian.AppendUint64(make([]byte, 0, 8+codec.Size(res)), seq)
-	val, err := codec.MarshalAppend(val, res)
+	val, err := appendDedupEntry(make([]byte, 0, binary.MaxVarintLen64+codec.Size(res)), seq, res)
 	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
+		return err
 	}
 	a.st.dedupNext++
 	if a.st.dedupNext-a.st.dedupOldest > a.s.dedupCap {
 		a.st.dedupOldest = a.st.dedupNext - a.s.dedupCap
 	}
-	a.ov.set(a.b, dedupIDKey(id), val)
+	a.ov.set(a.b, dedupKey(id), val)
 	return nil
 }
 

@@ -85,7 +85,7 @@ func benchApplyPut(b *testing.B, keys, per int, records int64) {
 				switch {
 				case isDataKey(k):
 					dataB += len(k) + len(v)
-				case bytes.HasPrefix(k, dedupIDPrefix):
+				case bytes.HasPrefix(k, dedupPrefix):
 					dedupB += len(k) + len(v)
 				default:
 					metaB += len(k) + len(v)

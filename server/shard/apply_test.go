@@ -2,7 +2,6 @@ package shard
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -41,14 +40,18 @@ func dedupIDs(t *testing.T, s *Shard) []string {
 		if strings.HasPrefix(k, string(dedupSeqPrefix)) {
 			t.Fatalf("a format 1 eviction record %q remains", k)
 		}
-		if !strings.HasPrefix(k, string(dedupIDPrefix)) {
+		prefix, legacy := string(dedupPrefix), false
+		if strings.HasPrefix(k, string(legacyDedupPrefix)) {
+			prefix, legacy = string(legacyDedupPrefix), true
+		} else if !strings.HasPrefix(k, prefix) {
 			continue
 		}
-		if len(v) < 8 {
+		seq, _, ok := splitDedupEntry([]byte(v), legacy)
+		if !ok {
 			t.Fatalf("dedup entry %q of %d bytes", k, len(v))
 		}
-		if seq := binary.BigEndian.Uint64([]byte(v)); seq >= oldest {
-			live = append(live, entry{seq, k[len(dedupIDPrefix):]})
+		if seq >= oldest {
+			live = append(live, entry{seq, k[len(prefix):]})
 		}
 	}
 	slices.SortFunc(live, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })

@@ -9,14 +9,15 @@
 //	'd' + userKey                   -> stored value (format byte, create_revision,
 //	                                   mod_revision, version as uvarints,
 //	                                   expire_unix_nanos as varint, value bytes)
-//	'm' + "format"                  -> layout version (1 byte: 2)
+//	'm' + "format"                  -> layout version (1 byte: 6)
 //	'm' + "applied"                 -> applied index, term, revision, oldest live and
-//	                                   next dedup sequence (8 bytes BE each), date of
-//	                                   the last applied entry (hlc encoding)
+//	                                   next dedup sequence, date of the last applied
+//	                                   entry (a tag byte, then uvarints)
 //	'm' + "confstate"               -> raftpb.ConfState (written when it changes)
 //	'm' + "descriptor"              -> shalev1.ShardDescriptor (written when it changes)
-//	'm' + "dedup-id/" + requestID   -> sequence (8 bytes BE) + shalev1.CommandResult;
+//	'm' 0x01 + requestID            -> sequence (uvarint) + shalev1.CommandResult;
 //	                                   evicted (absent) below the oldest live sequence
+//	                                   (formats 1-5: 'm' "dedup-id/", sequence 8 bytes BE)
 //	's' + "node/" + nodeID (8 BE)   -> shalev1.NodeDescriptor   (system shard)
 //	's' + "shard/" + shardID (8 BE) -> shalev1.ShardDescriptor  (system shard)
 //	's' + "pin/" + shardID (8 BE)   -> shalev1.ShardPin         (system shard)

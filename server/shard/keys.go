@@ -39,10 +39,21 @@ var (
 	// keyAbsorbed holds the ranges merges added, with their revisions
 	// (encodeAbsorbed).
 	keyAbsorbed = []byte("mabsorbed")
-	// dedupIDPrefix + requestID -> insertion seq (8 bytes BE) + CommandResult.
-	// An entry whose seq is below the table's oldest live one is evicted:
-	// absent for lookups, and dropped by the engine's compactions.
-	dedupIDPrefix = []byte("mdedup-id/")
+	// dedupPrefix + requestID -> insertion seq (uvarint) + CommandResult
+	// (format 6; appendDedupEntry). An entry whose seq is below the table's
+	// oldest live one is evicted: absent for lookups, and dropped by the
+	// engine's compactions. The 0x01 sorts below every named metadata key,
+	// so no other record starts with the prefix.
+	dedupPrefix = []byte{prefixMeta, 0x01}
+	// legacyDedupPrefix + requestID -> insertion seq (8 bytes BE) +
+	// CommandResult: the table's entries as formats 1 to 5 wrote them. They
+	// are read, evicted and dropped as before, and deleted all at once when
+	// the table has evicted the last of them (keyDedupLegacyEnd).
+	legacyDedupPrefix = []byte("mdedup-id/")
+	// keyDedupLegacyEnd holds, as a uvarint, the table's next insertion
+	// sequence when the engine moved to format 6: the entries below it may
+	// be under legacyDedupPrefix. Absent when none of those may be live.
+	keyDedupLegacyEnd = []byte("mdedup-legacy-end")
 	// dedupSeqPrefix + seq (8 bytes BE) -> requestID (format 1: the
 	// eviction order; deleted when an engine moves to format 2).
 	dedupSeqPrefix = []byte("mdedup-seq/")
@@ -71,10 +82,17 @@ var (
 // records in the WAL with one entry record (its mark and changes,
 // appendEntryRecord) instead of a changes record and a mark; version 5 adds
 // the revision item (changeRevision) to entry records, which a packed Raft
-// entry's record holds (its commands have revisions of their own). An
+// entry's record holds (its commands have revisions of their own); version
+// 6 keeps the dedup table under a 2-byte prefix with the sequence as a
+// uvarint (dedupPrefix), 13 bytes less per entry, and reads the entries
+// older versions wrote (legacyDedupPrefix) until they are evicted. An
 // engine of an older version is read as it is (its WAL's records too) and
 // moves to the current version at its next write of metadata.
-const formatVersion = 5
+const formatVersion = 6
+
+// dedupFormat is the first format whose dedup entries are under
+// dedupPrefix.
+const dedupFormat = 6
 
 // dataUpper is the exclusive upper bound of every data key.
 var dataUpper = []byte{prefixData + 1}
@@ -107,8 +125,15 @@ func u64Key(prefix []byte, id uint64) []byte {
 	return k
 }
 
-func dedupIDKey(id []byte) []byte {
-	return append(bytes.Clone(dedupIDPrefix), id...)
+// dedupKey returns the dedup table's key of request id.
+func dedupKey(id []byte) []byte {
+	return append(bytes.Clone(dedupPrefix), id...)
+}
+
+// legacyDedupKey returns the key formats 1 to 5 stored request id's entry
+// under.
+func legacyDedupKey(id []byte) []byte {
+	return append(bytes.Clone(legacyDedupPrefix), id...)
 }
 
 func dedupSeqKey(seq uint64) []byte { return u64Key(dedupSeqPrefix, seq) }

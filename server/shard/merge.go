@@ -3,7 +3,6 @@ package shard
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -217,24 +216,35 @@ func (s *Shard) ScanDedup(fn func(id, result []byte) error) error {
 	if err != nil {
 		return err
 	}
-	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dedupIDPrefix, UpperBound: prefixEnd(dedupIDPrefix)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		val := it.Value()
-		if len(val) < 8 {
-			return fmt.Errorf("%w: dedup entry of %x is %d bytes", ErrCorrupt, it.Key()[len(dedupIDPrefix):], len(val))
+	// The entries an older format wrote, if any are left, then the rest.
+	for _, legacy := range [...]bool{true, false} {
+		prefix := dedupPrefix
+		if legacy {
+			prefix = legacyDedupPrefix
 		}
-		seq := binary.BigEndian.Uint64(val)
-		if seq < ai.dedupOldest {
-			continue // evicted
+		it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return err
 		}
-		entries = append(entries, entry{seq: seq, id: bytes.Clone(it.Key()[len(dedupIDPrefix):]), result: bytes.Clone(val[8:])})
-	}
-	if err := it.Error(); err != nil {
-		return err
+		for ok := it.First(); ok; ok = it.Next() {
+			id := it.Key()[len(prefix):]
+			seq, result, ok := splitDedupEntry(it.Value(), legacy)
+			if !ok {
+				_ = it.Close()
+				return fmt.Errorf("%w: dedup entry of %x: no sequence in %d bytes", ErrCorrupt, id, len(it.Value()))
+			}
+			if seq < ai.dedupOldest {
+				continue // evicted
+			}
+			entries = append(entries, entry{seq: seq, id: bytes.Clone(id), result: bytes.Clone(result)})
+		}
+		err = it.Error()
+		if cerr := it.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("shard: scan the dedup table: %w", err)
+		}
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
 	for _, e := range entries {

@@ -2,6 +2,8 @@ package shard
 
 import (
 	"encoding/binary"
+	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +32,7 @@ func TestEvictedDedupEntriesCompactedAway(t *testing.T) {
 	physical := func() int {
 		n := 0
 		for k := range engineDump(t, s) {
-			if strings.HasPrefix(k, string(dedupIDPrefix)) {
+			if strings.HasPrefix(k, string(dedupPrefix)) {
 				n++
 			}
 		}
@@ -82,6 +84,7 @@ func TestFormat1EngineMovesToFormat2(t *testing.T) {
 	b.Set(keyHLC, st.hlc.Append(nil))
 	b.Set(dedupSeqKey(0), []byte("req-000000000001"))
 	b.Set(dedupSeqKey(1), []byte("req-000000000002"))
+	legacyDedup(t, s, b)
 	if err := s.db.Apply(b, storage.Sync); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +159,7 @@ func TestFormat2EngineMovesToCurrentFormat(t *testing.T) {
 	b := storage.NewBatch()
 	b.Set(keyFormat, []byte{2})
 	b.Set(keyApplied, fixed)
+	legacyDedup(t, s, b)
 	if err := s.db.Apply(b, storage.Sync); err != nil {
 		t.Fatal(err)
 	}
@@ -231,21 +235,25 @@ func FuzzLoadState(f *testing.F) {
 	st := &state{index: 12, term: 3, rev: 7, dedupOldest: 1, dedupNext: 4}
 	_ = st.setConf(&raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	_ = st.setDesc(userDesc(1, "a", "m"))
-	f.Add([]byte{formatVersion}, st.appliedRecord(nil), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
-	f.Add([]byte{2}, fixedAppliedRecord(st), st.confBytes, st.descBytes, []byte(nil), []byte(nil))
+	f.Add([]byte{formatVersion}, st.appliedRecord(nil), st.confBytes, st.descBytes, []byte(nil), []byte(nil), []byte(nil))
+	f.Add([]byte{formatVersion}, st.appliedRecord(nil), st.confBytes, st.descBytes, []byte(nil), []byte(nil), []byte{3})
+	f.Add([]byte{2}, fixedAppliedRecord(st), st.confBytes, st.descBytes, []byte(nil), []byte(nil), []byte(nil))
 	var legacy [16]byte
 	binary.BigEndian.PutUint64(legacy[:8], 12)
 	binary.BigEndian.PutUint64(legacy[8:], 3)
-	f.Add([]byte{1}, legacy[:], st.confBytes, st.descBytes, binary.BigEndian.AppendUint64(nil, 7), append(binary.BigEndian.AppendUint64(nil, 1), binary.BigEndian.AppendUint64(nil, 4)...))
-	f.Fuzz(func(t *testing.T, format, applied, conf, desc, rev, bounds []byte) {
+	f.Add([]byte{1}, legacy[:], st.confBytes, st.descBytes, binary.BigEndian.AppendUint64(nil, 7), append(binary.BigEndian.AppendUint64(nil, 1), binary.BigEndian.AppendUint64(nil, 4)...), []byte(nil))
+	f.Fuzz(func(t *testing.T, format, applied, conf, desc, rev, bounds, legacyEnd []byte) {
 		g := mapGetter{string(keyFormat): format, string(keyApplied): applied, string(keyConfState): conf,
 			string(keyDescriptor): desc, string(keyRevision): rev, string(keyDedupBounds): bounds}
+		if legacyEnd != nil {
+			g[string(keyDedupLegacyEnd)] = legacyEnd
+		}
 		got, found, err := loadState(g)
 		if err != nil || !found {
 			return
 		}
-		if got.dedupOldest > got.dedupNext {
-			t.Fatalf("accepted dedup bounds [%d, %d)", got.dedupOldest, got.dedupNext)
+		if got.dedupOldest > got.dedupNext || got.dedupLegacyEnd > got.dedupNext {
+			t.Fatalf("accepted dedup bounds [%d, %d), legacy bound %d", got.dedupOldest, got.dedupNext, got.dedupLegacyEnd)
 		}
 		ai, err := readApplied(g)
 		if err != nil || ai.index != got.index || ai.rev != got.rev || ai.dedupOldest != got.dedupOldest {
@@ -262,16 +270,210 @@ func TestDedupFilterBeforeStateLoaded(t *testing.T) {
 	env := newTestEnv(t, nil)
 	s := newShard("a", env.opts(3))
 	f := s.engOpts.CompactionFilter
-	entry := binary.BigEndian.AppendUint64(nil, 0) // sequence 0
-	if d, _ := f.Filter(0, dedupIDKey([]byte("request-00000001")), entry); d != storage.FilterKeep {
+	entry := binary.AppendUvarint(nil, 0) // sequence 0
+	legacyEntry := binary.BigEndian.AppendUint64(nil, 0)
+	id := []byte("request-00000001")
+	if d, _ := f.Filter(0, dedupKey(id), entry); d != storage.FilterKeep {
 		t.Fatalf("before the state is loaded: %v, want keep", d)
 	}
 	st := &state{dedupOldest: 5}
 	s.publish(st)
-	if d, _ := f.Filter(0, dedupIDKey([]byte("request-00000001")), entry); d != storage.FilterRemove {
+	if d, _ := f.Filter(0, dedupKey(id), entry); d != storage.FilterRemove {
 		t.Fatalf("an entry below the oldest live sequence: %v, want remove", d)
+	}
+	if d, _ := f.Filter(0, legacyDedupKey(id), legacyEntry); d != storage.FilterRemove {
+		t.Fatalf("a format 5 entry below the oldest live sequence: %v, want remove", d)
+	}
+	if d, _ := f.Filter(0, legacyDedupKey(id), binary.BigEndian.AppendUint64(nil, 5)); d != storage.FilterKeep {
+		t.Fatalf("a live format 5 entry: %v, want keep", d)
 	}
 	if d, _ := f.Filter(0, dataKey([]byte("k")), entry); d != storage.FilterKeep {
 		t.Fatalf("a data record: %v, want keep", d)
 	}
+}
+
+// legacyDedup stages in b the rewrite of s's dedup table as formats 1 to
+// 5 kept it: each entry under legacyDedupPrefix, its sequence 8 bytes
+// big-endian, and no legacy bound record.
+func legacyDedup(t *testing.T, s *Shard, b *storage.Batch) {
+	t.Helper()
+	for k, v := range engineDump(t, s) {
+		if !strings.HasPrefix(k, string(dedupPrefix)) {
+			continue
+		}
+		seq, res, ok := splitDedupEntry([]byte(v), false)
+		if !ok {
+			t.Fatalf("dedup entry %q of %d bytes", k, len(v))
+		}
+		b.Delete([]byte(k))
+		b.Set(legacyDedupKey([]byte(k[len(dedupPrefix):])), append(binary.BigEndian.AppendUint64(nil, seq), res...))
+	}
+	b.Delete(keyDedupLegacyEnd)
+}
+
+// TestFormat5EngineMovesToFormat6: an engine whose dedup table is in
+// format 5's layout ("dedup-id/" keys, 8-byte sequences) opens, answers
+// retries from that table before and after its next write moves it to
+// format 6 (and after a reopen), evicts the old entries in insertion order
+// with the new ones, and deletes them, with the legacy bound, once the last
+// is evicted. A binary of format 5 refuses the format 6 engine as any
+// older binary refuses a newer format.
+func TestFormat5EngineMovesToFormat6(t *testing.T) {
+	env := newTestEnv(t, nil)
+	const capacity = 4
+	s := env.bootstrap("a", userDesc(1, "", ""), capacity)
+	f := newFeeder(s)
+	put := func(id string, first bool) *shalev1.CommandResult {
+		cmd := withID(id, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", id, 0, true)}}))
+		cmd.FirstAttempt = first
+		return applyOne(t, s, f, cmd)
+	}
+	retry := func(id string, want *shalev1.CommandResult) {
+		t.Helper()
+		rev := s.Revision()
+		if got := put(id, false); !proto.Equal(got, want) || s.Revision() != rev {
+			t.Fatalf("retry of %s: %v at revision %d, want %v at %d (applied once)", id, got, s.Revision(), want, rev)
+		}
+	}
+	reopen := func() {
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = env.open("a", capacity)
+	}
+	legacyKeys := func() (n int) {
+		for k := range engineDump(t, s) {
+			if strings.HasPrefix(k, string(legacyDedupPrefix)) {
+				n++
+			}
+		}
+		return n
+	}
+	results := map[string]*shalev1.CommandResult{}
+	for _, id := range []string{"req-1", "req-2", "req-3"} {
+		results[id] = put(id, true)
+	}
+	b := storage.NewBatch()
+	b.Set(keyFormat, []byte{5})
+	legacyDedup(t, s, b)
+	if err := s.db.Apply(b, storage.Sync); err != nil {
+		t.Fatal(err)
+	}
+	reopen()
+	if got := s.st.Load(); got.format != 5 || got.dedupLegacyEnd != 3 || got.dedupNext != 3 {
+		t.Fatalf("format 5 engine read as format %d, legacy bound %d, next %d; want 5, 3, 3", got.format, got.dedupLegacyEnd, got.dedupNext)
+	}
+	if n := legacyKeys(); n != 3 {
+		t.Fatalf("%d format 5 dedup entries, want 3", n)
+	}
+	retry("req-1", results["req-1"])
+	if got, ok, err := s.StoredResult([]byte("req-2")); err != nil || !ok || !proto.Equal(got, results["req-2"]) {
+		t.Fatalf("StoredResult of a format 5 entry: %v %v %v", got, ok, err)
+	}
+	var scanned []string
+	if err := s.ScanDedup(func(id, res []byte) error {
+		scanned = append(scanned, string(id))
+		return nil
+	}); err != nil || !slices.Equal(scanned, []string{"req-1", "req-2", "req-3"}) {
+		t.Fatalf("ScanDedup of a format 5 table: %q %v", scanned, err)
+	}
+
+	// The next write moves the engine to format 6; the old entries stay.
+	results["req-4"] = put("req-4", true)
+	dump := engineDump(t, s)
+	if dump[string(keyFormat)] != string([]byte{formatVersion}) || dump[string(keyDedupLegacyEnd)] != "\x03" {
+		t.Fatalf("after a write: format %x, legacy bound %x", dump[string(keyFormat)], dump[string(keyDedupLegacyEnd)])
+	}
+	if _, ok := dump[string(dedupKey([]byte("req-4")))]; !ok {
+		t.Fatal("the new entry is not under the format 6 prefix")
+	}
+	if ids := dedupIDs(t, s); !slices.Equal(ids, []string{"req-1", "req-2", "req-3", "req-4"}) {
+		t.Fatalf("dedup table after the move %q", ids)
+	}
+	scanned = nil
+	if err := s.ScanDedup(func(id, res []byte) error {
+		scanned = append(scanned, string(id))
+		return nil
+	}); err != nil || !slices.Equal(scanned, []string{"req-1", "req-2", "req-3", "req-4"}) {
+		t.Fatalf("ScanDedup of a mixed table: %q %v", scanned, err)
+	}
+	reopen()
+	if got := s.st.Load(); got.format != formatVersion || got.dedupLegacyEnd != 3 {
+		t.Fatalf("after a reopen: format %d, legacy bound %d; want %d, 3", got.format, got.dedupLegacyEnd, formatVersion)
+	}
+	retry("req-2", results["req-2"])
+	retry("req-4", results["req-4"])
+
+	// Evictions take the old entries first, in their order.
+	put("req-5", true)
+	if ids := dedupIDs(t, s); !slices.Equal(ids, []string{"req-2", "req-3", "req-4", "req-5"}) {
+		t.Fatalf("dedup table after an eviction %q", ids)
+	}
+	if got, ok, err := s.StoredResult([]byte("req-1")); err != nil || ok {
+		t.Fatalf("StoredResult of an evicted format 5 entry: %v %v %v", got, ok, err)
+	}
+	if n := legacyKeys(); n != 3 {
+		t.Fatalf("%d format 5 dedup entries while two are live, want 3 (eviction writes nothing)", n)
+	}
+	put("req-6", true)
+	put("req-7", true)
+	dump = engineDump(t, s)
+	if _, ok := dump[string(keyDedupLegacyEnd)]; ok || legacyKeys() != 0 || s.st.Load().dedupLegacyEnd != 0 {
+		t.Fatalf("after the last format 5 entry's eviction: legacy bound record %x, %d entries, bound %d; want none",
+			dump[string(keyDedupLegacyEnd)], legacyKeys(), s.st.Load().dedupLegacyEnd)
+	}
+	if ids := dedupIDs(t, s); !slices.Equal(ids, []string{"req-4", "req-5", "req-6", "req-7"}) {
+		t.Fatalf("dedup table after the old entries' eviction %q", ids)
+	}
+	retry("req-4", results["req-4"])
+	reopen()
+	if got := s.st.Load(); got.dedupLegacyEnd != 0 {
+		t.Fatalf("legacy bound %d after a reopen, want 0", got.dedupLegacyEnd)
+	}
+
+	// An older binary refuses a newer format; so this one refuses format 7.
+	g := mapGetter{}
+	for k, v := range engineDump(t, s) {
+		g[k] = []byte(v)
+	}
+	g[string(keyFormat)] = []byte{formatVersion + 1}
+	if _, _, err := loadState(g); err == nil || !strings.Contains(err.Error(), "unsupported metadata format") {
+		t.Fatalf("an engine of format %d: %v, want it refused", formatVersion+1, err)
+	}
+}
+
+// FuzzDedupEntry decodes arbitrary dedup entries of either layout: the
+// decoder fails cleanly or yields a result, never panics, and an entry the
+// encoder wrote decodes to its sequence and result.
+func FuzzDedupEntry(f *testing.F) {
+	res := &shalev1.CommandResult{Txn: &shalev1.TxnResponse{Succeeded: true, Header: &shalev1.ResponseHeader{Revision: 9}}}
+	enc, err := appendDedupEntry(nil, 300, res)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(enc, false, uint64(300))
+	f.Add(enc, true, uint64(0))
+	f.Add([]byte{0x80}, false, uint64(1))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, false, uint64(0))
+	f.Fuzz(func(t *testing.T, raw []byte, legacy bool, seq uint64) {
+		if got, ok, err := decodeDedupEntry([]byte("id"), raw, 0, legacy); err == nil && ok && got == nil {
+			t.Fatal("a live entry without a result")
+		} else if err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("error %v does not match ErrCorrupt", err)
+		}
+		r := &shalev1.CommandResult{ErrorCode: uint32(len(raw)), Txn: &shalev1.TxnResponse{Header: &shalev1.ResponseHeader{Revision: seq >> 1}}}
+		e, err := appendDedupEntry(nil, seq, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := decodeDedupEntry([]byte("id"), e, seq, false); err != nil || !ok || !proto.Equal(got, r) {
+			t.Fatalf("entry of sequence %d read back as %v %v %v", seq, got, ok, err)
+		}
+		if seq < math.MaxUint64 {
+			if _, ok, err := decodeDedupEntry([]byte("id"), e, seq+1, false); err != nil || ok {
+				t.Fatalf("entry of sequence %d live above it: %v %v", seq, ok, err)
+			}
+		}
+	})
 }

@@ -351,7 +351,13 @@ func (s *Shard) StoredResult(id []byte) (res *shalev1.CommandResult, ok bool, er
 		return nil, false, err
 	}
 	defer v.release()
-	raw, err := v.snap.Get(dedupIDKey(id))
+	raw, err := v.snap.Get(dedupKey(id))
+	legacy := errors.Is(err, storage.ErrNotFound)
+	if legacy {
+		// Perhaps an entry an older format wrote (its eviction tells
+		// whether it is still live; once all are evicted they are deleted).
+		raw, err = v.snap.Get(legacyDedupKey(id))
+	}
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -362,7 +368,7 @@ func (s *Shard) StoredResult(id []byte) (res *shalev1.CommandResult, ok bool, er
 	if err != nil {
 		return nil, false, err
 	}
-	return decodeDedupEntry(id, raw, ai.dedupOldest)
+	return decodeDedupEntry(id, raw, ai.dedupOldest, legacy)
 }
 
 func (s *Shard) scanSystem(prefix []byte, fn func([]byte) error) (err error) {

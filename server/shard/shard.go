@@ -105,6 +105,10 @@ type state struct {
 	// dedupOldest and dedupNext bound the live insertion sequence numbers of
 	// the dedup table: [dedupOldest, dedupNext).
 	dedupOldest, dedupNext uint64
+	// dedupLegacyEnd bounds the sequences of the dedup entries an older
+	// format wrote (under legacyDedupPrefix): none of them is live once
+	// dedupOldest reaches it. 0 when the engine holds none.
+	dedupLegacyEnd uint64
 	// hlc dates the last applied entry: dates grow with the index.
 	hlc hlc.Timestamp
 	// absorbed are the ranges merges added to the shard, each with the
@@ -231,6 +235,17 @@ func (st *state) writeMeta(b *storage.Batch, old *state) {
 	if full || st.format != formatVersion {
 		b.Set(keyFormat, []byte{formatVersion})
 	}
+	switch {
+	case st.dedupLegacyEnd == 0:
+	case st.dedupOldest >= st.dedupLegacyEnd:
+		// The table evicted the last entry of an older format: drop them
+		// all (the compaction filter would, one compaction at a time).
+		b.DeleteRange(legacyDedupPrefix, prefixEnd(legacyDedupPrefix))
+		b.Delete(keyDedupLegacyEnd)
+		st.dedupLegacyEnd = 0
+	case full || st.format != formatVersion:
+		b.Set(keyDedupLegacyEnd, binary.AppendUvarint(nil, st.dedupLegacyEnd))
+	}
 	st.format = formatVersion
 	if legacy {
 		b.Delete(keyRevision)
@@ -320,6 +335,18 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 	}
 	if st.dedupOldest > st.dedupNext {
 		return nil, false, fmt.Errorf("%w: dedup bounds [%d, %d)", ErrCorrupt, st.dedupOldest, st.dedupNext)
+	}
+	if st.format < dedupFormat {
+		// Every entry of the table was written in the old layout.
+		st.dedupLegacyEnd = st.dedupNext
+	} else if b, ok, err := getOpt(g, keyDedupLegacyEnd); err != nil {
+		return nil, false, fmt.Errorf("shard: read the dedup table's legacy bound: %w", err)
+	} else if ok {
+		end, n := binary.Uvarint(b)
+		if n <= 0 || n != len(b) || end > st.dedupNext {
+			return nil, false, fmt.Errorf("%w: dedup legacy bound record %x (next sequence %d)", ErrCorrupt, b, st.dedupNext)
+		}
+		st.dedupLegacyEnd = end
 	}
 
 	cs := &raftpb.ConfState{}
@@ -524,8 +551,8 @@ type dedupFilter struct {
 func (f dedupFilter) Name() string { return "shard.dedup" }
 
 func (f dedupFilter) Filter(level int, key, value []byte) (storage.FilterDecision, []byte) {
-	if bytes.HasPrefix(key, dedupIDPrefix) {
-		if len(value) >= 8 && binary.BigEndian.Uint64(value) < f.s.dedupFloor.Load() {
+	if legacy := bytes.HasPrefix(key, legacyDedupPrefix); legacy || bytes.HasPrefix(key, dedupPrefix) {
+		if seq, _, ok := splitDedupEntry(value, legacy); ok && seq < f.s.dedupFloor.Load() {
 			return storage.FilterRemove, nil
 		}
 		return storage.FilterKeep, nil
