@@ -59,6 +59,14 @@ const (
 	fastHeartbeatInterval = 250 * time.Millisecond
 )
 
+// moveStartInterval spreads the starts of replica moves: a round starts at
+// most one add-learner, and none within moveStartInterval of the last, so
+// a wave's snapshots (each a checkpoint streamed by its leader, then
+// installed) do not all begin in the same second. On the 2-core benchmark
+// machine four moves started at once filled both cores and stalled the
+// foreground's puts together (docs/BENCHMARKS.md, issue 24).
+const moveStartInterval = 250 * time.Millisecond
+
 // leaderSettle is how long after a shard's leader changed by an election
 // (a kill, a lost leader) leader balancing leaves it alone: a leader
 // elected after a kill is not moved again at once. A leadership the
@@ -105,6 +113,10 @@ type placementState struct {
 	lastOps   uint64
 	lastWrote uint64
 	lastBeat  time.Time
+	// lastMoveStart is when the last add-learner started (moveStartInterval);
+	// moveKick is set while a round is due for the next.
+	lastMoveStart time.Time
+	moveKick      bool
 	// drainingPeers are the nodes draining their leaderships, as the
 	// placement leader last answered a heartbeat.
 	drainingPeers []uint64
@@ -466,6 +478,9 @@ func (n *Node) runPlacement(ctx context.Context) {
 		leaderOf[sh.Desc.GetShardId()] = sh.Leader
 	}
 	for _, op := range plan.Ops {
+		if op.Kind == placement.AddLearner && !n.mayStartMove(now) {
+			continue // a later round starts it
+		}
 		n.startOp(op, leaderOf[op.ShardID])
 	}
 	n.finishManualMoves(ctx, pins, dir)
@@ -724,6 +739,30 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		p.mu.Unlock()
 		n.kickPlacement()
 	}()
+}
+
+// mayStartMove reports whether a replica move may start now, and if so
+// counts it as started: at most one in each moveStartInterval. When not, a
+// round is asked for (kickPlacement) once the interval has passed.
+func (n *Node) mayStartMove(now time.Time) bool {
+	p := n.place
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wait := p.lastMoveStart.Add(moveStartInterval).Sub(now)
+	if wait <= 0 {
+		p.lastMoveStart = now
+		return true
+	}
+	if !p.moveKick {
+		p.moveKick = true
+		time.AfterFunc(wait, func() {
+			p.mu.Lock()
+			p.moveKick = false
+			p.mu.Unlock()
+			n.kickPlacement()
+		})
+	}
+	return false
 }
 
 // planLeader records that the placement leader transferred shard's
