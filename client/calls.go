@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -24,8 +25,8 @@ import (
 )
 
 // A connection's unary KV calls go over one KV.Calls stream (callMux, the
-// connection's innermost interceptor): the calls made while the stream's
-// sender is busy leave together in one message, and the node answers many
+// connection's innermost interceptor): the calls made while a send is under
+// way leave together in one message, and the node answers many
 // in one, instead of each call being its own HTTP/2 stream with its own
 // headers and writes. Everything around a call is unchanged: the outer
 // interceptors (auth, wrong-node, sent) see each call as a unary call, the
@@ -61,6 +62,9 @@ type callMux struct {
 	cur *callStream
 	// unary is set once the node answered Unimplemented: calls are unary.
 	unary bool
+	// senderBatches counts the messages the streams' sender goroutines
+	// sent (the calls sendDirect handed over), for tests.
+	senderBatches atomic.Int64
 }
 
 // errNoCalls is how a call learns that the node has no KV.Calls and must
@@ -147,11 +151,16 @@ type callStream struct {
 	auth, node string
 	stream     shalev1.KV_CallsClient
 	cancel     context.CancelFunc
-	wake       chan struct{}
+	// wake hands the sending to the sender goroutine (send): a caller that
+	// sent finds calls queued meanwhile. fail wakes it too, to end it.
+	wake chan struct{}
 
-	mu      sync.Mutex
-	next    uint64
+	mu   sync.Mutex
+	next uint64
+	// queue holds the calls not yet sent. sending is set while a caller or
+	// the sender goroutine sends: calls queued meanwhile wait for it.
 	queue   []*shalev1.Call
+	sending bool
 	waiting map[uint64]chan *shalev1.CallResult
 	// err is set once the stream broke: calls fail with it.
 	err error
@@ -221,10 +230,15 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 	c.Id = s.next
 	s.waiting[c.Id] = done
 	s.queue = append(s.queue, c)
+	direct := !s.sending
+	var q []*shalev1.Call
+	if direct {
+		s.sending = true
+		q, s.queue = s.queue, nil
+	}
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if direct {
+		s.sendDirect(q)
 	}
 	// The call left the client once it is queued on an open stream: mark
 	// it sent for the outer interceptors (an outcome may be unknown).
@@ -266,30 +280,77 @@ type streamAddr struct{}
 func (streamAddr) Network() string { return "tcp" }
 func (streamAddr) String() string  { return "kv-calls-stream" }
 
-// send sends the queued calls, as many in one message as callBatchBytes
-// allows.
-func (s *callStream) send() {
-	for range s.wake {
-		s.mu.Lock()
-		q := s.queue
-		s.queue = nil
-		broken := s.err != nil
-		s.mu.Unlock()
-		if broken {
-			return
-		}
-		for len(q) > 0 {
-			n, size := 0, 0
-			for n < len(q) && (n == 0 || size+len(q[n].GetRequest()) <= callBatchBytes) {
-				size += len(q[n].GetRequest())
-				n++
-			}
-			if err := s.stream.Send(&shalev1.CallBatch{Calls: q[:n]}); err != nil {
-				return // receive reports the stream's status
-			}
-			q = q[n:]
+// sendDirect sends q, the calls queued when no send was under way, from
+// the caller that found it so: with one call in flight on a stream (a
+// client per connection) the call leaves with no wake-up of the sender
+// goroutine and no wait for the scheduler, as the node sends its results
+// (server.resultSender). Calls queued while it sent are handed to the
+// sender goroutine, so that no caller sends for others for long. After a
+// failed send the stream stays marked sending: nothing more is sent on it,
+// and receive fails its calls.
+func (s *callStream) sendDirect(q []*shalev1.Call) {
+	if !s.sendCalls(q) {
+		return
+	}
+	s.mu.Lock()
+	more := len(s.queue) > 0 && s.err == nil
+	if !more {
+		s.sending = false
+	}
+	s.mu.Unlock()
+	if more {
+		// sending stays set until send clears it, so this is the one
+		// hand-off in flight; a full channel holds fail's wake-up, and
+		// the stream is broken.
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
 	}
+}
+
+// send sends the calls handed to it (sendDirect), and those queued while
+// it sends, until the queue is empty; it ends once the stream broke.
+func (s *callStream) send() {
+	for range s.wake {
+		for {
+			s.mu.Lock()
+			if s.err != nil {
+				s.mu.Unlock()
+				return
+			}
+			q := s.queue
+			s.queue = nil
+			if len(q) == 0 {
+				s.sending = false
+				s.mu.Unlock()
+				break
+			}
+			s.mu.Unlock()
+			s.m.senderBatches.Add(1)
+			if !s.sendCalls(q) {
+				return
+			}
+		}
+	}
+}
+
+// sendCalls sends q, as many calls in one message as callBatchBytes
+// allows. It reports false if the stream failed (receive reports its
+// status).
+func (s *callStream) sendCalls(q []*shalev1.Call) bool {
+	for len(q) > 0 {
+		n, size := 0, 0
+		for n < len(q) && (n == 0 || size+len(q[n].GetRequest()) <= callBatchBytes) {
+			size += len(q[n].GetRequest())
+			n++
+		}
+		if err := s.stream.Send(&shalev1.CallBatch{Calls: q[:n]}); err != nil {
+			return false
+		}
+		q = q[n:]
+	}
+	return true
 }
 
 // receive delivers results until the stream ends, then fails the calls

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"maps"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 )
 
 // TestCallWorkersReuseIdleWorkers: calls made one after another run on the
@@ -92,4 +96,47 @@ func TestCallWorkersEnd(t *testing.T) {
 		t.Fatal("a call made after the stop did not run")
 	}
 	waitLive(w, 0)
+}
+
+// TestCallCounters: the cached counters count into the same series as the
+// vector's WithLabelValues, made on the first count (no series for a code
+// never counted), and a name or code outside the cache still counts.
+func TestCallCounters(t *testing.T) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls_total"}, []string{"method", "code"})
+	c := newCallCounters(vec)
+	for range 3 {
+		c.inc("Get", codes.OK)
+	}
+	c.inc("Put", codes.Unavailable)
+	c.inc("unknown", codes.InvalidArgument)
+	c.inc("NotAMethod", codes.OK)
+	c.inc("Get", codes.Code(99))
+	want := map[[2]string]float64{
+		{"Get", "OK"}: 3, {"Put", "Unavailable"}: 1, {"unknown", "InvalidArgument"}: 1,
+		{"NotAMethod", "OK"}: 1, {"Get", codes.Code(99).String()}: 1,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(vec)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var k [2]string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "method":
+					k[0] = l.GetValue()
+				case "code":
+					k[1] = l.GetValue()
+				}
+			}
+			got[k] = m.GetCounter().GetValue()
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("series %v, want %v", got, want)
+	}
 }

@@ -120,7 +120,7 @@ type Node struct {
 	// backupm counts the backup parts this node served.
 	backupm *backupMetrics
 	// streamCalls counts the calls served over KV.Calls streams.
-	streamCalls *prometheus.CounterVec
+	streamCalls *callCounters
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -205,10 +205,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Help: "1 while this node's Raft-log syncs are slow (--slow-disk-threshold) and it hands its shard leaderships to other nodes, else 0."})
 	n.slowDiskEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_slow_disk_events_total",
 		Help: "Times this node found its disk slow and started handing its shard leaderships away."})
-	n.streamCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_kv_stream_calls_total",
+	n.streamCalls = newCallCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_kv_stream_calls_total",
 		Help: "KV calls served over KV.Calls streams, by method and gRPC status code (the grpc_server_* metrics count each stream once)."},
-		[]string{"method", "code"})
-	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved, n.slowDisk, n.slowDiskEvents, n.streamCalls)
+		[]string{"method", "code"}))
+	n.reg.MustRegister(n.watchTooSlow, n.expiredKeys, n.strayRemoved, n.slowDisk, n.slowDiskEvents, n.streamCalls.vec)
 	n.authm = newAuthMetrics(n.reg)
 	n.backupm = newBackupMetrics(n.reg)
 	defer func() {
