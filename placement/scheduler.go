@@ -81,9 +81,8 @@ type Shard struct {
 	MoveFrom, MoveTo uint64
 	// Busy shards have an operation in flight; the scheduler skips them.
 	Busy bool
-	// NewLeader shards changed leader a moment ago by an election (after
-	// a kill, a lost leader): leader balancing lets the new leader settle
-	// first. A leadership the placement leader transferred is not new.
+	// NewLeader shards changed leader a moment ago (an election, a
+	// transfer): leader balancing lets the new leader settle first.
 	NewLeader bool
 }
 

@@ -67,19 +67,10 @@ const (
 // foreground's puts together (docs/BENCHMARKS.md, issue 24).
 const moveStartInterval = 250 * time.Millisecond
 
-// leaderSettle is how long after a shard's leader changed by an election
-// (a kill, a lost leader) leader balancing leaves it alone: a leader
-// elected after a kill is not moved again at once. A leadership the
-// placement leader itself transferred (a hand-off before a replica's
-// removal, leader balancing) is not held: its target was chosen by the
-// same counts balancing reads, and every balancing transfer lowers the
-// spread, so moving it on cannot ping-pong.
+// leaderSettle is how long after a shard's leader changed (an election, a
+// transfer) leader balancing leaves it alone: a leader elected after a
+// kill is not moved again at once.
 const leaderSettle = 10 * time.Second
-
-// transferInFlight is how long a leadership transfer the placement leader
-// started may take before its target's leadership no longer counts as the
-// transfer's (the operation's own timeout, 30 s, and the settling after).
-const transferInFlight = 30*time.Second + placementSettle
 
 // refusedLeaderFor is how long after a leadership transfer to a node
 // failed balancing gives the node no leadership (it may be down, though
@@ -125,26 +116,13 @@ type placementState struct {
 	// last failed.
 	leaderSeen map[uint64]leaderSeen
 	refusedAt  map[uint64]time.Time
-	// transfers are the leadership transfers this placement leader
-	// started, per shard: a leader seen on the transfer's target before
-	// until took the leadership by it, not by an election.
-	transfers map[uint64]plannedLeader
 }
 
 // leaderSeen is a shard's leader and when the placement leader first saw
-// it lead; planned when it took the leadership by a transfer the placement
-// leader started.
+// it lead.
 type leaderSeen struct {
-	node    uint64
-	since   time.Time
-	planned bool
-}
-
-// plannedLeader is the target of a leadership transfer the placement
-// leader started, and until when a leader seen there counts as its.
-type plannedLeader struct {
 	node  uint64
-	until time.Time
+	since time.Time
 }
 
 // settleState holds a shard back until its leader reports epoch (at most
@@ -204,7 +182,6 @@ func newPlacementState(cfg Config, reg prometheus.Registerer) *placementState {
 
 		leaderSeen: map[uint64]leaderSeen{},
 		refusedAt:  map[uint64]time.Time{},
-		transfers:  map[uint64]plannedLeader{},
 	}
 }
 
@@ -606,18 +583,16 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 		id := d.GetShardId()
 		listed[id] = true
 		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0 || absorbing[id]}
-		stale := false // its leader's report is of another epoch
 		if l, ok := led[id]; ok {
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
 				sh.Leader = l.node
 				seen, ok := p.leaderSeen[id]
 				if !ok || seen.node != l.node {
-					t, planned := p.transfers[id]
-					seen = leaderSeen{node: l.node, since: now, planned: planned && t.node == l.node && now.Before(t.until)}
+					seen = leaderSeen{node: l.node, since: now}
 					p.leaderSeen[id] = seen
 				}
-				sh.NewLeader = !seen.planned && now.Sub(seen.since) < leaderSettle
+				sh.NewLeader = now.Sub(seen.since) < leaderSettle
 				if ids := l.led.GetCaughtUpLearners(); len(ids) > 0 {
 					sh.CaughtUp = make(map[uint64]bool, len(ids))
 					for _, rid := range ids {
@@ -625,28 +600,15 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 					}
 				}
 			} else {
-				// The directory and the leader disagree for now (a
-				// membership change just made): left alone, but its
-				// leader still counts, so that leader balancing does not
-				// read a node's count short while its shards change.
-				sh.Busy, sh.Leader, stale = true, l.node, true
+				sh.Busy = true // the directory and the leader disagree for now
 			}
 		}
 		if st, ok := p.settle[id]; ok {
-			if (now.Before(st.until) || d.GetEpoch() < st.epoch || sh.Leader == 0 || stale) && now.Before(st.limit) ||
+			if (now.Before(st.until) || d.GetEpoch() < st.epoch || sh.Leader == 0) && now.Before(st.limit) ||
 				st.leader != 0 && sh.Leader != st.leader && now.Before(st.leaderBy) {
 				sh.Busy = true
 			} else {
 				delete(p.settle, id)
-			}
-		}
-		if t, ok := p.transfers[id]; ok && sh.Busy && sh.Leader != t.node && now.Before(t.until) {
-			if st, settling := p.settle[id]; p.inflight[id] || settling && st.leader == t.node {
-				// A leadership transfer in flight, or done and not yet
-				// reported by its target: counted where it went, or the
-				// next rounds would move more leaderships off the old
-				// leader (and later back) on a count that is one short.
-				sh.Leader = t.node
 			}
 		}
 		if pin := pinOf[id]; pin != nil && pin.GetUntilUnixNanos() > n.wallNanos() {
@@ -658,11 +620,6 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 	for id := range p.leaderSeen {
 		if !listed[id] {
 			delete(p.leaderSeen, id)
-		}
-	}
-	for id, t := range p.transfers {
-		if !listed[id] || !now.Before(t.until) {
-			delete(p.transfers, id)
 		}
 	}
 	return shards
@@ -679,9 +636,6 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 	}
 	p.mu.Lock()
 	p.inflight[op.ShardID] = true
-	if op.Kind == placement.TransferLeader {
-		p.planLeader(op.ShardID, op.Node, time.Now().Add(transferInFlight))
-	}
 	p.mu.Unlock()
 	rec := p.history.Start(&shalev1.PlacementOperation{ShardId: op.ShardID, Kind: string(op.Kind), NodeId: op.Node,
 		FromNodeId: op.From, Reason: op.Reason, StartedUnixNanos: n.wallNanos()})
@@ -727,12 +681,6 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		p.mu.Lock()
 		delete(p.inflight, op.ShardID)
 		p.settle[op.ShardID] = st
-		if op.Kind == placement.TransferLeader {
-			// Its target's leadership counts as the transfer's until
-			// the shard has settled (a report naming the target is due
-			// by then).
-			p.planLeader(op.ShardID, op.Node, now.Add(placementSettle))
-		}
 		if err != nil && op.Kind == placement.TransferLeader {
 			p.refusedAt[op.Node] = now
 		}
@@ -763,14 +711,6 @@ func (n *Node) mayStartMove(now time.Time) bool {
 		})
 	}
 	return false
-}
-
-// planLeader records that the placement leader transferred shard's
-// leadership to node: a leader seen there before until took it by the
-// transfer, and leader balancing does not wait for it to settle. The
-// caller holds p.mu.
-func (p *placementState) planLeader(shard, node uint64, until time.Time) {
-	p.transfers[shard] = plannedLeader{node: node, until: until}
 }
 
 // kickPlacement asks for a scheduling round soon (placementLoop).
