@@ -42,6 +42,14 @@ const kvCallsPrefix = "/shale.v1.KV/"
 // limit would end the stream and every call on it).
 const callBatchBytes = 1 << 20
 
+// directSendMaxWaiting bounds the calls waiting on a stream for a caller
+// to send its own call (sendDirect). A send blocks while the connection's
+// flow-control window is full, which happens when the node stops reading
+// the stream: it does once thousands of the stream's calls are in flight.
+// Below this bound that cannot be the case, so a caller's wait in the send
+// is short and its deadline holds; above it the sender goroutine sends.
+const directSendMaxWaiting = 64
+
 // streamable reports whether the unary method goes over KV.Calls, and
 // its name there.
 func streamable(method string) (string, bool) {
@@ -230,15 +238,26 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 	c.Id = s.next
 	s.waiting[c.Id] = done
 	s.queue = append(s.queue, c)
-	direct := !s.sending
 	var q []*shalev1.Call
-	if direct {
+	handOff := false
+	if !s.sending {
 		s.sending = true
-		q, s.queue = s.queue, nil
+		if len(s.waiting) <= directSendMaxWaiting {
+			q, s.queue = s.queue, nil
+		} else {
+			handOff = true
+		}
 	}
 	s.mu.Unlock()
-	if direct {
+	switch {
+	case q != nil:
 		s.sendDirect(q)
+	case handOff:
+		// A full channel holds a wake-up the sender has yet to take.
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	// The call left the client once it is queued on an open stream: mark
 	// it sent for the outer interceptors (an outcome may be unknown).

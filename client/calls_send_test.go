@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // senderBatches sums, over the client's connections, the KV.Calls
@@ -74,4 +76,69 @@ func TestCallsSentByCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d messages of %d concurrent calls sent by the sender goroutines", senderBatches(cl)-before, 2*workers*each)
+}
+
+// sendCountingStream is a KV.Calls stream that takes every message and
+// answers none.
+type sendCountingStream struct {
+	shalev1.KV_CallsClient
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *sendCountingStream) Send(b *shalev1.CallBatch) error {
+	s.mu.Lock()
+	s.calls += len(b.GetCalls())
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *sendCountingStream) sent() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// TestCallsHandedOffWhenManyWait: a caller sends its own call only while
+// few calls wait on the stream (directSendMaxWaiting); with more in flight
+// the node may have stopped reading the stream, a send could block past
+// the caller's deadline, and the call goes to the sender goroutine.
+func TestCallsHandedOffWhenManyWait(t *testing.T) {
+	fake := &sendCountingStream{}
+	m := &callMux{}
+	s := &callStream{m: m, stream: fake, wake: make(chan struct{}, 1), waiting: map[uint64]chan *shalev1.CallResult{}}
+	go s.send()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		s.mu.Lock()
+		s.err = context.Canceled
+		s.mu.Unlock()
+		select { // ends send
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}()
+	waitSent := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for fake.sent() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d calls sent, want %d", fake.sent(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := range directSendMaxWaiting + 3 {
+		wg.Go(func() { _ = s.call(ctx, "Get", []byte("k"), &shalev1.GetResponse{}, nil, nil) })
+		waitSent(i + 1)
+		if i < directSendMaxWaiting && m.senderBatches.Load() != 0 {
+			t.Fatalf("call %d (%d waiting) handed to the sender goroutine", i+1, i+1)
+		}
+	}
+	if n := m.senderBatches.Load(); n == 0 {
+		t.Fatalf("with %d calls waiting, no call was handed to the sender goroutine", directSendMaxWaiting+3)
+	}
 }
