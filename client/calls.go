@@ -253,11 +253,7 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 	case q != nil:
 		s.sendDirect(q)
 	case handOff:
-		// A full channel holds a wake-up the sender has yet to take.
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.wakeSender()
 	}
 	// The call left the client once it is queued on an open stream: mark
 	// it sent for the outer interceptors (an outcome may be unknown).
@@ -319,12 +315,18 @@ func (s *callStream) sendDirect(q []*shalev1.Call) {
 	s.mu.Unlock()
 	if more {
 		// sending stays set until send clears it, so this is the one
-		// hand-off in flight; a full channel holds fail's wake-up, and
-		// the stream is broken.
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		// hand-off in flight.
+		s.wakeSender()
+	}
+}
+
+// wakeSender wakes the sender goroutine (send): to send what is queued, or
+// to end once the stream broke. It never blocks: a full channel holds a
+// wake-up the sender has yet to take, which does both.
+func (s *callStream) wakeSender() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -436,10 +438,7 @@ func (s *callStream) failLocked(err error) (noCalls bool) {
 		ch <- nil
 	}
 	s.cancel()
-	select { // the sender sees the stream broken and ends
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.wakeSender() // the sender sees the stream broken and ends
 	return noCalls
 }
 

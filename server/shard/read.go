@@ -352,10 +352,12 @@ func (s *Shard) StoredResult(id []byte) (res *shalev1.CommandResult, ok bool, er
 	}
 	defer v.release()
 	raw, err := v.snap.Get(dedupKey(id))
-	legacy := errors.Is(err, storage.ErrNotFound)
+	legacy := errors.Is(err, storage.ErrNotFound) && s.st.Load().dedupLegacyEnd != 0
 	if legacy {
-		// Perhaps an entry an older format wrote (its eviction tells
-		// whether it is still live; once all are evicted they are deleted).
+		// Perhaps an entry an older format wrote, while the shard holds
+		// any (its eviction tells whether it is still live). Once the
+		// table evicted the last of them, they are deleted and the bound
+		// is 0: a miss costs no second read.
 		raw, err = v.snap.Get(legacyDedupKey(id))
 	}
 	if errors.Is(err, storage.ErrNotFound) {

@@ -5,23 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/shale-db/shale/placement"
 )
-
-// placementClock is the placement leader's state on an injected clock.
-type placementClock struct {
-	n   *Node
-	now time.Time
-}
-
-func newPlacementClock() *placementClock {
-	pc := &placementClock{now: time.Unix(1_800_000_000, 0)}
-	cfg := Config{DeadNodeTimeout: 5 * time.Minute, WallClock: func() time.Time { return pc.now }}
-	pc.n = &Node{cfg: cfg, place: newPlacementState(cfg, prometheus.NewRegistry())}
-	pc.n.place.tracker = placement.NewTracker(3*time.Second, cfg.DeadNodeTimeout, func() time.Time { return pc.now })
-	return pc
-}
 
 // TestPlacementSpreadsMoveStarts: the placement leader starts at most one
 // replica move per moveStartInterval, and asks for the round that starts
@@ -29,8 +13,7 @@ func newPlacementClock() *placementClock {
 // not all begin at once (issue 24: four moves started together filled the
 // benchmark machine's two cores and stalled the foreground's puts).
 func TestPlacementSpreadsMoveStarts(t *testing.T) {
-	pc := newPlacementClock()
-	n := pc.n
+	n := &Node{place: newPlacementState(Config{DeadNodeTimeout: 5 * time.Minute}, prometheus.NewRegistry())}
 	t0 := time.Now()
 	if !n.mayStartMove(t0) {
 		t.Fatal("the first move may not start")
