@@ -103,7 +103,7 @@ func (n *testNode) heldFor(shard uint64) int {
 	if w == nil || w.replicaID == 0 {
 		return -1
 	}
-	return len(w.held)
+	return int(w.heldCount.Load())
 }
 
 // TestReplicaOpenDoesNotStallOtherShards: while the open of a replica

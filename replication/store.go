@@ -1005,6 +1005,7 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch) {
 			// Delivered once the replica is open.
 			if w := s.createOnDemand(env.GetShardId(), m); w != nil {
 				w.held.hold(from, env)
+				w.heldCount.Store(int64(len(w.held)))
 			}
 			continue
 		}
@@ -1097,6 +1098,8 @@ type hostChange struct {
 	// open (loop only).
 	held  heldMessages
 	snaps []*incomingSnapshot
+	// heldCount is len(held), readable off the loop.
+	heldCount atomic.Int64
 }
 
 // createOnDemand starts creating an uninitialized replica of shardID for
