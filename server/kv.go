@@ -155,7 +155,13 @@ type callerDeadlineKey struct{}
 // makes no further context and deadlinePassed tells the caller's deadline
 // from the call's. One timer per call instead of two.
 func callBudget(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithDeadline(ctx, dl.Add(-requestMargin(dl)))
+	return budgetCtx(ctx, dl, dl.Add(-requestMargin(dl)))
+}
+
+// budgetCtx returns a context that ends at budget and carries the
+// caller's deadline dl, as callBudget's does.
+func budgetCtx(ctx context.Context, dl, budget time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(ctx, budget)
 	return context.WithValue(ctx, callerDeadlineKey{}, dl), cancel
 }
 
