@@ -1,12 +1,26 @@
 package server_test
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/shale-db/shale/internal/freeport"
 	"github.com/shale-db/shale/internal/testcluster"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/replication"
 	"github.com/shale-db/shale/server"
+	"github.com/shale-db/shale/storage/vfs"
+	"github.com/shale-db/shale/storage/vfs/errorfs"
 )
 
 // TestFoundingCampaignsAtOnce: a founding cluster's shards get their
@@ -56,4 +70,67 @@ func TestFoundingCampaignsAtOnce(t *testing.T) {
 		}
 	}
 	t.Logf("leaders of %d shards %v after the founding nodes' start (election timeout %v)", len(shards), took, ticks*tick)
+}
+
+// TestFoundingNodeRefusesUntilServing: a founding node accepts no
+// connection while it creates its shards (for seconds when it restores them
+// from a backup), so a peer asking it whether the cluster already ran (the
+// founding check every node makes) is refused at once instead of waiting
+// out its 2 s timeout on a listener nobody serves. The node's file system
+// holds its first shard write until the test has asked.
+func TestFoundingNodeRefusesUntilServing(t *testing.T) {
+	ports, err := freeport.Ports(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	dir := t.TempDir()
+	shards := filepath.Join(dir, "shards") + string(filepath.Separator)
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(_ errorfs.Op, path string) error {
+		if strings.HasPrefix(path, shards) {
+			once.Do(func() { close(reached) })
+			<-release
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type started struct {
+		n   *server.Node
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		// Node 2 never runs: node 1's own founding check is refused at once.
+		n, err := server.Start(ctx, server.Config{DataDir: dir, NodeID: 1, ListenAddr: addr, FS: fs,
+			InitialCluster: map[uint64]string{1: addr, 2: fmt.Sprintf("127.0.0.1:%d", ports[1])}, Logger: testcluster.Logger()})
+		done <- started{n, err}
+	}()
+	select {
+	case <-reached:
+	case s := <-done:
+		t.Fatalf("the node started (%v) without writing its shards", s.err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+	asked := time.Now()
+	_, err = shalev1.NewAdminClient(conn).GetRouting(actx, &shalev1.GetRoutingRequest{})
+	took := time.Since(asked)
+	acancel()
+	_ = conn.Close()
+	close(release)
+	if status.Code(err) != codes.Unavailable || took > time.Second {
+		t.Errorf("a peer asking the founding node while it created its shards got %v after %v; want Unavailable (connection refused) at once", err, took)
+	}
+	s := <-done
+	if s.err != nil {
+		t.Fatalf("start: %v", s.err)
+	}
+	s.n.Stop()
 }

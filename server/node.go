@@ -168,6 +168,7 @@ type nodeMeta struct {
 // Start opens (or creates) the node's data, joins or bootstraps its
 // cluster, and serves until Stop.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	started := time.Now()
 	cfg.applyDefaults()
 	if err := cfg.usePreparedRestore(); err != nil {
 		return nil, err
@@ -280,10 +281,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.clearSnapshotStaging(); err != nil {
 		return nil, err
 	}
-	n.lis, err = net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
-	}
 	n.fg = &foreground{syncs: func(window time.Duration) int { return n.store.LogSyncs(window, time.Hour).Finished }, log: n.log}
 	n.snapLimiter = snapshot.NewIdleAwareLimiter(cfg.SnapshotRateBytes, n.fg.Busy)
 	if cfg.SnapshotRateAlways {
@@ -362,6 +359,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
 	)
+	// Listen only now that the node can serve: a founding node's peers
+	// ask it whether the cluster already ran (priorIncarnation), and a
+	// connection the kernel accepted on a listener nobody serves yet (a
+	// node restoring its shards from a backup, for seconds) holds their
+	// question until its timeout, where a refused one is answered at once.
+	n.lis, err = net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", cfg.ListenAddr, err)
+	}
 	serveLis := n.lis
 	if n.tls != nil {
 		srvOpts = append(srvOpts, grpc.Creds(n.tls.ServerCredentials()))
@@ -416,7 +422,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.placementLoop()
 	go n.watchStorage()
 	go n.expiryLoop()
-	n.log.Info("node started", "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.store.Replicas()))
+	n.log.Info("node started", "took", time.Since(started), "cluster", n.clusterID, "listen", n.lis.Addr().String(), "advertise", cfg.AdvertiseAddr, "shards", len(n.store.Replicas()))
 	return n, nil
 }
 
@@ -679,6 +685,15 @@ func (n *Node) openShards() error {
 			// The split that was making it had not applied durably: it
 			// makes the copy again when it applies.
 			n.log.Warn("discarding an unfinished split's copy", "shard", id)
+			if err := os.RemoveAll(n.shardDir(id)); err != nil {
+				return fmt.Errorf("server: remove unfinished shard %d: %w", id, err)
+			}
+			continue
+		}
+		if errors.Is(err, shard.ErrUnfinishedRestore) {
+			// A founding node stopped while it restored the shard from a
+			// backup: founding again restores it again.
+			n.log.Warn("discarding an unfinished restore's copy", "shard", id)
 			if err := os.RemoveAll(n.shardDir(id)); err != nil {
 				return fmt.Errorf("server: remove unfinished shard %d: %w", id, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/shale-db/shale/backup"
@@ -97,18 +98,21 @@ func (n *Node) planRestore(ctx context.Context) (*restorePlan, error) {
 }
 
 // restoreParallel is how many parts a founding node copies from a backup
-// at once.
+// and opens at once.
 const restoreParallel = 4
 
 // restoreShards builds this node's replicas of the user shards in descs
-// from the plan's parts: every part's files are copied into the node's
-// staging directory and checked first (restoreParallel files at once), or,
-// from a restore `shalectl restore` prepared, hard-linked there from the
-// staged copy (checked when it was staged); then each replica is created
-// from its copy with its log replayed (restoreParallel at once). On an
-// error no shard is left behind, and a prepared restore's staged copy is
-// kept.
+// from the plan's parts, restoreParallel parts at once, each as soon as its
+// own files are in place: every file of the part is copied into the node's
+// staging directory and checked (or, from a restore `shalectl restore`
+// prepared, hard-linked there from the staged copy, checked when it was
+// staged), the directory synced, and only then is the replica created from
+// the copy with its log replayed. So one part's engine opens and replays
+// while the next parts are still copying, and no engine ever opens a part
+// whose copy did not finish. On an error no shard is left behind, and a
+// prepared restore's staged copy is kept.
 func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shalev1.ShardDescriptor) (map[uint64]*shard.Shard, error) {
+	start := time.Now()
 	staged := map[uint64]string{}
 	defer func() {
 		for _, dir := range staged {
@@ -116,9 +120,9 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		}
 	}()
 	asOf := n.cfg.RestoreAsOf
-	var parts []*backup.Part
-	var dirs []string
-	for _, d := range descs {
+	parts := make([]*backup.Part, len(descs))
+	dirs := make([]string, len(descs))
+	for i, d := range descs {
 		part := p.parts[string(d.GetStartKey())]
 		if part == nil || string(part.End) != string(d.GetEndKey()) {
 			return nil, fmt.Errorf("server: restore: no part of backup %s covers shard %d [%q, %q)", p.manifest.ID, d.GetShardId(), d.GetStartKey(), d.GetEndKey())
@@ -133,47 +137,45 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		}
 		dir := filepath.Join(n.cfg.DataDir, "snapshots", "in", fmt.Sprintf("restore-%d", d.GetShardId()))
 		if err := os.RemoveAll(dir); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("server: restore shard %d: clear %s: %w", d.GetShardId(), dir, err)
 		}
-		parts, dirs = append(parts, part), append(dirs, dir)
+		parts[i], dirs[i] = part, dir
 		staged[d.GetShardId()] = dir
 	}
 	if len(dirs) > 0 {
 		if err := os.MkdirAll(filepath.Dir(dirs[0]), 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("server: restore: %w", err)
 		}
 	}
-	copyStart := time.Now()
 	place, how := p.loc.CopyParts, "restore: parts copied"
 	if p.prepared != nil {
 		place, how = p.loc.LinkParts, "restore: parts linked from the prepared restore"
 	}
-	if err := place(ctx, parts, dirs, restoreParallel); err != nil {
-		return nil, fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
-	}
-	var copied uint64
-	for _, part := range parts {
-		for _, f := range part.Files {
-			copied += f.Size
-		}
-	}
-	n.log.Info(how, "parts", len(parts), "bytes", copied, "took", time.Since(copyStart))
-	openStart := time.Now()
-	defer func() { n.log.Info("restore: shards opened", "shards", len(descs), "took", time.Since(openStart)) }()
-	// Open the shards restoreParallel at once: each replays its part's log
-	// onto its copy, work of the CPU and the disk that one shard alone
-	// leaves partly idle.
+	var placed, copying, opening atomic.Int64 // bytes; nanoseconds summed over the parts
 	opened := make([]*shard.Shard, len(descs))
 	err := parallel.ForEach(ctx, restoreParallel, len(descs), func(ctx context.Context, i int) error {
-		d := descs[i]
-		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), staged[d.GetShardId()], replication.BootstrapState(d), n.shardOptions(), p.replay(ctx, d, asOf))
+		d, part := descs[i], parts[i]
+		copyStart := time.Now()
+		if err := place(ctx, parts[i:i+1], dirs[i:i+1], 1); err != nil {
+			return fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
+		}
+		var bytes uint64
+		for _, f := range part.Files {
+			bytes += f.Size
+		}
+		took := time.Since(copyStart)
+		placed.Add(int64(bytes))
+		copying.Add(int64(took))
+		n.log.Info(how, "shard", d.GetShardId(), "parts", 1, "bytes", bytes, "took", took)
+		openStart := time.Now()
+		s, err := shard.BootstrapFrom(n.shardDir(d.GetShardId()), dirs[i], replication.BootstrapState(d), n.shardOptions(), p.replay(ctx, d, asOf))
 		if err != nil {
 			return fmt.Errorf("server: restore shard %d: %w", d.GetShardId(), err)
 		}
 		opened[i] = s
-		part := p.parts[string(d.GetStartKey())]
+		opening.Add(int64(time.Since(openStart)))
 		n.log.Info("shard restored from a backup", "shard", d.GetShardId(), "backup_shard", part.ShardID,
-			"backup_index", part.AppliedIndex, "date", part.Date.Time(), "bytes", part.Bytes())
+			"backup_index", part.AppliedIndex, "date", part.Date.Time(), "bytes", part.Bytes(), "took", time.Since(openStart))
 		return nil
 	})
 	if err != nil {
@@ -191,6 +193,10 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		delete(staged, d.GetShardId())
 		out[d.GetShardId()] = opened[i]
 	}
+	took := time.Since(start)
+	n.log.Info("restore: done", "shards", len(descs), "took", took,
+		"bytes", placed.Load(), "linked", p.prepared != nil, "mb_per_s", float64(placed.Load())/1e6/took.Seconds(),
+		"copying_summed", time.Duration(copying.Load()), "opening_summed", time.Duration(opening.Load()))
 	return out, nil
 }
 

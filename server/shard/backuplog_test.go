@@ -120,6 +120,14 @@ func TestReadLogAfterReplays(t *testing.T) {
 	}); err == nil {
 		t.Fatal("a replay of an entry before the checkpoint's was taken")
 	}
+	// The failed bootstrap left its directory as a stopped node would: it
+	// is refused as unfinished, not opened with the backup's state.
+	if r, err := Open("/r4", e.opts(0)); !errors.Is(err, ErrUnfinishedRestore) {
+		if err == nil {
+			r.Close()
+		}
+		t.Fatalf("open of an unfinished bootstrap: %v, want ErrUnfinishedRestore", err)
+	}
 	// The next read after where this one stopped starts there, not at the
 	// oldest batch (a backup stream reads every few seconds).
 	if err := s.ReadLogAfter(base, func(*LoggedEntry) error { return nil }); err != nil {

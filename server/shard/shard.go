@@ -668,6 +668,17 @@ func (s *Shard) checkAbsent() error {
 	return nil
 }
 
+// restoreMarker is a file in a shard's directory while BootstrapFrom
+// creates it from a backup's part. A directory holding it is unfinished:
+// Open refuses it (ErrUnfinishedRestore), and it may be deleted and the
+// part restored again.
+const restoreMarker = "RESTORING"
+
+// ErrUnfinishedRestore is returned by Open for the directory of a shard
+// that BootstrapFrom did not finish creating (its node stopped during a
+// restore); the directory may be deleted and the shard restored again.
+var ErrUnfinishedRestore = errors.New("shard: an unfinished restore's copy")
+
 // BootstrapFrom creates the shard in dir from src, a checkpoint of a shard
 // of another cluster (a backup's part), which it moves into dir (so src
 // must be on dir's filesystem). The checkpoint's data, revision, dates and
@@ -679,7 +690,9 @@ func (s *Shard) checkAbsent() error {
 // apply with the entries applied after the checkpoint, in order (a
 // backup's log), whose writes go into the engine; the revision and date
 // become the last entry's. An entry that changed the range, or one out of
-// order, fails the bootstrap.
+// order, fails the bootstrap. Until the new state is durable, dir carries
+// a marker that makes Open refuse it (ErrUnfinishedRestore), so a node
+// stopped mid-bootstrap never opens a shard with part of its log replayed.
 func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, replay func(apply func(*LoggedEntry) error) error) (*Shard, error) {
 	if st.Descriptor == nil {
 		return nil, fmt.Errorf("shard: bootstrap %s: a descriptor is required", dir)
@@ -691,8 +704,25 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 	if err := s.fs.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
 		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
 	}
+	// The directory carries restoreMarker until its new applied state is
+	// durable: a node stopped before that finds it unfinished at its next
+	// start (Open: ErrUnfinishedRestore), not a shard with the backup's
+	// state and part of its log replayed.
+	marker, err := s.fs.Create(s.fs.Join(src, restoreMarker))
+	if err == nil {
+		err = marker.Close()
+	}
+	if err == nil {
+		err = vfs.SyncDir(s.fs, src)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: mark %s unfinished: %w", dir, src, err)
+	}
 	if err := s.fs.Rename(src, s.dir); err != nil {
 		return nil, fmt.Errorf("shard: bootstrap %s from %s: %w", dir, src, err)
+	}
+	if err := vfs.SyncDir(s.fs, filepath.Dir(s.dir)); err != nil {
+		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
 	}
 	o := s.engineOptions()
 	o.ErrorIfNotExists = true
@@ -713,7 +743,7 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 		}
 	}
 	ns.index, ns.term = st.Index, st.Term
-	err := ns.setConf(cloneConfState(st.ConfState))
+	err = ns.setConf(cloneConfState(st.ConfState))
 	if err == nil {
 		err = ns.setDesc(cloneDesc(st.Descriptor))
 	}
@@ -721,6 +751,12 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 		b := storage.NewBatch()
 		ns.writeMeta(b, nil)
 		err = s.db.Apply(b, storage.Sync)
+	}
+	if err == nil {
+		err = s.fs.Remove(s.fs.Join(s.dir, restoreMarker))
+	}
+	if err == nil {
+		err = vfs.SyncDir(s.fs, s.dir)
 	}
 	if err != nil {
 		_ = s.db.Close()
@@ -733,7 +769,8 @@ func BootstrapFrom(dir, src string, st replication.AppliedState, opts Options, r
 // Open opens an existing shard engine in dir and loads its applied state.
 // It fails with an error wrapping ErrNoMetadata when the engine holds no
 // shard metadata, with ErrUnfinishedSplit when dir is the copy of a split
-// that did not finish, and with the engine's error when dir holds no
+// that did not finish, with ErrUnfinishedRestore when dir is a shard
+// BootstrapFrom did not finish, and with the engine's error when dir holds no
 // engine. It first completes or rolls back a Restore interrupted by a
 // crash (see Restore).
 func Open(dir string, opts Options) (*Shard, error) {
@@ -741,10 +778,12 @@ func Open(dir string, opts Options) (*Shard, error) {
 	if err := s.recoverRestore(); err != nil {
 		return nil, err
 	}
-	if _, err := s.fs.Stat(s.fs.Join(s.dir, splitMarker)); err == nil {
-		return nil, fmt.Errorf("shard: open %s: %w", s.dir, ErrUnfinishedSplit)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("shard: open %s: %w", s.dir, err)
+	for marker, unfinished := range map[string]error{splitMarker: ErrUnfinishedSplit, restoreMarker: ErrUnfinishedRestore} {
+		if _, err := s.fs.Stat(s.fs.Join(s.dir, marker)); err == nil {
+			return nil, fmt.Errorf("shard: open %s: %w", s.dir, unfinished)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("shard: open %s: %w", s.dir, err)
+		}
 	}
 	o := s.engineOptions()
 	o.ErrorIfNotExists = true
