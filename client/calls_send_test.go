@@ -116,10 +116,7 @@ func TestCallsHandedOffWhenManyWait(t *testing.T) {
 		s.mu.Lock()
 		s.err = context.Canceled
 		s.mu.Unlock()
-		select { // ends send
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.wakeSender() // ends send
 	}()
 	waitSent := func(n int) {
 		t.Helper()

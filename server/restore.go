@@ -152,11 +152,14 @@ func (n *Node) restoreShards(ctx context.Context, p *restorePlan, descs []*shale
 		place, how = p.loc.LinkParts, "restore: parts linked from the prepared restore"
 	}
 	var placed, copying, opening atomic.Int64 // bytes; nanoseconds summed over the parts
+	// About restoreParallel files in flight in all: a node with fewer
+	// parts copies each part's files several at once.
+	filesAtOnce := max(1, restoreParallel/max(1, len(descs)))
 	opened := make([]*shard.Shard, len(descs))
 	err := parallel.ForEach(ctx, restoreParallel, len(descs), func(ctx context.Context, i int) error {
 		d, part := descs[i], parts[i]
 		copyStart := time.Now()
-		if err := place(ctx, parts[i:i+1], dirs[i:i+1], 1); err != nil {
+		if err := place(ctx, parts[i:i+1], dirs[i:i+1], filesAtOnce); err != nil {
 			return fmt.Errorf("server: restore from backup %s: %w", p.manifest.ID, err)
 		}
 		var bytes uint64
