@@ -1160,7 +1160,11 @@ func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.R
 	if r.dead() {
 		return
 	}
-	for _, m := range coalesceMessages(msgs) {
+	msgs = coalesceMessages(msgs)
+	// The envelopes of a Ready's messages are allocated together (a
+	// heartbeat round of a read index is a message per follower).
+	var envs []shalev1.RaftEnvelope
+	for _, m := range msgs {
 		if m.GetType() == raftpb.MsgSnap {
 			r.startSnapshotSend(m)
 			continue
@@ -1178,8 +1182,14 @@ func (r *Replica) sendMessages(msgs []*raftpb.Message, out map[uint64]*shalev1.R
 			r.store.cfg.Logger.Error("marshal raft message", "err", err)
 			continue
 		}
+		if len(envs) == 0 {
+			envs = make([]shalev1.RaftEnvelope, len(msgs))
+		}
+		env := &envs[0]
+		envs = envs[1:]
+		env.ShardId, env.Message = r.shardID, data
 		b := r.store.batchFor(out, n)
-		b.Messages = append(b.Messages, &shalev1.RaftEnvelope{ShardId: r.shardID, Message: data})
+		b.Messages = append(b.Messages, env)
 	}
 }
 

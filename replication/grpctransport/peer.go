@@ -193,6 +193,13 @@ const envelopeOverhead = 16
 // after its last messages in the merged sequence.
 func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBatch, int) {
 	t := p.t
+	size := codec.Size(first)
+	split := size > t.opts.MaxBatchBytes && len(first.Messages) > 1
+	if !split && len(p.queue) == 0 && first.ClusterId == t.opts.ClusterID && first.FromNodeId == t.opts.NodeID && first.ToNodeId == p.id {
+		// A lone batch already stamped (as the Store's are) goes as it
+		// is, unmodified, without a copy of its header.
+		return first, 1
+	}
 	out := &shalev1.RaftMessageBatch{
 		ClusterId:      t.opts.ClusterID,
 		FromNodeId:     t.opts.NodeID,
@@ -203,8 +210,7 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		Features:       first.Features,
 	}
 	n := 1
-	size := codec.Size(first)
-	if size > t.opts.MaxBatchBytes && len(first.Messages) > 1 {
+	if split {
 		k, part := 0, 0
 		for k < len(first.Messages) {
 			ms := codec.Size(first.Messages[k]) + envelopeOverhead

@@ -405,6 +405,31 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	}
 }
 
+// TestCoalesceLoneBatch: a batch alone in the queue goes as it is when it
+// is already stamped with this node's and the peer's IDs (no copy of its
+// header per send), and as a stamped copy otherwise, the caller's batch
+// unmodified either way.
+func TestCoalesceLoneBatch(t *testing.T) {
+	tr := New(Options{NodeID: 1, ClusterID: "c", Logger: quietLogger, QueueLen: 16, MaxBatchBytes: 1000})
+	defer tr.Close()
+	p := newPeer(tr, 2)
+	stamped := &shalev1.RaftMessageBatch{ClusterId: "c", FromNodeId: 1, ToNodeId: 2, Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Features: 3}
+	if out, n := p.coalesce(stamped); out != stamped || n != 1 {
+		t.Fatalf("a stamped lone batch: got %p (%d batches), want the batch itself %p", out, n, stamped)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { p.coalesce(stamped) }); allocs != 0 {
+		t.Fatalf("coalescing a stamped lone batch allocates %v times", allocs)
+	}
+	bare := &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Features: 3}
+	out, n := p.coalesce(bare)
+	if out == bare || n != 1 || out.ClusterId != "c" || out.FromNodeId != 1 || out.ToNodeId != 2 || out.Features != 3 || len(out.Messages) != 1 {
+		t.Fatalf("an unstamped lone batch: %+v (%d batches)", out, n)
+	}
+	if bare.ClusterId != "" || bare.FromNodeId != 0 || bare.ToNodeId != 0 {
+		t.Fatal("coalesce modified the caller's batch")
+	}
+}
+
 func TestSendNeverBlocksWhenQueueFull(t *testing.T) {
 	c := newCluster(t)
 	c.start(2, "", Options{})
