@@ -1152,6 +1152,104 @@ func TestLeaseReadsEndBeforeANewLeader(t *testing.T) {
 	}
 }
 
+// TestLeaseReadsWithQuiescence: lease reads leave quiescence on. Idle
+// groups quiesce, a quiesced leader holds no lease, the first read after it
+// wakes confirms a ReadIndex round that gives it one, and the reads after
+// that are served from the lease without rounds of their own.
+func TestLeaseReadsWithQuiescence(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.LeaseReads = true })
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	const shards = 4
+	for s := uint64(1); s <= shards; s++ {
+		c.bootstrap(s, 1, 2, 3)
+		c.propose(s, "a", "1")
+	}
+	allQuiesced := func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			for _, r := range c.get(id).store.Replicas() {
+				if !r.Status().Quiesced {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	c.waitFor("every replica to quiesce with lease reads on", 10*time.Second, allQuiesced)
+	r := c.get(c.leader(1)).store.Replica(1)
+	// lease reports, on the loop, whether the leader holds a lease now and
+	// how many ReadIndex rounds it has sent.
+	lease := func() (held bool, rounds uint64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.runOnLoop(ctx, func() error {
+			held, rounds = time.Now().Before(r.leaseUntil), r.readSeq
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return held, rounds
+	}
+	if held, _ := lease(); held {
+		t.Fatal("a quiesced leader holds a lease")
+	}
+	_, before := lease()
+	read := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.ReadIndex(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	held, after := lease()
+	if !held || after != before+1 {
+		t.Fatalf("after the first read of a quiesced group: lease %v, %d rounds sent, want a lease from 1 round", held, after-before)
+	}
+	for range 20 {
+		read()
+	}
+	// At most one renewal round (sent once half the lease has passed).
+	if _, n := lease(); n > after+1 {
+		t.Fatalf("20 reads under a lease sent %d ReadIndex rounds", n-after)
+	}
+	// The leader quiesces again while it holds the lease (an election
+	// timeout less two ticks outlasts the ticks a leader waits before it
+	// quiesces), so quiescing must give the lease up: quiesce it on the
+	// loop as soon as it may, lease in hand.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var quiesced, held bool
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.runOnLoop(ctx, func() error {
+			if len(r.readBatches) > 0 || !time.Now().Before(r.leaseUntil) {
+				return nil
+			}
+			r.stableTicks = 1 << 20
+			r.maybeQuiesceLeader()
+			quiesced, held = r.quiesced, time.Now().Before(r.leaseUntil)
+			return nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if quiesced {
+			if held {
+				t.Fatal("the leader kept its lease when it quiesced")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not quiesce while holding its lease")
+		}
+		read() // renew the lease and try again
+	}
+	c.waitFor("the groups to quiesce again", 10*time.Second, allQuiesced)
+	read()
+}
+
 // TestStaleReplicaReplacedByNewer: a node is down while its replica is
 // removed from the shard and a new replica (a new ID) is added on it again,
 // as a placement move and its reversal do. When the node comes back it

@@ -66,8 +66,8 @@ type Replica struct {
 	parked      []*proposal
 	parkedTicks int
 	// With Config.LeaseReads, the leader serves reads without a ReadIndex
-	// round until leaseUntil, in term leaseTerm (see leaseRead);
-	// transferAt is when it last asked Raft to hand its leadership over
+	// round until leaseUntil, in term leaseTerm (see leaseRead; zero while
+	// quiesced); transferAt is when it last asked Raft to hand its leadership over
 	// (rounds sent before then extend no lease); renewing marks a renewal
 	// round in flight.
 	leaseUntil     time.Time
@@ -821,8 +821,10 @@ func (r *Replica) sendReadIndex(bs *raft.BasicStatus, waiters []*readWaiter, ren
 // with CheckQuorum a voter refuses to vote (or pre-vote) for another
 // candidate for an election timeout of its own ticks after hearing from
 // its leader; ticks run no faster than the wall clock (missed ticks are
-// dropped, not caught up). A leadership transfer skips that refusal, so
-// asking for one ends the lease.
+// dropped, not caught up). A quiesced voter does not tick at all, so it
+// refuses for longer, not shorter: quiescence keeps the argument (and a
+// leader gives up its lease when it quiesces anyway). A leadership
+// transfer skips that refusal, so asking for one ends the lease.
 func (r *Replica) leaseDuration() time.Duration {
 	c := r.store.cfg
 	return c.TickInterval * time.Duration(max(1, c.ElectionTicks-2))
@@ -1054,6 +1056,9 @@ func (r *Replica) maybeQuiesceLeader() {
 	r.quiesced = true
 	r.quiescedLeaderNode = cfg.NodeID
 	r.quiescedVoterNodes = voterNodes
+	// A quiesced leader holds no lease: the first read after the group
+	// wakes confirms a ReadIndex round again (see leaseRead).
+	r.leaseUntil = time.Time{}
 	r.notifyQuiesce = true
 	r.store.quiescing = append(r.store.quiescing, r)
 	r.refreshStatus()

@@ -59,8 +59,8 @@ type Config struct {
 	// instead of a ReadIndex round trip each: a confirmed round lets the
 	// leader serve reads alone for an election timeout less two ticks from
 	// when the round was sent (under CheckQuorum no other leader can be
-	// elected sooner), and asking for a leadership transfer ends it. It
-	// relies on bounded clock drift and turns quiescence off.
+	// elected sooner), and asking for a leadership transfer or quiescing
+	// ends it. It relies on bounded clock drift.
 	LeaseReads bool
 	// DisableQuiescence keeps idle groups ticking and heartbeating.
 	DisableQuiescence bool
@@ -157,9 +157,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.LeaseReads {
-		c.DisableQuiescence = true
 	}
 	if c.ApplyWorkers == 0 {
 		c.ApplyWorkers = max(2, runtime.GOMAXPROCS(0))
