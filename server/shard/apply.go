@@ -65,7 +65,7 @@ func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) 
 		clear(s.applyWrites)
 	}()
 	a := &applier{s: s, st: &ns, written: cur, b: s.applyBatch, ov: overlay{db: s.db, writes: s.applyWrites,
-		records: s.opts.RecordCache, recordNS: &s.recordNS, keyBuf: &s.recordKeyBuf}}
+		records: s.opts.RecordCache, space: &s.recordSpace, keyBuf: &s.recordKeyBuf}}
 	results := make([]any, len(entries))
 	applied := false
 	for i := range entries {
@@ -147,10 +147,10 @@ type overlay struct {
 	// a data key in one of them that has no later point write is absent.
 	rangeDels [][2][]byte
 	// records is the node's record cache (nil: none), in which the shard's
-	// entries are keyed by *recordNS; keys are built in *keyBuf.
-	records  *RecordCache
-	recordNS *uint64
-	keyBuf   *[]byte
+	// entries are in *space; keys are built in *keyBuf.
+	records *RecordCache
+	space   **recordSpace
+	keyBuf  *[]byte
 }
 
 // get returns key's current value (nil, false when absent).
@@ -165,8 +165,9 @@ func (o *overlay) get(key []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if o.records != nil && isDataKey(key) {
-		*o.keyBuf = recordKey(*o.keyBuf, *o.recordNS, key)
-		if raw, present, ok := o.records.get(*o.keyBuf); ok {
+		sp := *o.space
+		*o.keyBuf = recordKey(*o.keyBuf, sp.id, key)
+		if raw, present, ok := o.records.get(*o.keyBuf, sp); ok {
 			return raw, present, nil
 		}
 	}
@@ -182,15 +183,16 @@ func (o *overlay) remember() {
 		return
 	}
 	if len(o.rangeDels) > 0 {
-		*o.recordNS = o.records.namespace()
+		*o.space = o.records.namespace()
 		return
 	}
+	sp := *o.space
 	for k, w := range o.writes {
 		if len(k) == 0 || k[0] != prefixData {
 			continue
 		}
-		*o.keyBuf = recordKey(*o.keyBuf, *o.recordNS, []byte(k))
-		o.records.put(*o.keyBuf, w.val, !w.del)
+		*o.keyBuf = recordKey(*o.keyBuf, sp.id, []byte(k))
+		o.records.put(*o.keyBuf, w.val, !w.del, sp)
 	}
 }
 
@@ -250,6 +252,8 @@ type applier struct {
 	logRev uint64
 	// mark is a buffer for encoding entry records.
 	mark []byte
+	// keyBuf is dataKeyBuf's buffer.
+	keyBuf []byte
 	// changes are the current entry's change items (appendChangeItem), for
 	// its entry record.
 	changes []byte
@@ -258,12 +262,13 @@ type applier struct {
 // getData returns the stored record of the user key whose engine key is ek,
 // or nil when it is physically absent (expired records are returned).
 func (a *applier) getData(ek []byte) (*storedValue, error) {
-	v, _, err := a.getDataRaw(ek)
+	v, _, err := a.getDataRaw(ek, new(storedValue))
 	return v, err
 }
 
-// getDataRaw is getData that also returns the record's encoding.
-func (a *applier) getDataRaw(ek []byte) (*storedValue, []byte, error) {
+// getDataRaw is getData that decodes the record into dst (returning dst,
+// or nil) and also returns the record's encoding.
+func (a *applier) getDataRaw(ek []byte, dst *storedValue) (*storedValue, []byte, error) {
 	raw, ok, err := a.ov.get(ek)
 	if err != nil || !ok {
 		return nil, nil, err
@@ -272,7 +277,15 @@ func (a *applier) getDataRaw(ek []byte) (*storedValue, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("key %q: %w", ek[1:], err)
 	}
-	return &v, raw, nil
+	*dst = v
+	return dst, raw, nil
+}
+
+// dataKeyBuf returns the engine key of a user key, built in a buffer of
+// the applier that the next call reuses.
+func (a *applier) dataKeyBuf(userKey []byte) []byte {
+	a.keyBuf = append(append(a.keyBuf[:0], prefixData), userKey...)
+	return a.keyBuf
 }
 
 func (a *applier) applyEntry(e *replication.Entry) (any, error) {
@@ -514,7 +527,12 @@ func (a *applier) applyTxn(txn *shalev1.TxnRequest, now int64) (*shalev1.Command
 		rev++
 		a.st.rev = rev
 	}
-	results := make([]*shalev1.ResponseOp, 0, len(ops))
+	// The result's messages in one allocation, with room for one op's.
+	out := &txnResult{}
+	results := out.one[:0]
+	if len(ops) > 1 {
+		results = make([]*shalev1.ResponseOp, 0, len(ops))
+	}
 	rng := shardRange(desc)
 	for _, op := range ops {
 		r, err := a.execOp(op, rng, now, rev)
@@ -523,11 +541,27 @@ func (a *applier) applyTxn(txn *shalev1.TxnRequest, now int64) (*shalev1.Command
 		}
 		results = append(results, r)
 	}
-	return &shalev1.CommandResult{Txn: &shalev1.TxnResponse{
-		Header:    &shalev1.ResponseHeader{ShardId: desc.GetShardId(), Revision: rev, Epoch: desc.GetEpoch()},
-		Succeeded: succeeded,
-		Results:   results,
-	}}, wrote, nil
+	out.header.ShardId, out.header.Revision, out.header.Epoch = desc.GetShardId(), rev, desc.GetEpoch()
+	out.txn.Header, out.txn.Succeeded, out.txn.Results = &out.header, succeeded, results
+	out.res.Txn = &out.txn
+	return &out.res, wrote, nil
+}
+
+// txnResult is a transaction's result and the messages it points to,
+// allocated together: its response, header, and the results of a
+// transaction of one op.
+type txnResult struct {
+	res    shalev1.CommandResult
+	txn    shalev1.TxnResponse
+	header shalev1.ResponseHeader
+	one    [1]*shalev1.ResponseOp
+}
+
+// putResult is a put's result messages, allocated together.
+type putResult struct {
+	op   shalev1.ResponseOp
+	put  shalev1.ResponseOp_Put
+	resp shalev1.PutResponse
 }
 
 // compare evaluates one Compare against the current state. As in etcd, a
@@ -583,13 +617,15 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 	switch o := op.GetOp().(type) {
 	case *shalev1.RequestOp_Put:
 		p := o.Put
-		ek := dataKey(p.GetKey())
-		old, oldRaw, err := a.getDataRaw(ek)
+		ek := a.dataKeyBuf(p.GetKey())
+		var oldV storedValue
+		old, oldRaw, err := a.getDataRaw(ek, &oldV)
 		if err != nil {
 			return nil, err
 		}
 		nv := storedValue{createRev: rev, modRev: rev, version: 1, expire: expiryOf(now, p.GetTtlMs()), value: p.GetValue()}
-		resp := &shalev1.PutResponse{}
+		out := &putResult{}
+		resp := &out.resp
 		var prev []byte
 		if live(old, now) {
 			nv.createRev, nv.version = old.createRev, old.version+1
@@ -599,16 +635,19 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 			}
 		}
 		a.noteChange(changePut, p.GetKey(), prev)
-		a.ov.set(a.b, ek, encodeValue(nil, &nv))
+		a.ov.set(a.b, ek, encodeValue(make([]byte, 0, nv.encodedSize()), &nv))
 		if nv.expire != 0 {
 			a.s.ttlWrites.Add(1)
 		}
-		return &shalev1.ResponseOp{Op: &shalev1.ResponseOp_Put{Put: resp}}, nil
+		out.put.Put = resp
+		out.op.Op = &out.put
+		return &out.op, nil
 
 	case *shalev1.RequestOp_Delete:
 		d := o.Delete
-		ek := dataKey(d.GetKey())
-		old, oldRaw, err := a.getDataRaw(ek)
+		ek := a.dataKeyBuf(d.GetKey())
+		var oldV storedValue
+		old, oldRaw, err := a.getDataRaw(ek, &oldV)
 		if err != nil {
 			return nil, err
 		}

@@ -99,7 +99,8 @@ func (a *applier) applyExpire(ex *shalev1.ExpireKeys, now int64) (*shalev1.Comma
 			continue // moved to another shard by a split: its sweep's
 		}
 		ek := dataKey(k)
-		old, oldRaw, err := a.getDataRaw(ek)
+		var oldV storedValue
+		old, oldRaw, err := a.getDataRaw(ek, &oldV)
 		if err != nil {
 			return nil, false, err
 		}

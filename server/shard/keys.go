@@ -127,7 +127,7 @@ func u64Key(prefix []byte, id uint64) []byte {
 
 // dedupKey returns the dedup table's key of request id.
 func dedupKey(id []byte) []byte {
-	return append(bytes.Clone(dedupPrefix), id...)
+	return append(append(make([]byte, 0, len(dedupPrefix)+len(id)), dedupPrefix...), id...)
 }
 
 // legacyDedupKey returns the key formats 1 to 5 stored request id's entry

@@ -16,12 +16,30 @@ import (
 // least recently used first (CLOCK). A shard sees only what it put in
 // itself, and forgets everything at once when its engine changes other than
 // by its own applies (a range deletion, a restore from a snapshot): its
-// entries are then unreachable and age out. A nil *RecordCache caches
-// nothing. All methods may be called concurrently.
+// entries are then unreachable and age out. A shard that starts on an empty
+// engine (Bootstrap) also learns from the cache that a key is absent: until
+// the cache first evicts or refuses one of its records, a key it holds
+// nothing of is not in the engine. A nil *RecordCache caches nothing. All
+// methods may be called concurrently.
 type RecordCache struct {
 	seed  maphash.Seed
 	ns    atomic.Uint64
 	parts [recordCacheParts]recordPart
+}
+
+// recordSpace is a shard's namespace in a RecordCache: its entries are
+// keyed by id, and the shard takes a new space to forget them all.
+type recordSpace struct {
+	id uint64
+	// complete, while set, says that the cache holds a record of every user
+	// key the shard's engine holds, so that a key the cache holds nothing
+	// of is absent. The shard sets it only on a space it took while its
+	// engine held no user key and whose every write of a user key it puts
+	// in the cache (Bootstrap, then Apply); the cache clears it for good
+	// when it evicts an entry of the space or refuses one of its records,
+	// under the lock of the part the key belongs to, which a lookup of
+	// that key holds too.
+	complete atomic.Bool
 }
 
 // RecordCacheMetrics is a point-in-time summary of a RecordCache.
@@ -56,10 +74,11 @@ type recordPart struct {
 	hits, misses uint64
 }
 
-// recordSlot is one entry of a part: a namespaced key and the record
-// (present false: the key is known to be absent).
+// recordSlot is one entry of a part: a namespaced key, its space and the
+// record (present false: the key is known to be absent).
 type recordSlot struct {
 	key     string
+	space   *recordSpace
 	raw     []byte
 	present bool
 	live    bool // the slot holds an entry
@@ -80,14 +99,14 @@ func NewRecordCache(capacityBytes int64) *RecordCache {
 	return c
 }
 
-// namespace returns a namespace never returned before: a shard's entries
-// are keyed by its current namespace, and it takes a new one to forget
-// them all. Zero on a nil cache.
-func (c *RecordCache) namespace() uint64 {
+// namespace returns a namespace never returned before, not complete: a
+// shard's entries are keyed by its current namespace, and it takes a new
+// one to forget them all. Nil on a nil cache.
+func (c *RecordCache) namespace() *recordSpace {
 	if c == nil {
-		return 0
+		return nil
 	}
-	return c.ns.Add(1)
+	return &recordSpace{id: c.ns.Add(1)}
 }
 
 // Metrics returns the cache's metrics (zero for nil).
@@ -132,14 +151,20 @@ func (c *RecordCache) part(key []byte) *recordPart {
 	return &c.parts[maphash.Bytes(c.seed, key)%recordCacheParts]
 }
 
-// get returns the record cached under key (a recordKey): raw and present
-// as put, and ok false when nothing is cached. raw must not be modified.
-func (c *RecordCache) get(key []byte) (raw []byte, present, ok bool) {
+// get returns the record cached under key (a recordKey in space sp):
+// raw and present as put, present false when sp is complete and nothing is
+// cached, and ok false when the cache does not know. raw must not be
+// modified.
+func (c *RecordCache) get(key []byte, sp *recordSpace) (raw []byte, present, ok bool) {
 	p := c.part(key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i, ok := p.index[string(key)]
 	if !ok {
+		if sp.complete.Load() {
+			p.hits++
+			return nil, false, true
+		}
 		p.misses++
 		return nil, false, false
 	}
@@ -149,32 +174,43 @@ func (c *RecordCache) get(key []byte) (raw []byte, present, ok bool) {
 	return s.raw, s.present, true
 }
 
-// put caches a record under key (a recordKey), replacing what was there;
-// the cache keeps raw, which must not be modified afterwards. A record
-// larger than a part's capacity is not cached (and what was cached under
-// key is dropped).
-func (c *RecordCache) put(key, raw []byte, present bool) {
+// put caches a record under key (a recordKey in space sp), replacing what
+// was there; the cache keeps raw, which must not be modified afterwards. A
+// record larger than a part's capacity is not cached (what was cached
+// under key is dropped, and sp is no longer complete).
+func (c *RecordCache) put(key, raw []byte, present bool, sp *recordSpace) {
 	p := c.part(key)
 	charge := int64(len(key) + len(raw) + recordEntryOverhead)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i, ok := p.index[string(key)]; ok {
-		p.drop(i)
-	}
+	i, ok := p.index[string(key)]
 	if charge > p.capacity {
+		if ok {
+			p.drop(i)
+		}
+		sp.complete.Store(false)
+		return
+	}
+	if ok {
+		// Replace in place: the slot as a new entry would have it.
+		s := &p.ring[i]
+		p.used += int64(len(raw) - len(s.raw))
+		s.raw, s.present, s.ref = raw, present, false
+		for p.used > p.capacity {
+			p.evictOne()
+		}
 		return
 	}
 	for p.used+charge > p.capacity {
 		p.evictOne()
 	}
-	var i int
 	if n := len(p.free); n > 0 {
 		i, p.free = p.free[n-1], p.free[:n-1]
 	} else {
 		p.ring = append(p.ring, recordSlot{})
 		i = len(p.ring) - 1
 	}
-	p.ring[i] = recordSlot{key: string(key), raw: raw, present: present, live: true}
+	p.ring[i] = recordSlot{key: string(key), space: sp, raw: raw, present: present, live: true}
 	p.index[p.ring[i].key] = i
 	p.used += charge
 }
@@ -189,8 +225,8 @@ func (p *recordPart) drop(i int) {
 }
 
 // evictOne moves the hand to the first entry not used since it last
-// passed, clearing the use marks it passes, and drops that entry. The part
-// must hold at least one entry.
+// passed, clearing the use marks it passes, and drops that entry, whose
+// space is then no longer complete. The part must hold at least one entry.
 func (p *recordPart) evictOne() {
 	for {
 		if p.hand >= len(p.ring) {
@@ -204,6 +240,7 @@ func (p *recordPart) evictOne() {
 		case s.ref:
 			s.ref = false
 		default:
+			s.space.complete.Store(false)
 			p.drop(i)
 			return
 		}

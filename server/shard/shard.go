@@ -445,10 +445,10 @@ type Shard struct {
 	// applyMu) so a busy shard does not grow new ones on every call.
 	applyBatch  *storage.Batch
 	applyWrites map[string]ovWrite
-	// recordNS is the shard's namespace in opts.RecordCache (under
-	// applyMu): a new one forgets every record cached before.
-	// recordKeyBuf is the buffer its cache keys are built in.
-	recordNS     uint64
+	// recordSpace is the shard's namespace in opts.RecordCache (under
+	// applyMu; nil without a cache): a new one forgets every record cached
+	// before. recordKeyBuf is the buffer its cache keys are built in.
+	recordSpace  *recordSpace
 	recordKeyBuf []byte
 
 	// failMu guards failed, the error that stopped the Shard: every later
@@ -506,7 +506,7 @@ func (s *Shard) fail(err error) error {
 }
 
 func newShard(dir string, opts Options) *Shard {
-	s := &Shard{dir: filepath.Clean(dir), opts: opts, log: opts.Logger, recordNS: opts.RecordCache.namespace()}
+	s := &Shard{dir: filepath.Clean(dir), opts: opts, log: opts.Logger, recordSpace: opts.RecordCache.namespace()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -603,6 +603,11 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	}
 	s.db = db
 	s.publish(ns)
+	if s.recordSpace != nil {
+		// The new engine holds no user key, and every later write of one
+		// is an Apply's, which leaves it in the record cache.
+		s.recordSpace.complete.Store(true)
+	}
 	return s, nil
 }
 
@@ -1024,7 +1029,7 @@ const restoreOldSuffix = ".restore-old"
 func (s *Shard) Restore(dir string) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	s.recordNS = s.opts.RecordCache.namespace() // the records change under it
+	s.recordSpace = s.opts.RecordCache.namespace() // the records change under it
 	if s.db == nil {
 		return ErrClosed
 	}

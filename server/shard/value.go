@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
@@ -44,6 +46,12 @@ func encodeValue(dst []byte, v *storedValue) []byte {
 	dst = binary.AppendUvarint(dst, v.version)
 	dst = binary.AppendVarint(dst, v.expire)
 	return append(dst, v.value...)
+}
+
+// encodedSize returns the length of v's encoding (encodeValue).
+func (v *storedValue) encodedSize() int {
+	return 1 + protowire.SizeVarint(v.createRev) + protowire.SizeVarint(v.modRev) + protowire.SizeVarint(v.version) +
+		protowire.SizeVarint(protowire.EncodeZigZag(v.expire)) + len(v.value)
 }
 
 // decodeValue decodes a stored value. The returned value aliases b. Any
