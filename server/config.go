@@ -90,7 +90,8 @@ type Config struct {
 	// TickInterval and ElectionTicks set Raft's timing (defaults 100ms, 10).
 	TickInterval  time.Duration
 	ElectionTicks int
-	// LeaseReads serves linearizable reads from the leader's lease.
+	// LeaseReads serves linearizable reads from the leader's lease
+	// (shale-server turns it on unless --lease-reads=false).
 	LeaseReads bool
 	// DisableQuiescence keeps idle Raft groups ticking and heartbeating
 	// (by default an idle, fully replicated group goes quiet).

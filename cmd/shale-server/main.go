@@ -122,7 +122,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Second, "deadline of requests that carry none")
 	fl.DurationVar(&f.tickInterval, "tick-interval", 100*time.Millisecond, "Raft tick")
 	fl.IntVar(&f.electionTicks, "election-ticks", 10, "Raft election timeout, in ticks")
-	fl.BoolVar(&f.leaseReads, "lease-reads", false, "serve linearizable reads from the leader's lease instead of ReadIndex (relies on bounded clock drift)")
+	fl.BoolVar(&f.leaseReads, "lease-reads", true, "serve linearizable reads from the leader's lease, confirmed by a ReadIndex round at most every election timeout less two ticks, instead of a round per batch of reads (relies on the nodes' monotonic clocks running at nearly the same rate; --lease-reads=false for a round each)")
 	fl.BoolVar(&f.noQuiesce, "disable-quiescence", false, "keep idle Raft groups ticking and heartbeating instead of letting them go quiet")
 	fl.Int64Var(&f.snapshotRate, "snapshot-rate-bytes", server.DefaultSnapshotRateBytes, "bandwidth limit of the node's outgoing snapshots and backups together, bytes per second, while it serves client requests or replicated writes (negative: no limit)")
 	fl.BoolVar(&f.snapshotRateAlways, "snapshot-rate-always", false, "apply --snapshot-rate-bytes on an idle node too (by default a node that served no client request and few replicated writes in the last second sends unpaced)")

@@ -174,7 +174,7 @@ Keys are 16 bytes, values --value-size (256) bytes. Workloads:
 	f.BoolVar(&useAuth, "auth", false, "with --tls: the secured Shale peer also has auth enabled, its clients logged in as user bench (\"shale+tls+auth\")")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the clients of every cell, and the benchmark's own work) to this file")
 	f.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of every cell's timed phase to this directory: <workload>.<engine>.<clients>.client.pprof (the clients: this process) and .node<i>.pprof (each Shale server, the phase less its last second)")
-	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads\"); the default is shale-server's defaults")
+	f.StringVar(&shaleArgs, "shale-server-args", "", "extra shale-server flags, space-separated (e.g. \"--lease-reads=false\"); the default is shale-server's defaults")
 	return cmd
 }
 
