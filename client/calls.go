@@ -169,7 +169,14 @@ type callStream struct {
 	// the sender goroutine sends: calls queued meanwhile wait for it.
 	queue   []*shalev1.Call
 	sending bool
-	waiting map[uint64]chan *shalev1.CallResult
+	waiting map[uint64]waiter
+	// timer fails the calls whose deadline passed (expire); armed is when
+	// it fires (zero: it is not set). It is set for the earliest deadline
+	// of the calls waiting, or earlier: a call answered leaves it as it
+	// is, so that with one call at a time it is set again only when it
+	// fires, about once per attempt timeout, not once per call.
+	timer *time.Timer
+	armed time.Time
 	// err is set once the stream broke: calls fail with it.
 	err error
 	// retired: no new calls; it closes once its calls are answered.
@@ -188,7 +195,7 @@ func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD) *callStream
 	md.Delete(shalev1.TraceStateMetadataKey)
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
 	s := &callStream{m: m, cancel: cancel, wake: make(chan struct{}, 1),
-		waiting: map[uint64]chan *shalev1.CallResult{}}
+		waiting: map[uint64]waiter{}}
 	st, err := shalev1.NewKVClient(cc).Calls(ctx)
 	if err != nil {
 		s.err = err
@@ -207,6 +214,17 @@ func (s *callStream) isBroken() bool {
 	return s.err != nil || s.retired
 }
 
+// waiter is a call waiting for its result: done gets the result, nil
+// when the stream broke, or expiredResult once deadline (zero: none) has
+// passed.
+type waiter struct {
+	done     chan *shalev1.CallResult
+	deadline time.Time
+}
+
+// expiredResult is what a call whose deadline passed gets (expire).
+var expiredResult = &shalev1.CallResult{}
+
 // retire stops new calls; the stream ends once its calls are answered.
 func (s *callStream) retire() {
 	s.mu.Lock()
@@ -218,16 +236,22 @@ func (s *callStream) retire() {
 	}
 }
 
-// call sends one call (its encoded request) and waits for its result.
-// Once the call is queued on the open stream it counts as sent: the peer
-// of every grpc.PeerCallOption in opts is set, and probe (if not nil) is
-// marked.
+// call sends one call (its encoded request) and waits for its result, or
+// until ctx ends. Once the call is queued on the open stream it counts as
+// sent: the peer of every grpc.PeerCallOption in opts is set, and probe
+// (if not nil) is marked. An attempt's context (attemptCtx) is not asked
+// for its Done channel: the wait watches its parent's, and the stream's
+// timer fails the call at the attempt's deadline.
 func (s *callStream) call(ctx context.Context, method string, body []byte, reply any, opts []grpc.CallOption, probe *attemptProbe) error {
 	c := &shalev1.Call{Method: method, Request: body, TraceContext: traceContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		c.TimeoutMs = max(time.Until(dl).Milliseconds(), 1)
 	}
-	done := make(chan *shalev1.CallResult, 1)
+	w, waitCtx := waiter{done: make(chan *shalev1.CallResult, 1)}, ctx
+	if a, ok := ctx.(*attemptCtx); ok {
+		waitCtx, w.deadline = a.parent, a.deadline
+	}
+	done := w.done
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -236,7 +260,10 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 	}
 	s.next++
 	c.Id = s.next
-	s.waiting[c.Id] = done
+	s.waiting[c.Id] = w
+	if !w.deadline.IsZero() {
+		s.armLocked(w.deadline)
+	}
 	s.queue = append(s.queue, c)
 	var q []*shalev1.Call
 	handOff := false
@@ -273,6 +300,9 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 			s.mu.Unlock()
 			return err
 		}
+		if r == expiredResult {
+			return status.FromContextError(context.DeadlineExceeded).Err()
+		}
 		if r.GetCode() != 0 {
 			return status.FromProto(&spb.Status{Code: int32(r.GetCode()), Message: r.GetMessage(), Details: r.GetDetails()}).Err()
 		}
@@ -280,11 +310,47 @@ func (s *callStream) call(ctx context.Context, method string, body []byte, reply
 			return status.Errorf(codes.Internal, "shale client: decode %s response: %v", method, err)
 		}
 		return nil
-	case <-ctx.Done():
+	case <-waitCtx.Done():
 		s.mu.Lock()
 		delete(s.waiting, c.Id)
 		s.mu.Unlock()
-		return status.FromContextError(ctx.Err()).Err()
+		return status.FromContextError(waitCtx.Err()).Err()
+	}
+}
+
+// armLocked makes the timer fire by deadline (under s.mu).
+func (s *callStream) armLocked(deadline time.Time) {
+	if !s.armed.IsZero() && !deadline.Before(s.armed) {
+		return
+	}
+	s.armed = deadline
+	if s.timer == nil {
+		s.timer = time.AfterFunc(time.Until(deadline), s.expire)
+	} else {
+		s.timer.Reset(time.Until(deadline))
+	}
+}
+
+// expire fails the calls whose deadline passed and sets the timer for the
+// earliest deadline of the others.
+func (s *callStream) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for id, w := range s.waiting {
+		switch {
+		case w.deadline.IsZero():
+		case !now.Before(w.deadline):
+			delete(s.waiting, id)
+			w.done <- expiredResult
+		case next.IsZero() || w.deadline.Before(next):
+			next = w.deadline
+		}
+	}
+	s.armed = time.Time{}
+	if !next.IsZero() && s.err == nil {
+		s.armLocked(next)
 	}
 }
 
@@ -386,9 +452,9 @@ func (s *callStream) receive() {
 		s.mu.Lock()
 		s.received = true
 		for _, r := range rb.GetResults() {
-			if ch, ok := s.waiting[r.GetId()]; ok {
+			if w, ok := s.waiting[r.GetId()]; ok {
 				delete(s.waiting, r.GetId())
-				ch <- r
+				w.done <- r
 			}
 		}
 		idle := s.retired && len(s.waiting) == 0
@@ -433,9 +499,12 @@ func (s *callStream) failLocked(err error) (noCalls bool) {
 		}
 		s.err = st.Err()
 	}
-	for id, ch := range s.waiting {
+	for id, w := range s.waiting {
 		delete(s.waiting, id)
-		ch <- nil
+		w.done <- nil
+	}
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 	s.cancel()
 	s.wakeSender() // the sender sees the stream broken and ends

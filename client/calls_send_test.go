@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
@@ -106,7 +109,7 @@ func (s *sendCountingStream) sent() int {
 func TestCallsHandedOffWhenManyWait(t *testing.T) {
 	fake := &sendCountingStream{}
 	m := &callMux{}
-	s := &callStream{m: m, stream: fake, wake: make(chan struct{}, 1), waiting: map[uint64]chan *shalev1.CallResult{}}
+	s := &callStream{m: m, stream: fake, wake: make(chan struct{}, 1), waiting: map[uint64]waiter{}}
 	go s.send()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -137,5 +140,65 @@ func TestCallsHandedOffWhenManyWait(t *testing.T) {
 	}
 	if n := m.senderBatches.Load(); n == 0 {
 		t.Fatalf("with %d calls waiting, no call was handed to the sender goroutine", directSendMaxWaiting+3)
+	}
+}
+
+// TestCallsExpireAtAttemptDeadline: a call on the direct path fails with
+// DeadlineExceeded at its attempt's deadline although its context's Done
+// channel was never made (the stream's timer ends the wait), a call with a
+// later deadline made first does not hold back one with an earlier
+// deadline, and a cancellation of the attempt's parent ends the wait too.
+func TestCallsExpireAtAttemptDeadline(t *testing.T) {
+	fake := &sendCountingStream{}
+	s := &callStream{m: &callMux{}, stream: fake, wake: make(chan struct{}, 1), waiting: map[uint64]waiter{}}
+	defer func() {
+		s.mu.Lock()
+		s.err = context.Canceled
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.mu.Unlock()
+	}()
+	call := func(parent context.Context, d time.Duration) (error, time.Duration) {
+		a := &attemptCtx{parent: parent, deadline: time.Now().Add(d), write: true}
+		start := time.Now()
+		err := s.call(a, "Put", []byte("k"), &shalev1.PutResponse{}, nil, &a.probe)
+		if a.made.Load() {
+			t.Errorf("the call made its attempt context's Done channel")
+		}
+		if !a.probe.sent.Load() {
+			t.Errorf("the call was not marked sent")
+		}
+		return err, time.Since(start)
+	}
+	type result struct {
+		err     error
+		elapsed time.Duration
+	}
+	late := make(chan result, 1)
+	go func() {
+		err, d := call(context.Background(), 2*time.Second)
+		late <- result{err, d}
+	}()
+	for fake.sent() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	err, d := call(context.Background(), 50*time.Millisecond)
+	if status.Code(err) != codes.DeadlineExceeded || d < 50*time.Millisecond || d > time.Second {
+		t.Fatalf("call with a 50 ms deadline: %v after %v; want DeadlineExceeded after 50 ms", err, d)
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if err, d := call(parent, time.Minute); status.Code(err) != codes.Canceled || d > time.Second {
+		t.Fatalf("call whose parent was canceled after 20 ms: %v after %v; want Canceled", err, d)
+	}
+	r := <-late
+	if status.Code(r.err) != codes.DeadlineExceeded || r.elapsed < 2*time.Second || r.elapsed > 5*time.Second {
+		t.Fatalf("call with a 2 s deadline: %v after %v; want DeadlineExceeded after 2 s", r.err, r.elapsed)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiting) != 0 {
+		t.Fatalf("%d calls still waiting", len(s.waiting))
 	}
 }

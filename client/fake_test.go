@@ -118,7 +118,7 @@ type fakeCall struct {
 }
 
 type fakeCluster struct {
-	t     *testing.T
+	t     testing.TB
 	mu    sync.Mutex
 	nodes []*fakeNode
 	// shards sorted by start key.
@@ -194,7 +194,7 @@ type fakeServerSetup struct {
 }
 
 // newFakeClusterWith is newFakeCluster with setup's additions.
-func newFakeClusterWith(t *testing.T, nodes int, setup fakeServerSetup, splits ...string) *fakeCluster {
+func newFakeClusterWith(t testing.TB, nodes int, setup fakeServerSetup, splits ...string) *fakeCluster {
 	t.Helper()
 	fc := &fakeCluster{t: t, pageSize: 3, dedup: map[string]proto.Message{}, applies: map[string]int{},
 		removed: map[uint64]bool{}, decommissioning: map[uint64]bool{}}

@@ -74,12 +74,13 @@ func readSpec(op string, c Consistency) *callSpec {
 }
 
 // writeSpec is the callSpec of a write: with the application's request ID
-// when it gave one (WithRequestID), else with a fresh one.
-func writeSpec(op string, rid requestIDOpt) *callSpec {
+// when it gave one (WithRequestID), else with a fresh one. It is a value,
+// which the caller keeps on its stack.
+func writeSpec(op string, rid requestIDOpt) callSpec {
 	if rid.set {
-		return &callSpec{op: op, leaderOnly: true, write: true, requestID: rid.id, appRequestID: true}
+		return callSpec{op: op, leaderOnly: true, write: true, requestID: rid.id, appRequestID: true}
 	}
-	return &callSpec{op: op, leaderOnly: true, write: true, requestID: newRequestID()}
+	return callSpec{op: op, leaderOnly: true, write: true, requestID: newRequestID()}
 }
 
 // requestIDOpt is the request ID an application gave a write, if any.
@@ -177,6 +178,9 @@ func WithConsistency(c Consistency) ReadOption {
 }
 
 func readOpts(opts []ReadOption) readOptions {
+	if len(opts) == 0 {
+		return readOptions{} // o below is on the heap: options see its address
+	}
 	var o readOptions
 	for _, f := range opts {
 		f(&o)
@@ -206,6 +210,21 @@ type putOptions struct {
 type deleteOptions struct {
 	prevKV bool
 	rid    requestIDOpt
+}
+
+// applied returns the options opts set, applying each with apply. With
+// no opts it takes no allocation (the options applied to are on the heap:
+// apply sees their address).
+func applied[T, O any](opts []O, apply func(O, *T)) T {
+	var none T
+	if len(opts) == 0 {
+		return none
+	}
+	var o T
+	for _, opt := range opts {
+		apply(opt, &o)
+	}
+	return o
 }
 
 type ttlOption time.Duration
@@ -394,10 +413,7 @@ func (c *Client) multiGetGroup(ctx context.Context, keys [][]byte, g []int, o re
 // Put sets key to value. Options: WithTTL, WithPrevKV. A Put retried after
 // a failure carries the same request ID, so it applies at most once.
 func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) (*PutResult, error) {
-	var o putOptions
-	for _, opt := range opts {
-		opt.applyPut(&o)
-	}
+	o := applied(opts, PutOption.applyPut)
 	ttl, err := ttlMillis(o.ttl)
 	if err == nil {
 		err = o.rid.check()
@@ -406,7 +422,8 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 		return nil, wrapOp("put", err)
 	}
 	var resp *shalev1.PutResponse
-	err = c.invoke(ctx, writeSpec("put", o.rid), target{key: key},
+	spec := writeSpec("put", o.rid)
+	err = c.invoke(ctx, &spec, target{key: key},
 		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Put(ctx, &shalev1.PutRequest{
@@ -423,15 +440,13 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 // Delete removes key. Deleting an absent key is not an error
 // (DeleteResult.Deleted is false). Option: WithPrevKV.
 func (c *Client) Delete(ctx context.Context, key []byte, opts ...DeleteOption) (*DeleteResult, error) {
-	var o deleteOptions
-	for _, opt := range opts {
-		opt.applyDelete(&o)
-	}
+	o := applied(opts, DeleteOption.applyDelete)
 	if err := o.rid.check(); err != nil {
 		return nil, wrapOp("delete", err)
 	}
 	var resp *shalev1.DeleteResponse
-	err := c.invoke(ctx, writeSpec("delete", o.rid), target{key: key},
+	spec := writeSpec("delete", o.rid)
+	err := c.invoke(ctx, &spec, target{key: key},
 		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Delete(ctx, &shalev1.DeleteRequest{Header: hdr, Key: key, PrevKv: o.prevKV})
@@ -466,7 +481,8 @@ func (c *Client) DeleteRange(ctx context.Context, start, end []byte) error {
 		// shard split after a part applied copies the deduplication table
 		// to both halves, so reusing one ID across parts could make a later
 		// part look like a duplicate.
-		err := c.invoke(ctx, writeSpec("delete-range", requestIDOpt{}), target{key: cur},
+		spec := writeSpec("delete-range", requestIDOpt{})
+		err := c.invoke(ctx, &spec, target{key: cur},
 			func(ctx context.Context, cc grpc.ClientConnInterface, sh *shardRoute, hdr *shalev1.RequestHeader) error {
 				partEnd := end
 				shardEnd = sh.desc.GetEndKey()
@@ -537,7 +553,8 @@ func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []b
 		expected = nil
 	}
 	var resp *shalev1.CompareAndSwapResponse
-	err = c.invoke(ctx, writeSpec("compare-and-swap", o.rid), target{key: key},
+	spec := writeSpec("compare-and-swap", o.rid)
+	err = c.invoke(ctx, &spec, target{key: key},
 		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).CompareAndSwap(ctx, &shalev1.CompareAndSwapRequest{

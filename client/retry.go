@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,8 +130,8 @@ type callBounds struct {
 	cancel context.CancelFunc
 }
 
-func (c *Client) newCallBounds(ctx context.Context) *callBounds {
-	b := &callBounds{c: c, caller: ctx}
+func (c *Client) newCallBounds(ctx context.Context) callBounds {
+	b := callBounds{c: c, caller: ctx}
 	if dl, ok := ctx.Deadline(); ok {
 		b.deadline = dl
 	} else if c.opts.defaultTimeout > 0 {
@@ -156,8 +157,9 @@ func (b *callBounds) callCtx() context.Context {
 
 // attempt returns the context of the next attempt: the call's context
 // (or before it is made, the caller's) bounded by the attempt timeout and
-// the call's deadline.
-func (b *callBounds) attempt() (context.Context, context.CancelFunc) {
+// the call's deadline, carrying the attempt's probe when write is set.
+// End it with end.
+func (b *callBounds) attempt(write bool) *attemptCtx {
 	parent := b.call
 	if parent == nil {
 		parent = b.caller
@@ -168,10 +170,7 @@ func (b *callBounds) attempt() (context.Context, context.CancelFunc) {
 			dl = adl
 		}
 	}
-	if dl.IsZero() {
-		return parent, func() {}
-	}
-	return context.WithDeadline(parent, dl)
+	return &attemptCtx{parent: parent, deadline: dl, write: write}
 }
 
 // release ends the call's context, if made.
@@ -186,6 +185,90 @@ func (b *callBounds) release() {
 type attemptProbe struct{ sent atomic.Bool }
 
 type attemptProbeKey struct{}
+
+// attemptCtx is the context of one attempt (callBounds.attempt): parent
+// ended at deadline (zero: parent's own), holding a write's attemptProbe
+// (its Value for attemptProbeKey{}). It makes no timer and no registration
+// with parent until it is asked for its Done channel or Err, which gRPC's
+// Invoke and streams do: a call on the direct path (kvConn.callDirect)
+// waits for its result on parent's Done and its KV.Calls stream's deadline
+// timer instead (callStream.call). Per put at 256 clients that saves a
+// timer started and stopped, a registration with the caller's context
+// (under a lock every client's calls share when they share the context)
+// and five allocations. After end it is canceled.
+type attemptCtx struct {
+	parent   context.Context
+	deadline time.Time
+	write    bool
+	probe    attemptProbe
+
+	// made is set once ctx is: parent with the deadline, and cancel.
+	made   atomic.Bool
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	ended  bool
+}
+
+// Deadline is the attempt's deadline, or parent's if it has none.
+func (a *attemptCtx) Deadline() (time.Time, bool) {
+	if a.deadline.IsZero() {
+		return a.parent.Deadline()
+	}
+	return a.deadline, true
+}
+
+// Done is closed at the deadline, when parent ends, or at end.
+func (a *attemptCtx) Done() <-chan struct{} { return a.real().Done() }
+
+// Err is the reason Done is closed.
+func (a *attemptCtx) Err() error { return a.real().Err() }
+
+// Value is the attempt's probe for attemptProbeKey{} (a write's), else
+// parent's value (the real context's once made, so that contexts derived
+// from the attempt find it as their parent to cancel them).
+func (a *attemptCtx) Value(key any) any {
+	if _, ok := key.(attemptProbeKey); ok && a.write {
+		return &a.probe
+	}
+	if a.made.Load() {
+		return a.ctx.Value(key)
+	}
+	return a.parent.Value(key)
+}
+
+// real returns the context that Done and Err report on, making it the
+// first time (canceled already after end).
+func (a *attemptCtx) real() context.Context {
+	if a.made.Load() {
+		return a.ctx
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx == nil {
+		if a.deadline.IsZero() {
+			a.ctx, a.cancel = context.WithCancel(a.parent)
+		} else {
+			a.ctx, a.cancel = context.WithDeadline(a.parent, a.deadline)
+		}
+		if a.ended {
+			a.cancel()
+		}
+		a.made.Store(true)
+	}
+	return a.ctx
+}
+
+// end ends the attempt: its context, if made, is canceled.
+func (a *attemptCtx) end() {
+	a.mu.Lock()
+	a.ended = true
+	cancel := a.cancel
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
 
 // sentInterceptor marks the attemptProbe of the call's context when the
 // RPC got a transport stream. It is the innermost interceptor of every
@@ -330,16 +413,11 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			// call, so no attempt of it is a first.
 			FirstAttempt: attempt == 1 && len(spec.requestID) > 0 && !spec.appRequestID,
 		}
-		actx, acancel := bounds.attempt()
-		var probe *attemptProbe
-		if spec.write {
-			// Only a write's outcome can be unknown: reads skip the probe
-			// (and the interceptor's peer lookup).
-			probe = &attemptProbe{}
-			actx = context.WithValue(actx, attemptProbeKey{}, probe)
-		}
+		// Only a write's outcome can be unknown: reads skip the probe (and
+		// the interceptor's peer lookup).
+		actx := bounds.attempt(spec.write)
 		err = fn(actx, &kvConn{c: c, cc: cc, addr: addr, node: node, mux: mux}, sh, hdr)
-		acancel()
+		actx.end()
 		if err == nil {
 			if spec.leaderOnly && sh.leader.Load() != node {
 				c.rt.setLeader(sh.id(), node)
@@ -347,7 +425,7 @@ func (c *Client) attempts(ctx context.Context, spec *callSpec, tg target, fn att
 			return nil
 		}
 		ctx = bounds.callCtx()
-		if probe != nil && !ruledOut(err, probe.sent.Load()) {
+		if spec.write && !ruledOut(err, actx.probe.sent.Load()) {
 			*maybeApplied = true
 		}
 		if c.isClosed() {

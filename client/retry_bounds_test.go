@@ -24,13 +24,13 @@ func TestCallBounds(t *testing.T) {
 
 	start := time.Now()
 	b := c.newCallBounds(context.Background())
-	a, acancel := b.attempt()
+	a := b.attempt(false)
 	dl, ok := a.Deadline()
 	if !ok {
 		t.Fatal("first attempt without a deadline")
 	}
 	near("first attempt", dl, start.Add(100*time.Millisecond))
-	acancel()
+	a.end()
 	if b.call != nil {
 		t.Fatal("the call's context was made for the first attempt")
 	}
@@ -39,7 +39,7 @@ func TestCallBounds(t *testing.T) {
 	call := b.callCtx()
 	dl, _ = call.Deadline()
 	near("the call", dl, start.Add(time.Second))
-	a, acancel = b.attempt()
+	a = b.attempt(false)
 	dl, _ = a.Deadline()
 	near("a retry", dl, time.Now().Add(100*time.Millisecond))
 
@@ -49,17 +49,17 @@ func TestCallBounds(t *testing.T) {
 	defer scancel()
 	want, _ := short.Deadline()
 	b2 := c.newCallBounds(short)
-	a2, a2cancel := b2.attempt()
+	a2 := b2.attempt(false)
 	dl, _ = a2.Deadline()
 	near("first attempt, short deadline", dl, want)
-	a2cancel()
+	a2.end()
 	b2.release()
 
 	// Close ends the call's context and the attempts derived from it.
 	ccancel()
 	<-call.Done()
 	<-a.Done()
-	acancel()
+	a.end()
 	b.release()
 	if call.Err() == nil || a.Err() == nil {
 		t.Fatal("the call went on after the client closed")

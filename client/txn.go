@@ -64,10 +64,7 @@ func (o Op) Type() OpType {
 
 // OpPut sets key to value. Options: WithTTL, WithPrevKV.
 func OpPut(key, value []byte, opts ...PutOption) Op {
-	var o putOptions
-	for _, opt := range opts {
-		opt.applyPut(&o)
-	}
+	o := applied(opts, PutOption.applyPut)
 	ttl, err := ttlMillis(o.ttl)
 	if o.rid.set {
 		err = errRequestIDInOp()
@@ -79,10 +76,7 @@ func OpPut(key, value []byte, opts ...PutOption) Op {
 
 // OpDelete removes key. Option: WithPrevKV.
 func OpDelete(key []byte, opts ...DeleteOption) Op {
-	var o deleteOptions
-	for _, opt := range opts {
-		opt.applyDelete(&o)
-	}
+	o := applied(opts, DeleteOption.applyDelete)
 	var err error
 	if o.rid.set {
 		err = errRequestIDInOp()
@@ -282,7 +276,8 @@ func (c *Client) Commit(ctx context.Context, b *Batch, opts ...CommitOption) (*B
 		spans[i], pbOps[i] = s, op.pb
 	}
 	var resp *shalev1.BatchResponse
-	err := c.invokeOneShard(ctx, writeSpec("batch", o.rid), spans,
+	spec := writeSpec("batch", o.rid)
+	err := c.invokeOneShard(ctx, &spec, spans,
 		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Batch(ctx, &shalev1.BatchRequest{Header: hdr, Ops: pbOps})
@@ -453,7 +448,8 @@ func (t *Txn) Commit(opts ...CommitOption) (*TxnResult, error) {
 		return nil, wrapOp("txn", err)
 	}
 	var resp *shalev1.TxnResponse
-	err = t.c.invokeOneShard(t.ctx, writeSpec("txn", o.rid), spans,
+	spec := writeSpec("txn", o.rid)
+	err = t.c.invokeOneShard(t.ctx, &spec, spans,
 		func(ctx context.Context, cc grpc.ClientConnInterface, _ *shardRoute, hdr *shalev1.RequestHeader) error {
 			var err error
 			resp, err = shalev1.NewKVClient(cc).Txn(ctx, &shalev1.TxnRequest{
