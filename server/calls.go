@@ -168,6 +168,9 @@ type resultSender struct {
 	queued  []*shalev1.CallResult
 	sending bool
 	failed  error
+	// batch is the message the sending worker fills and sends (gRPC has
+	// encoded it once Send returns), used only while sending is set.
+	batch shalev1.ResultBatch
 }
 
 // send sends r, and what others queue meanwhile, or queues it for the
@@ -180,7 +183,7 @@ func (o *resultSender) send(r *shalev1.CallResult) {
 		return
 	}
 	o.sending = true
-	batch := &shalev1.ResultBatch{}
+	batch := &o.batch
 	for len(o.queued) > 0 {
 		batch.Results = o.take(batch.Results[:0])
 		failed := o.failed
@@ -250,7 +253,7 @@ func (s *kvService) serveCall(ctx context.Context, budgets *callBudgets, c *shal
 			return nil
 		}
 		ctx, sp := s.n.startCallSpan(ctx, method, c)
-		if resp, err = md.Handler(s, ctx, dec, s.n.authUnaryInterceptor); err == nil {
+		if resp, err = md.Handler(s, ctx, dec, s.n.kvCallInterceptor()); err == nil {
 			out.Response, err = codec.Marshal(resp.(proto.Message))
 		}
 		if sp != nil {
@@ -264,6 +267,19 @@ func (s *kvService) serveCall(ctx context.Context, budgets *callBudgets, c *shal
 	}
 	s.n.streamCalls.inc(method, codes.Code(out.Code))
 	return out
+}
+
+// kvCallInterceptor returns the interceptor a KV.Calls call runs its
+// handler through: authUnaryInterceptor, or none while the node's auth
+// state is loaded and disabled, when authUnaryInterceptor would let the
+// call through as it is (a KV method is neither open nor peer-only, and
+// authorize returns no user). Without an interceptor the generated handler
+// makes no UnaryServerInfo and no closure for it.
+func (n *Node) kvCallInterceptor() grpc.UnaryServerInterceptor {
+	if st := n.auth(); st != nil && !st.Enabled() {
+		return nil
+	}
+	return n.authUnaryInterceptor
 }
 
 // Shared call budgets (callBudgets).

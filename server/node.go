@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -347,14 +346,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 
-	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	srvMetrics := newGRPCMetrics()
 	n.reg.MustRegister(srvMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &storageCollector{n: n})
 	// Every service of the node, the Raft transport's too, encodes with
 	// the generated methods (proto/codec).
 	srvOpts := append(append(grpctransport.ServerOptions(), n.serverTraceOptions()...),
 		codec.ServerOption(),
-		grpc.ChainUnaryInterceptor(srvMetrics.UnaryServerInterceptor(), n.targetUnaryInterceptor, n.authUnaryInterceptor),
-		grpc.ChainStreamInterceptor(srvMetrics.StreamServerInterceptor(), n.targetStreamInterceptor, n.authStreamInterceptor),
+		grpc.ChainUnaryInterceptor(srvMetrics.unaryInterceptor, n.targetUnaryInterceptor, n.authUnaryInterceptor),
+		grpc.ChainStreamInterceptor(srvMetrics.streamInterceptor, n.targetStreamInterceptor, n.authStreamInterceptor),
 		grpc.MaxRecvMsgSize(cfg.MaxBatchBytes+(1<<20)),
 		grpc.InitialWindowSize(cfg.GRPCWindowBytes),
 		grpc.InitialConnWindowSize(cfg.GRPCConnWindowBytes),
@@ -395,7 +394,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
-	srvMetrics.InitializeMetrics(n.grpc)
+	srvMetrics.initialize(n.grpc)
 
 	n.store.Start()
 	for _, r := range founded {
