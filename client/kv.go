@@ -178,14 +178,7 @@ func WithConsistency(c Consistency) ReadOption {
 }
 
 func readOpts(opts []ReadOption) readOptions {
-	if len(opts) == 0 {
-		return readOptions{} // o below is on the heap: options see its address
-	}
-	var o readOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	return o
+	return applied(opts, func(f ReadOption, o *readOptions) { f(o) })
 }
 
 // PutOption configures Put (and OpPut and Batch.Put).
@@ -213,11 +206,11 @@ type deleteOptions struct {
 }
 
 // applied returns the options opts set, applying each with apply. With
-// no opts it takes no allocation (the options applied to are on the heap:
-// apply sees their address).
+// no opts it takes no allocation (the options applied to escape to the
+// heap: apply sees their address).
 func applied[T, O any](opts []O, apply func(O, *T)) T {
-	var none T
 	if len(opts) == 0 {
+		var none T
 		return none
 	}
 	var o T
@@ -538,10 +531,7 @@ func WithCASTTL(d time.Duration) CASOption { return casOptionFunc(func(o *casOpt
 // it was absent), so on failure it tells what the value is. A failed
 // comparison is not an error.
 func (c *Client) CompareAndSwap(ctx context.Context, key, expected, newValue []byte, opts ...CASOption) (ok bool, current *KeyValue, err error) {
-	var o casOptions
-	for _, opt := range opts {
-		opt.applyCAS(&o)
-	}
+	o := applied(opts, CASOption.applyCAS)
 	ttl, err := ttlMillis(o.ttl)
 	if err == nil {
 		err = o.rid.check()

@@ -96,10 +96,7 @@ func prefixEnd(p []byte) []byte {
 // Errors end the iteration and are reported by Err. Close (or the end of
 // the iteration) releases the stream.
 func (c *Client) Scan(ctx context.Context, start, end []byte, opts ...ScanOption) *Iterator {
-	var o scanOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applied(opts, func(f ScanOption, o *scanOptions) { f(o) })
 	it := &Iterator{c: c, ctx: ctx, o: o}
 	if o.hasPrefix {
 		if start != nil || end != nil {

@@ -242,11 +242,7 @@ type CommitOption interface{ applyCommit(*commitOptions) }
 type commitOptions struct{ rid requestIDOpt }
 
 func commitOpts(opts []CommitOption) commitOptions {
-	var o commitOptions
-	for _, opt := range opts {
-		opt.applyCommit(&o)
-	}
-	return o
+	return applied(opts, CommitOption.applyCommit)
 }
 
 // Commit applies the batch atomically: all its writes or none. It returns a

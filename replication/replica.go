@@ -67,9 +67,9 @@ type Replica struct {
 	parkedTicks int
 	// With Config.LeaseReads, the leader serves reads without a ReadIndex
 	// round until leaseUntil, in term leaseTerm (see leaseRead; zero while
-	// quiesced); transferAt is when it last asked Raft to hand its leadership over
-	// (rounds sent before then extend no lease); renewing marks a renewal
-	// round in flight.
+	// quiesced); transferAt is when it last asked Raft to hand its
+	// leadership over (rounds sent before then extend no lease); renewing
+	// marks a renewal round in flight.
 	leaseUntil     time.Time
 	leaseTerm      uint64
 	transferAt     time.Time

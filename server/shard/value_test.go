@@ -15,6 +15,9 @@ func TestValueRoundTrip(t *testing.T) {
 		{createRev: 3, modRev: 9, version: 4, expire: -5},
 	} {
 		enc := encodeValue(nil, &v)
+		if n := v.encodedSize(); n != len(enc) {
+			t.Fatalf("%+v: encodedSize %d, encoding %d bytes", v, n, len(enc))
+		}
 		got, err := decodeValue(enc)
 		if err != nil {
 			t.Fatal(err)
