@@ -15,7 +15,10 @@ import (
 // expireBatchKeys keys. A key therefore goes within one sweep pass of its
 // expiry: about a second for a node whose led shards hold fewer than
 // expirySweepKeys records. A shard whose last full pass found no record
-// with a TTL, and which applied none since, is not scanned.
+// with a TTL, and which applied none since, is not scanned; nor is one whose
+// applied state says no record with a TTL was ever written to it
+// (shard.Shard.NoTTL), so a node that begins to lead such a shard (a moved
+// replica) does not read all of it.
 const (
 	expirySweepInterval = time.Second
 	expirySweepKeys     = 50_000
@@ -80,7 +83,7 @@ func (n *Node) sweepExpired(states map[uint64]*sweepState) {
 			st = &sweepState{}
 			states[r.ShardID()] = st
 		}
-		if st.idle && sm.TTLWrites() == st.idleWrites {
+		if sm.NoTTL() || (st.idle && sm.TTLWrites() == st.idleWrites) {
 			continue
 		}
 		shards = append(shards, r.ShardID())

@@ -33,3 +33,13 @@ func FreezeForMerge(n *Node, ctx context.Context, rightID, leftID uint64) error 
 	_, err := n.proposeLed(ctx, inner, r, sm.Descriptor().GetEpoch(), freezeCommand(leftID))
 	return err
 }
+
+// SweepScans runs one expiry-sweep round on n as a node that has just
+// begun to lead its shards (no progress kept from earlier rounds), and
+// reports whether it scanned shard id.
+func SweepScans(n *Node, id uint64) bool {
+	states := map[uint64]*sweepState{}
+	n.sweepExpired(states)
+	st := states[id]
+	return st != nil && (st.idle || st.passTTL || st.cursor != nil)
+}

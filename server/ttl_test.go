@@ -147,3 +147,40 @@ func TestTTLExpiryIsAReplicatedDelete(t *testing.T) {
 		return true, ""
 	})
 }
+
+// TestSweepSkipsShardsWithoutTTL: a leader's first sweep round reads no
+// record of a shard to which no record with a TTL was ever written (a
+// node given a moved replica's leadership used to read all of it), and
+// scans it once one is.
+func TestSweepSkipsShardsWithoutTTL(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 100 {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("plain/%03d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := shardOf(t, c, []byte("plain/000"))
+	leader := func() *server.Node {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if l := c.Leader(id); l != 0 {
+				return c.Node(l)
+			}
+		}
+		t.Fatal("no leader")
+		return nil
+	}
+	if server.SweepScans(leader(), id) {
+		t.Fatal("the sweep scanned a shard that never held a record with a TTL")
+	}
+	if _, err := cl.Put(ctx, []byte("plain/ttl"), []byte("v"), client.WithTTL(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// The leader applied the put before it answered.
+	if !server.SweepScans(leader(), id) {
+		t.Fatal("the sweep skipped a shard holding a record with a TTL")
+	}
+}

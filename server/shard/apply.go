@@ -638,6 +638,7 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 		a.ov.set(a.b, ek, encodeValue(make([]byte, 0, nv.encodedSize()), &nv))
 		if nv.expire != 0 {
 			a.s.ttlWrites.Add(1)
+			a.st.noTTL = false
 		}
 		out.put.Put = resp
 		out.op.Op = &out.put

@@ -22,7 +22,11 @@ func TestReadLogAfterReplays(t *testing.T) {
 		t.Helper()
 		var ents []replication.Entry
 		for i := from; i < to; i++ {
-			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), fmt.Sprintf("v%d", i), 0, false)}
+			var ttlMs int64
+			if i == 150 { // the only record with a TTL: after the second checkpoint
+				ttlMs = 60_000
+			}
+			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), fmt.Sprintf("v%d", i), ttlMs, false)}
 			if i%9 == 0 {
 				ops = append(ops, &shalev1.RequestOp{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{StartKey: []byte(fmt.Sprintf("k%03d", i%40+1)), EndKey: []byte(fmt.Sprintf("k%03d", i%40+3))}}})
 			}
@@ -49,6 +53,7 @@ func TestReadLogAfterReplays(t *testing.T) {
 	mid := checkpoint("/ck2")
 	checkpoint("/ck2b")
 	checkpoint("/ck2c")
+	checkpoint("/ck2d")
 	apply(120, 200)
 
 	var log []*LoggedEntry
@@ -66,7 +71,11 @@ func TestReadLogAfterReplays(t *testing.T) {
 	// Restored from the first checkpoint and the log up to the second's
 	// index: the second checkpoint's data.
 	newState := replication.BootstrapState(userDesc(9, "", ""))
+	var sumNoTTL func(dir, src string, from, upTo uint64, noTTL *bool) uint64
 	sum := func(dir, src string, from, upTo uint64) uint64 {
+		return sumNoTTL(dir, src, from, upTo, nil)
+	}
+	sumNoTTL = func(dir, src string, from, upTo uint64, noTTL *bool) uint64 {
 		t.Helper()
 		r, err := BootstrapFrom(dir, src, newState, e.opts(0), func(apply func(*LoggedEntry) error) error {
 			for _, le := range log {
@@ -86,6 +95,9 @@ func TestReadLogAfterReplays(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
+		if noTTL != nil {
+			*noTTL = r.NoTTL()
+		}
 		_, c, err := r.ChecksumAt()
 		if err != nil {
 			t.Fatal(err)
@@ -111,8 +123,17 @@ func TestReadLogAfterReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sum("/r3", "/ck2b", mid, ^uint64(0)); got != live {
+	var noTTL bool
+	if got := sumNoTTL("/r3", "/ck2b", mid, ^uint64(0), &noTTL); got != live {
 		t.Fatalf("checkpoint %d + the rest of the log: checksum %016x, live %016x", mid, got, live)
+	}
+	// The replayed log wrote a record with a TTL: the restored shard is not
+	// marked as holding none, as the checkpoint was.
+	if noTTL {
+		t.Fatal("a shard restored with a log that wrote a TTL is marked as holding none")
+	}
+	if sumNoTTL("/r5", "/ck2d", mid, mid, &noTTL); !noTTL {
+		t.Fatal("a shard restored from a checkpoint without TTLs lost its mark")
 	}
 	// An entry out of order stops the replay.
 	if _, err := BootstrapFrom("/r4", "/ck2c", newState, e.opts(0), func(apply func(*LoggedEntry) error) error {

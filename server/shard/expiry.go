@@ -30,6 +30,13 @@ type ExpiredKey struct {
 // with an expiry has none to sweep.
 func (s *Shard) TTLWrites() uint64 { return s.ttlWrites.Load() }
 
+// NoTTL reports that no record with an expiry was ever written into the
+// shard's user data since it was bootstrapped empty, as the applied state
+// says (replicated with it: a split's right shard and a snapshot's copy
+// inherit it): ExpiredKeys would find nothing. False when unknown (an
+// engine of format 6 or older, a shard restored from such a backup).
+func (s *Shard) NoTTL() bool { return s.st.Load().noTTL }
+
 // ExpiredKeys scans up to limit stored records of the shard's user keys
 // from key from on (nil: the start of the shard), at one point, and returns
 // those expired at time now (Unix nanoseconds), how many scanned records

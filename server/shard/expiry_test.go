@@ -83,3 +83,74 @@ func TestExpireKeys(t *testing.T) {
 		t.Fatalf("expiry on a frozen shard: %v", r)
 	}
 }
+
+// TestNoTTL follows the applied state's mark that no record with an
+// expiry was ever written: set at bootstrap, kept by writes without a TTL,
+// a reopen, a split (both halves) and a checkpoint restored elsewhere,
+// cleared for good by the first write with a TTL, which a reopen and a
+// restored checkpoint then show too.
+func TestNoTTL(t *testing.T) {
+	e, sp, s := newSplittingShard(t)
+	f := newFeeder(s)
+	put := func(s *Shard, f *feeder, k string, ttlMs int64) {
+		t.Helper()
+		applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v", ttlMs, false)}}))
+	}
+	if !s.NoTTL() {
+		t.Fatal("a bootstrapped shard is not marked as holding no TTL")
+	}
+	put(s, f, "c", 0)
+	put(s, f, "p", 0)
+	right := sp.splitOne(t, s, f.entry(marshalCmd(t, splitCmd("m", 7))), 7)
+	if !s.NoTTL() || !right.NoTTL() {
+		t.Fatalf("after writes without a TTL and a split: left %v, right %v; want both marked", s.NoTTL(), right.NoTTL())
+	}
+	// A checkpoint restored on a new replica carries the mark.
+	restored := func(s *Shard, name string) *Shard {
+		t.Helper()
+		if _, err := s.Checkpoint(name + "-cp"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenEmpty(name, e.opts(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		if r.NoTTL() {
+			t.Fatal("an uninitialized replica is marked as holding no TTL")
+		}
+		if err := r.Restore(name + "-cp"); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := restored(right, "r1"); !r.NoTTL() {
+		t.Fatal("a restored checkpoint of a shard without TTLs lost the mark")
+	}
+	// The first write with a TTL clears it, durably.
+	rf := newFeeder(right)
+	rf.index = right.AppliedState().Index
+	put(right, rf, "q", 60_000)
+	if right.NoTTL() {
+		t.Fatal("still marked after a write with a TTL")
+	}
+	put(right, rf, "q", 0) // the record with the TTL is gone; the mark stays off
+	if right.NoTTL() || s.NoTTL() != true {
+		t.Fatalf("right %v, left %v; want the right unmarked, the left marked", right.NoTTL(), s.NoTTL())
+	}
+	if r := restored(right, "r2"); r.NoTTL() {
+		t.Fatal("a restored checkpoint of a shard that had a TTL is marked")
+	}
+	if err := right.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.open("shards/7", 0); r.NoTTL() {
+		t.Fatal("the mark is back after a reopen")
+	}
+	if l := e.open("shards/2", 0); !l.NoTTL() {
+		t.Fatal("the left shard lost its mark in a reopen")
+	}
+}

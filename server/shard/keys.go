@@ -54,6 +54,13 @@ var (
 	// sequence when the engine moved to format 6: the entries below it may
 	// be under legacyDedupPrefix. Absent when none of those may be live.
 	keyDedupLegacyEnd = []byte("mdedup-legacy-end")
+	// keyNoTTL, present (empty value), says that no record with an expiry
+	// was ever written into the shard's user data since it was bootstrapped
+	// empty (format 7): the expiry sweep has nothing to look for. The Apply
+	// (or the backup log replayed by BootstrapFrom) that first writes such a
+	// record deletes it; a split's right shard and a snapshot's copy
+	// inherit it with the data.
+	keyNoTTL = []byte("mno-ttl")
 	// dedupSeqPrefix + seq (8 bytes BE) -> requestID (format 1: the
 	// eviction order; deleted when an engine moves to format 2).
 	dedupSeqPrefix = []byte("mdedup-seq/")
@@ -85,10 +92,12 @@ var (
 // entry's record holds (its commands have revisions of their own); version
 // 6 keeps the dedup table under a 2-byte prefix with the sequence as a
 // uvarint (dedupPrefix), 13 bytes less per entry, and reads the entries
-// older versions wrote (legacyDedupPrefix) until they are evicted. An
+// older versions wrote (legacyDedupPrefix) until they are evicted; version
+// 7 adds keyNoTTL, which a version 6 binary would not delete when it writes
+// a record with an expiry, so it must refuse the engine. An
 // engine of an older version is read as it is (its WAL's records too) and
 // moves to the current version at its next write of metadata.
-const formatVersion = 6
+const formatVersion = 7
 
 // dedupFormat is the first format whose dedup entries are under
 // dedupPrefix.

@@ -172,6 +172,7 @@ func (a *applier) applyMergeAbsorb(m *shalev1.MergeAbsorb) (*shalev1.CommandResu
 		}
 		if v.expire != 0 {
 			a.s.ttlWrites.Add(1)
+			a.st.noTTL = false
 		}
 		a.ov.set(a.b, dataKey(k), m.GetValues()[i])
 	}

@@ -34,7 +34,11 @@ func TestMergeCommands(t *testing.T) {
 		applyOne(t, left, lf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}}))
 	}
 	for i, k := range []string{"m", "n", "x", "n"} {
-		applyOne(t, right, rf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k+string(rune('0'+i)), 0, false)}}))
+		var ttlMs int64
+		if k == "x" { // the right's one record with a TTL (an hour)
+			ttlMs = 3_600_000
+		}
+		applyOne(t, right, rf, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k+string(rune('0'+i)), ttlMs, false)}}))
 	}
 	rightRecs := dataDump(t, right)
 	code := func(r *shalev1.CommandResult) codes.Code { return codes.Code(r.GetErrorCode()) }
@@ -119,6 +123,9 @@ func TestMergeCommands(t *testing.T) {
 		t.Fatalf("the superseded attempt's records landed: %v", got)
 	}
 	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[:2], Values: vals[:2], Attempt: two}))
+	if !left.NoTTL() {
+		t.Fatal("records without a TTL absorbed: the left lost its no-TTL mark")
+	}
 	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys[2:], Values: vals[2:], Commit: true, RightRevision: right.Revision(), Attempt: two}))
 	m := r.GetDescriptor_()
 	if code(r) != codes.OK || len(m.GetEndKey()) != 0 || m.GetEpoch() <= frozen.GetEpoch() || m.GetShardId() != 2 {
@@ -148,6 +155,9 @@ func TestMergeCommands(t *testing.T) {
 		}
 		if got := s.AbsorbedAt([]byte("a"), []byte("n")).Rev; got != 0 {
 			t.Fatalf("AbsorbedAt([a, n)) = %d, want 0: the range was not all absorbed", got)
+		}
+		if s.NoTTL() {
+			t.Fatal("the merged shard absorbed a record with a TTL but is marked as holding none")
 		}
 	}
 	// Retire the right.

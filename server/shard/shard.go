@@ -124,6 +124,10 @@ type state struct {
 	// format is the engine's format version as read (0: never written);
 	// the next metadata write sets it to formatVersion.
 	format byte
+	// noTTL: no record with an expiry was ever written into the shard's
+	// user data (keyNoTTL). Only Bootstrap sets it; an Apply or a replayed
+	// log that writes such a record clears it.
+	noTTL bool
 }
 
 var marshalOpts = proto.MarshalOptions{Deterministic: true}
@@ -245,6 +249,12 @@ func (st *state) writeMeta(b *storage.Batch, old *state) {
 		st.dedupLegacyEnd = 0
 	case full || st.format != formatVersion:
 		b.Set(keyDedupLegacyEnd, binary.AppendUvarint(nil, st.dedupLegacyEnd))
+	}
+	switch {
+	case st.noTTL && (full || !old.noTTL):
+		b.Set(keyNoTTL, nil)
+	case !st.noTTL && (full || old.noTTL):
+		b.Delete(keyNoTTL)
 	}
 	st.format = formatVersion
 	if legacy {
@@ -370,6 +380,9 @@ func loadState(g getter) (_ *state, found bool, _ error) {
 		if err := st.setDesc(d); err != nil {
 			return nil, false, err
 		}
+	}
+	if _, st.noTTL, err = getOpt(g, keyNoTTL); err != nil {
+		return nil, false, fmt.Errorf("shard: read the no-TTL mark: %w", err)
 	}
 	if b, ok, err := getOpt(g, keyAbsorbed); err != nil {
 		return nil, false, fmt.Errorf("shard: read absorbed ranges: %w", err)
@@ -587,7 +600,8 @@ func Bootstrap(dir string, st replication.AppliedState, opts Options) (*Shard, e
 	if err != nil {
 		return nil, fmt.Errorf("shard: bootstrap %s: %w", dir, err)
 	}
-	ns := &state{index: st.Index, term: st.Term}
+	// The new engine holds no user record, so none with an expiry.
+	ns := &state{index: st.Index, term: st.Term, noTTL: true}
 	err = ns.setConf(cloneConfState(st.ConfState))
 	if err == nil {
 		err = ns.setDesc(cloneDesc(st.Descriptor))
@@ -632,6 +646,13 @@ func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error)
 			}
 			switch op.Kind {
 			case storage.KindSet:
+				if ns.noTTL {
+					v, err := decodeValue(op.Value)
+					if err != nil {
+						return fmt.Errorf("replay: entry %d: key %q: %w", e.Mark.Index, op.Key[1:], err)
+					}
+					ns.noTTL = v.expire == 0
+				}
 				b.Set(op.Key, op.Value)
 			case storage.KindDelete:
 				b.Delete(op.Key)

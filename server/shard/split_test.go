@@ -33,6 +33,25 @@ func (sp *testSplitter) apply(s *Shard, entries []replication.Entry) ([]any, err
 	return ap.Results, err
 }
 
+// splitOne applies the split entry e to s alone, checks that it applied,
+// and returns the shard it hosted as id (closed at cleanup).
+func (sp *testSplitter) splitOne(t *testing.T, s *Shard, e replication.Entry, id uint64) *Shard {
+	t.Helper()
+	res, err := sp.apply(s, []replication.Entry{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr := res[0].(*shalev1.CommandResult); cr.GetErrorCode() != 0 {
+		t.Fatalf("split: %s", cr.GetErrorMessage())
+	}
+	right := sp.hosted[id]
+	if right == nil {
+		t.Fatalf("the split did not host shard %d", id)
+	}
+	t.Cleanup(func() { _ = right.Close() })
+	return right
+}
+
 // newSplittingShard bootstraps shard 2 over [b, y) among the node's
 // shards in "shards".
 func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
@@ -275,18 +294,7 @@ func TestSplitInterruptedIsRedone(t *testing.T) {
 		t.Fatalf("left descriptor after the crash: %v (the split was not durable)", d)
 	}
 	sp := &testSplitter{hosted: map[uint64]*Shard{}}
-	res, err := sp.apply(left, []replication.Entry{split})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cr := res[0].(*shalev1.CommandResult); cr.GetErrorCode() != 0 {
-		t.Fatalf("split again: %s", cr.GetErrorMessage())
-	}
-	right := sp.hosted[7]
-	if right == nil {
-		t.Fatal("the split applied again did not host the new shard")
-	}
-	t.Cleanup(func() { _ = right.Close() })
+	right := sp.splitOne(t, left, split, 7)
 	if rk := dataDump(t, right); len(rk) != 2 || rk["m"].value != "vm" || rk["n"].value != "vn" {
 		t.Fatalf("right shard after the redone split: %v", rk)
 	}
