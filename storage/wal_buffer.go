@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -31,6 +32,12 @@ type walBuffer struct {
 	// prealloc is the preallocation step (0: none); reserved is how far the
 	// file is preallocated. Both under drainMu.
 	prealloc, reserved int64
+	// syncs counts the syncs since the last preallocation step; once a
+	// step saw walZeroSyncs of them, the next steps are zeroed ahead
+	// (reserve). noZero is set once zeroing failed. syncs is atomic (a
+	// sync may run beside a drain); noZero is under drainMu.
+	syncs  atomic.Int64
+	noZero bool
 	// writtenBack is how far the file's writing to the disk has been
 	// started (StartWriteback), under drainMu; noWriteback is set once the
 	// file turned out not to support it.
@@ -53,6 +60,15 @@ const (
 	maxPooledWALBuffer = 1 << 20
 )
 
+// walZeroSyncs is how many syncs a preallocation step of the WAL must have
+// seen for the next steps to be zeroed ahead of the writes
+// (vfs.ZeroPreallocated). A WAL synced this often (the Raft log's, synced
+// once per Raft cycle) saves an extent change per sync for one extra
+// page-cache write of each step; one synced rarely (a shard engine's, at a
+// flush or for log truncation) is only preallocated, as writing its zeros
+// would cost more than its few syncs save.
+const walZeroSyncs = 16
+
 // newWALBuffer buffers writes to f, borrowing buffers from bufs, and
 // preallocating the file in steps of prealloc bytes (none if prealloc <= 0).
 func newWALBuffer(f vfs.File, bufs *sync.Pool, prealloc int64) *walBuffer {
@@ -62,9 +78,19 @@ func newWALBuffer(f vfs.File, bufs *sync.Pool, prealloc int64) *walBuffer {
 // reserve preallocates the file past end when it is not yet. A file or
 // filesystem that cannot preallocate, or a failed preallocation, turns
 // preallocation off: the write then simply extends the file (and reports
-// any real problem, such as a full disk, itself).
+// any real problem, such as a full disk, itself). A WAL synced often
+// (walZeroSyncs) is preallocated half a step ahead of end, and the new
+// space zeroed at once, so that its syncs find the zeros written by then;
+// a failure to zero leaves the space preallocated, and zeroing off.
 func (b *walBuffer) reserve(end int64) {
-	if b.prealloc == 0 || end <= b.reserved {
+	if b.prealloc == 0 {
+		return
+	}
+	zero := !b.noZero && b.syncs.Load() >= walZeroSyncs
+	if zero {
+		end += b.prealloc / 2
+	}
+	if end <= b.reserved {
 		return
 	}
 	n := (end - b.reserved + b.prealloc - 1) / b.prealloc * b.prealloc
@@ -72,7 +98,13 @@ func (b *walBuffer) reserve(end int64) {
 		b.prealloc = 0
 		return
 	}
+	if zero {
+		if err := vfs.ZeroPreallocated(b.f, b.reserved, n); err != nil {
+			b.noZero = true
+		}
+	}
 	b.reserved += n
+	b.syncs.Store(0)
 }
 
 // writtenBytes returns how many bytes reached the file (the file may be
@@ -185,5 +217,6 @@ func (b *walBuffer) sync() error {
 		b.mu.Unlock()
 		return err
 	}
+	b.syncs.Add(1)
 	return nil
 }

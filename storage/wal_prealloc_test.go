@@ -45,6 +45,29 @@ func copyDirRaw(t *testing.T, src, dst string) {
 	}
 }
 
+// liveWAL returns the name and size of the only WAL in dir.
+func liveWAL(t *testing.T, dir string) (name string, size int64) {
+	t.Helper()
+	sizes := walSizes(t, dir)
+	if len(sizes) != 1 {
+		t.Fatalf("%d WAL files in %s, want 1: %v", len(sizes), dir, sizes)
+	}
+	for n, s := range sizes {
+		name, size = n, s
+	}
+	return name, size
+}
+
+// setKeys writes key00000 ... key<n-1>, each with a 100-byte value, with wo.
+func setKeys(t *testing.T, db *DB, n int, wo WriteOptions) {
+	t.Helper()
+	for i := range n {
+		if err := db.Set([]byte(fmt.Sprintf("key%05d", i)), make([]byte, 100), wo); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func walSizes(t *testing.T, dir string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
@@ -75,16 +98,8 @@ func TestWALPreallocation(t *testing.T) {
 	dir := t.TempDir()
 	db := apiMustOpen(t, filepath.Join(dir, "db"), &Options{WALPreallocateSize: 256 << 10, Logger: crashQuietLogger})
 	const n = 300
-	for i := range n {
-		if err := db.Set([]byte(fmt.Sprintf("key%04d", i)), make([]byte, 100), Sync); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var live string
-	var liveSize int64
-	for name, size := range walSizes(t, filepath.Join(dir, "db")) {
-		live, liveSize = name, size
-	}
+	setKeys(t, db, n, Sync)
+	live, liveSize := liveWAL(t, filepath.Join(dir, "db"))
 	written := db.logBuf.writtenBytes()
 	if liveSize != 256<<10 || written >= liveSize || written < n*100 {
 		t.Fatalf("live WAL %s is %d bytes with %d written; want it preallocated to %d", live, liveSize, written, 256<<10)
@@ -94,8 +109,8 @@ func TestWALPreallocation(t *testing.T) {
 	copyDirRaw(t, filepath.Join(dir, "db"), filepath.Join(dir, "crash"))
 	crashed := apiMustOpen(t, filepath.Join(dir, "crash"), &Options{Logger: crashQuietLogger})
 	for i := range n {
-		if _, err := crashed.Get([]byte(fmt.Sprintf("key%04d", i))); err != nil {
-			t.Fatalf("after a crash with a preallocated WAL: key%04d: %v", i, err)
+		if _, err := crashed.Get([]byte(fmt.Sprintf("key%05d", i))); err != nil {
+			t.Fatalf("after a crash with a preallocated WAL: key%05d: %v", i, err)
 		}
 	}
 	apiMustClose(t, crashed)
@@ -120,8 +135,8 @@ func TestWALPreallocation(t *testing.T) {
 	db = apiMustOpen(t, filepath.Join(dir, "db"), &Options{Logger: crashQuietLogger})
 	defer apiMustClose(t, db)
 	for i := range n {
-		if _, err := db.Get([]byte(fmt.Sprintf("key%04d", i))); err != nil {
-			t.Fatalf("after reopen: key%04d: %v", i, err)
+		if _, err := db.Get([]byte(fmt.Sprintf("key%05d", i))); err != nil {
+			t.Fatalf("after reopen: key%05d: %v", i, err)
 		}
 	}
 }
