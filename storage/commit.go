@@ -232,9 +232,14 @@ func (d *DB) writeWAL(group []*commitWriter, anyWAL, sync, inline bool) (walSync
 		// Hand the write system call to the background flusher (once
 		// enough is buffered, with a WALFlushThreshold).
 		if t := d.opts.WALFlushThreshold; t > 0 && d.logBuf.pendingBytes() < t {
-			select {
-			case d.walHeldC <- struct{}{}:
-			default:
+			// One wake-up per hold: the flusher, once told, writes out
+			// everything held by then and after (walHeldTold).
+			if !d.walHeldTold {
+				d.walHeldTold = true
+				select {
+				case d.walHeldC <- struct{}{}:
+				default:
+				}
 			}
 			return walSync{}, nil
 		}

@@ -66,6 +66,13 @@ type DB struct {
 	// WALFlushThreshold (capacity 1); it writes them out walHoldLimit
 	// later if nothing else has.
 	walHeldC chan struct{}
+	// walHeldTold, under walMu, is set once a commit told the flusher of
+	// held bytes and cleared when the flusher writes the buffer out
+	// (flushWAL): until then the flusher's hold is armed or about to be,
+	// and later held commits need not wake it again.
+	walHeldTold bool
+	// heldWakes counts the flusher's wake-ups by walHeldC, for tests.
+	heldWakes atomic.Uint64
 	// flusherDone is closed when the flusher exits.
 	flusherDone chan struct{}
 	// periodicTimer offers the compaction scheduler a chance every
@@ -774,6 +781,7 @@ func (d *DB) walFlusher() {
 				return
 			}
 		case <-d.walHeldC:
+			d.heldWakes.Add(1)
 			if holdC == nil {
 				hold.Reset(walHoldLimit)
 				holdC = hold.C
@@ -794,6 +802,9 @@ func (d *DB) walFlusher() {
 // system call happens outside walMu, so commits proceed meanwhile.
 func (d *DB) flushWAL() error {
 	d.walMu.Lock()
+	// Commits held after this point are written by a later flush: they
+	// tell the flusher again.
+	d.walHeldTold = false
 	if d.logWriter == nil {
 		d.walMu.Unlock()
 		return nil

@@ -297,3 +297,44 @@ func TestWALWriteback(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWALHeldCommitsWakeFlusherOnce: commits held under WALFlushThreshold
+// wake the background flusher once per hold, not once each, and the bytes
+// of every one of them still reach the file within the hold.
+func TestWALHeldCommitsWakeFlusherOnce(t *testing.T) {
+	dir := t.TempDir()
+	db := apiMustOpen(t, dir, &Options{WALFlushThreshold: 1 << 20, WALPreallocateSize: -1, Logger: crashQuietLogger})
+	defer apiMustClose(t, db)
+	const writes = 200
+	start := time.Now()
+	for i := range writes {
+		if err := db.Set([]byte(fmt.Sprintf("k%03d", i)), make([]byte, 100), NoSync); err != nil {
+			t.Fatal(err)
+		}
+		// Let the flusher run between commits, as between applies.
+		runtime.Gosched()
+	}
+	// One wake-up per hold, and a hold lasts walHoldLimit.
+	if n, most := db.heldWakes.Load(), 2+uint64(time.Since(start)/walHoldLimit); n > most {
+		t.Fatalf("%d held commits woke the flusher %d times, want at most %d", writes, n, most)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for db.logBuf.writtenBytes() < writes*100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bytes of %d held commits reached the WAL file", db.logBuf.writtenBytes(), writes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A hold that ended lets the next held commit tell the flusher again.
+	before := db.heldWakes.Load()
+	if err := db.Set([]byte("after"), make([]byte, 100), NoSync); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for db.heldWakes.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("a commit held after the flush did not wake the flusher")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
