@@ -59,6 +59,21 @@ func liveWAL(t *testing.T, dir string) (name string, size int64) {
 }
 
 // setKeys writes key00000 ... key<n-1>, each with a 100-byte value, with wo.
+// checkCrashImage copies dir/db as a crash would leave it (copyDirRaw) to
+// dir/crash, opens the copy and checks that it holds the n keys setKeys
+// wrote; what names the WAL's state in failures.
+func checkCrashImage(t *testing.T, dir string, n int, what string) {
+	t.Helper()
+	copyDirRaw(t, filepath.Join(dir, "db"), filepath.Join(dir, "crash"))
+	crashed := apiMustOpen(t, filepath.Join(dir, "crash"), &Options{Logger: crashQuietLogger})
+	defer apiMustClose(t, crashed)
+	for i := range n {
+		if _, err := crashed.Get([]byte(fmt.Sprintf("key%05d", i))); err != nil {
+			t.Fatalf("after a crash with %s: key%05d: %v", what, i, err)
+		}
+	}
+}
+
 func setKeys(t *testing.T, db *DB, n int, wo WriteOptions) {
 	t.Helper()
 	for i := range n {
@@ -106,14 +121,7 @@ func TestWALPreallocation(t *testing.T) {
 	}
 
 	// A crash image: every synced write is recovered past the zeroed tail.
-	copyDirRaw(t, filepath.Join(dir, "db"), filepath.Join(dir, "crash"))
-	crashed := apiMustOpen(t, filepath.Join(dir, "crash"), &Options{Logger: crashQuietLogger})
-	for i := range n {
-		if _, err := crashed.Get([]byte(fmt.Sprintf("key%05d", i))); err != nil {
-			t.Fatalf("after a crash with a preallocated WAL: key%05d: %v", i, err)
-		}
-	}
-	apiMustClose(t, crashed)
+	checkCrashImage(t, dir, n, "a preallocated WAL")
 
 	// A checkpoint copies the written bytes of the live WAL, not the zeros.
 	if _, err := db.Checkpoint(filepath.Join(dir, "ckpt")); err != nil {

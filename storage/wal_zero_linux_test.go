@@ -81,14 +81,7 @@ func TestWALZeroedAheadWhenSyncedOften(t *testing.T) {
 		t.Fatalf("first hole of the synced WAL past its first step at %d (written %d, size %d); want none: the space ahead zeroed", hole, written, size)
 	}
 
-	copyDirRaw(t, filepath.Join(dir, "db"), filepath.Join(dir, "crash"))
-	crashed := apiMustOpen(t, filepath.Join(dir, "crash"), &Options{Logger: crashQuietLogger})
-	for i := range n {
-		if _, err := crashed.Get([]byte(fmt.Sprintf("key%05d", i))); err != nil {
-			t.Fatalf("after a crash with a zeroed WAL tail: key%05d: %v", i, err)
-		}
-	}
-	apiMustClose(t, crashed)
+	checkCrashImage(t, dir, n, "a zeroed WAL tail")
 
 	apiMustClose(t, db)
 	if got := walSizes(t, filepath.Join(dir, "db"))[live]; got != written {
