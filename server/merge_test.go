@@ -306,13 +306,7 @@ func TestRequestIDAcrossLeaderChangeAndMerge(t *testing.T) {
 	sendTwice("n-leader", []byte("app-request-0001"), func() {
 		from := c.Leader(right.GetShardId())
 		to := from%3 + 1
-		if _, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: right.GetShardId(), TargetNodeId: to}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, func() (bool, string) {
-			l := c.Leader(right.GetShardId())
-			return l == to, fmt.Sprintf("shard %d led by node %d, want %d", right.GetShardId(), l, to)
-		})
+		c.MoveLeader(right.GetShardId(), to, 20*time.Second)
 	})
 	sendTwice("n-merge", []byte("app-request-0002"), func() {
 		mergeRetrying(t, a, &shalev1.MergeShardsRequest{Key: []byte("a"), ShardId: left.GetShardId()})
@@ -357,13 +351,7 @@ func TestAutomaticMergeWaitsAfterAnySplit(t *testing.T) {
 	splitter := c.Leader(resp.GetLeft().GetShardId())
 	other := splitter%3 + 1
 	for _, id := range []uint64{resp.GetLeft().GetShardId(), resp.GetRight().GetShardId()} {
-		waitFor(t, 20*time.Second, func() (bool, string) {
-			if c.Leader(id) == other {
-				return true, ""
-			}
-			_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: id, TargetNodeId: other})
-			return c.Leader(id) == other, fmt.Sprintf("shard %d led by node %d, want %d (%v)", id, c.Leader(id), other, err)
-		})
+		c.MoveLeader(id, other, 20*time.Second)
 	}
 	// Several maintenance rounds (one a second) of the node leading both.
 	time.Sleep(5 * time.Second)
@@ -437,13 +425,7 @@ func TestAutomaticMergeCountsLoadLedElsewhere(t *testing.T) {
 		}
 	}()
 	other := c.Leader(left)%3 + 1
-	waitFor(t, 20*time.Second, func() (bool, string) {
-		if c.Leader(right) == other {
-			return true, ""
-		}
-		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: right, TargetNodeId: other})
-		return c.Leader(right) == other, fmt.Sprintf("shard %d led by node %d, want %d (%v)", right, c.Leader(right), other, err)
-	})
+	c.MoveLeader(right, other, 20*time.Second)
 	// merged reports whether the directory shows the left shard past the
 	// split's epoch and reaching the end of the key space: it absorbed the
 	// right. (Just after the split the directory may still list the

@@ -17,7 +17,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shale-db/shale/internal/testcluster"
-	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
 )
 
@@ -347,7 +346,6 @@ func TestRestartWithNewAddress(t *testing.T) {
 	c.WaitLeaders(30 * time.Second)
 	// Every user shard led by node 3 in turn: its followers answer it at its
 	// new address, or no write commits.
-	a := adminOf(t, c)
 	dir, err := directory(t, c)
 	if err != nil {
 		t.Fatal(err)
@@ -356,13 +354,7 @@ func TestRestartWithNewAddress(t *testing.T) {
 		if d.GetSystem() {
 			continue
 		}
-		waitFor(t, 30*time.Second, func() (bool, string) {
-			if c.Leader(d.GetShardId()) == 3 {
-				return true, ""
-			}
-			_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: d.GetShardId(), TargetNodeId: 3})
-			return false, fmt.Sprintf("shard %d led by node %d: %v", d.GetShardId(), c.Leader(d.GetShardId()), err)
-		})
+		c.MoveLeader(d.GetShardId(), 3, 30*time.Second)
 		key := append(append([]byte{}, d.GetStartKey()...), "after"...)
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := cl.Put(wctx, key, []byte("v"))

@@ -145,7 +145,6 @@ var callModes = []struct {
 func TestTracingPutAcrossNodes(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	c, ctp := tracedCluster(t, exp)
-	admin := newClient(t, c)
 	ctx := context.Background()
 	for _, mode := range callModes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -157,10 +156,7 @@ func TestTracingPutAcrossNodes(t *testing.T) {
 			shardID := c.ShardIDs()[1] // the user shard
 			old := c.Leader(shardID)
 			target := old%3 + 1
-			if _, err := admin.TransferLeader(ctx, shardID, target); err != nil {
-				t.Fatal(err)
-			}
-			waitLeader(t, c, shardID, target)
+			c.MoveLeader(shardID, target, 20*time.Second)
 			exp.Reset()
 
 			if _, err := cl.Put(ctx, key, []byte("v")); err != nil {
@@ -233,7 +229,7 @@ func TestTracingForwardedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	waitLeader(t, c, shardID, lead)
+	c.MoveLeader(shardID, lead, 20*time.Second)
 	exp.Reset()
 
 	if _, _, err := cl.SplitShard(context.Background(), []byte("m")); err != nil {
@@ -268,16 +264,4 @@ func TestTracingForwardedRequest(t *testing.T) {
 func hasParentNamed(s spanSet, sp tracetest.SpanStub, name string) bool {
 	p, ok := s.byID(sp.Parent.SpanID())
 	return ok && p.Name == name
-}
-
-// waitLeader waits until node leads shardID.
-func waitLeader(t *testing.T, c *testcluster.Cluster, shardID, node uint64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Leader(shardID) != node {
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d does not lead shard %d", node, shardID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

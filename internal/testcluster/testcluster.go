@@ -350,6 +350,36 @@ func (c *Cluster) Leader(shardID uint64) uint64 {
 	return 0
 }
 
+// MoveLeader makes node to the leader of shardID and fails the test if it
+// does not lead within timeout. A transfer may lapse on a loaded machine
+// (the target gets two election timeouts to take over), so the current
+// leader is asked again until to leads.
+func (c *Cluster) MoveLeader(shardID, to uint64, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		from := c.Leader(shardID)
+		if from == to {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d does not lead shard %d after %v (led by node %d; last transfer: %v)", to, shardID, timeout, from, last)
+		}
+		n := c.Node(from)
+		if from == 0 || n == nil || n.Store().Replica(shardID) == nil {
+			time.Sleep(10 * time.Millisecond) // no leader now
+			continue
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		last = n.Store().Replica(shardID).TransferLeader(ctx, to)
+		cancel()
+		if last != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 // ShardIDs returns the shards hosted on any running node, sorted.
 func (c *Cluster) ShardIDs() []uint64 {
 	seen := map[uint64]bool{}
