@@ -154,13 +154,7 @@ func TestMergedShardLeavesTheDirectory(t *testing.T) {
 	// absorbed as removed.
 	from := c.Leader(left.GetShardId())
 	to := from%3 + 1
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		if c.Leader(left.GetShardId()) == to {
-			return true, ""
-		}
-		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: left.GetShardId(), TargetNodeId: to})
-		return false, fmt.Sprint(err)
-	})
+	c.MoveLeader(left.GetShardId(), to, 30*time.Second)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		on, err := listed()
 		return !on && err == nil, fmt.Sprintf("shard %d still listed (%v)", right.GetShardId(), err)
