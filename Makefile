@@ -127,9 +127,11 @@ endif
 	$(GO) vet ./...
 	$(GO) test -count=1 ./internal/lint/
 	SHALE_TEST_VERSITYGW=$(VERSITYGW) $(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
-# The allocation checks the race detector skips (it makes sync.Pool drop objects), run without it.
+# The allocation checks the race detector skips (it makes sync.Pool drop objects), and the storage
+# model test at its full seeds (under -race it runs two per option set), run without it.
 ifneq ($(RACE),)
 	$(GO) test -count=1 -run '^(TestIterZeroAllocs|TestDirectCalls)$$' ./storage/sstable/ ./client/
+	$(GO) test -count=1 -run '^TestModel$$' ./storage/
 endif
 	@for m in $(SUBMODULES); do \
 		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./..."; \

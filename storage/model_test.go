@@ -19,7 +19,7 @@ import (
 
 var (
 	modelSeed  = flag.Uint64("model.seed", 0, "run the model test with only this seed")
-	modelSeeds = flag.Int("model.seeds", 0, "number of seeds per option set (default 6, or 60 with SHALE_SOAK=1)")
+	modelSeeds = flag.Int("model.seeds", 0, "number of seeds per option set (default 6, 2 under -race, 60 with SHALE_SOAK=1)")
 	modelOps   = flag.Int("model.ops", 3000, "operations per seed")
 )
 
@@ -196,6 +196,13 @@ func TestModel(t *testing.T) {
 	seeds := *modelSeeds
 	if seeds == 0 {
 		seeds = 6
+		if raceEnabled {
+			// Under the race detector a seed of the zstd sets takes
+			// 25 s; the detector needs the engine's goroutines at work,
+			// which two seeds give, and `make test` also runs this test
+			// without -race at six.
+			seeds = 2
+		}
 		if os.Getenv("SHALE_SOAK") != "" {
 			seeds = 60
 		}
