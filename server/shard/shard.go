@@ -838,12 +838,24 @@ func OpenEmpty(dir string, opts Options) (*Shard, error) {
 // openEngine opens the engine in s.dir and loads its state; with
 // requireMeta, missing metadata is an error.
 func (s *Shard) openEngine(o *storage.Options, requireMeta bool) error {
+	db, st, err := s.loadEngine(o, requireMeta)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.publish(st)
+	return nil
+}
+
+// loadEngine opens the engine in s.dir and reads its state, without making
+// either the shard's; with requireMeta, missing metadata is an error.
+func (s *Shard) loadEngine(o *storage.Options, requireMeta bool) (*storage.DB, *state, error) {
 	// Until its state is loaded, the compactions of the engine opening
 	// (a recovery's flushes) drop no dedup entry.
 	s.dedupFloor.Store(0)
 	db, err := storage.Open(s.dir, o)
 	if err != nil {
-		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+		return nil, nil, fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
 	st, found, err := loadState(db)
 	if err == nil && !found {
@@ -855,11 +867,9 @@ func (s *Shard) openEngine(o *storage.Options, requireMeta bool) error {
 	}
 	if err != nil {
 		_ = db.Close()
-		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+		return nil, nil, fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
-	s.db = db
-	s.publish(st)
-	return nil
+	return db, st, nil
 }
 
 // AppliedState reports the last applied entry, the configuration and the
@@ -1020,33 +1030,31 @@ func (st *state) applied() replication.AppliedState {
 	}
 }
 
-// readCheckpoint opens the engine copy in dir read-only and returns its
-// applied state; a copy without shard metadata is an error.
-func (s *Shard) readCheckpoint(dir string) (*state, error) {
-	o := s.engineOptions()
-	o.ErrorIfNotExists = true
-	db, err := storage.OpenReadOnly(dir, o)
-	if err != nil {
-		return nil, fmt.Errorf("shard: open checkpoint %s: %w", dir, err)
-	}
-	defer func() { _ = db.Close() }()
-	return checkpointState(db, dir)
-}
-
 // restoreOldSuffix names the old engine directory set aside by Restore.
 const restoreOldSuffix = ".restore-old"
 
+// restoreRejectedSuffix names a checkpoint Restore moved into place and
+// then refused (or found unfinished after a crash), on its way out.
+const restoreRejectedSuffix = ".restore-rejected"
+
+// installMarker is a file in a checkpoint while Restore installs it: an
+// engine directory holding it has not been validated, and is rolled back
+// (the old engine, set aside, put back) rather than opened.
+const installMarker = "INSTALLING"
+
 // Restore replaces the shard's whole state with the checkpoint in dir (made
 // by Checkpoint on another replica of the same shard). The checkpoint is
-// validated first (it must hold shard metadata for the same shard ID); if
-// it is invalid, dir is deleted and the current state is kept. Otherwise
-// the engine is closed, its directory renamed aside, dir renamed into its
-// place, the parent directory synced, the old directory deleted, and the
-// engine reopened: after a nil return AppliedState reports the copy's
-// state. A crash in the middle leaves either the old or the new engine in
-// place, which the next Open or OpenEmpty completes. An error after the
-// engine was closed leaves the Shard failed (every Apply returns an error),
-// unless the new engine never moved in and the old one could be reopened.
+// opened once, in place of the old engine: Restore marks dir unfinished
+// (installMarker), closes the engine, renames its directory aside, renames
+// dir into its place and syncs the parents, then opens it and checks that
+// it holds shard metadata for the same shard ID. If it does, the mark is
+// removed (synced) and the old directory deleted, and after the nil return
+// AppliedState reports the copy's state; if it does not, or the open
+// fails, the copy is deleted, the old engine put back and reopened, and
+// the error returned. A crash in the middle leaves either the old engine
+// or the validated new one in place, which the next Open or OpenEmpty
+// completes. An error after the engine was closed leaves the Shard failed
+// (every Apply returns an error), unless the old engine could be reopened.
 func (s *Shard) Restore(dir string) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
@@ -1058,7 +1066,7 @@ func (s *Shard) Restore(dir string) error {
 	if dir == s.dir {
 		return fmt.Errorf("shard: restore %s: checkpoint is the engine directory", dir)
 	}
-	if err := s.validateCheckpoint(dir); err != nil {
+	if err := s.markInstalling(dir); err != nil {
 		if rerr := s.fs.RemoveAll(dir); rerr != nil {
 			s.log.Warn("shard: removing rejected checkpoint", "dir", dir, "err", rerr)
 		}
@@ -1074,39 +1082,120 @@ func (s *Shard) Restore(dir string) error {
 		s.log.Warn("shard: closing engine for restore", "dir", s.dir, "err", err)
 	}
 	s.db = nil
+	// An uninitialized replica's old engine holds no metadata.
+	oldHasMeta := s.st.Load().desc != nil
 	if movedIn, err := s.swapDirs(dir); err != nil {
 		if !movedIn {
 			// The old engine is still (or again) in place: keep serving it.
-			if oerr := s.openEngine(s.engineOptions(), true); oerr == nil {
+			if oerr := s.openEngine(s.engineOptions(), oldHasMeta); oerr == nil {
 				return err
 			}
 		}
 		return s.fail(err)
 	}
-	if err := s.openEngine(s.engineOptions(), true); err != nil {
+	o := s.engineOptions()
+	o.ErrorIfNotExists = true
+	db, st, err := s.loadEngine(o, true)
+	if err == nil {
+		if err = s.checkSameShard(st, dir); err != nil {
+			_ = db.Close()
+		}
+	}
+	if err != nil {
+		// Refused: the old engine goes back in place and serves again.
+		err = fmt.Errorf("shard: restore from %s: %w", dir, err)
+		if rerr := s.rollBackInstall(); rerr != nil {
+			return s.fail(errors.Join(err, rerr))
+		}
+		if oerr := s.openEngine(s.engineOptions(), oldHasMeta); oerr != nil {
+			return s.fail(errors.Join(err, oerr))
+		}
+		return err
+	}
+	if err := s.finishInstall(); err != nil {
+		_ = db.Close()
 		return s.fail(err)
 	}
+	s.db = db
+	s.publish(st)
 	s.fail(nil) // a restored engine is healthy again
 	return nil
 }
 
-// validateCheckpoint checks that dir holds an engine with shard metadata
-// for this shard.
-func (s *Shard) validateCheckpoint(dir string) error {
-	st, err := s.readCheckpoint(dir)
-	if err != nil {
-		return fmt.Errorf("shard: restore: %w", err)
+// checkSameShard checks that st, a checkpoint's state, has a descriptor
+// of the shard's own shard ID (any shard's for an uninitialized replica).
+func (s *Shard) checkSameShard(st *state, dir string) error {
+	if st.desc == nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, ErrNoMetadata)
 	}
 	if cur := s.st.Load().desc; cur != nil && cur.ShardId != st.desc.ShardId {
-		return fmt.Errorf("shard: restore from %s: checkpoint of shard %d into shard %d", dir, st.desc.ShardId, cur.ShardId)
+		return fmt.Errorf("checkpoint %s of shard %d into shard %d", dir, st.desc.ShardId, cur.ShardId)
 	}
 	return nil
 }
 
-// swapDirs moves the engine directory aside, moves dir into its place,
-// syncs the parents and deletes the old directory. movedIn reports whether
-// dir replaced the engine directory (on error, false means the old engine
-// is back in place).
+// markInstalling writes installMarker into the checkpoint in dir, durably,
+// before Restore moves it into place.
+func (s *Shard) markInstalling(dir string) error {
+	f, err := s.fs.Create(s.fs.Join(dir, installMarker))
+	if err == nil {
+		err = f.Close()
+	}
+	if err == nil {
+		err = vfs.SyncDir(s.fs, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("shard: restore: mark %s: %w", dir, err)
+	}
+	return nil
+}
+
+// finishInstall makes the validated engine in place final: it removes its
+// installMarker (synced), after which a crash keeps it, then deletes the
+// old engine set aside.
+func (s *Shard) finishInstall() error {
+	if err := s.fs.Remove(s.fs.Join(s.dir, installMarker)); err != nil {
+		return fmt.Errorf("shard: restore: %w", err)
+	}
+	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		return fmt.Errorf("shard: restore: %w", err)
+	}
+	old := s.dir + restoreOldSuffix
+	if err := s.fs.RemoveAll(old); err != nil {
+		s.log.Warn("shard: restore: removing old engine", "dir", old, "err", err)
+	}
+	return nil
+}
+
+// rollBackInstall replaces the unvalidated engine directory (still marked
+// installMarker) with the old one set aside: it renames the engine
+// directory to restoreRejectedSuffix, renames the old one back, syncs the
+// parent and deletes the rejected one. A crash at any point leaves the old
+// engine in place or set aside, which recoverRestore puts back.
+func (s *Shard) rollBackInstall() error {
+	rejected := s.dir + restoreRejectedSuffix
+	if err := s.fs.RemoveAll(rejected); err != nil {
+		return fmt.Errorf("shard: roll back restore: remove stale %s: %w", rejected, err)
+	}
+	if err := s.fs.Rename(s.dir, rejected); err != nil {
+		return fmt.Errorf("shard: roll back restore: set aside %s: %w", s.dir, err)
+	}
+	if err := s.fs.Rename(s.dir+restoreOldSuffix, s.dir); err != nil {
+		return fmt.Errorf("shard: roll back restore: put old engine back: %w", err)
+	}
+	if err := vfs.SyncDir(s.fs, filepath.Dir(s.dir)); err != nil {
+		return fmt.Errorf("shard: roll back restore: %w", err)
+	}
+	if err := s.fs.RemoveAll(rejected); err != nil {
+		s.log.Warn("shard: restore: removing rejected checkpoint", "dir", rejected, "err", err)
+	}
+	return nil
+}
+
+// swapDirs moves the engine directory aside and moves dir into its place,
+// and syncs the parents; the old directory stays until finishInstall or
+// rollBackInstall. movedIn reports whether dir replaced the engine
+// directory (on error, false means the old engine is back in place).
 func (s *Shard) swapDirs(dir string) (movedIn bool, _ error) {
 	old := s.dir + restoreOldSuffix
 	if err := s.fs.RemoveAll(old); err != nil {
@@ -1132,16 +1221,18 @@ func (s *Shard) swapDirs(dir string) (movedIn bool, _ error) {
 			return true, fmt.Errorf("shard: restore: %w", err)
 		}
 	}
-	if err := s.fs.RemoveAll(old); err != nil {
-		s.log.Warn("shard: restore: removing old engine", "dir", old, "err", err)
-	}
 	return true, nil
 }
 
-// recoverRestore finishes a Restore interrupted by a crash: if the engine
-// directory is missing but the old one set aside exists, the old one is put
-// back; if both exist, the set-aside one is deleted.
+// recoverRestore finishes a Restore interrupted by a crash: a rejected
+// copy left behind is deleted; if the engine directory is missing but the
+// old one set aside exists, the old one is put back; if both exist, the
+// engine directory is kept if it was validated (no installMarker) and the
+// set-aside one deleted, and otherwise rolled back (rollBackInstall).
 func (s *Shard) recoverRestore() error {
+	if err := s.fs.RemoveAll(s.dir + restoreRejectedSuffix); err != nil {
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
 	old := s.dir + restoreOldSuffix
 	if _, err := s.fs.Stat(old); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -1156,6 +1247,15 @@ func (s *Shard) recoverRestore() error {
 		}
 		return vfs.SyncDir(s.fs, filepath.Dir(s.dir))
 	} else if err != nil {
+		return fmt.Errorf("shard: open %s: %w", s.dir, err)
+	}
+	if _, err := s.fs.Stat(s.fs.Join(s.dir, installMarker)); err == nil {
+		s.log.Warn("shard: rolling back an interrupted restore of an unvalidated checkpoint", "dir", s.dir)
+		if err := s.rollBackInstall(); err != nil {
+			return fmt.Errorf("shard: open %s: %w", s.dir, err)
+		}
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("shard: open %s: %w", s.dir, err)
 	}
 	if err := s.fs.RemoveAll(old); err != nil {
