@@ -674,11 +674,13 @@ func (n *Node) openShards() error {
 	if err != nil {
 		return fmt.Errorf("server: list shards: %w", err)
 	}
+	opened := map[uint64]bool{}
 	for _, e := range ents {
-		id, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || !e.IsDir() {
+		id, ok := shard.DirShardID(e.Name())
+		if !ok || !e.IsDir() || opened[id] {
 			continue
 		}
+		opened[id] = true
 		s, err := shard.Open(n.shardDir(id), n.shardOptions())
 		if errors.Is(err, shard.ErrUnfinishedSplit) {
 			// The split that was making it had not applied durably: it

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/shale-db/shale/internal/testcluster"
 	"github.com/shale-db/shale/server"
+	"github.com/shale-db/shale/server/shard"
 )
 
 func TestRestartAllNodesKeepsData(t *testing.T) {
@@ -43,6 +45,46 @@ func TestRestartAllNodesKeepsData(t *testing.T) {
 	}
 	if _, err := cl2.Put(ctx, []byte("after"), []byte("restart")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRestartFindsEngineSetAsideByRestore: a node stopped while a
+// snapshot's install had set a shard's engine aside (shards/<id> renamed to
+// <id>.restore-old) and not yet moved the checkpoint in hosts the shard again
+// at its restart, from the engine set aside, with all it had applied.
+func TestRestartFindsEngineSetAsideByRestore(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx := context.Background()
+	if _, err := cl.Put(ctx, []byte("kept"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	id := c.ShardIDs()[1] // the user shard
+	node := c.Leader(id)%3 + 1
+	var applied uint64
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		applied = c.Node(node).Shard(id).AppliedState().Index
+		return applied >= c.Node(c.Leader(id)).Shard(id).AppliedState().Index, "the follower has not applied the put"
+	})
+	c.Stop(node)
+	dir := shard.Dir(filepath.Join(c.Dir(), fmt.Sprintf("node%d", node), "shards"), id)
+	if err := os.Rename(dir, dir+".restore-old"); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(node)
+	if _, err := os.Stat(dir + ".restore-old"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the engine set aside is still there after the restart (%v): the node did not open it", err)
+	}
+	s := c.Node(node).Shard(id)
+	if s == nil {
+		t.Fatalf("node %d does not host shard %d after its restart", node, id)
+	}
+	if got := s.AppliedState().Index; got < applied {
+		t.Fatalf("shard %d on node %d applied to %d after the restart, had %d", id, node, got, applied)
+	}
+	kv, _, err := s.Get([]byte("kept"), time.Now().UnixNano())
+	if err != nil || kv == nil || string(kv.GetValue()) != "v" {
+		t.Fatalf("kept on node %d after the restart: %v, %v", node, kv, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,15 @@ type Options struct {
 // shards (in shardsDir).
 func Dir(shardsDir string, id uint64) string {
 	return filepath.Join(shardsDir, strconv.FormatUint(id, 10))
+}
+
+// DirShardID returns the shard whose engine an entry of a node's shards
+// directory holds: the entry named by Dir, or the old engine a Restore set
+// aside (which Open of the shard's Dir puts back when a crash left the
+// engine directory missing). ok is false for any other entry.
+func DirShardID(name string) (id uint64, ok bool) {
+	id, err := strconv.ParseUint(strings.TrimSuffix(name, restoreOldSuffix), 10, 64)
+	return id, err == nil
 }
 
 // state is the applied state of a shard: an immutable value, replaced as a
