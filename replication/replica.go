@@ -144,7 +144,17 @@ type proposal struct {
 	alone bool
 	term  uint64
 	start time.Time
-	done  chan proposalResult
+	// done receives the result of a proposal whose caller waits for it
+	// (Propose); nil for one made by ProposeFunc.
+	done chan proposalResult
+	// then, r, unwatch and answered are a ProposeFunc proposal's: its
+	// callback, its replica, the function that stops watching its
+	// context, and whether it has been answered (once: by finish or by
+	// its context's end, whichever comes first).
+	then     func(any, error)
+	r        *Replica
+	unwatch  func() bool
+	answered atomic.Bool
 	// trace is the proposal's spans when its context was traced (nil
 	// otherwise; see trace.go).
 	trace *proposalTrace
@@ -155,11 +165,38 @@ type proposalResult struct {
 	err    error
 }
 
+// finish ends p with its result (or the reason it has none): Propose's
+// caller receives it, or ProposeFunc's callback runs with it on this
+// goroutine. A proposal finished again, or after its caller stopped
+// waiting, is not answered again.
 func (p *proposal) finish(res any, err error) {
+	if p.then != nil {
+		p.answer(res, err, true)
+		return
+	}
 	select {
 	case p.done <- proposalResult{res, err}:
 	default:
 	}
+}
+
+// answer runs a ProposeFunc proposal's callback with its outcome the first
+// time it is called: it ends the proposal's propose span, as Propose does
+// when it returns, and frees its place among the replica's proposals in
+// flight. unwatch is false when the proposal's context ended (its watch
+// has run already).
+func (p *proposal) answer(res any, err error, unwatch bool) {
+	if !p.answered.CompareAndSwap(false, true) {
+		return
+	}
+	if unwatch {
+		p.unwatch()
+	}
+	p.r.inflight.Add(-1)
+	if p.trace != nil {
+		p.trace.proposed(err)
+	}
+	p.then(res, err)
 }
 
 type loopOp struct {
@@ -356,38 +393,99 @@ func (r *Replica) ProposeAlone(ctx context.Context, payload []byte) (any, error)
 	return r.proposeCommand(ctx, payload, true)
 }
 
+// ProposeFunc is Propose's completion form: it starts the proposal and
+// returns without waiting for it, and then gets what Propose would have
+// returned, exactly once: on an apply worker or the Raft loop once the
+// proposal applied or failed, on a goroutine of its own if ctx ends first,
+// or before ProposeFunc returns if the proposal did not start (not the
+// leader, too large, ErrBusy, the replica stopped). then must not block:
+// the goroutines finishing proposals serve every shard of the node.
+func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, then func(result any, err error)) {
+	p, err := r.newProposal(ctx, payload, false)
+	if err != nil {
+		then(nil, err)
+		return
+	}
+	p.then, p.r = then, r
+	if err := r.admit(); err != nil {
+		if p.trace != nil {
+			p.trace.proposed(err)
+		}
+		then(nil, err)
+		return
+	}
+	// Watched before it is queued, so that finish, which runs only once
+	// it is, sees unwatch set; the watch's own answer does not use it.
+	p.unwatch = context.AfterFunc(ctx, func() { p.answer(nil, ctx.Err(), false) })
+	if err := r.queue(p); err != nil {
+		p.answer(nil, err, true)
+	}
+}
+
+// proposeCommand is Propose and ProposeAlone: it queues the proposal and
+// waits for its result or for ctx's end.
 func (r *Replica) proposeCommand(ctx context.Context, payload []byte, alone bool) (any, error) {
+	p, err := r.newProposal(ctx, payload, alone)
+	if err != nil {
+		return nil, err
+	}
+	p.done = make(chan proposalResult, 1)
+	res, err := r.submit(ctx, p)
+	if p.trace != nil {
+		p.trace.proposed(err)
+	}
+	return res, err
+}
+
+// newProposal checks and encodes a proposal of payload, and starts its
+// propose span when ctx is traced.
+func (r *Replica) newProposal(ctx context.Context, payload []byte, alone bool) (*proposal, error) {
 	if len(payload) > r.store.cfg.MaxProposalBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrProposalTooLarge, len(payload), r.store.cfg.MaxProposalBytes)
 	}
 	if !r.IsLeader() {
 		return nil, r.notLeader()
 	}
-	p := &proposal{id: r.store.proposal.Add(1), alone: alone, start: time.Now(), done: make(chan proposalResult, 1)}
+	p := &proposal{id: r.store.proposal.Add(1), alone: alone, start: time.Now()}
 	p.data = encodeEntry(p.id, payload)
-	if p.trace = r.store.traceProposal(ctx, r.shardID, len(payload)); p.trace != nil {
-		res, err := r.submit(ctx, p)
-		p.trace.proposed(err)
-		return res, err
-	}
-	return r.submit(ctx, p)
+	p.trace = r.store.traceProposal(ctx, r.shardID, len(payload))
+	return p, nil
 }
 
-func (r *Replica) submit(ctx context.Context, p *proposal) (any, error) {
+// admit takes a place among the replica's proposals in flight, or returns
+// ErrBusy when they are all taken.
+func (r *Replica) admit() error {
 	if r.inflight.Add(1) > int64(r.store.cfg.MaxInflightProposals) {
 		r.inflight.Add(-1)
-		return nil, ErrBusy
+		return ErrBusy
 	}
-	defer r.inflight.Add(-1)
+	return nil
+}
+
+// queue hands p to the Raft loop, unless the replica has stopped.
+func (r *Replica) queue(p *proposal) error {
 	r.mu.Lock()
 	if r.stopErr != nil {
 		err := r.stopErr
 		r.mu.Unlock()
-		return nil, err
+		return err
 	}
 	r.props = append(r.props, p)
 	r.mu.Unlock()
 	r.store.queueWork(r)
+	return nil
+}
+
+// submit queues p, which holds a place among the proposals in flight
+// until its result comes or ctx ends, and waits for either.
+func (r *Replica) submit(ctx context.Context, p *proposal) (any, error) {
+	if err := r.admit(); err != nil {
+		return nil, err
+	}
+	defer r.inflight.Add(-1)
+	if err := r.queue(p); err != nil {
+		return nil, err
+	}
 	select {
 	case res := <-p.done:
 		return res.result, res.err

@@ -278,11 +278,21 @@ func kvNeeds(req any) []need {
 
 // authUnaryInterceptor authorizes unary calls.
 func (n *Node) authUnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	user, err := n.authorize(ctx, info.FullMethod, req)
+	ctx, err := n.authorizeCall(ctx, info.FullMethod, req)
 	if err != nil {
 		return nil, err
 	}
-	return handler(withCaller(ctx, user), req)
+	return handler(ctx, req)
+}
+
+// authorizeCall authorizes a unary call of method with req, and returns
+// the context its handler runs in (which names its user).
+func (n *Node) authorizeCall(ctx context.Context, method string, req any) (context.Context, error) {
+	user, err := n.authorize(ctx, method, req)
+	if err != nil {
+		return nil, err
+	}
+	return withCaller(ctx, user), nil
 }
 
 // authStreamInterceptor authorizes streams: the method first, then the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+	"github.com/shale-db/shale/server/shard"
 )
 
 // Limits of one KV.Calls stream.
@@ -102,22 +104,23 @@ var kvUnaryMethods = func() map[string]grpc.MethodDesc {
 }()
 
 // Calls implements KV.Calls: every call of every batch runs concurrently
-// (on the node's call workers) through the unary method's handler,
-// authorized as a unary call of that method is; results go back batched,
-// in the order they complete, sent by the workers that made them
-// (resultSender). The stream ends once the client closed its side and
-// every call answered.
+// through the unary method's handler, authorized as a unary call of that
+// method is; results go back batched, in the order they complete
+// (resultSender). A put that this node leads is proposed from the stream's
+// own goroutine, and its result made by the call worker sending the
+// stream's results once its proposal applied (startPut); every other call
+// runs on the node's call workers. The
+// stream ends once the client closed its side and every call answered.
 func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
 	ctx := stream.Context()
 	slots := make(chan struct{}, callsInFlight)
-	out := &resultSender{stream: stream, release: func(n int) {
+	out := newResultSender(stream, func(n int) {
 		for range n {
 			<-slots
 		}
-	}}
+	})
 	budgets := &callBudgets{stream: ctx}
 	defer budgets.close()
-	var wg sync.WaitGroup
 	var recvErr error
 recv:
 	for {
@@ -135,56 +138,132 @@ recv:
 				recvErr = ctx.Err()
 				break recv
 			}
-			wg.Add(1)
+			if s.startPut(ctx, budgets, c, out) {
+				continue
+			}
 			s.workers.run(func() {
-				defer wg.Done()
 				out.send(s.serveCall(ctx, budgets, c))
 			})
 		}
 	}
-	wg.Wait()
+	// Every call holds its slot until its result is sent or dropped: once
+	// all are free, nothing uses the stream any more. Every call ends by
+	// the stream context's end at the latest.
+	for range callsInFlight {
+		slots <- struct{}{}
+	}
 	if err := out.err(); err != nil {
 		return err
 	}
 	return recvErr
 }
 
-// resultSender sends the results of a KV.Calls stream from the call
-// workers that made them, with no hand-off to a sending goroutine (a
-// wake-up and a wait for the scheduler per result, which at 16 clients
-// on two loaded cores cost more than the send itself). The worker that
-// finds no send under way sends its result and every result queued while
-// it sent, each message holding what is queued (up to callsPerResultBatch
-// results and resultBatchBytes; a larger result goes alone); the others
-// queue theirs and go on. A result keeps its call's slot until it is sent,
-// so a client that reads no results holds at most callsInFlight of them
-// on the server. After a failed send the results are dropped.
+// resultSender sends the results of a KV.Calls stream from the goroutines
+// that made them, with no hand-off to a sending goroutine (a wake-up and a
+// wait for the scheduler per result, which at 16 clients on two loaded
+// cores cost more than the send itself). The goroutine that finds no send
+// under way sends its result and every result queued while it sent, each
+// message holding what is queued (up to callsPerResultBatch results and
+// resultBatchBytes; a larger result goes alone); the others queue theirs
+// and go on. A goroutine that must not wait for the network (an apply
+// worker) only queues its result, or the call whose result the sending
+// goroutine is to make (queueFinished), and has a call worker send when no
+// send is under way (flush). A result keeps its call's slot until it is
+// sent, so a client that reads no results holds at most callsInFlight of
+// them on the server. After a failed send the results are dropped.
 type resultSender struct {
 	stream shalev1.KV_CallsServer
 	// release frees the slots of n results sent or dropped.
 	release func(n int)
+	// flushFn is flush, made once for the call workers.
+	flushFn func()
 
-	mu      sync.Mutex
-	queued  []*shalev1.CallResult
-	sending bool
-	failed  error
-	// batch is the message the sending worker fills and sends (gRPC has
+	mu     sync.Mutex
+	queued []*shalev1.CallResult
+	// finished are calls whose results flush makes before it sends them;
+	// spare is the slice finished had before flush took it, and made the
+	// results flush made, both used only while sending is set.
+	finished, spare []finishedCall
+	made            []*shalev1.CallResult
+	sending         bool
+	failed          error
+	// batch is the message the sending goroutine fills and sends (gRPC has
 	// encoded it once Send returns), used only while sending is set.
 	batch shalev1.ResultBatch
 }
 
+func newResultSender(stream shalev1.KV_CallsServer, release func(n int)) *resultSender {
+	o := &resultSender{stream: stream, release: release}
+	o.flushFn = o.flush
+	return o
+}
+
 // send sends r, and what others queue meanwhile, or queues it for the
-// worker sending now.
+// goroutine sending now.
 func (o *resultSender) send(r *shalev1.CallResult) {
+	if o.queue(r) {
+		o.flush()
+	}
+}
+
+// queue queues r without waiting for the network. It returns true when no
+// send is under way: the caller must then have flush run (it owns the
+// send until flush returns).
+func (o *resultSender) queue(r *shalev1.CallResult) bool {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.queued = append(o.queued, r)
+	return o.claim()
+}
+
+// claim makes its caller the one to run flush when no send is under way
+// (under mu).
+func (o *resultSender) claim() bool {
 	if o.sending {
-		o.mu.Unlock()
-		return
+		return false
 	}
 	o.sending = true
+	return true
+}
+
+// finishedCall is a call whose result the sending goroutine makes: a put
+// whose proposal an apply worker finished, which thus only queues it.
+type finishedCall interface {
+	// result makes the call's result; it may wait (not on the client).
+	result() *shalev1.CallResult
+}
+
+// queueFinished queues c, whose result flush makes, as queue queues a
+// result.
+func (o *resultSender) queueFinished(c finishedCall) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished = append(o.finished, c)
+	return o.claim()
+}
+
+// flush makes the results of the finished calls queued and sends them with
+// what is queued, and what is queued meanwhile, until the queue is empty;
+// it runs only after queue or queueFinished returned true.
+func (o *resultSender) flush() {
+	o.mu.Lock()
 	batch := &o.batch
-	for len(o.queued) > 0 {
+	for len(o.queued) > 0 || len(o.finished) > 0 {
+		if len(o.finished) > 0 {
+			finished := o.finished
+			o.finished = o.spare[:0]
+			o.mu.Unlock()
+			for _, c := range finished {
+				o.made = append(o.made, c.result())
+			}
+			clear(finished)
+			o.mu.Lock()
+			o.spare = finished
+			o.queued = append(o.queued, o.made...)
+			clear(o.made)
+			o.made = o.made[:0]
+			continue
+		}
 		batch.Results = o.take(batch.Results[:0])
 		failed := o.failed
 		o.mu.Unlock()
@@ -228,11 +307,11 @@ func (o *resultSender) err() error {
 // serveCall runs one call of a KV.Calls stream, in a context from the
 // stream's budgets, and returns its result.
 func (s *kvService) serveCall(ctx context.Context, budgets *callBudgets, c *shalev1.Call) *shalev1.CallResult {
-	out := &shalev1.CallResult{Id: c.GetId()}
 	md, ok := kvUnaryMethods[c.GetMethod()]
 	method := md.MethodName
 	var resp any
 	var err error
+	var sp trace.Span
 	switch {
 	case !ok:
 		method = "unknown" // a label per name a client sends would grow without bound
@@ -240,33 +319,175 @@ func (s *kvService) serveCall(ctx context.Context, budgets *callBudgets, c *shal
 	case c.GetTimeoutMs() < 0:
 		err = status.Error(codes.InvalidArgument, "KV.Calls: timeout_ms is negative")
 	default:
-		if ms := c.GetTimeoutMs(); ms > 0 {
-			// The handler's requestCtx uses this context as it is.
-			var release func()
-			ctx, release = budgets.acquire(time.Now().Add(time.Duration(ms) * time.Millisecond))
-			defer release()
-		}
-		dec := func(m any) error {
-			if err := codec.Unmarshal(c.GetRequest(), m.(proto.Message)); err != nil {
-				return status.Errorf(codes.InvalidArgument, "KV.Calls: %s request: %v", method, err)
-			}
-			return nil
-		}
-		ctx, sp := s.n.startCallSpan(ctx, method, c)
-		if resp, err = md.Handler(s, ctx, dec, s.n.kvCallInterceptor()); err == nil {
-			out.Response, err = codec.Marshal(resp.(proto.Message))
-		}
-		if sp != nil {
-			endServerSpan(sp, err)
-		}
+		var release func()
+		ctx, release = budgets.forCall(ctx, c)
+		defer release()
+		dec := func(m any) error { return decodeCall(c, method, m.(proto.Message)) }
+		ctx, sp = s.n.startCallSpan(ctx, method, c)
+		resp, err = md.Handler(s, ctx, dec, s.n.kvCallInterceptor())
+	}
+	return s.n.callResult(c.GetId(), method, resp, err, sp)
+}
+
+// decodeCall decodes the request of call c of method into m.
+func decodeCall(c *shalev1.Call, method string, m proto.Message) error {
+	if err := codec.Unmarshal(c.GetRequest(), m); err != nil {
+		return status.Errorf(codes.InvalidArgument, "KV.Calls: %s request: %v", method, err)
+	}
+	return nil
+}
+
+// callResult is the result of call id of method from what its handler
+// returned (resp when err is nil); it ends the call's span sp (when not
+// nil) and counts the call.
+func (n *Node) callResult(id uint64, method string, resp any, err error, sp trace.Span) *shalev1.CallResult {
+	out := &shalev1.CallResult{Id: id}
+	if err == nil {
+		out.Response, err = codec.Marshal(resp.(proto.Message))
+	}
+	if sp != nil {
+		endServerSpan(sp, err)
 	}
 	if err != nil {
 		st := status.Convert(err)
 		out.Response = nil
 		out.Code, out.Message, out.Details = uint32(st.Code()), st.Message(), st.Proto().GetDetails()
 	}
-	s.n.streamCalls.inc(method, codes.Code(out.Code))
+	n.streamCalls.inc(method, codes.Code(out.Code))
 	return out
+}
+
+// Put's names on a KV.Calls stream: its method and, for authorization,
+// its full method.
+const (
+	putMethod     = "Put"
+	putFullMethod = "/shale.v1.KV/Put"
+)
+
+// startPut serves call c of a KV.Calls stream if it is a put whose shard
+// this node leads, without a call worker: it does what the Put handler
+// does up to the proposal on the stream's goroutine (decoding, the span,
+// authorization, validation, routing) and proposes with ProposeFunc; the
+// apply worker that finishes the proposal queues the put, whose result the
+// call worker sending the stream's results makes (putCall.proposed). A put
+// this node does not lead (which may wait for a first leader) continues on
+// a call worker; the result of a put that fails before its proposal is
+// queued from the stream's goroutine, which never waits for the client to
+// read results. It returns false, having done nothing, for any other call,
+// which serveCall then runs.
+func (s *kvService) startPut(ctx context.Context, budgets *callBudgets, c *shalev1.Call, out *resultSender) bool {
+	if c.GetMethod() != putMethod || c.GetTimeoutMs() < 0 {
+		return false
+	}
+	n := s.n
+	pc := &putCall{s: s, out: out, id: c.GetId()}
+	ctx, pc.release = budgets.forCall(ctx, c)
+	ctx, pc.sp = n.startCallSpan(ctx, putMethod, c)
+	fail := func(err error) bool {
+		pc.release()
+		pc.post(n.callResult(pc.id, putMethod, nil, err, pc.sp))
+		return true
+	}
+	req := new(shalev1.PutRequest)
+	if err := decodeCall(c, putMethod, req); err != nil {
+		return fail(err)
+	}
+	if n.kvCallInterceptor() != nil {
+		var err error
+		if ctx, err = n.authorizeCall(ctx, putFullMethod, req); err != nil {
+			return fail(err)
+		}
+	}
+	t, cmd, err := n.txnCommand(ctx, req.GetHeader(), putTxn(req), shard.RequestSingle)
+	if err != nil {
+		return fail(err)
+	}
+	if !t.r.IsLeader() {
+		s.workers.run(func() {
+			defer pc.release()
+			resp, err := n.proposeRouted(ctx, t, cmd)
+			var pr *shalev1.PutResponse
+			if err == nil {
+				pr = putResponse(resp)
+			}
+			out.send(n.callResult(pc.id, putMethod, pr, err, pc.sp))
+		})
+		return true
+	}
+	payload, err := n.encodeCommand(cmd)
+	if err != nil {
+		return fail(status.Errorf(codes.Internal, "shard %d: encode command: %v", t.r.ShardID(), err))
+	}
+	var inner context.Context
+	pc.ctx, inner, pc.cancel = n.requestCtx(ctx)
+	pc.t, pc.cmd, pc.payloadBytes = t, cmd, len(payload)
+	s.direct.Add(1)
+	t.r.ProposeFunc(inner, payload, pc.proposed)
+	return true
+}
+
+// putCall is a put of a KV.Calls stream that startPut proposed.
+type putCall struct {
+	s   *kvService
+	out *resultSender
+	id  uint64
+	// ctx is the context the put was served in (the caller's deadline,
+	// the span, the user); cancel ends the one its proposal ran in, and
+	// release frees its budget.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	release func()
+	sp      trace.Span
+	// t, cmd and payloadBytes are its shard, its command, and the size of
+	// the command's encoding.
+	t            target
+	cmd          *shalev1.RaftCommand
+	payloadBytes int
+	// res is what its proposal's apply returned.
+	res any
+}
+
+// proposed is the put's ProposeFunc callback, on the goroutine that
+// finishes its proposal (an apply worker, which must not wait): it queues
+// the put, and the call worker sending the stream's results makes its
+// result (result) and sends it; so the apply worker goes on to its next
+// entries at once. A failed proposal or a result with an error code
+// (whose error may look for a shard's leader) is answered on a call
+// worker of its own.
+func (pc *putCall) proposed(res any, err error) {
+	if cr, _ := res.(*shalev1.CommandResult); err != nil || cr == nil || cr.GetErrorCode() != 0 {
+		pc.s.workers.run(func() { pc.out.send(pc.resultOf(res, err)) })
+		return
+	}
+	pc.res = res
+	if pc.out.queueFinished(pc) {
+		pc.s.workers.run(pc.out.flushFn)
+	}
+}
+
+// result makes the result of the put, whose proposal applied with pc.res.
+func (pc *putCall) result() *shalev1.CallResult { return pc.resultOf(pc.res, nil) }
+
+// post queues the put's result r without waiting for the network, and has
+// a call worker send it when no send is under way.
+func (pc *putCall) post(r *shalev1.CallResult) {
+	if pc.out.queue(r) {
+		pc.s.workers.run(pc.out.flushFn)
+	}
+}
+
+// resultOf is the put's result from its proposal's outcome, as Put
+// returns it.
+func (pc *putCall) resultOf(res any, err error) *shalev1.CallResult {
+	n := pc.s.n
+	cr, err := n.commandResult(pc.ctx, pc.t.desc.GetShardId(), pc.cmd, pc.payloadBytes, res, err)
+	pc.cancel()
+	pc.release()
+	var pr *shalev1.PutResponse
+	if err == nil {
+		pr = putResponse(n.txnResponse(pc.t, cr))
+	}
+	return n.callResult(pc.id, putMethod, pr, err, pc.sp)
 }
 
 // kvCallInterceptor returns the interceptor a KV.Calls call runs its
@@ -323,6 +544,18 @@ type sharedBudget struct {
 	budget, caller time.Time
 	// holders counts the calls holding ctx (under callBudgets.mu).
 	holders int
+}
+
+// forCall returns the context call c runs in, from ctx (the stream's),
+// and the function the call runs when it has returned: a budget context
+// for a call with a timeout, ctx itself for one without.
+func (b *callBudgets) forCall(ctx context.Context, c *shalev1.Call) (context.Context, func()) {
+	ms := c.GetTimeoutMs()
+	if ms <= 0 {
+		return ctx, func() {}
+	}
+	// The handler's requestCtx uses this context as it is.
+	return b.acquire(time.Now().Add(time.Duration(ms) * time.Millisecond))
 }
 
 // acquire returns the budget context of a call whose caller gives up at

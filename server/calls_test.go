@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,26 +45,9 @@ func TestCallsStream(t *testing.T) {
 		}
 		return b
 	}
-	// exchange sends calls as one batch and returns their results by ID.
 	exchange := func(calls ...*shalev1.Call) map[uint64]*shalev1.CallResult {
 		t.Helper()
-		if err := stream.Send(&shalev1.CallBatch{Calls: calls}); err != nil {
-			t.Fatal(err)
-		}
-		got := map[uint64]*shalev1.CallResult{}
-		for len(got) < len(calls) {
-			rb, err := stream.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range rb.GetResults() {
-				if got[r.GetId()] != nil {
-					t.Fatalf("two results for call %d", r.GetId())
-				}
-				got[r.GetId()] = r
-			}
-		}
-		return got
+		return callsExchange(t, stream, calls...)
 	}
 
 	// Refusals, compared with the unary calls' statuses.
@@ -100,7 +85,13 @@ func TestCallsStream(t *testing.T) {
 	for i, r := range refusals {
 		calls = append(calls, &shalev1.Call{Id: uint64(100 + i), Method: r.method, Request: enc(r.req)})
 	}
+	direct := server.CallsPutsDirect(c.Node(1))
 	got := exchange(calls...)
+	// The two puts that pass authorization and validation are proposed
+	// from the stream's goroutine; the refused ones never reach a proposal.
+	if d := server.CallsPutsDirect(c.Node(1)) - direct; d != 2 {
+		t.Errorf("%d puts proposed without a call worker, want 2", d)
+	}
 	for _, id := range []uint64{1, 2} {
 		r := got[id]
 		var resp shalev1.PutResponse
@@ -139,5 +130,122 @@ func TestCallsStream(t *testing.T) {
 	}
 	if _, err := stream.Recv(); err == nil {
 		t.Fatal("the stream goes on after the client closed its side with nothing in flight")
+	}
+}
+
+// callsExchange sends calls on stream as one batch and returns their
+// results by ID.
+func callsExchange(t *testing.T, stream shalev1.KV_CallsClient, calls ...*shalev1.Call) map[uint64]*shalev1.CallResult {
+	t.Helper()
+	if err := stream.Send(&shalev1.CallBatch{Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*shalev1.CallResult{}
+	for len(got) < len(calls) {
+		rb, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rb.GetResults() {
+			if got[r.GetId()] != nil {
+				t.Fatalf("two results for call %d", r.GetId())
+			}
+			got[r.GetId()] = r
+		}
+	}
+	return got
+}
+
+// TestCallsPutsWithoutWorker: puts over KV.Calls on their shard's leader
+// are proposed from the stream's goroutine and answered from the goroutine
+// that finishes the proposal, with the results the unary Put gives: a put
+// on a follower gets NotLeader (naming the leader), and one whose shard
+// has lost its quorum runs out of its budget: Unavailable, or
+// DeadlineExceeded once the caller's deadline has passed, as for the
+// unary call.
+func TestCallsPutsWithoutWorker(t *testing.T) {
+	// A 100-ms tick: an isolated leader keeps leading for a second or more
+	// (CheckQuorum), past the puts made while it is isolated.
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, TickInterval: 100 * time.Millisecond})
+	c.WaitLeaders(30 * time.Second)
+	shardID := c.ShardIDs()[1] // the user shard
+	leader := c.Leader(shardID)
+	follower := leader%3 + 1
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	kvs := map[uint64]shalev1.KVClient{leader: rawKV(t, c.Endpoints()[leader-1]), follower: rawKV(t, c.Endpoints()[follower-1])}
+	streams := map[uint64]shalev1.KV_CallsClient{}
+	for id, kv := range kvs {
+		s, err := kv.Calls(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[id] = s
+	}
+	put := func(id uint64, key string, timeoutMs int64, h *shalev1.RequestHeader) *shalev1.Call {
+		b, err := proto.Marshal(&shalev1.PutRequest{Header: h, Key: []byte(key), Value: []byte("v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &shalev1.Call{Id: id, Method: "Put", Request: b, TimeoutMs: timeoutMs}
+	}
+	sameAsUnary := func(what string, r *shalev1.CallResult, unary error) {
+		t.Helper()
+		want := status.Convert(unary)
+		if codes.Code(r.GetCode()) != want.Code() || !slices.EqualFunc(r.GetDetails(), want.Proto().GetDetails(), func(x, y *anypb.Any) bool { return proto.Equal(x, y) }) {
+			t.Errorf("%s over the stream: %v %q %v; unary: %v", what, codes.Code(r.GetCode()), r.GetMessage(), r.GetDetails(), want)
+		}
+	}
+
+	// Puts on the leader, in one batch: each proposed without a worker.
+	before := server.CallsPutsDirect(c.Node(leader))
+	var calls []*shalev1.Call
+	for i := range 50 {
+		calls = append(calls, put(uint64(i+1), fmt.Sprintf("direct/%02d", i), int64(5000*(i%2)), nil))
+	}
+	for id, r := range callsExchange(t, streams[leader], calls...) {
+		var resp shalev1.PutResponse
+		if r.GetCode() != 0 || proto.Unmarshal(r.GetResponse(), &resp) != nil || resp.GetHeader().GetRevision() == 0 ||
+			resp.GetHeader().GetShardId() != shardID || resp.GetHeader().GetNodeId() != leader {
+			t.Fatalf("put %d: %v", id, r)
+		}
+	}
+	if d := server.CallsPutsDirect(c.Node(leader)) - before; d != 50 {
+		t.Fatalf("%d of 50 puts on the leader proposed without a call worker", d)
+	}
+
+	// A put addressed to the shard on a follower: NotLeader.
+	h := &shalev1.RequestHeader{ShardId: shardID}
+	r := callsExchange(t, streams[follower], put(100, "direct/f", 5000, h))[100]
+	_, unary := kvs[follower].Put(ctx, &shalev1.PutRequest{Header: h, Key: []byte("direct/f"), Value: []byte("v")})
+	if status.Code(unary) != codes.FailedPrecondition {
+		t.Fatalf("unary put on a follower: %v, want NotLeader", unary)
+	}
+	sameAsUnary("put on a follower", r, unary)
+
+	// The leader cut off from its followers: a put runs out of its budget.
+	c.Isolate(leader)
+	before = server.CallsPutsDirect(c.Node(leader))
+	r = callsExchange(t, streams[leader], put(200, "direct/q", 300, nil))[200]
+	if server.CallsPutsDirect(c.Node(leader)) == before {
+		t.Fatal("the put without a quorum was not proposed from the stream's goroutine (leadership lost too early?)")
+	}
+	// Unavailable when answered at the budget's end, before the caller's
+	// deadline; DeadlineExceeded when answered after it (a loaded machine
+	// may take the 30 ms between them to run the answer).
+	if code := codes.Code(r.GetCode()); code != codes.Unavailable && code != codes.DeadlineExceeded || !strings.Contains(r.GetMessage(), "no quorum") {
+		t.Errorf("put without a quorum over the stream: %v %q, want Unavailable or DeadlineExceeded (no quorum)", code, r.GetMessage())
+	}
+	uctx, ucancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer ucancel()
+	_, unary = kvs[leader].Put(uctx, &shalev1.PutRequest{Key: []byte("direct/q2"), Value: []byte("v")})
+	if code := status.Code(unary); code != codes.Unavailable && code != codes.DeadlineExceeded {
+		t.Fatalf("unary put without a quorum: %v, want Unavailable or DeadlineExceeded", unary)
+	}
+	c.Heal()
+	for _, s := range streams {
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,6 +24,9 @@ type kvService struct {
 	n *Node
 	// workers run the calls of KV.Calls streams.
 	workers *callWorkers
+	// direct counts the puts of KV.Calls streams proposed from their
+	// stream's goroutine (startPut), for tests.
+	direct atomic.Int64
 }
 
 // target is a request's shard on this node.
@@ -179,20 +183,42 @@ func deadlinePassed(ctx context.Context) bool {
 // request of kind req), routes it by its first key, and replicates it on the
 // shard's leader, returning its response.
 func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *shalev1.TxnRequest, req shard.Request) (*shalev1.TxnResponse, error) {
-	if err := checkRequestID(h.GetRequestId()); err != nil {
-		return nil, err
-	}
-	if inv := shard.CheckTxn(txn, n.limits(), req); inv != nil {
-		return nil, invalidErr(inv, 0)
-	}
-	t, err := n.route(ctx, h, shard.TxnKey(txn))
+	t, cmd, err := n.txnCommand(ctx, h, txn, req)
 	if err != nil {
 		return nil, err
 	}
+	return n.proposeRouted(ctx, t, cmd)
+}
+
+// txnCommand checks txn with the shard's validator (built from a client
+// request of kind req) and routes it by its first key: the shard and the
+// command to propose on its leader. It does not wait for anything.
+func (n *Node) txnCommand(ctx context.Context, h *shalev1.RequestHeader, txn *shalev1.TxnRequest, req shard.Request) (target, *shalev1.RaftCommand, error) {
+	if err := checkRequestID(h.GetRequestId()); err != nil {
+		return target{}, nil, err
+	}
+	if inv := shard.CheckTxn(txn, n.limits(), req); inv != nil {
+		return target{}, nil, invalidErr(inv, 0)
+	}
+	t, err := n.route(ctx, h, shard.TxnKey(txn))
+	if err != nil {
+		return target{}, nil, err
+	}
 	if inv := shard.TxnInShard(txn, t.desc); inv != nil {
-		return nil, invalidErr(inv, t.desc.GetShardId())
+		return target{}, nil, invalidErr(inv, t.desc.GetShardId())
 	}
 	n.traceRequest(ctx, t.desc.GetShardId(), len(txn.GetCompares())+len(txn.GetSuccess())+len(txn.GetFailure()))
+	return t, &shalev1.RaftCommand{
+		RequestId:    h.GetRequestId(),
+		FirstAttempt: h.GetFirstAttempt(),
+		Epoch:        t.desc.GetEpoch(),
+		Command:      &shalev1.RaftCommand_Txn{Txn: txn},
+	}, nil
+}
+
+// proposeRouted replicates a transaction's command (txnCommand's) on its
+// shard t, whose leader this node must be, and returns its response.
+func (n *Node) proposeRouted(ctx context.Context, t target, cmd *shalev1.RaftCommand) (*shalev1.TxnResponse, error) {
 	if !t.r.IsLeader() {
 		// A split's new shard may be electing its first leader: answer
 		// once it is known (or serve the request, on it).
@@ -200,18 +226,18 @@ func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *sh
 			return nil, n.notLeaderErr(t.desc.GetShardId(), st.LeaderNodeID)
 		}
 	}
-	cmd := &shalev1.RaftCommand{
-		RequestId:    h.GetRequestId(),
-		FirstAttempt: h.GetFirstAttempt(),
-		Epoch:        t.desc.GetEpoch(),
-		Command:      &shalev1.RaftCommand_Txn{Txn: txn},
-	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
 	cr, err := n.proposeCmd(ctx, inner, t.r, cmd)
 	if err != nil {
 		return nil, err
 	}
+	return n.txnResponse(t, cr), nil
+}
+
+// txnResponse is the response of a transaction on shard t from its
+// command's result.
+func (n *Node) txnResponse(t target, cr *shalev1.CommandResult) *shalev1.TxnResponse {
 	resp := cr.GetTxn()
 	if resp.GetHeader() == nil {
 		resp.Header = &shalev1.ResponseHeader{}
@@ -219,7 +245,7 @@ func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *sh
 	resp.Header.NodeId = n.cfg.NodeID
 	resp.Header.ShardId = t.desc.GetShardId()
 	resp.Header.Epoch = t.desc.GetEpoch()
-	return resp, nil
+	return resp
 }
 
 // readBarrier makes a read at the requested consistency safe to serve from
@@ -320,17 +346,27 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 }
 
 func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.PutResponse, error) {
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
-		Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
-	}}}}}, shard.RequestSingle)
+	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), putTxn(req), shard.RequestSingle)
 	if err != nil {
 		return nil, err
 	}
+	return putResponse(resp), nil
+}
+
+// putTxn is the transaction of a put.
+func putTxn(req *shalev1.PutRequest) *shalev1.TxnRequest {
+	return &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+		Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
+	}}}}}
+}
+
+// putResponse is a put's response from its transaction's.
+func putResponse(resp *shalev1.TxnResponse) *shalev1.PutResponse {
 	out := &shalev1.PutResponse{Header: resp.GetHeader()}
 	if rs := resp.GetResults(); len(rs) == 1 {
 		out.PrevKv = rs[0].GetPut().GetPrevKv()
 	}
-	return out, nil
+	return out
 }
 
 func (s *kvService) Delete(ctx context.Context, req *shalev1.DeleteRequest) (*shalev1.DeleteResponse, error) {

@@ -120,6 +120,8 @@ type Node struct {
 	backupm *backupMetrics
 	// streamCalls counts the calls served over KV.Calls streams.
 	streamCalls *callCounters
+	// kv is the node's KV service.
+	kv *kvService
 
 	mu sync.Mutex
 	// remoteReg is the node registry as last read from a peer (nodes
@@ -385,7 +387,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}()
 	}
 	n.grpc = grpc.NewServer(srvOpts...)
-	shalev1.RegisterKVServer(n.grpc, &kvService{n: n, workers: newCallWorkers(callWorkerIdle, n.stop)})
+	n.kv = &kvService{n: n, workers: newCallWorkers(callWorkerIdle, n.stop)}
+	shalev1.RegisterKVServer(n.grpc, n.kv)
 	shalev1.RegisterAdminServer(n.grpc, &adminService{n: n})
 	shalev1.RegisterAuthServer(n.grpc, &authService{n: n})
 	n.transport.Register(n.grpc, n.store)

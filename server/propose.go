@@ -38,11 +38,19 @@ func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cm
 		propose = r.Propose
 	}
 	res, err := propose(inner, payload)
+	return n.commandResult(ctx, id, cmd, len(payload), res, err)
+}
+
+// commandResult is proposeCmd's outcome for cmd, proposed on shard id in
+// payloadBytes, from what the replica's propose returned (res, err). It
+// waits for nothing unless the result has an error code (resultErr may
+// look for the leader of the next shard).
+func (n *Node) commandResult(ctx context.Context, id uint64, cmd *shalev1.RaftCommand, payloadBytes int, res any, err error) (*shalev1.CommandResult, error) {
 	if err != nil {
 		return nil, n.replicationErr(ctx, id, err)
 	}
-	if txn {
-		n.writeBytes.Add(uint64(len(payload)))
+	if _, txn := cmd.GetCommand().(*shalev1.RaftCommand_Txn); txn {
+		n.writeBytes.Add(uint64(payloadBytes))
 	}
 	cr, _ := res.(*shalev1.CommandResult)
 	if cr == nil {
