@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -43,7 +44,26 @@ type walBuffer struct {
 	// file turned out not to support it.
 	writtenBack int64
 	noWriteback bool
+	// lastSync is how long the last sync took (ns), syncedTo how many
+	// written bytes it covered; held counts the syncs made holding the
+	// thread's P (vfs.SyncDataHeld, see sync).
+	lastSync atomic.Int64
+	syncedTo atomic.Int64
+	held     atomic.Int64
 }
+
+// heldSyncMax is the longest the previous sync of a WAL may have taken for
+// the next one to hold its thread's P (vfs.SyncDataHeld), and heldSyncBytes
+// the most bytes written since that sync. The Raft log's syncs, one per Raft
+// cycle, cover a few KiB and take 0.3-1.4 ms on this project's benchmark
+// machine; a disk turning slow (a sync past the bound) makes the next syncs
+// ordinary ones, so that a stop-the-world does not wait for them, until one
+// is quick again, and a rare sync of much data (a shard engine's at a
+// memtable rotation) is always an ordinary one.
+const (
+	heldSyncMax   = 2 * time.Millisecond
+	heldSyncBytes = 256 << 10
+)
 
 // walWritebackBytes is how many written WAL bytes may wait in the page cache
 // before drain asks the operating system to start writing them out. Without
@@ -204,12 +224,25 @@ func (b *walBuffer) drain() error {
 }
 
 // sync drains and then syncs the file's data: on success everything
-// appended before the call is durable.
+// appended before the call is durable. The sync holds the thread's P
+// (vfs.SyncDataHeld) while the previous one took at most heldSyncMax and at
+// most heldSyncBytes were written since it.
 func (b *walBuffer) sync() error {
 	if err := b.drain(); err != nil {
 		return err
 	}
-	if err := vfs.SyncData(b.f); err != nil {
+	b.drainMu.Lock()
+	written := b.written
+	b.drainMu.Unlock()
+	syncData := vfs.SyncData
+	if time.Duration(b.lastSync.Load()) <= heldSyncMax && written-b.syncedTo.Load() <= heldSyncBytes {
+		syncData = vfs.SyncDataHeld
+		b.held.Add(1)
+	}
+	start := time.Now()
+	err := syncData(b.f)
+	b.lastSync.Store(int64(time.Since(start)))
+	if err != nil {
 		b.mu.Lock()
 		if b.err == nil {
 			b.err = fmt.Errorf("sync wal: %w", err)
@@ -218,5 +251,6 @@ func (b *walBuffer) sync() error {
 		return err
 	}
 	b.syncs.Add(1)
+	b.syncedTo.Store(written)
 	return nil
 }

@@ -36,6 +36,19 @@ func syncData(f *os.File) error {
 	return nil
 }
 
+func syncDataHeld(f *os.File) error {
+	err := onFD(f, func(fd int) error {
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_FDATASYNC, uintptr(fd), 0, 0); errno != 0 {
+			return errno
+		}
+		return nil
+	})
+	if err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
 // onFD runs call on f's descriptor (without taking it out of the runtime's
 // hands, unlike File.Fd), retrying while it is interrupted, and returns its
 // error.
