@@ -17,7 +17,6 @@ import (
 
 	"github.com/shale-db/shale/proto/codec"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
-	"github.com/shale-db/shale/server/shard"
 )
 
 // Limits of one KV.Calls stream.
@@ -104,13 +103,14 @@ var kvUnaryMethods = func() map[string]grpc.MethodDesc {
 }()
 
 // Calls implements KV.Calls: every call of every batch runs concurrently
-// through the unary method's handler, authorized as a unary call of that
+// as its unary method serves it, authorized as a unary call of that
 // method is; results go back batched, in the order they complete
-// (resultSender). A put that this node leads is proposed from the stream's
+// (resultSender). A write (Put, Delete, DeleteRange, Batch,
+// CompareAndSwap, Txn) that this node leads is proposed from the stream's
 // own goroutine, and its result made by the call worker sending the
-// stream's results once its proposal applied (startPut); every other call
-// runs on the node's call workers. The
-// stream ends once the client closed its side and every call answered.
+// stream's results once its proposal applied (startWrite); every other
+// call runs on the node's call workers. The stream ends once the client
+// closed its side and every call answered.
 func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
 	ctx := stream.Context()
 	slots := make(chan struct{}, callsInFlight)
@@ -138,7 +138,7 @@ recv:
 				recvErr = ctx.Err()
 				break recv
 			}
-			if s.startPut(ctx, budgets, c, out) {
+			if s.startWrite(ctx, budgets, c, out) {
 				continue
 			}
 			s.workers.run(func() {
@@ -226,7 +226,7 @@ func (o *resultSender) claim() bool {
 	return true
 }
 
-// finishedCall is a call whose result the sending goroutine makes: a put
+// finishedCall is a call whose result the sending goroutine makes: a write
 // whose proposal an apply worker finished, which thus only queues it.
 type finishedCall interface {
 	// result makes the call's result; it may wait (not on the client).
@@ -357,60 +357,55 @@ func (n *Node) callResult(id uint64, method string, resp any, err error, sp trac
 	return out
 }
 
-// Put's names on a KV.Calls stream: its method and, for authorization,
-// its full method.
-const (
-	putMethod     = "Put"
-	putFullMethod = "/shale.v1.KV/Put"
-)
-
-// startPut serves call c of a KV.Calls stream if it is a put whose shard
-// this node leads, without a call worker: it does what the Put handler
-// does up to the proposal on the stream's goroutine (decoding, the span,
-// authorization, validation, routing) and proposes with ProposeFunc; the
-// apply worker that finishes the proposal queues the put, whose result the
-// call worker sending the stream's results makes (putCall.proposed). A put
-// this node does not lead (which may wait for a first leader) continues on
-// a call worker; the result of a put that fails before its proposal is
-// queued from the stream's goroutine, which never waits for the client to
-// read results. It returns false, having done nothing, for any other call,
-// which serveCall then runs.
-func (s *kvService) startPut(ctx context.Context, budgets *callBudgets, c *shalev1.Call, out *resultSender) bool {
-	if c.GetMethod() != putMethod || c.GetTimeoutMs() < 0 {
+// startWrite serves call c of a KV.Calls stream if it is a write (a
+// method kvWrites holds) whose shard this node leads, without a call
+// worker: it does what the method's unary handler does up to the proposal
+// on the stream's goroutine (decoding, the span, authorization, the
+// method's transaction, validation, routing) and proposes with
+// ProposeFunc; the apply worker that finishes the proposal queues the
+// write, whose result the call worker sending the stream's results makes
+// (writeCall.proposed). A write this node does not lead (which may wait
+// for a first leader) continues on a call worker; the result of a write
+// that fails before its proposal is queued from the stream's goroutine,
+// which never waits for the client to read results. It returns false,
+// having done nothing, for any other call, which serveCall then runs.
+func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *shalev1.Call, out *resultSender) bool {
+	m, ok := kvWrites[c.GetMethod()]
+	if !ok || c.GetTimeoutMs() < 0 {
 		return false
 	}
 	n := s.n
-	pc := &putCall{s: s, out: out, id: c.GetId()}
-	ctx, pc.release = budgets.forCall(ctx, c)
-	ctx, pc.sp = n.startCallSpan(ctx, putMethod, c)
+	method, fullMethod := m.names()
+	wc := &writeCall{s: s, out: out, m: m, method: method, id: c.GetId()}
+	ctx, wc.release = budgets.forCall(ctx, c)
+	ctx, wc.sp = n.startCallSpan(ctx, method, c)
 	fail := func(err error) bool {
-		pc.release()
-		pc.post(n.callResult(pc.id, putMethod, nil, err, pc.sp))
+		wc.release()
+		wc.post(n.callResult(wc.id, method, nil, err, wc.sp))
 		return true
 	}
-	req := new(shalev1.PutRequest)
-	if err := decodeCall(c, putMethod, req); err != nil {
+	req, err := m.decodeCall(c)
+	if err != nil {
 		return fail(err)
 	}
 	if n.kvCallInterceptor() != nil {
-		var err error
-		if ctx, err = n.authorizeCall(ctx, putFullMethod, req); err != nil {
+		if ctx, err = n.authorizeCall(ctx, fullMethod, req); err != nil {
 			return fail(err)
 		}
 	}
-	t, cmd, err := n.txnCommand(ctx, req.GetHeader(), putTxn(req), shard.RequestSingle)
+	t, cmd, err := m.commandOf(ctx, n, req)
 	if err != nil {
 		return fail(err)
 	}
 	if !t.r.IsLeader() {
 		s.workers.run(func() {
-			defer pc.release()
+			defer wc.release()
 			resp, err := n.proposeRouted(ctx, t, cmd)
-			var pr *shalev1.PutResponse
+			var r proto.Message
 			if err == nil {
-				pr = putResponse(resp)
+				r = m.responseOf(resp)
 			}
-			out.send(n.callResult(pc.id, putMethod, pr, err, pc.sp))
+			out.send(n.callResult(wc.id, method, r, err, wc.sp))
 		})
 		return true
 	}
@@ -419,19 +414,22 @@ func (s *kvService) startPut(ctx context.Context, budgets *callBudgets, c *shale
 		return fail(status.Errorf(codes.Internal, "shard %d: encode command: %v", t.r.ShardID(), err))
 	}
 	var inner context.Context
-	pc.ctx, inner, pc.cancel = n.requestCtx(ctx)
-	pc.t, pc.cmd, pc.payloadBytes = t, cmd, len(payload)
+	wc.ctx, inner, wc.cancel = n.requestCtx(ctx)
+	wc.t, wc.cmd, wc.payloadBytes = t, cmd, len(payload)
 	s.direct.Add(1)
-	t.r.ProposeFunc(inner, payload, pc.proposed)
+	t.r.ProposeFunc(inner, payload, wc.proposed)
 	return true
 }
 
-// putCall is a put of a KV.Calls stream that startPut proposed.
-type putCall struct {
+// writeCall is a write of a KV.Calls stream that startWrite proposed.
+type writeCall struct {
 	s   *kvService
 	out *resultSender
-	id  uint64
-	// ctx is the context the put was served in (the caller's deadline,
+	// m is the call's method, named method.
+	m      callWrite
+	method string
+	id     uint64
+	// ctx is the context the write was served in (the caller's deadline,
 	// the span, the user); cancel ends the one its proposal ran in, and
 	// release frees its budget.
 	ctx     context.Context
@@ -447,47 +445,48 @@ type putCall struct {
 	res any
 }
 
-// proposed is the put's ProposeFunc callback, on the goroutine that
+// proposed is the write's ProposeFunc callback, on the goroutine that
 // finishes its proposal (an apply worker, which must not wait): it queues
-// the put, and the call worker sending the stream's results makes its
+// the write, and the call worker sending the stream's results makes its
 // result (result) and sends it; so the apply worker goes on to its next
 // entries at once. A failed proposal or a result with an error code
 // (whose error may look for a shard's leader) is answered on a call
 // worker of its own.
-func (pc *putCall) proposed(res any, err error) {
+func (wc *writeCall) proposed(res any, err error) {
 	if cr, _ := res.(*shalev1.CommandResult); err != nil || cr == nil || cr.GetErrorCode() != 0 {
-		pc.s.workers.run(func() { pc.out.send(pc.resultOf(res, err)) })
+		wc.s.workers.run(func() { wc.out.send(wc.resultOf(res, err)) })
 		return
 	}
-	pc.res = res
-	if pc.out.queueFinished(pc) {
-		pc.s.workers.run(pc.out.flushFn)
+	wc.res = res
+	if wc.out.queueFinished(wc) {
+		wc.s.workers.run(wc.out.flushFn)
 	}
 }
 
-// result makes the result of the put, whose proposal applied with pc.res.
-func (pc *putCall) result() *shalev1.CallResult { return pc.resultOf(pc.res, nil) }
+// result makes the result of the write, whose proposal applied with
+// wc.res.
+func (wc *writeCall) result() *shalev1.CallResult { return wc.resultOf(wc.res, nil) }
 
-// post queues the put's result r without waiting for the network, and has
-// a call worker send it when no send is under way.
-func (pc *putCall) post(r *shalev1.CallResult) {
-	if pc.out.queue(r) {
-		pc.s.workers.run(pc.out.flushFn)
+// post queues the write's result r without waiting for the network, and
+// has a call worker send it when no send is under way.
+func (wc *writeCall) post(r *shalev1.CallResult) {
+	if wc.out.queue(r) {
+		wc.s.workers.run(wc.out.flushFn)
 	}
 }
 
-// resultOf is the put's result from its proposal's outcome, as Put
-// returns it.
-func (pc *putCall) resultOf(res any, err error) *shalev1.CallResult {
-	n := pc.s.n
-	cr, err := n.commandResult(pc.ctx, pc.t.desc.GetShardId(), pc.cmd, pc.payloadBytes, res, err)
-	pc.cancel()
-	pc.release()
-	var pr *shalev1.PutResponse
+// resultOf is the write's result from its proposal's outcome, as the
+// method's unary handler returns it.
+func (wc *writeCall) resultOf(res any, err error) *shalev1.CallResult {
+	n := wc.s.n
+	cr, err := n.commandResult(wc.ctx, wc.t.desc.GetShardId(), wc.cmd, wc.payloadBytes, res, err)
+	wc.cancel()
+	wc.release()
+	var r proto.Message
 	if err == nil {
-		pr = putResponse(n.txnResponse(pc.t, cr))
+		r = wc.m.responseOf(n.txnResponse(wc.t, cr))
 	}
-	return n.callResult(pc.id, putMethod, pr, err, pc.sp)
+	return n.callResult(wc.id, wc.method, r, err, wc.sp)
 }
 
 // kvCallInterceptor returns the interceptor a KV.Calls call runs its

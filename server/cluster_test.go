@@ -11,7 +11,7 @@ import (
 	"github.com/shale-db/shale/internal/testcluster"
 )
 
-func newClient(t *testing.T, c *testcluster.Cluster, extra ...client.Option) *client.Client {
+func newClient(t testing.TB, c *testcluster.Cluster, extra ...client.Option) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -44,6 +44,6 @@ func SweepScans(n *Node, id uint64) bool {
 	return st != nil && (st.idle || st.passTTL || st.cursor != nil)
 }
 
-// CallsPutsDirect is how many puts of KV.Calls streams n proposed from
+// CallsWritesDirect is how many writes of KV.Calls streams n proposed from
 // their stream's goroutine, without a call worker.
-func CallsPutsDirect(n *Node) int64 { return n.kv.direct.Load() }
+func CallsWritesDirect(n *Node) int64 { return n.kv.direct.Load() }

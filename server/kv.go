@@ -24,8 +24,8 @@ type kvService struct {
 	n *Node
 	// workers run the calls of KV.Calls streams.
 	workers *callWorkers
-	// direct counts the puts of KV.Calls streams proposed from their
-	// stream's goroutine (startPut), for tests.
+	// direct counts the writes of KV.Calls streams proposed from their
+	// stream's goroutine (startWrite), for tests.
 	direct atomic.Int64
 }
 
@@ -177,17 +177,6 @@ func deadlinePassed(ctx context.Context) bool {
 		return !time.Now().Before(dl)
 	}
 	return ctx.Err() != nil
-}
-
-// proposeTxn checks txn with the shard's validator (built from a client
-// request of kind req), routes it by its first key, and replicates it on the
-// shard's leader, returning its response.
-func (n *Node) proposeTxn(ctx context.Context, h *shalev1.RequestHeader, txn *shalev1.TxnRequest, req shard.Request) (*shalev1.TxnResponse, error) {
-	t, cmd, err := n.txnCommand(ctx, h, txn, req)
-	if err != nil {
-		return nil, err
-	}
-	return n.proposeRouted(ctx, t, cmd)
 }
 
 // txnCommand checks txn with the shard's validator (built from a client
@@ -345,95 +334,218 @@ func (s *kvService) MultiGet(ctx context.Context, req *shalev1.MultiGetRequest) 
 	return resp, nil
 }
 
-func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.PutResponse, error) {
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), putTxn(req), shard.RequestSingle)
+// --- writes ---
+
+// writeRequest is the request of a KV write method.
+type writeRequest interface {
+	proto.Message
+	GetHeader() *shalev1.RequestHeader
+}
+
+// writeMethod describes a KV write method, which this node serves as a
+// transaction on the shard's leader: txn makes the transaction from the
+// method's request, with the kind of client request the shard's validator
+// checks it as (or an InvalidArgument status for a request no transaction
+// stands for), and response makes the method's response from the
+// transaction's. The unary handler (serve) and a KV.Calls stream
+// (startWrite, through callWrite) both serve the method by it.
+type writeMethod[Req writeRequest, Resp proto.Message] struct {
+	// method is the method's name in the KV service, fullMethod its full
+	// name (what authorization checks).
+	method, fullMethod string
+	newRequest         func() Req
+	txn                func(Req) (*shalev1.TxnRequest, shard.Request, error)
+	response           func(*shalev1.TxnResponse) Resp
+}
+
+// command checks req's transaction with the shard's validator and routes
+// it (txnCommand): the shard and the command to propose on its leader. It
+// does not wait for anything.
+func (m *writeMethod[Req, Resp]) command(ctx context.Context, n *Node, req Req) (target, *shalev1.RaftCommand, error) {
+	txn, kind, err := m.txn(req)
 	if err != nil {
+		return target{}, nil, err
+	}
+	return n.txnCommand(ctx, req.GetHeader(), txn, kind)
+}
+
+// serve is the method's unary handler: it replicates req's transaction on
+// its shard's leader and returns the method's response.
+func (m *writeMethod[Req, Resp]) serve(ctx context.Context, n *Node, req Req) (Resp, error) {
+	var none Resp
+	t, cmd, err := m.command(ctx, n, req)
+	if err != nil {
+		return none, err
+	}
+	resp, err := n.proposeRouted(ctx, t, cmd)
+	if err != nil {
+		return none, err
+	}
+	return m.response(resp), nil
+}
+
+// callWrite is a write method as a KV.Calls stream serves it: writeMethod
+// for a request and response of any type.
+type callWrite interface {
+	// names returns the method's name and full name.
+	names() (method, fullMethod string)
+	// decodeCall decodes the request of call c.
+	decodeCall(c *shalev1.Call) (writeRequest, error)
+	// commandOf is command for req, which decodeCall returned.
+	commandOf(ctx context.Context, n *Node, req writeRequest) (target, *shalev1.RaftCommand, error)
+	// responseOf is the method's response from its transaction's.
+	responseOf(resp *shalev1.TxnResponse) proto.Message
+}
+
+func (m *writeMethod[Req, Resp]) names() (string, string) { return m.method, m.fullMethod }
+
+func (m *writeMethod[Req, Resp]) decodeCall(c *shalev1.Call) (writeRequest, error) {
+	req := m.newRequest()
+	if err := decodeCall(c, m.method, req); err != nil {
 		return nil, err
 	}
-	return putResponse(resp), nil
+	return req, nil
 }
 
-// putTxn is the transaction of a put.
-func putTxn(req *shalev1.PutRequest) *shalev1.TxnRequest {
-	return &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
-		Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
-	}}}}}
+func (m *writeMethod[Req, Resp]) commandOf(ctx context.Context, n *Node, req writeRequest) (target, *shalev1.RaftCommand, error) {
+	return m.command(ctx, n, req.(Req))
 }
 
-// putResponse is a put's response from its transaction's.
-func putResponse(resp *shalev1.TxnResponse) *shalev1.PutResponse {
-	out := &shalev1.PutResponse{Header: resp.GetHeader()}
-	if rs := resp.GetResults(); len(rs) == 1 {
-		out.PrevKv = rs[0].GetPut().GetPrevKv()
+func (m *writeMethod[Req, Resp]) responseOf(resp *shalev1.TxnResponse) proto.Message {
+	return m.response(resp)
+}
+
+// The KV write methods.
+var (
+	putWrite = &writeMethod[*shalev1.PutRequest, *shalev1.PutResponse]{
+		method: "Put", fullMethod: shalev1.KV_Put_FullMethodName,
+		newRequest: func() *shalev1.PutRequest { return new(shalev1.PutRequest) },
+		txn: func(req *shalev1.PutRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			return &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+				Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(), PrevKv: req.GetPrevKv(),
+			}}}}}, shard.RequestSingle, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.PutResponse {
+			out := &shalev1.PutResponse{Header: resp.GetHeader()}
+			if rs := resp.GetResults(); len(rs) == 1 {
+				out.PrevKv = rs[0].GetPut().GetPrevKv()
+			}
+			return out
+		},
 	}
-	return out
+	deleteWrite = &writeMethod[*shalev1.DeleteRequest, *shalev1.DeleteResponse]{
+		method: "Delete", fullMethod: shalev1.KV_Delete_FullMethodName,
+		newRequest: func() *shalev1.DeleteRequest { return new(shalev1.DeleteRequest) },
+		txn: func(req *shalev1.DeleteRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			return &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{
+				Key: req.GetKey(), PrevKv: req.GetPrevKv(),
+			}}}}}, shard.RequestSingle, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.DeleteResponse {
+			out := &shalev1.DeleteResponse{Header: resp.GetHeader()}
+			if rs := resp.GetResults(); len(rs) == 1 {
+				out.Deleted = rs[0].GetDelete().GetDeleted()
+				out.PrevKv = rs[0].GetDelete().GetPrevKv()
+			}
+			return out
+		},
+	}
+	deleteRangeWrite = &writeMethod[*shalev1.DeleteRangeRequest, *shalev1.DeleteRangeResponse]{
+		method: "DeleteRange", fullMethod: shalev1.KV_DeleteRange_FullMethodName,
+		newRequest: func() *shalev1.DeleteRangeRequest { return new(shalev1.DeleteRangeRequest) },
+		txn: func(req *shalev1.DeleteRangeRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			return &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{
+				StartKey: req.GetStartKey(), EndKey: req.GetEndKey(),
+			}}}}}, shard.RequestSingle, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.DeleteRangeResponse {
+			return &shalev1.DeleteRangeResponse{Header: resp.GetHeader()}
+		},
+	}
+	batchWrite = &writeMethod[*shalev1.BatchRequest, *shalev1.BatchResponse]{
+		method: "Batch", fullMethod: shalev1.KV_Batch_FullMethodName,
+		newRequest: func() *shalev1.BatchRequest { return new(shalev1.BatchRequest) },
+		txn: func(req *shalev1.BatchRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			return &shalev1.TxnRequest{Success: req.GetOps()}, shard.RequestBatch, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.BatchResponse {
+			return &shalev1.BatchResponse{Header: resp.GetHeader(), Results: resp.GetResults()}
+		},
+	}
+	casWrite = &writeMethod[*shalev1.CompareAndSwapRequest, *shalev1.CompareAndSwapResponse]{
+		method: "CompareAndSwap", fullMethod: shalev1.KV_CompareAndSwap_FullMethodName,
+		newRequest: func() *shalev1.CompareAndSwapRequest { return new(shalev1.CompareAndSwapRequest) },
+		txn: func(req *shalev1.CompareAndSwapRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			if req.GetExpectAbsent() && len(req.GetExpectedValue()) > 0 {
+				return nil, 0, invalidArg("expect_absent and expected_value are exclusive")
+			}
+			cmp := &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_VALUE_UNSPECIFIED, Value: req.GetExpectedValue()}
+			if req.GetExpectAbsent() {
+				cmp = &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_EXISTS, Number: 0}
+			}
+			return &shalev1.TxnRequest{
+				Compares: []*shalev1.Compare{cmp},
+				Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
+					Key: req.GetKey(), Value: req.GetNewValue(), TtlMs: req.GetTtlMs(), PrevKv: true,
+				}}}},
+				Failure: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Get{Get: &shalev1.GetOp{Key: req.GetKey()}}}},
+			}, shard.RequestSingle, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.CompareAndSwapResponse {
+			out := &shalev1.CompareAndSwapResponse{Header: resp.GetHeader(), Succeeded: resp.GetSucceeded()}
+			if rs := resp.GetResults(); len(rs) == 1 {
+				if resp.GetSucceeded() {
+					out.Current = rs[0].GetPut().GetPrevKv()
+				} else {
+					out.Current = rs[0].GetGet().GetKv()
+				}
+			}
+			return out
+		},
+	}
+	txnWrite = &writeMethod[*shalev1.TxnRequest, *shalev1.TxnResponse]{
+		method: "Txn", fullMethod: shalev1.KV_Txn_FullMethodName,
+		newRequest: func() *shalev1.TxnRequest { return new(shalev1.TxnRequest) },
+		txn: func(req *shalev1.TxnRequest) (*shalev1.TxnRequest, shard.Request, error) {
+			return &shalev1.TxnRequest{Compares: req.GetCompares(), Success: req.GetSuccess(), Failure: req.GetFailure()}, shard.RequestTxn, nil
+		},
+		response: func(resp *shalev1.TxnResponse) *shalev1.TxnResponse { return resp },
+	}
+)
+
+// kvWrites are the KV write methods by name, as a KV.Calls call names
+// them.
+var kvWrites = func() map[string]callWrite {
+	m := map[string]callWrite{}
+	for _, w := range []callWrite{putWrite, deleteWrite, deleteRangeWrite, batchWrite, casWrite, txnWrite} {
+		name, _ := w.names()
+		m[name] = w
+	}
+	return m
+}()
+
+func (s *kvService) Put(ctx context.Context, req *shalev1.PutRequest) (*shalev1.PutResponse, error) {
+	return putWrite.serve(ctx, s.n, req)
 }
 
 func (s *kvService) Delete(ctx context.Context, req *shalev1.DeleteRequest) (*shalev1.DeleteResponse, error) {
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Delete{Delete: &shalev1.DeleteOp{
-		Key: req.GetKey(), PrevKv: req.GetPrevKv(),
-	}}}}}, shard.RequestSingle)
-	if err != nil {
-		return nil, err
-	}
-	out := &shalev1.DeleteResponse{Header: resp.GetHeader()}
-	if rs := resp.GetResults(); len(rs) == 1 {
-		out.Deleted = rs[0].GetDelete().GetDeleted()
-		out.PrevKv = rs[0].GetDelete().GetPrevKv()
-	}
-	return out, nil
+	return deleteWrite.serve(ctx, s.n, req)
 }
 
 func (s *kvService) DeleteRange(ctx context.Context, req *shalev1.DeleteRangeRequest) (*shalev1.DeleteRangeResponse, error) {
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{
-		StartKey: req.GetStartKey(), EndKey: req.GetEndKey(),
-	}}}}}, shard.RequestSingle)
-	if err != nil {
-		return nil, err
-	}
-	return &shalev1.DeleteRangeResponse{Header: resp.GetHeader()}, nil
+	return deleteRangeWrite.serve(ctx, s.n, req)
 }
 
 func (s *kvService) Batch(ctx context.Context, req *shalev1.BatchRequest) (*shalev1.BatchResponse, error) {
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{Success: req.GetOps()}, shard.RequestBatch)
-	if err != nil {
-		return nil, err
-	}
-	return &shalev1.BatchResponse{Header: resp.GetHeader(), Results: resp.GetResults()}, nil
+	return batchWrite.serve(ctx, s.n, req)
 }
 
 func (s *kvService) CompareAndSwap(ctx context.Context, req *shalev1.CompareAndSwapRequest) (*shalev1.CompareAndSwapResponse, error) {
-	if req.GetExpectAbsent() && len(req.GetExpectedValue()) > 0 {
-		return nil, invalidArg("expect_absent and expected_value are exclusive")
-	}
-	cmp := &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_VALUE_UNSPECIFIED, Value: req.GetExpectedValue()}
-	if req.GetExpectAbsent() {
-		cmp = &shalev1.Compare{Key: req.GetKey(), Target: shalev1.Compare_TARGET_EXISTS, Number: 0}
-	}
-	resp, err := s.n.proposeTxn(ctx, req.GetHeader(), &shalev1.TxnRequest{
-		Compares: []*shalev1.Compare{cmp},
-		Success: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Put{Put: &shalev1.PutOp{
-			Key: req.GetKey(), Value: req.GetNewValue(), TtlMs: req.GetTtlMs(), PrevKv: true,
-		}}}},
-		Failure: []*shalev1.RequestOp{{Op: &shalev1.RequestOp_Get{Get: &shalev1.GetOp{Key: req.GetKey()}}}},
-	}, shard.RequestSingle)
-	if err != nil {
-		return nil, err
-	}
-	out := &shalev1.CompareAndSwapResponse{Header: resp.GetHeader(), Succeeded: resp.GetSucceeded()}
-	if rs := resp.GetResults(); len(rs) == 1 {
-		if resp.GetSucceeded() {
-			out.Current = rs[0].GetPut().GetPrevKv()
-		} else {
-			out.Current = rs[0].GetGet().GetKv()
-		}
-	}
-	return out, nil
+	return casWrite.serve(ctx, s.n, req)
 }
 
 func (s *kvService) Txn(ctx context.Context, req *shalev1.TxnRequest) (*shalev1.TxnResponse, error) {
-	txn := &shalev1.TxnRequest{Compares: req.GetCompares(), Success: req.GetSuccess(), Failure: req.GetFailure()}
-	return s.n.proposeTxn(ctx, req.GetHeader(), txn, shard.RequestTxn)
+	return txnWrite.serve(ctx, s.n, req)
 }
 
 // --- scans ---

@@ -21,12 +21,18 @@ import (
 
 func rawKV(t *testing.T, addr string) shalev1.KVClient {
 	t.Helper()
+	return shalev1.NewKVClient(rawConn(t, addr))
+}
+
+// rawConn is a plaintext connection to the node at addr, without the SDK.
+func rawConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return shalev1.NewKVClient(cc)
+	return cc
 }
 
 func TestKVSemantics(t *testing.T) {

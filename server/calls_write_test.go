@@ -12,32 +12,32 @@ import (
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
-// testPutCall returns a put of a KV.Calls stream as startPut leaves it once
-// proposed, on a node of its own whose results go to f.
-func testPutCall(t *testing.T, f *fakeCallsStream, ctx context.Context) (*putCall, *resultSender) {
+// testWriteCall returns a put of a KV.Calls stream as startWrite leaves it
+// once proposed, on a node of its own whose results go to f.
+func testWriteCall(t *testing.T, f *fakeCallsStream, ctx context.Context) (*writeCall, *resultSender) {
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	n := &Node{cfg: Config{NodeID: 1}, streamCalls: newCallCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls"}, []string{"method", "code"}))}
 	s := &kvService{n: n, workers: newCallWorkers(time.Minute, stop)}
 	out := newResultSender(f, func(int) {})
-	pc := &putCall{s: s, out: out, id: 7, ctx: ctx, cancel: func() {}, release: func() {},
+	wc := &writeCall{s: s, out: out, m: putWrite, method: "Put", id: 7, ctx: ctx, cancel: func() {}, release: func() {},
 		t:   target{desc: &shalev1.ShardDescriptor{ShardId: 4, Epoch: 1}},
 		cmd: &shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{}}}}
-	return pc, out
+	return wc, out
 }
 
-// TestPutCallAnswersWithoutWaitingForTheClient: the completion of a put's
-// proposal, which runs on an apply worker, queues the put's result and
+// TestWriteCallAnswersWithoutWaitingForTheClient: the completion of a
+// write's proposal, which runs on an apply worker, queues the write's result and
 // returns while the stream's send is blocked (a client that reads no
 // results); a call worker sends it once the client reads.
-func TestPutCallAnswersWithoutWaitingForTheClient(t *testing.T) {
+func TestWriteCallAnswersWithoutWaitingForTheClient(t *testing.T) {
 	f := &fakeCallsStream{block: make(chan struct{})}
-	pc, _ := testPutCall(t, f, t.Context())
+	wc, _ := testWriteCall(t, f, t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for range 3 {
-			pc.proposed(&shalev1.CommandResult{Txn: &shalev1.TxnResponse{Header: &shalev1.ResponseHeader{Revision: 9}}}, nil)
+			wc.proposed(&shalev1.CommandResult{Txn: &shalev1.TxnResponse{Header: &shalev1.ResponseHeader{Revision: 9}}}, nil)
 		}
 	}()
 	select {
@@ -64,18 +64,19 @@ func TestPutCallAnswersWithoutWaitingForTheClient(t *testing.T) {
 	}
 }
 
-// TestPutCallDeadline: a put whose proposal ran out of its budget is
+// TestWriteCallDeadline: a write whose proposal ran out of its budget is
 // Unavailable while its caller's deadline has not passed, and
-// DeadlineExceeded once it has, as Put's replicationErr answers.
-func TestPutCallDeadline(t *testing.T) {
+// DeadlineExceeded once it has, as the unary handler's replicationErr
+// answers.
+func TestWriteCallDeadline(t *testing.T) {
 	noQuorum := fmt.Errorf("propose: %w", context.DeadlineExceeded)
 	for _, tc := range []struct {
 		caller time.Duration
 		want   codes.Code
 	}{{time.Minute, codes.Unavailable}, {-time.Second, codes.DeadlineExceeded}} {
 		ctx, cancel := callBudget(t.Context(), time.Now().Add(tc.caller))
-		pc, _ := testPutCall(t, &fakeCallsStream{}, ctx)
-		if r := pc.resultOf(nil, noQuorum); codes.Code(r.GetCode()) != tc.want {
+		wc, _ := testWriteCall(t, &fakeCallsStream{}, ctx)
+		if r := wc.resultOf(nil, noQuorum); codes.Code(r.GetCode()) != tc.want {
 			t.Errorf("caller's deadline in %v: %v %q, want %v", tc.caller, codes.Code(r.GetCode()), r.GetMessage(), tc.want)
 		}
 		cancel()
