@@ -376,7 +376,7 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 	}
 	n := s.n
 	method, fullMethod := m.names()
-	wc := &writeCall{s: s, out: out, m: m, method: method, id: c.GetId()}
+	wc := &writeCall{s: s, out: out, m: m, id: c.GetId()}
 	ctx, wc.release = budgets.forCall(ctx, c)
 	ctx, wc.sp = n.startCallSpan(ctx, method, c)
 	fail := func(err error) bool {
@@ -425,10 +425,9 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 type writeCall struct {
 	s   *kvService
 	out *resultSender
-	// m is the call's method, named method.
-	m      callWrite
-	method string
-	id     uint64
+	// m is the call's method.
+	m  callWrite
+	id uint64
 	// ctx is the context the write was served in (the caller's deadline,
 	// the span, the user); cancel ends the one its proposal ran in, and
 	// release frees its budget.
@@ -486,7 +485,8 @@ func (wc *writeCall) resultOf(res any, err error) *shalev1.CallResult {
 	if err == nil {
 		r = wc.m.responseOf(n.txnResponse(wc.t, cr))
 	}
-	return n.callResult(wc.id, wc.method, r, err, wc.sp)
+	method, _ := wc.m.names()
+	return n.callResult(wc.id, method, r, err, wc.sp)
 }
 
 // kvCallInterceptor returns the interceptor a KV.Calls call runs its

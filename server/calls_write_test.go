@@ -20,7 +20,7 @@ func testWriteCall(t *testing.T, f *fakeCallsStream, ctx context.Context) (*writ
 	n := &Node{cfg: Config{NodeID: 1}, streamCalls: newCallCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls"}, []string{"method", "code"}))}
 	s := &kvService{n: n, workers: newCallWorkers(time.Minute, stop)}
 	out := newResultSender(f, func(int) {})
-	wc := &writeCall{s: s, out: out, m: putWrite, method: "Put", id: 7, ctx: ctx, cancel: func() {}, release: func() {},
+	wc := &writeCall{s: s, out: out, m: putWrite, id: 7, ctx: ctx, cancel: func() {}, release: func() {},
 		t:   target{desc: &shalev1.ShardDescriptor{ShardId: 4, Epoch: 1}},
 		cmd: &shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{}}}}
 	return wc, out
