@@ -45,15 +45,20 @@ func (t *Tracker) Reset() {
 	t.beats = map[uint64]Beat{}
 }
 
-// Heartbeat records a node's heartbeat, received now.
-func (t *Tracker) Heartbeat(req *shalev1.HeartbeatRequest) {
+// Heartbeat records a node's heartbeat, received now. It reports whether
+// the heartbeat turned the node live: the first since the last Reset, or
+// the first after the node turned suspect.
+func (t *Tracker) Heartbeat(req *shalev1.HeartbeatRequest) (turnedLive bool) {
 	id := req.GetStats().GetNode().GetNodeId()
 	if id == 0 {
-		return
+		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.beats[id] = Beat{At: t.now(), Req: req}
+	now := t.now()
+	last, ok := t.beats[id]
+	t.beats[id] = Beat{At: now, Req: req}
+	return !ok || now.Sub(last.At) >= t.suspectAfter
 }
 
 // State returns a node's liveness and its last heartbeat (ok false when

@@ -51,6 +51,29 @@ func TestTrackerStates(t *testing.T) {
 	}
 }
 
+func TestTrackerTurnedLive(t *testing.T) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	tr := NewTracker(3*time.Second, time.Minute, c.now)
+	if !tr.Heartbeat(beat(1)) {
+		t.Fatal("a node's first heartbeat did not turn it live")
+	}
+	c.t = c.t.Add(time.Second)
+	if tr.Heartbeat(beat(1)) {
+		t.Fatal("a live node's heartbeat turned it live")
+	}
+	c.t = c.t.Add(3 * time.Second)
+	if !tr.Heartbeat(beat(1)) {
+		t.Fatal("a suspect node's heartbeat did not turn it live")
+	}
+	if tr.Heartbeat(beat(0)) {
+		t.Fatal("an ignored heartbeat turned a node live")
+	}
+	tr.Reset()
+	if !tr.Heartbeat(beat(1)) {
+		t.Fatal("the first heartbeat after a Reset did not turn the node live")
+	}
+}
+
 func TestHistoryBounded(t *testing.T) {
 	h := NewHistory(3)
 	var ops []*shalev1.PlacementOperation

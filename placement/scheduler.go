@@ -10,6 +10,9 @@
 // added, catches up by snapshot, is promoted while the replaced voter is
 // removed in the same joint configuration change), so a new placement leader
 // finishes what the old one started by looking at the same descriptors.
+// Leader balancing waits until the last replica move has started (unless
+// told otherwise, Config.LeaderBalanceDuringMoves), so that it balances the
+// layout the moves leave rather than one they are changing.
 package placement
 
 import (
@@ -98,6 +101,15 @@ type Config struct {
 	// MaxLeaderTransfers caps the balancing leadership transfers one
 	// Schedule call returns.
 	MaxLeaderTransfers int
+	// LeaderBalanceDuringMoves lets leader balancing run while replica
+	// moves are due. By default it waits until the last move has started
+	// (Plan.Moving): a leadership it moved in the middle of a
+	// rebalance is often on the wrong node once the moves are done, and
+	// the shard is then held by the caller's settle time (Shard.NewLeader)
+	// when it has to move again. Callers set it when the deferral has
+	// lasted too long (moves that cannot start because learners that do
+	// not catch up hold their slots).
+	LeaderBalanceDuringMoves bool
 }
 
 // Kind is the kind of an operation.
@@ -169,6 +181,14 @@ type Stuck struct {
 type Plan struct {
 	Ops   []Op
 	Stuck []Stuck
+	// Moving is true when a replica move starts in this plan or another is
+	// due but waits for the move limits (a repair's, or replica balance's
+	// while the replica counts, running moves counted as finished, differ
+	// by two or more and a shard could move). Leader
+	// balancing then did not run, unless Config.LeaderBalanceDuringMoves;
+	// leadership transfers that repair or drain a shard, or hand a
+	// leadership off before its replica's removal, are made either way.
+	Moving bool
 }
 
 // Moves reports how many replica moves are in flight in the shards: shards
@@ -198,6 +218,8 @@ type scheduler struct {
 	// victims are, per shard with a learner, the voter its promotion will
 	// remove, decided once per call so counts and steps agree.
 	victims map[uint64]*shalev1.ReplicaDescriptor
+	// waiting is set when a move is due but waits for the move limits.
+	waiting bool
 	plan    Plan
 }
 
@@ -241,8 +263,25 @@ func Schedule(cfg Config, nodes []Node, shards []Shard) Plan {
 		}
 	}
 	s.balanceReplicas(touched)
-	s.balanceLeaders(touched)
+	s.plan.Moving = s.movesWanted()
+	if !s.plan.Moving || cfg.LeaderBalanceDuringMoves {
+		s.balanceLeaders(touched)
+	}
 	return s.plan
+}
+
+// movesWanted reports whether the plan starts a replica move, or one is due
+// but waits for the move limits (a repair's, or replica balance's).
+func (s *scheduler) movesWanted() bool {
+	if s.waiting {
+		return true
+	}
+	for _, op := range s.plan.Ops {
+		if op.Kind == AddLearner {
+			return true
+		}
+	}
+	return false
 }
 
 // count fills the per-node counts, counting running moves as finished: the
@@ -531,6 +570,7 @@ func (s *scheduler) repair(sh *Shard) bool {
 		}
 	}
 	if !s.canMove(target, sh.Leader) {
+		s.waiting = true
 		s.stuck(id, replaced, "waiting: %s; move limit reached (%d per node, %d in the cluster)", reason, s.cfg.MaxMovesPerNode, s.cfg.MaxMoves)
 		return true
 	}
@@ -703,7 +743,7 @@ func (s *scheduler) balanceReplicas(touched map[uint64]bool) {
 	if len(nodes) < 2 {
 		return
 	}
-	for s.moves < s.cfg.MaxMoves {
+	for {
 		// Sources from the most loaded down, targets from the least up.
 		slices.SortFunc(nodes, func(a, b uint64) int {
 			if s.less(a, b) {
@@ -724,6 +764,7 @@ func (s *scheduler) balanceReplicas(touched map[uint64]bool) {
 				if k := s.pickShard(src, dst, touched); k >= 0 {
 					sh := &s.shards[k]
 					if !s.canMove(dst, sh.Leader) {
+						s.waiting = true
 						continue
 					}
 					reason := fmt.Sprintf("rebalance: node %d has %d replicas, node %d has %d", src, s.replicas[src], dst, s.replicas[dst])
@@ -779,7 +820,10 @@ func (s *scheduler) pickShard(src, dst uint64, touched map[uint64]bool) int {
 }
 
 // balanceLeaders moves leaderships from the nodes leading the most shards
-// to voters on nodes leading at least two fewer.
+// to voters on nodes leading at least two fewer. When no shard of such a
+// node has a voter on a node leading two fewer, one of its leaderships may
+// go to a node leading one fewer that passes one of its own on to a node
+// leading two fewer (chainLeaders): two transfers, the counts' effect of one.
 func (s *scheduler) balanceLeaders(touched map[uint64]bool) {
 	limit := s.cfg.MaxLeaderTransfers
 	if limit < 1 {
@@ -794,40 +838,93 @@ func (s *scheduler) balanceLeaders(touched map[uint64]bool) {
 	for n := 0; n < limit; n++ {
 		// Sources from the node leading the most shards down.
 		slices.SortStableFunc(nodes, func(a, b uint64) int { return cmp.Compare(s.leaders[b], s.leaders[a]) })
-		var pick, to uint64
-		pickIdx := -1
+		k, to := -1, uint64(0)
 		for _, src := range nodes {
-			for k := range s.shards {
-				sh := &s.shards[k]
-				d := sh.Desc
-				// The system shard's leader is the placement leader:
-				// balancing leaves it alone (moving it restarts placement).
-				if sh.Leader != src || d.GetSystem() || touched[d.GetShardId()] || sh.Pinned || sh.Busy || sh.NewLeader || len(learners(d)) > 0 || joint(d) {
-					continue
-				}
-				for _, v := range voters(d) {
-					c := v.GetNodeId()
-					if c == src || !s.mayLead(c) || s.leaders[c]+2 > s.leaders[src] {
-						continue
-					}
-					if to == 0 || s.leaders[c] < s.leaders[to] || (s.leaders[c] == s.leaders[to] && c < to) {
-						pick, to, pickIdx = d.GetShardId(), c, k
-					}
-				}
-			}
-			if pickIdx >= 0 {
+			if k, to = s.leaderTarget(src, s.leaders[src]-2, -1, touched); k >= 0 {
 				break
 			}
 		}
-		if pickIdx < 0 {
+		if k >= 0 {
+			s.transferLeader(k, to, touched)
+			continue
+		}
+		if n+2 > limit || !s.chainLeaders(nodes, touched) {
 			return
 		}
-		sh := &s.shards[pickIdx]
-		src := sh.Leader
-		s.emit(Op{Kind: TransferLeader, ShardID: pick, Epoch: sh.Desc.GetEpoch(), Node: to, From: src,
-			Reason: fmt.Sprintf("leader balance: node %d leads %d shards, node %d leads %d", src, s.leaders[src], to, s.leaders[to])})
-		touched[pick] = true
-		s.leaders[src]--
-		s.leaders[to]++
+		n++
 	}
+}
+
+// movableLeader reports whether leader balancing may move the shard's
+// leadership.
+func (s *scheduler) movableLeader(sh *Shard, touched map[uint64]bool) bool {
+	d := sh.Desc
+	// The system shard's leader is the placement leader: balancing leaves
+	// it alone (moving it restarts placement).
+	return sh.Leader != 0 && !d.GetSystem() && !touched[d.GetShardId()] && !sh.Pinned && !sh.Busy && !sh.NewLeader &&
+		len(learners(d)) == 0 && !joint(d)
+}
+
+// leaderTarget finds a shard led by src (other than the shard at index
+// except) whose leadership balancing may move to a voter on a node leading
+// at most most shards: the shard's index and the voter's node leading the
+// fewest (-1 and 0: none).
+func (s *scheduler) leaderTarget(src uint64, most int, except int, touched map[uint64]bool) (int, uint64) {
+	var to uint64
+	pick := -1
+	for k := range s.shards {
+		sh := &s.shards[k]
+		if k == except || sh.Leader != src || !s.movableLeader(sh, touched) {
+			continue
+		}
+		for _, v := range voters(sh.Desc) {
+			c := v.GetNodeId()
+			if c == src || !s.mayLead(c) || s.leaders[c] > most {
+				continue
+			}
+			if to == 0 || s.leaders[c] < s.leaders[to] || (s.leaders[c] == s.leaders[to] && c < to) {
+				pick, to = k, c
+			}
+		}
+	}
+	return pick, to
+}
+
+// chainLeaders moves a leadership from a node to a voter on a node leading
+// one fewer shard, and one of that node's leaderships to a node leading at
+// least two fewer than the first, taking the first such pair from the
+// node leading the most. It reports whether it found one.
+func (s *scheduler) chainLeaders(nodes []uint64, touched map[uint64]bool) bool {
+	for _, src := range nodes {
+		for k := range s.shards {
+			sh := &s.shards[k]
+			if sh.Leader != src || !s.movableLeader(sh, touched) {
+				continue
+			}
+			for _, v := range voters(sh.Desc) {
+				mid := v.GetNodeId()
+				if mid == src || !s.mayLead(mid) || s.leaders[mid]+1 != s.leaders[src] {
+					continue
+				}
+				if k2, to := s.leaderTarget(mid, s.leaders[src]-2, k, touched); k2 >= 0 {
+					s.transferLeader(k, mid, touched)
+					s.transferLeader(k2, to, touched)
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// transferLeader asks for the leadership of the shard at index k to move
+// to node to, and counts it there.
+func (s *scheduler) transferLeader(k int, to uint64, touched map[uint64]bool) {
+	sh := &s.shards[k]
+	src := sh.Leader
+	s.emit(Op{Kind: TransferLeader, ShardID: sh.Desc.GetShardId(), Epoch: sh.Desc.GetEpoch(), Node: to, From: src,
+		Reason: fmt.Sprintf("leader balance: node %d leads %d shards, node %d leads %d", src, s.leaders[src], to, s.leaders[to])})
+	touched[sh.Desc.GetShardId()] = true
+	s.leaders[src]--
+	s.leaders[to]++
 }

@@ -85,6 +85,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 			MaxMoves:           int(num("max-moves", 8)),
 			MaxLeaderTransfers: int(num("leader-transfers", 4)),
 		}}
+		_, m.cfg.LeaderBalanceDuringMoves = arg("leader-balance-during-moves")
 		return ""
 	case "node":
 		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders] [refused-leadership]
@@ -168,7 +169,11 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		return ""
 	case "schedule":
 		p := Schedule(m.cfg, slices.Clone(m.nodes), m.shards)
-		return formatPlan(p)
+		out := formatPlan(p)
+		if p.Moving {
+			out += "moves in flight\n"
+		}
+		return out
 	case "simulate":
 		return m.simulate(t, int(num("steps", 100)))
 	case "state":

@@ -72,6 +72,13 @@ const moveStartInterval = 250 * time.Millisecond
 // kill is not moved again at once.
 const leaderSettle = 10 * time.Second
 
+// leaderBalanceDeferMax bounds how long leader balancing waits for the last
+// replica move to start (placement.Plan.Moving): the moves of a rebalance of
+// a few GB all start well within it, and moves that cannot start (their
+// slots held by learners that do not catch up) do not keep the leaderships
+// unbalanced (placement.Config.LeaderBalanceDuringMoves).
+const leaderBalanceDeferMax = 30 * time.Second
+
 // refusedLeaderFor is how long after a leadership transfer to a node
 // failed balancing gives the node no leadership (it may be down, though
 // not yet known dead).
@@ -94,11 +101,13 @@ type placementState struct {
 	mu        sync.Mutex
 	leading   bool
 	leadSince time.Time
-	inflight  map[uint64]bool
-	settle    map[uint64]settleState
-	view      *shalev1.PlacementStatusResponse
-	dirRev    uint64
-	dir       []*shalev1.ShardDescriptor
+	// inflight holds the shards with an operation in flight: the node a
+	// leadership transfer goes to, 0 for other operations.
+	inflight map[uint64]uint64
+	settle   map[uint64]settleState
+	view     *shalev1.PlacementStatusResponse
+	dirRev   uint64
+	dir      []*shalev1.ShardDescriptor
 	// Heartbeat sender state.
 	hbAddr    string
 	lastOps   uint64
@@ -108,6 +117,9 @@ type placementState struct {
 	// moveKick is set while a round is due for the next.
 	lastMoveStart time.Time
 	moveKick      bool
+	// movingSince is when the scheduler's rounds started to find replica
+	// moves to start (placement.Plan.Moving; zero: none in the last round).
+	movingSince time.Time
 	// drainingPeers are the nodes draining their leaderships, as the
 	// placement leader last answered a heartbeat.
 	drainingPeers []uint64
@@ -177,7 +189,7 @@ func newPlacementState(cfg Config, reg prometheus.Registerer) *placementState {
 		calls:    make(chan struct{}, maxPlacementCalls),
 		kick:     make(chan struct{}, 1),
 		metrics:  newPlacementMetrics(reg),
-		inflight: map[uint64]bool{},
+		inflight: map[uint64]uint64{},
 		settle:   map[uint64]settleState{},
 
 		leaderSeen: map[uint64]leaderSeen{},
@@ -315,14 +327,18 @@ func (s *adminService) Heartbeat(ctx context.Context, req *shalev1.HeartbeatRequ
 		return nil, invalidArg("a heartbeat needs stats.node.node_id")
 	}
 	if r := n.store.Replica(SystemShardID); r != nil && r.IsLeader() {
-		n.place.tracker.Heartbeat(req)
+		// A node that joined or came back may take replicas now, and a
+		// move's learner that is ready is promoted, with the next move
+		// started in its slot, without waiting for the tick.
+		kick := n.place.tracker.Heartbeat(req)
 		for _, l := range req.GetLed() {
 			if len(l.GetCaughtUpLearners()) > 0 {
-				// A move's learner is ready: promote it, and start the
-				// next move in its slot, without waiting for the tick.
-				n.kickPlacement()
+				kick = true
 				break
 			}
+		}
+		if kick {
+			n.kickPlacement()
 		}
 		return &shalev1.HeartbeatResponse{DrainingLeaderNodes: n.drainingNodes()}, nil
 	}
@@ -444,12 +460,24 @@ func (n *Node) runPlacement(ctx context.Context) {
 	}
 	nodes, states := n.placementNodes(reg)
 	shards := n.placementShards(dir, pins, states, now)
+	p.mu.Lock()
+	movingSince := p.movingSince
+	p.mu.Unlock()
 	plan := placement.Schedule(placement.Config{
-		ReplicationFactor:  n.cfg.ReplicationFactor,
-		MaxMovesPerNode:    n.cfg.PlacementMaxMovesPerNode,
-		MaxMoves:           n.cfg.PlacementMaxMoves,
-		MaxLeaderTransfers: maxPlacementCalls / 2,
+		ReplicationFactor:        n.cfg.ReplicationFactor,
+		MaxMovesPerNode:          n.cfg.PlacementMaxMovesPerNode,
+		MaxMoves:                 n.cfg.PlacementMaxMoves,
+		MaxLeaderTransfers:       maxPlacementCalls / 2,
+		LeaderBalanceDuringMoves: !movingSince.IsZero() && now.Sub(movingSince) >= leaderBalanceDeferMax,
 	}, nodes, shards)
+	p.mu.Lock()
+	switch {
+	case !plan.Moving:
+		p.movingSince = time.Time{}
+	case p.movingSince.IsZero():
+		p.movingSince = now
+	}
+	p.mu.Unlock()
 	leaderOf := map[uint64]uint64{}
 	for _, sh := range shards {
 		leaderOf[sh.Desc.GetShardId()] = sh.Leader
@@ -582,7 +610,8 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 	for _, d := range dir {
 		id := d.GetShardId()
 		listed[id] = true
-		sh := placement.Shard{Desc: d, Busy: p.inflight[id] || d.GetMergingInto() != 0 || absorbing[id]}
+		to, inflight := p.inflight[id]
+		sh := placement.Shard{Desc: d, Busy: inflight || d.GetMergingInto() != 0 || absorbing[id]}
 		if l, ok := led[id]; ok {
 			sh.SizeBytes = l.led.GetSizeBytes()
 			if l.epoch == d.GetEpoch() {
@@ -610,6 +639,15 @@ func (n *Node) placementShards(dir []*shalev1.ShardDescriptor, pins []*shalev1.S
 			} else {
 				delete(p.settle, id)
 			}
+			if sh.Busy && to == 0 {
+				to = st.leader
+			}
+		}
+		if sh.Busy && to != 0 {
+			// A leadership on its way counts where it is going (the
+			// shard is left alone until then): the rounds that run
+			// before its target reports it do not send that node more.
+			sh.Leader = to
 		}
 		if pin := pinOf[id]; pin != nil && pin.GetUntilUnixNanos() > n.wallNanos() {
 			sh.Pinned = true
@@ -635,7 +673,10 @@ func (n *Node) startOp(op placement.Op, leader uint64) {
 		return // next round
 	}
 	p.mu.Lock()
-	p.inflight[op.ShardID] = true
+	p.inflight[op.ShardID] = 0
+	if op.Kind == placement.TransferLeader {
+		p.inflight[op.ShardID] = op.Node
+	}
 	p.mu.Unlock()
 	rec := p.history.Start(&shalev1.PlacementOperation{ShardId: op.ShardID, Kind: string(op.Kind), NodeId: op.Node,
 		FromNodeId: op.From, Reason: op.Reason, StartedUnixNanos: n.wallNanos()})

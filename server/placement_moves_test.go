@@ -1,10 +1,14 @@
 package server
 
 import (
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shale-db/shale/placement"
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // TestPlacementSpreadsMoveStarts: the placement leader starts at most one
@@ -33,5 +37,41 @@ func TestPlacementSpreadsMoveStarts(t *testing.T) {
 	}
 	if n.mayStartMove(t0.Add(moveStartInterval + time.Millisecond)) {
 		t.Fatal("two moves started within the interval")
+	}
+}
+
+// TestPlacementCountsTransfersAtTheirTarget: a shard whose leadership is
+// being transferred, or was and its target has not reported it yet, counts
+// for the transfer's target in the scheduler's input. Without it the rounds
+// that run meanwhile (kicked 200 ms apart as steps finish) saw the target
+// still short of leaderships and sent it more: after a rebalance whose
+// leader balancing waited for the moves, one joining node went from 0 to 5
+// leaderships of 17, and moving them back waited out the 10-s settle.
+func TestPlacementCountsTransfersAtTheirTarget(t *testing.T) {
+	n := &Node{place: newPlacementState(Config{DeadNodeTimeout: 5 * time.Minute}, prometheus.NewRegistry())}
+	dir := []*shalev1.ShardDescriptor{}
+	for id := uint64(10); id < 13; id++ {
+		dir = append(dir, &shalev1.ShardDescriptor{ShardId: id, Epoch: 1, Replicas: []*shalev1.ReplicaDescriptor{
+			{NodeId: 1, ReplicaId: 1}, {NodeId: 2, ReplicaId: 2}, {NodeId: 3, ReplicaId: 3}}})
+	}
+	// Node 1 reports leading all three.
+	n.place.tracker.Heartbeat(&shalev1.HeartbeatRequest{
+		Stats: &shalev1.NodeStats{Node: &shalev1.NodeDescriptor{NodeId: 1}},
+		Led:   []*shalev1.LedShard{{ShardId: 10, Epoch: 1}, {ShardId: 11, Epoch: 1}, {ShardId: 12, Epoch: 1}},
+	})
+	now := time.Now()
+	n.place.inflight[10] = 2 // a transfer to node 2 in flight
+	n.place.settle[11] = settleState{epoch: 1, until: now.Add(changeSettle), limit: now.Add(30 * time.Second),
+		leader: 3, leaderBy: now.Add(placementSettle)} // done, node 3 has not reported it yet
+	states := map[uint64]placement.NodeState{1: placement.Live, 2: placement.Live, 3: placement.Live}
+	got := map[uint64]uint64{}
+	for _, sh := range n.placementShards(dir, nil, states, now) {
+		got[sh.Desc.GetShardId()] = sh.Leader
+		if id := sh.Desc.GetShardId(); id != 12 && !sh.Busy {
+			t.Errorf("shard %d is not left alone during its transfer", id)
+		}
+	}
+	if want := map[uint64]uint64{10: 2, 11: 3, 12: 1}; !maps.Equal(got, want) {
+		t.Fatalf("leaders counted %v, want %v (transfers at their targets)", got, want)
 	}
 }
