@@ -346,6 +346,27 @@ type WALFile struct {
 // WALFiles returns the WAL files on disk, oldest first: archived ones (kept
 // for UpdatesSince) and live ones (still needed for recovery).
 func (d *DB) WALFiles() ([]WALFile, error) {
+	out, err := d.listWALFiles()
+	if err != nil {
+		return nil, err
+	}
+	// The live WAL may be preallocated past its data: report what was
+	// written to it.
+	d.mu.Lock()
+	if buf := d.logBuf; buf != nil {
+		for i := range out {
+			if !out[i].Archived && out[i].Num == uint64(d.logNum) {
+				out[i].Size = min(out[i].Size, buf.writtenBytes())
+			}
+		}
+	}
+	d.mu.Unlock()
+	return out, nil
+}
+
+// listWALFiles returns the WAL files on disk, oldest first, with their
+// sizes on disk (the live one's may run past its data). It takes no lock.
+func (d *DB) listWALFiles() ([]WALFile, error) {
 	var out []WALFile
 	// List the DB directory before the archive: WALs only ever move from
 	// the former to the latter, so a WAL archived while we list is seen at
@@ -376,17 +397,6 @@ func (d *DB) WALFiles() ([]WALFile, error) {
 			out = append(out, WALFile{Name: name, Path: path, Num: uint64(num), Size: fi.Size(), Archived: archived})
 		}
 	}
-	// The live WAL may be preallocated past its data: report what was
-	// written to it.
-	d.mu.Lock()
-	if buf := d.logBuf; buf != nil {
-		for i := range out {
-			if !out[i].Archived && out[i].Num == uint64(d.logNum) {
-				out[i].Size = min(out[i].Size, buf.writtenBytes())
-			}
-		}
-	}
-	d.mu.Unlock()
 	sortWALFiles(out)
 	// Drop the live entry of a WAL also listed as archived.
 	dedup := out[:0]

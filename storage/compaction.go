@@ -36,8 +36,10 @@ func (d *DB) writerOptions(level int) sstable.WriterOptions {
 
 // outputSpec describes where a flush or compaction writes.
 type outputSpec struct {
-	level      int
-	snapshots  []SeqNum
+	level     int
+	snapshots []SeqNum
+	// horizon is the history horizon taken with snapshots (0: none).
+	horizon    SeqNum
 	bottommost bool
 	// split decides output-file boundaries (nil: one file).
 	split *compact.Compaction
@@ -55,6 +57,7 @@ func (d *DB) writeOutputs(input base.InternalIterator, tombs *rangedel.List, spe
 	}()
 	ciOpts := compactiter.Options{
 		Snapshots:   spec.snapshots,
+		Horizon:     spec.horizon,
 		Bottommost:  spec.bottommost,
 		Merger:      d.opts.MergeOperator,
 		OutputLevel: spec.level,
@@ -66,6 +69,12 @@ func (d *DB) writeOutputs(input base.InternalIterator, tombs *rangedel.List, spe
 		ciOpts.RangeDels = tombs
 	}
 	ci := compactiter.New(input, ciOpts)
+	// The horizon keeps the tombstones its implicit snapshots (H-1 and
+	// above) need: TombstoneNeeded takes H-1 as one more snapshot.
+	tombSnaps := spec.snapshots
+	if spec.horizon > 0 {
+		tombSnaps = append(slices.Clone(spec.snapshots), spec.horizon-1)
+	}
 
 	var (
 		w         *sstable.Writer
@@ -87,7 +96,7 @@ func (d *DB) writeOutputs(input base.InternalIterator, tombs *rangedel.List, spe
 	finish := func(fileEnd []byte) error {
 		if tombs != nil {
 			for _, t := range tombs.Clip(fileStart, fileEnd) {
-				if compactiter.TombstoneNeeded(t.Seq, spec.snapshots, spec.bottommost) {
+				if compactiter.TombstoneNeeded(t.Seq, tombSnaps, spec.bottommost) {
 					if err := w.AddRangeDel(t.Start, t.End, t.Seq); err != nil {
 						return fmt.Errorf("sst %s: %w", num, err)
 					}
@@ -150,7 +159,7 @@ func (d *DB) writeOutputs(input base.InternalIterator, tombs *rangedel.List, spe
 		// Only tombstones remain: they may still be needed.
 		needed := false
 		for _, t := range tombs.Clip(fileStart, nil) {
-			needed = needed || compactiter.TombstoneNeeded(t.Seq, spec.snapshots, spec.bottommost)
+			needed = needed || compactiter.TombstoneNeeded(t.Seq, tombSnaps, spec.bottommost)
 		}
 		if needed {
 			if err := start(); err != nil {
@@ -196,7 +205,10 @@ func flushInput(mems []*memTable) (base.InternalIterator, *rangedel.List) {
 // the caller installs it.
 func (d *DB) writeL0(m *memTable) (*manifest.FileMetadata, error) {
 	input, tombs := flushInput([]*memTable{m})
-	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0})
+	d.mu.Lock()
+	horizon := d.horizonLocked()
+	d.mu.Unlock()
+	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0, horizon: horizon})
 	if err != nil {
 		return nil, fmt.Errorf("flush recovered memtable: %w", err)
 	}
@@ -225,6 +237,7 @@ func (d *DB) runFlush() {
 	d.mu.Lock()
 	mems := slices.Clone(d.imm)
 	snapshots := d.snapshots.seqs()
+	horizon := d.horizonLocked()
 	d.mu.Unlock()
 
 	start := time.Now()
@@ -233,7 +246,7 @@ func (d *DB) runFlush() {
 		memBytes += m.approxBytes()
 	}
 	input, tombs := flushInput(mems)
-	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0, snapshots: snapshots})
+	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0, snapshots: snapshots, horizon: horizon})
 	if err == nil {
 		ve := &manifest.VersionEdit{}
 		for _, o := range outs {
@@ -478,6 +491,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 	}
 	d.mu.Lock()
 	snapshots := d.snapshots.seqs()
+	horizon := d.horizonLocked()
 	d.mu.Unlock()
 	var list *rangedel.List
 	if len(tombs) > 0 {
@@ -486,6 +500,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 	outs, _, err := d.writeOutputs(iters.NewMergingIter(children...), list, outputSpec{
 		level:      c.OutputLevel,
 		snapshots:  snapshots,
+		horizon:    horizon,
 		bottommost: c.Bottommost,
 		split:      c,
 	})
@@ -565,7 +580,8 @@ var ErrOlderSnapshot = errors.New("storage: a snapshot older than the range dele
 // DeleteRange) by the batch of sequence number deletedAt (Batch.SeqNum
 // after Apply): a file it removes then holds nothing a read at or after
 // that deletion can see. While a snapshot older than deletedAt is open it
-// removes nothing and returns ErrOlderSnapshot. Files straddling a bound,
+// removes nothing and returns ErrOlderSnapshot; so it does while the history
+// horizon (Options.HistoryHorizon) is at or below deletedAt. Files straddling a bound,
 // the file holding the range deletion itself and files in a running
 // compaction stay (CompactRange drops what they hold). It is RocksDB's
 // DeleteFilesInRange, made safe: the space of a range a shard gave away
@@ -583,6 +599,11 @@ func (d *DB) DeleteFilesInRange(start, end []byte, deletedAt SeqNum) (files int,
 		return 0, 0, err
 	}
 	if seqs := d.snapshots.seqs(); len(seqs) > 0 && seqs[0] < deletedAt {
+		d.mu.Unlock()
+		return 0, 0, ErrOlderSnapshot
+	}
+	if h := d.horizonLocked(); h > 0 && h-1 < deletedAt {
+		// The history horizon reads like a snapshot at H-1.
 		d.mu.Unlock()
 		return 0, 0, ErrOlderSnapshot
 	}

@@ -101,6 +101,11 @@ type DB struct {
 	rsMu      sync.RWMutex
 	readState *readState
 
+	// horizon is the history horizon (Options.HistoryHorizon; 0 when off).
+	// It only grows; it is stored under mu, and flushes and compactions
+	// read it under mu when they start.
+	horizon atomic.Uint64
+
 	// manifestMu serialises version edits (held around MANIFEST I/O, never
 	// while waiting for mu to be released by someone holding manifestMu).
 	manifestMu sync.Mutex
@@ -134,10 +139,15 @@ type DB struct {
 	// manifestSize is the length of the MANIFEST this DB wrote and appends
 	// to, which is closed between edits (a node hosting thousands of
 	// engines cannot spare a descriptor each); 0 until one is written.
-	manifestSize  int64
-	minUnflushed  manifest.FileNum
-	pendingOut    map[manifest.FileNum]struct{}
-	snapshots     snapshotList
+	manifestSize int64
+	minUnflushed manifest.FileNum
+	pendingOut   map[manifest.FileNum]struct{}
+	snapshots    snapshotList
+	// walStart holds a lower bound of the first sequence number of each
+	// WAL file this DB created (the next sequence number when it was
+	// created) or replayed (its first batch's), for the history horizon
+	// (HistoryHorizon only).
+	walStart      map[manifest.FileNum]SeqNum
 	flushing      bool
 	compactions   []*compact.Compaction
 	bgErr         error
@@ -184,6 +194,7 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		log:          opts.Logger.With("db", dirname),
 		liveVersions: make(map[*manifest.Version]int),
 		pendingOut:   make(map[manifest.FileNum]struct{}),
+		walStart:     make(map[manifest.FileNum]SeqNum),
 	}
 	d.cond = sync.NewCond(&d.mu)
 	d.snapshots.init()
@@ -412,6 +423,12 @@ func (d *DB) recover() error {
 		}
 	}
 	sort.Slice(logs, func(i, j int) bool { return logs[i] < logs[j] })
+	if d.opts.HistoryHorizon {
+		// Until the replay has found where the WALs start, the replay's
+		// flushes keep every version (a horizon below the true one only
+		// keeps more); then the horizon is computed (refreshHorizonLocked).
+		d.horizon.Store(1)
+	}
 
 	// Replay into memtables. Recovery applies the WAL's writes in order;
 	// full memtables are flushed to L0 as they fill (not in read-only mode,
@@ -456,6 +473,9 @@ func (d *DB) recover() error {
 		allClean = allClean && cleanEnd
 	}
 	d.visibleSeq.Store(uint64(d.logSeq))
+	d.mu.Lock()
+	d.refreshHorizonLocked()
+	d.mu.Unlock()
 	if d.readOnly {
 		return nil
 	}
@@ -623,6 +643,9 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 			return false, base.Corruptf(path, -1, "batch: %v", err)
 		}
 		seq := b.SeqNum()
+		if _, ok := d.walStart[num]; !ok && d.opts.HistoryHorizon {
+			d.walStart[num] = seq // (recovery runs alone: no d.mu needed)
+		}
 		if b.count == 0 {
 			// LogData alone: nothing for the memtable, one sequence number.
 			d.logSeq = max(d.logSeq, seq)
@@ -699,6 +722,9 @@ func (d *DB) newLogLocked() error {
 		return err
 	}
 	d.logNum, d.logFile, d.logBuf = num, f, newWALBuffer(f, &d.shared.walBufs, d.opts.WALPreallocateSize)
+	if d.opts.HistoryHorizon {
+		d.walStart[num] = d.logSeq + 1
+	}
 	d.logWriter = wal.NewWriter(d.logBuf)
 	d.logWriter.SetBlockPool(&d.shared.walBlocks)
 	return nil

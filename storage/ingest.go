@@ -268,7 +268,9 @@ func (d *DB) ingestLocked(files []*ingestFile) error {
 		d.cond.Broadcast()
 	}()
 	seq := d.logSeq + 1
-	needSeq := d.snapshots.l.Len() > 0
+	// Reads at older sequence numbers (snapshots, or GetAt within the
+	// history horizon) must not see the files.
+	needSeq := d.snapshots.l.Len() > 0 || d.opts.HistoryHorizon
 	levels := make([]int, len(files))
 	for i, f := range files {
 		level := -1

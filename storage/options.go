@@ -221,6 +221,20 @@ type Options struct {
 	WALArchiveMaxBytes int64
 	// WALArchiveTTL removes archived WAL files older than this. Default 1 h.
 	WALArchiveTTL time.Duration
+	// HistoryHorizon, when true, keeps the history the WAL still holds
+	// readable from the SSTs: flushes and compactions keep every version
+	// visible at some sequence number >= H-1, where the history horizon H
+	// (DB.HistoryHorizon) is the first sequence number of the oldest WAL
+	// file still on disk, live or archived (so every batch UpdatesSince or
+	// UpdatesFrom can still return). It is as if a snapshot were open at
+	// every sequence number from H-1 on, and DB.GetAt reads at any of them.
+	// The cost is space: the versions overwritten or deleted within the WAL
+	// window (WALArchiveMaxBytes, WALArchiveTTL) stay in SSTs until the
+	// horizon passes them. One exception to "as if a snapshot": the
+	// CompactionFilter may still remove or change a key's newest version
+	// when no open snapshot sees it, and reads at or above that version
+	// then see the filtered result. Default false: no horizon.
+	HistoryHorizon bool
 	// WALFlushThreshold lets unsynced writes accumulate in memory until this
 	// many bytes are buffered before the background flusher writes them to
 	// the WAL file. Default 0: after every commit. Bytes buffered for a

@@ -82,6 +82,7 @@ func encodeOptions(o *Options) []byte {
 	kv("universal_max_size_amplification_percent", o.Universal.MaxSizeAmplificationPercent)
 	kv("wal_archive_max_bytes", o.WALArchiveMaxBytes)
 	kv("wal_archive_ttl", o.WALArchiveTTL)
+	kv("history_horizon", o.HistoryHorizon)
 	kv("wal_flush_threshold", o.WALFlushThreshold)
 	kv("wal_preallocate_size", o.WALPreallocateSize)
 	kv("write_pacing", !o.DisableWritePacing)
@@ -236,6 +237,8 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		i64(&o.WALArchiveMaxBytes)
 	case "wal_archive_ttl":
 		o.WALArchiveTTL, err = time.ParseDuration(v)
+	case "history_horizon":
+		o.HistoryHorizon, err = strconv.ParseBool(v)
 	case "wal_flush_threshold":
 		i(&o.WALFlushThreshold)
 	case "wal_preallocate_size":

@@ -322,7 +322,7 @@ func (d *DB) deleteObsoleteFiles(atOpen bool) {
 		d.log.Warn("list for obsolete files", "err", err)
 		return
 	}
-	var archived bool
+	var archived, walGone bool
 	for _, name := range names {
 		ft, num, ok := manifest.ParseFilename(name)
 		if !ok {
@@ -352,6 +352,7 @@ func (d *DB) deleteObsoleteFiles(atOpen bool) {
 				}
 				continue
 			}
+			walGone = true
 		case manifest.FileTypeManifest:
 			if num >= d.manifestNum {
 				continue
@@ -373,6 +374,9 @@ func (d *DB) deleteObsoleteFiles(atOpen bool) {
 	}
 	if archived {
 		d.pruneArchiveLocked()
+	}
+	if archived || walGone {
+		d.refreshHorizonLocked()
 	}
 }
 

@@ -90,6 +90,17 @@ type Options struct {
 	// RangeDels answers coverage queries over the range tombstones of the
 	// inputs. Nil means there are none.
 	RangeDels Covering
+	// Horizon, when positive, is a history horizon H: the output keeps
+	// every version visible at some sequence number >= H-1, as if a
+	// snapshot were open at each of them (range tombstones likewise; see
+	// [TombstoneNeeded] for the caller's side, which passes H-1 as one more
+	// snapshot). Every read at a sequence number >= H-1 then reads after
+	// compaction what it read before, except for the Filter's verdicts:
+	// with a horizon the Filter is consulted for the newest version of a
+	// key when its seq is above every open snapshot, and reads at or above
+	// that version's seq see the filtered result (as the latest view does
+	// without a horizon). Zero means no horizon.
+	Horizon base.SeqNum
 	// ElideTombstone, when non-nil, reports that no level below the output
 	// holds data for userKey; for such keys Deletes and merge runs are
 	// treated as with Bottommost, but sequence numbers are zeroed only when
@@ -156,7 +167,9 @@ type Stats struct {
 // bottommost level. Callers must therefore not write tombstones this
 // function rejects when the Iter ran with Bottommost.
 //
-// snapshots need not be sorted.
+// snapshots need not be sorted. An Iter run with a horizon H (Options.Horizon)
+// is matched by passing H-1 as one more snapshot: the horizon's implicit
+// snapshots at H-1 and above need a tombstone exactly when H-1 < seq.
 func TombstoneNeeded(seq base.SeqNum, snapshots []base.SeqNum, bottommost bool) bool {
 	if !bottommost {
 		return true
@@ -198,7 +211,10 @@ const (
 type Iter struct {
 	in    base.InternalIterator
 	opts  Options
-	snaps []base.SeqNum // sorted, deduplicated
+	snaps []base.SeqNum // sorted, deduplicated; with a horizon H, ends with H-1
+	// maxSnap is the largest open snapshot (0 when none), kept apart from
+	// snaps because a horizon subsumes the snapshots at or above H-1.
+	maxSnap base.SeqNum
 
 	started   bool
 	inValid   bool // input is positioned on an entry not yet consumed
@@ -210,6 +226,7 @@ type Iter struct {
 	haveKey     bool
 	prevSeq     base.SeqNum // seq of the last consumed entry of curKey
 	noLower     int8        // -1 unknown, 0 false, 1 true
+	firstSeq    base.SeqNum // seq of curKey's first (newest) input entry
 	emitted     int         // entries yielded for curKey so far
 	skipStripe  int         // stripe whose remaining entries are dropped, or -1
 	skipReason  dropReason
@@ -244,8 +261,18 @@ func New(input base.InternalIterator, opts Options) *Iter {
 		}
 	}
 	snaps = snaps[:n]
+	var maxSnap base.SeqNum
+	if n > 0 {
+		maxSnap = snaps[n-1]
+	}
+	if h := opts.Horizon; h > 0 {
+		// The horizon stripes (one per seq >= H) subsume the snapshots at
+		// or above H-1; H-1 itself ends the explicit stripes.
+		i := sort.Search(len(snaps), func(i int) bool { return snaps[i] >= h-1 })
+		snaps = append(snaps[:i], h-1)
+	}
 	opts.Snapshots = snaps
-	return &Iter{in: input, opts: opts, snaps: snaps, skipStripe: -1}
+	return &Iter{in: input, opts: opts, snaps: snaps, maxSnap: maxSnap, skipStripe: -1}
 }
 
 // First positions the Iter on the first output entry, restarting from the
@@ -349,7 +376,12 @@ func corrupt(format string, args ...any) error {
 }
 
 // stripeOf returns the stripe of seq: the number of snapshots below it.
+// With a horizon H, every seq >= H is a stripe of its own (numbered on from
+// the stripe of H-1).
 func (it *Iter) stripeOf(seq base.SeqNum) int {
+	if h := it.opts.Horizon; h > 0 && seq >= h {
+		return len(it.snaps) + int(seq-h)
+	}
 	return sort.Search(len(it.snaps), func(i int) bool { return it.snaps[i] >= seq })
 }
 
@@ -358,10 +390,22 @@ func (it *Iter) stripeTop(i int) base.SeqNum {
 	if i < len(it.snaps) {
 		return it.snaps[i]
 	}
+	if h := it.opts.Horizon; h > 0 {
+		return h + base.SeqNum(i-len(it.snaps))
+	}
 	return base.MaxSeqNum
 }
 
-func (it *Iter) newestStripe() int { return len(it.snaps) }
+// filterable reports whether the Filter may judge a value of curKey at seq
+// in stripe: without a horizon, a value of the newest stripe (no open
+// snapshot sees it); with one, the key's newest version when it is above
+// every open snapshot.
+func (it *Iter) filterable(seq base.SeqNum, stripe int) bool {
+	if it.opts.Horizon > 0 {
+		return seq == it.firstSeq && seq > it.maxSnap
+	}
+	return stripe == len(it.snaps)
+}
 
 // keyHasNoLowerData reports whether nothing below the output holds curKey.
 func (it *Iter) keyHasNoLowerData() bool {
@@ -424,6 +468,7 @@ func (it *Iter) check(k base.InternalKey) bool {
 	it.curKey = append(it.curKey[:0], k.UserKey...)
 	it.haveKey = true
 	it.prevSeq = k.SeqNum()
+	it.firstSeq = k.SeqNum()
 	it.noLower = -1
 	it.emitted = 0
 	it.skipStripe = -1
@@ -461,9 +506,9 @@ func (it *Iter) emit(seq base.SeqNum, kind base.Kind, value []byte, stripe int, 
 }
 
 // emitValue yields a Set (an input Set or a fully merged result) in stripe,
-// consulting the filter when stripe is the newest.
+// consulting the filter when the value is filterable.
 func (it *Iter) emitValue(seq base.SeqNum, value []byte, stripe int) {
-	if it.opts.Filter != nil && stripe == it.newestStripe() {
+	if it.opts.Filter != nil && it.filterable(seq, stripe) {
 		dec, nv := it.opts.Filter.Filter(it.opts.OutputLevel, it.curKey, value)
 		switch dec {
 		case base.FilterRemove:

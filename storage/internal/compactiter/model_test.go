@@ -29,6 +29,7 @@ type modelCase struct {
 	lower      []kv // data below the output (non-bottommost only)
 	ts         tombs
 	snaps      []base.SeqNum
+	horizon    base.SeqNum // 0: none
 	bottommost bool
 	merger     bool
 	filter     bool
@@ -99,7 +100,34 @@ func genCase(seed uint64) *modelCase {
 		c.snaps = append(c.snaps, s)
 	}
 	slices.Sort(c.snaps)
+	if rng.IntN(3) == 0 {
+		// A history horizon somewhere in (or just past) the inputs.
+		c.horizon = 95 + base.SeqNum(rng.IntN(int(maxSeq-95)+3))
+	}
 	return c
+}
+
+// maxSeq returns the largest seq of the inputs and tombstones.
+func (c *modelCase) maxSeq() base.SeqNum {
+	var m base.SeqNum
+	for _, e := range c.input {
+		m = max(m, e.k.SeqNum())
+	}
+	for _, t := range c.ts {
+		m = max(m, t.seq)
+	}
+	return m
+}
+
+// newestSeq returns the seq of key's newest input entry (0 when none).
+func (c *modelCase) newestSeq(key string) base.SeqNum {
+	var m base.SeqNum
+	for _, e := range c.input {
+		if string(e.k.UserKey) == key {
+			m = max(m, e.k.SeqNum())
+		}
+	}
+	return m
 }
 
 func (c *modelCase) hasLower(key []byte) bool {
@@ -113,8 +141,8 @@ func (c *modelCase) hasLower(key []byte) bool {
 
 func (c *modelCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed=%d bottommost=%v merger=%v filter=%v elide=%v snapshots=%v\n",
-		c.seed, c.bottommost, c.merger, c.filter, c.elide, c.snaps)
+	fmt.Fprintf(&b, "seed=%d bottommost=%v merger=%v filter=%v elide=%v snapshots=%v horizon=%d\n",
+		c.seed, c.bottommost, c.merger, c.filter, c.elide, c.snaps, c.horizon)
 	b.WriteString("input:\n")
 	for _, e := range c.input {
 		fmt.Fprintf(&b, "  %s\n", e)
@@ -135,6 +163,7 @@ func runModel(c *modelCase) (problem string, out []kv) {
 	flt := &testFilter{wantLevel: 4}
 	opts := Options{
 		Snapshots:   c.snaps,
+		Horizon:     c.horizon,
 		Bottommost:  c.bottommost,
 		OutputLevel: 4,
 	}
@@ -179,26 +208,49 @@ func runModel(c *modelCase) (problem string, out []kv) {
 	}
 
 	var kept tombs
+	tombSnaps := c.snaps
+	if c.horizon > 0 {
+		tombSnaps = append(slices.Clone(c.snaps), c.horizon-1)
+	}
 	for _, t := range c.ts {
-		if TombstoneNeeded(t.seq, c.snaps, c.bottommost) {
+		if TombstoneNeeded(t.seq, tombSnaps, c.bottommost) {
 			kept = append(kept, t)
 		}
 	}
 	before := append(slices.Clone(c.input), c.lower...)
 	after := append(slices.Clone(out), c.lower...)
 	views := append(slices.Clone(c.snaps), base.MaxSeqNum)
+	if c.horizon > 0 {
+		// Every seq from H-1 on reads as a snapshot would.
+		for s := c.horizon - 1; s <= c.maxSeq()+1; s++ {
+			views = append(views, s)
+		}
+	}
+	var maxSnap base.SeqNum
+	if len(c.snaps) > 0 {
+		maxSnap = c.snaps[len(c.snaps)-1]
+	}
 	for _, snap := range views {
 		for _, k := range modelKeys {
 			want := naiveGet(before, c.ts, k, snap)
 			got := naiveGet(after, kept, k, snap)
-			if c.filter && snap == base.MaxSeqNum && filterAffects(k) {
+			// Views that may see the filter's verdict: the latest; with a
+			// horizon, also every view at or above the key's newest
+			// version when no snapshot sees that version.
+			filterView := snap == base.MaxSeqNum
+			if c.horizon > 0 && !slices.Contains(c.snaps, snap) {
+				if n := c.newestSeq(k); n > maxSnap && snap >= n {
+					filterView = true
+				}
+			}
+			if c.filter && filterView && filterAffects(k) {
 				// The latest view may see the filter's verdict on the
 				// newest value, and must when there is nothing else.
 				fv := result{}
 				if want.found && strings.HasSuffix(k, "y") {
 					fv = result{found: true, val: string(filtered([]byte(want.val)))}
 				}
-				strict := c.bottommost && len(c.snaps) == 0 && c.merger
+				strict := c.bottommost && len(c.snaps) == 0 && c.merger && c.horizon == 0
 				if got != fv && (strict || got != want) {
 					return fmt.Sprintf("latest view of filtered key %q: got %s, want %s (filtered) or %s (strict=%v)", k, got, fv, want, strict), out
 				}
