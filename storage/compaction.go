@@ -205,10 +205,7 @@ func flushInput(mems []*memTable) (base.InternalIterator, *rangedel.List) {
 // the caller installs it.
 func (d *DB) writeL0(m *memTable) (*manifest.FileMetadata, error) {
 	input, tombs := flushInput([]*memTable{m})
-	d.mu.Lock()
-	horizon := d.horizonLocked()
-	d.mu.Unlock()
-	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0, horizon: horizon})
+	outs, _, err := d.writeOutputs(input, tombs, outputSpec{level: 0, horizon: d.HistoryHorizon()})
 	if err != nil {
 		return nil, fmt.Errorf("flush recovered memtable: %w", err)
 	}
@@ -237,7 +234,7 @@ func (d *DB) runFlush() {
 	d.mu.Lock()
 	mems := slices.Clone(d.imm)
 	snapshots := d.snapshots.seqs()
-	horizon := d.horizonLocked()
+	horizon := d.HistoryHorizon()
 	d.mu.Unlock()
 
 	start := time.Now()
@@ -491,7 +488,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 	}
 	d.mu.Lock()
 	snapshots := d.snapshots.seqs()
-	horizon := d.horizonLocked()
+	horizon := d.HistoryHorizon()
 	d.mu.Unlock()
 	var list *rangedel.List
 	if len(tombs) > 0 {
@@ -602,7 +599,7 @@ func (d *DB) DeleteFilesInRange(start, end []byte, deletedAt SeqNum) (files int,
 		d.mu.Unlock()
 		return 0, 0, ErrOlderSnapshot
 	}
-	if h := d.horizonLocked(); h > 0 && h-1 < deletedAt {
+	if h := d.HistoryHorizon(); h > 0 && h-1 < deletedAt {
 		// The history horizon reads like a snapshot at H-1.
 		d.mu.Unlock()
 		return 0, 0, ErrOlderSnapshot

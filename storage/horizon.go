@@ -78,11 +78,6 @@ func (d *DB) checkHorizon(seq SeqNum) error {
 	return nil
 }
 
-// horizonLocked returns the history horizon to give a flush or compaction
-// starting now (0 when the DB keeps none). Called with d.mu held, so that
-// it is taken together with the open snapshots.
-func (d *DB) horizonLocked() SeqNum { return SeqNum(d.horizon.Load()) }
-
 // refreshHorizonLocked moves the history horizon up to the first sequence
 // number of the oldest WAL file still on disk (see HistoryHorizon): called
 // after the recovery's replay and whenever WAL files were deleted. For the
