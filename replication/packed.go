@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"go.etcd.io/raft/v3"
-
-	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // Packed entries. When the Raft loop finds several proposals of one
@@ -42,10 +40,6 @@ const (
 	// message's 1 MiB (MaxSizePerMsg): a larger proposal goes alone.
 	packBytes = 256 << 10
 )
-
-// featurePackedEntries is the bit RAFT_FEATURE_PACKED_ENTRIES of
-// RaftMessageBatch.features.
-const featurePackedEntries = uint64(shalev1.RaftFeature_RAFT_FEATURE_PACKED_ENTRIES)
 
 // packedCommand is one proposal of a packed entry.
 type packedCommand struct {
@@ -163,24 +157,5 @@ func (r *Replica) proposePacked(ps []*proposal, size int, bs *raft.BasicStatus) 
 // replica of the shard, per the applied descriptor, advertised packed
 // entries on its last batch of Raft messages to this node.
 func (s *Store) packingAllowed(r *Replica) bool {
-	if s.cfg.DisablePackedEntries {
-		return false
-	}
-	reps := r.sm.AppliedDescriptor().GetReplicas()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, rd := range reps {
-		if n := rd.GetNodeId(); n != s.cfg.NodeID && s.peerFeatures[n]&featurePackedEntries == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// features is the bit set this node advertises on its batches.
-func (s *Store) features() uint64 {
-	if s.cfg.DisablePackedEntries {
-		return 0
-	}
-	return featurePackedEntries
+	return !s.cfg.DisablePackedEntries && r.NodesRead(FeaturePackedEntries)
 }

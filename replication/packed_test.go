@@ -108,7 +108,7 @@ func TestQueuedProposalsPackIntoOneEntry(t *testing.T) {
 	c.propose(1, "warm", "up")
 	lead := c.leader(1)
 	r := c.get(lead).store.Replica(1)
-	c.waitFor("the followers' features", 5*time.Second, func() bool { return c.get(lead).store.packingAllowed(r) })
+	c.waitFor("the followers' features", 5*time.Second, func() bool { return r.store.packingAllowed(r) })
 	before, _ := r.log.LastIndex()
 	const n = 64
 	results := queueProposals(t, c, r, n, "k")
@@ -142,22 +142,7 @@ func TestQueuedProposalsPackIntoOneEntry(t *testing.T) {
 // DisablePackedEntries), and packs once that node runs a version that
 // does.
 func TestNoPackingUntilEveryNodeReadsThem(t *testing.T) {
-	old := map[uint64]bool{3: true}
-	c := newTestCluster(t, func(cfg *Config) { cfg.DisablePackedEntries = old[cfg.NodeID] })
-	for id := uint64(1); id <= 3; id++ {
-		c.startNode(id)
-	}
-	c.bootstrap(1, 1, 2, 3)
-	c.propose(1, "warm", "up")
-	lead := c.leader(1)
-	if lead == 3 {
-		// Node 3 is stopped below: its replica must not lead.
-		if err := c.get(3).store.Replica(1).TransferLeader(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		lead = c.leader(1)
-	}
-	r := c.get(lead).store.Replica(1)
+	c, r, upgrade := clusterWithOldNode3(t, func(cfg *Config, old bool) { cfg.DisablePackedEntries = old })
 	time.Sleep(100 * time.Millisecond) // batches from every node arrived
 	const n = 32
 	if e := entriesOf(t, queueProposals(t, c, r, n, "a")); e != n {
@@ -170,13 +155,83 @@ func TestNoPackingUntilEveryNodeReadsThem(t *testing.T) {
 		}
 	}
 
-	// Node 3 is upgraded.
-	old[3] = false
-	c.stopNode(3)
-	c.startNode(3)
-	c.waitFor("node 3's features", 5*time.Second, func() bool { return c.get(lead).store.packingAllowed(r) })
+	upgrade()
+	c.waitFor("node 3's features", 5*time.Second, func() bool { return r.store.packingAllowed(r) })
 	if e := entriesOf(t, queueProposals(t, c, r, n, "b")); e != 1 {
 		t.Fatalf("with every node reading packed entries, %d proposals took %d entries, want 1", n, e)
 	}
 	c.converged(1, 1, 2, 3)
+}
+
+// clusterWithOldNode3 starts a 3-node cluster hosting shard 1, whose node
+// 3 is configured as a node of an older version (configure(cfg, true)) and
+// the others as this one (configure(cfg, false)). It returns the cluster,
+// the shard's leader replica (never node 3's) once a proposal applied, and
+// a function that restarts node 3 as this version.
+func clusterWithOldNode3(t *testing.T, configure func(cfg *Config, old bool)) (*testCluster, *Replica, func()) {
+	t.Helper()
+	old := map[uint64]bool{3: true}
+	c := newTestCluster(t, func(cfg *Config) { configure(cfg, old[cfg.NodeID]) })
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "warm", "up")
+	lead := c.leader(1)
+	if lead == 3 {
+		// Node 3 is restarted to upgrade it: its replica must not lead.
+		if err := c.get(3).store.Replica(1).TransferLeader(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		lead = c.leader(1)
+	}
+	upgrade := func() {
+		old[3] = false
+		c.stopNode(3)
+		c.startNode(3)
+	}
+	return c, c.get(lead).store.Replica(1), upgrade
+}
+
+// TestNodesReadStateMachineFeatures: a node advertises its state
+// machine's features (Config.StateMachineFeatures) with the Raft layer's,
+// and a leader's NodesRead is true for a feature only once every other
+// node of the shard advertised it.
+func TestNodesReadStateMachineFeatures(t *testing.T) {
+	c, r, upgrade := clusterWithOldNode3(t, func(cfg *Config, old bool) {
+		if !old {
+			cfg.StateMachineFeatures = FeatureCompactCommands
+		}
+	})
+	c.waitFor("every node's features", 5*time.Second, func() bool { return r.NodesRead(FeaturePackedEntries) })
+	if r.NodesRead(FeatureCompactCommands) || r.NodesRead(FeatureCompactCommands|FeaturePackedEntries) {
+		t.Fatal("node 3 reads compact commands, though it never advertised them")
+	}
+	upgrade()
+	c.waitFor("node 3's features", 5*time.Second, func() bool { return r.NodesRead(FeatureCompactCommands | FeaturePackedEntries) })
+}
+
+// TestFeaturesOnNodeHeartbeats: the empty batches that only tell a node's
+// liveness (heartbeatNodes; here every group is quiesced, so they are all
+// that flows) advertise the sender's features too, so that a leader's
+// NodesRead does not turn false between the groups' traffic. Before, they
+// advertised none: a leader stopped packing, and its node proposed the
+// long form of commands, after every such heartbeat.
+func TestFeaturesOnNodeHeartbeats(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	r := c.get(c.leader(1)).store.Replica(1)
+	c.waitFor("the group to quiesce", 10*time.Second, func() bool { return r.Status().Quiesced })
+	// Only node heartbeats flow now, one per heartbeat interval (before
+	// the fix, this failed within about 30 intervals).
+	interval := r.store.cfg.TickInterval * time.Duration(r.store.cfg.HeartbeatTicks)
+	for end := time.Now().Add(50 * interval); time.Now().Before(end); time.Sleep(interval / 8) {
+		if !r.NodesRead(FeaturePackedEntries) {
+			t.Fatalf("the leader's peers stopped reading packed entries while quiesced (their features: %v)", deref(r.store.peerFeatures.Load()))
+		}
+	}
 }

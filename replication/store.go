@@ -70,6 +70,11 @@ type Config struct {
 	// another node packs for a shard it hosts). It still reads them. See
 	// packed.go.
 	DisablePackedEntries bool
+	// StateMachineFeatures are what the node's state machine reads beyond
+	// what every version did (FeatureCompactCommands), advertised to peers
+	// with the Raft layer's own features; a proposer checks that every
+	// node of a shard reads one before using it (Replica.NodesRead).
+	StateMachineFeatures Feature
 	// SnapshotDir is where outgoing snapshot checkpoints are staged (default
 	// a "snapshots" directory in the OS temp dir).
 	SnapshotDir string
@@ -213,9 +218,10 @@ type Store struct {
 
 	// Loop-only state.
 	lastHeard map[uint64]time.Time // node → last batch received (under mu)
-	// peerFeatures are the features each node advertised on its last
-	// batch (under mu; see packingAllowed).
-	peerFeatures map[uint64]uint64
+	// peerFeatures maps each node to the features it advertised on its
+	// last batch (see Replica.NodesRead): replaced, never changed in place,
+	// under mu, when a node's features change; read without a lock.
+	peerFeatures atomic.Pointer[map[uint64]Feature]
 	lastBeat     time.Time
 	truncating   map[uint64]bool
 	// quiesceNotices are this cycle's quiesce notices from leaders.
@@ -286,23 +292,22 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("replication: snapshot dir: %w", err)
 	}
 	s := &Store{
-		cfg:          cfg,
-		log:          raftlog.New(cfg.LogDB, raftlog.Options{}),
-		rlog:         raftLogger{l: cfg.Logger.With("component", "raft")},
-		replicas:     make(map[uint64]*Replica),
-		work:         make(map[*Replica]struct{}),
-		wake:         make(chan struct{}, 1),
-		stop:         make(chan struct{}),
-		done:         make(chan struct{}),
-		failed:       make(chan struct{}),
-		snapSem:      make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		lastHeard:    make(map[uint64]time.Time),
-		peerFeatures: make(map[uint64]uint64),
-		truncating:   make(map[uint64]bool),
-		hosting:      make(map[uint64]*hostChange),
-		active:       make(map[*Replica]struct{}),
-		workSpare:    make(map[*Replica]struct{}),
-		activeSpare:  make(map[*Replica]struct{}),
+		cfg:         cfg,
+		log:         raftlog.New(cfg.LogDB, raftlog.Options{}),
+		rlog:        raftLogger{l: cfg.Logger.With("component", "raft")},
+		replicas:    make(map[uint64]*Replica),
+		work:        make(map[*Replica]struct{}),
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		failed:      make(chan struct{}),
+		snapSem:     make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		lastHeard:   make(map[uint64]time.Time),
+		truncating:  make(map[uint64]bool),
+		hosting:     make(map[uint64]*hostChange),
+		active:      make(map[*Replica]struct{}),
+		workSpare:   make(map[*Replica]struct{}),
+		activeSpare: make(map[*Replica]struct{}),
 	}
 	s.applier = newApplyPool(s)
 	s.proposal.Store(rand.Uint64() >> 16)
@@ -613,7 +618,7 @@ func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
 		return
 	}
 	s.lastHeard[b.GetFromNodeId()] = time.Now()
-	s.peerFeatures[b.GetFromNodeId()] = b.GetFeatures()
+	s.notePeerFeatures(b.GetFromNodeId(), Feature(b.GetFeatures()))
 	if len(b.GetMessages()) > 0 || len(b.GetQuiescedShards()) > 0 {
 		s.inbox = append(s.inbox, b)
 	}
@@ -1362,7 +1367,9 @@ func (s *Store) heartbeatNodes(out map[uint64]*shalev1.RaftMessageBatch) {
 	s.lastBeat = time.Now()
 	for _, n := range s.peerNodes() {
 		if _, ok := out[n]; !ok {
-			out[n] = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: n}
+			// With the features every batch advertises: a receiver
+			// takes a batch's as the sender's (notePeerFeatures).
+			out[n] = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: n, Features: s.features()}
 		}
 	}
 }

@@ -409,7 +409,7 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 		})
 		return true
 	}
-	payload, err := n.encodeCommand(cmd)
+	payload, err := n.encodeCommand(t.r, cmd)
 	if err != nil {
 		return fail(status.Errorf(codes.Internal, "shard %d: encode command: %v", t.r.ShardID(), err))
 	}

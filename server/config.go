@@ -96,6 +96,12 @@ type Config struct {
 	// DisableQuiescence keeps idle Raft groups ticking and heartbeating
 	// (by default an idle, fully replicated group goes quiet).
 	DisableQuiescence bool
+	// DisableCompactCommands makes the node propose every command in the
+	// form nodes that predate compact commands read, and stop advertising
+	// that it reads them (so no other node proposes them on a shard it
+	// hosts), as an older version would; it still applies them. See
+	// "Compact commands" in docs/replication.md.
+	DisableCompactCommands bool
 	// SnapshotRateBytes limits the bandwidth of the node's outgoing
 	// snapshots and backups together while it serves foreground work:
 	// client requests, or replicated writes (default 128 MiB/s; negative:

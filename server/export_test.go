@@ -1,6 +1,10 @@
 package server
 
-import "context"
+import (
+	"context"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
+)
 
 // SetMergeStepHook makes the node call hook after each MergeAbsorb step it
 // proposes while driving a merge, with the step's kind ("begin", "records"
@@ -47,3 +51,13 @@ func SweepScans(n *Node, id uint64) bool {
 // CallsWritesDirect is how many writes of KV.Calls streams n proposed from
 // their stream's goroutine, without a call worker.
 func CallsWritesDirect(n *Node) int64 { return n.kv.direct.Load() }
+
+// EncodeCommand encodes cmd as n proposes it on its replica of shard id
+// (encodeCommand: the compact form once every node of the shard reads it).
+func EncodeCommand(n *Node, id uint64, cmd *shalev1.RaftCommand) ([]byte, error) {
+	r := n.store.Replica(id)
+	if r == nil {
+		return nil, n.shardNotFoundErr(id)
+	}
+	return n.encodeCommand(r, cmd)
+}

@@ -302,22 +302,27 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.LinkFilter != nil {
 		tr = &filteredTransport{Transport: n.transport, self: meta.NodeID, allow: cfg.LinkFilter}
 	}
+	var smFeatures replication.Feature // what this node's shards apply
+	if !cfg.DisableCompactCommands {
+		smFeatures = replication.FeatureCompactCommands
+	}
 	n.store, err = replication.NewStore(replication.Config{
-		NodeID:            meta.NodeID,
-		ClusterID:         meta.ClusterID,
-		LogDB:             n.logDB,
-		Transport:         tr,
-		TickInterval:      cfg.TickInterval,
-		ElectionTicks:     cfg.ElectionTicks,
-		LeaseReads:        cfg.LeaseReads,
-		DisableQuiescence: cfg.DisableQuiescence,
-		SnapshotDir:       filepath.Join(cfg.DataDir, "snapshots", "out"),
-		OpenReplica:       n.openEmptyShard,
-		ReplicaRemoved:    n.onReplicaRemoved,
-		Logger:            n.log.With("component", "replication"),
-		Metrics:           replication.NewMetrics(n.reg),
-		Clock:             n.clock,
-		TracerProvider:    cfg.TracerProvider,
+		NodeID:               meta.NodeID,
+		ClusterID:            meta.ClusterID,
+		LogDB:                n.logDB,
+		Transport:            tr,
+		TickInterval:         cfg.TickInterval,
+		ElectionTicks:        cfg.ElectionTicks,
+		LeaseReads:           cfg.LeaseReads,
+		DisableQuiescence:    cfg.DisableQuiescence,
+		StateMachineFeatures: smFeatures,
+		SnapshotDir:          filepath.Join(cfg.DataDir, "snapshots", "out"),
+		OpenReplica:          n.openEmptyShard,
+		ReplicaRemoved:       n.onReplicaRemoved,
+		Logger:               n.log.With("component", "replication"),
+		Metrics:              replication.NewMetrics(n.reg),
+		Clock:                n.clock,
+		TracerProvider:       cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -925,13 +930,35 @@ func (n *Node) resolve(id uint64) (string, error) {
 // nanoseconds.
 func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
 
-// encodeCommand dates a command this node proposes, with its wall clock
-// (TTLs) and its hybrid logical clock (the entry's date in the change log),
-// and encodes it.
-func (n *Node) encodeCommand(cmd *shalev1.RaftCommand) ([]byte, error) {
-	cmd.TimestampUnixNanos = n.wallNanos()
-	cmd.Hlc = replication.HLCToProto(n.clock.Now())
-	return codec.Marshal(cmd)
+// encodeCommand dates a command this node proposes on r, with its wall
+// clock (TTLs) and its hybrid logical clock (the entry's date in the
+// change log), and encodes it. While a node of r's shard may not read
+// compact commands (replication.FeatureCompactCommands; see server/shard's
+// compact.go), it is encoded as it is; once they all do, the wall clock is
+// carried as its offset from the hybrid logical clock's reading (0, and no
+// bytes, while that follows the wall clock) and a transaction of one put as
+// a put command. cmd is left as it was given, dated.
+func (n *Node) encodeCommand(r *replication.Replica, cmd *shalev1.RaftCommand) ([]byte, error) {
+	if n.cfg.DisableCompactCommands || !r.NodesRead(replication.FeatureCompactCommands) {
+		cmd.TimestampUnixNanos = n.wallNanos()
+		cmd.Hlc = replication.HLCToProto(n.clock.Now())
+		return codec.Marshal(cmd)
+	}
+	ts, wall := n.clock.NowWall()
+	cmd.TimestampUnixNanos, cmd.WallOffsetNanos = 0, wall-ts.WallNanos
+	cmd.Hlc = replication.HLCToProto(ts)
+	txn, ok := cmd.GetCommand().(*shalev1.RaftCommand_Txn)
+	if !ok {
+		return codec.Marshal(cmd)
+	}
+	put := shard.CompactPut(txn.Txn)
+	if put == nil {
+		return codec.Marshal(cmd)
+	}
+	cmd.Command = &shalev1.RaftCommand_Put{Put: put}
+	b, err := codec.Marshal(cmd)
+	cmd.Command = txn
+	return b, err
 }
 
 func (n *Node) addressOf(id uint64) string {

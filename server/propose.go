@@ -24,7 +24,7 @@ import (
 // with errors.Is.
 func (n *Node) proposeCmd(ctx, inner context.Context, r *replication.Replica, cmd *shalev1.RaftCommand) (*shalev1.CommandResult, error) {
 	id := r.ShardID()
-	payload, err := n.encodeCommand(cmd)
+	payload, err := n.encodeCommand(r, cmd)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shard %d: encode command: %v", id, err)
 	}

@@ -285,39 +285,51 @@ func (p *walParts) raftLog(b *testing.B, dir string) {
 }
 
 // command adds up a RaftCommand's fields (shale.v1, raft.proto), and of a
-// Txn's put its key and value apart from their wrapping (every op is taken
-// for a put: the benchmark proposes nothing else).
+// put, in a Txn or a put command (a compact command), its key and value
+// apart from their wrapping (every op is taken for a put: the benchmark
+// proposes nothing else).
 func (p *walParts) command(cmd []byte) {
 	names := map[protowire.Number]string{1: "request_id", 2: "timestamp_unix_nanos", 3: "epoch", 4: "first_attempt", 5: "hlc"}
 	walk(cmd, func(num protowire.Number, field, body []byte) {
-		if num != 10 { // not a Txn
+		switch num {
+		case 6: // a put command
+			p.raftPuts++
+			p.add("raft: command put, wrapping", len(field)-len(body))
+			p.putOp("raft: command put, ", body)
+		case 10: // a Txn
+			p.raftPuts++
+			p.add("raft: command txn, wrapping", len(field)-len(body))
+			walk(body, func(num protowire.Number, field, op []byte) { // TxnRequest.success
+				p.add("raft: command txn, wrapping", len(field)-len(op))
+				walk(op, func(_ protowire.Number, field, put []byte) { // RequestOp.put
+					p.add("raft: command txn, wrapping", len(field)-len(put))
+					p.putOp("raft: command txn, ", put)
+				})
+			})
+		default:
 			name := names[num]
 			if name == "" {
 				name = fmt.Sprintf("field %d", num)
 			}
 			p.add("raft: command "+name, len(field))
-			return
 		}
-		p.raftPuts++
-		p.add("raft: command txn, wrapping", len(field)-len(body))
-		walk(body, func(num protowire.Number, field, op []byte) { // TxnRequest.success
-			p.add("raft: command txn, wrapping", len(field)-len(op))
-			walk(op, func(_ protowire.Number, field, put []byte) { // RequestOp.put
-				p.add("raft: command txn, wrapping", len(field)-len(put))
-				walk(put, func(num protowire.Number, field, body []byte) {
-					switch num {
-					case 1:
-						p.add("raft: command txn, key", len(body))
-						p.add("raft: command txn, wrapping", len(field)-len(body))
-					case 2:
-						p.add("raft: command txn, value", len(body))
-						p.add("raft: command txn, wrapping", len(field)-len(body))
-					default:
-						p.add("raft: command txn, wrapping", len(field))
-					}
-				})
-			})
-		})
+	})
+}
+
+// putOp adds up a PutOp: its key, its value, and the rest as wrapping,
+// each under the part named prefix and what it is.
+func (p *walParts) putOp(prefix string, put []byte) {
+	walk(put, func(num protowire.Number, field, body []byte) {
+		switch num {
+		case 1:
+			p.add(prefix+"key", len(body))
+			p.add(prefix+"wrapping", len(field)-len(body))
+		case 2:
+			p.add(prefix+"value", len(body))
+			p.add(prefix+"wrapping", len(field)-len(body))
+		default:
+			p.add(prefix+"wrapping", len(field))
+		}
 	})
 }
 

@@ -98,11 +98,19 @@ func New(wall func() time.Time, maxOffset time.Duration) *Clock {
 // was updated with before: the wall time if it moved on, else the last
 // one with its logical counter advanced.
 func (c *Clock) Now() Timestamp {
+	ts, _ := c.NowWall()
+	return ts
+}
+
+// NowWall is Now, and the wall time in Unix nanoseconds the reading was
+// taken at: the reading's wall time, or less while the clock runs ahead
+// of the wall clock.
+func (c *Clock) NowWall() (Timestamp, int64) {
 	wall := c.wall().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last = next(c.last, wall)
-	return c.last
+	return c.last, wall
 }
 
 // Update moves the clock past remote (a timestamp received from another

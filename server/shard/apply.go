@@ -300,6 +300,7 @@ func (a *applier) applyEntry(e *replication.Entry) (any, error) {
 		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
 		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
 	}
+	expandCommand(cmd)
 	if e.Parts > 0 {
 		switch cmd.GetCommand().(type) {
 		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Noop, nil:

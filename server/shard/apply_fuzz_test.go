@@ -14,6 +14,7 @@ import (
 func FuzzApplyPayload(f *testing.F) {
 	f.Add(marshalCmd(f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", "v", 0, false)}})))
 	f.Add(marshalCmd(f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("a", "z")}})))
+	f.Add(marshalCmd(f, &shalev1.RaftCommand{Hlc: &shalev1.HlcTimestamp{WallNanos: ts0}, Command: &shalev1.RaftCommand_Put{Put: &shalev1.PutOp{Key: []byte("k"), Value: []byte("v"), TtlMs: 5}}})) // compact
 	f.Add([]byte{0x52, 0x03, 0x0a, 0x01, 0x00})
 	f.Add([]byte{})
 	env := newTestEnv(f, nil)

@@ -29,6 +29,11 @@ const (
 	// RAFT_FEATURE_PACKED_ENTRIES: the node decodes Raft entries that pack
 	// several proposals (entry version 2) and applies each of their commands.
 	RaftFeature_RAFT_FEATURE_PACKED_ENTRIES RaftFeature = 1
+	// RAFT_FEATURE_COMPACT_COMMANDS: the node's state machine applies the
+	// compact forms of RaftCommand: a command with an hlc and no
+	// timestamp_unix_nanos (whose clock is the hlc's wall time), and the
+	// put command (a transaction of one put).
+	RaftFeature_RAFT_FEATURE_COMPACT_COMMANDS RaftFeature = 2
 )
 
 // Enum value maps for RaftFeature.
@@ -36,10 +41,12 @@ var (
 	RaftFeature_name = map[int32]string{
 		0: "RAFT_FEATURE_UNSPECIFIED",
 		1: "RAFT_FEATURE_PACKED_ENTRIES",
+		2: "RAFT_FEATURE_COMPACT_COMMANDS",
 	}
 	RaftFeature_value = map[string]int32{
-		"RAFT_FEATURE_UNSPECIFIED":    0,
-		"RAFT_FEATURE_PACKED_ENTRIES": 1,
+		"RAFT_FEATURE_UNSPECIFIED":      0,
+		"RAFT_FEATURE_PACKED_ENTRIES":   1,
+		"RAFT_FEATURE_COMPACT_COMMANDS": 2,
 	}
 )
 
@@ -621,7 +628,10 @@ type RaftCommand struct {
 	// request_id, when set, deduplicates retried writes (see RequestHeader).
 	RequestId []byte `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// timestamp_unix_nanos is the proposer's clock, used for TTL expiry so that
-	// every replica applies the command identically.
+	// every replica applies the command identically. A proposer whose
+	// shard's nodes all read compact commands (RAFT_FEATURE_COMPACT_COMMANDS)
+	// leaves it 0 and sets hlc: a command with an hlc and no timestamp takes
+	// hlc.wall_nanos + wall_offset_nanos as its clock.
 	TimestampUnixNanos int64 `protobuf:"varint,2,opt,name=timestamp_unix_nanos,json=timestampUnixNanos,proto3" json:"timestamp_unix_nanos,omitempty"`
 	// epoch is the shard epoch the proposer checked the command against; the
 	// command is rejected at apply if the shard's epoch changed since.
@@ -634,6 +644,13 @@ type RaftCommand struct {
 	// it is not later (a new leader's clock behind the old one's), so that
 	// every replica dates every entry alike and dates grow with the index.
 	Hlc *HlcTimestamp `protobuf:"bytes,5,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	// wall_offset_nanos, in a compact command (an hlc and no
+	// timestamp_unix_nanos), is the proposer's wall clock reading minus its
+	// hlc reading's wall time, both from one reading of the wall clock: 0
+	// (nothing on the wire) while the hybrid logical clock follows the wall
+	// clock, negative while it runs ahead of it (a peer's clock ahead, the
+	// wall clock stepped back).
+	WallOffsetNanos int64 `protobuf:"zigzag64,7,opt,name=wall_offset_nanos,json=wallOffsetNanos,proto3" json:"wall_offset_nanos,omitempty"`
 	// Types that are valid to be assigned to Command:
 	//
 	//	*RaftCommand_Txn
@@ -644,6 +661,7 @@ type RaftCommand struct {
 	//	*RaftCommand_MergeAbsorb
 	//	*RaftCommand_MergeRetire
 	//	*RaftCommand_Expire
+	//	*RaftCommand_Put
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -712,6 +730,13 @@ func (x *RaftCommand) GetHlc() *HlcTimestamp {
 		return x.Hlc
 	}
 	return nil
+}
+
+func (x *RaftCommand) GetWallOffsetNanos() int64 {
+	if x != nil {
+		return x.WallOffsetNanos
+	}
+	return 0
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -793,6 +818,15 @@ func (x *RaftCommand) GetExpire() *ExpireKeys {
 	return nil
 }
 
+func (x *RaftCommand) GetPut() *PutOp {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -837,6 +871,14 @@ type RaftCommand_Expire struct {
 	Expire *ExpireKeys `protobuf:"bytes,17,opt,name=expire,proto3,oneof"`
 }
 
+type RaftCommand_Put struct {
+	// put is a transaction of this one put and nothing else (no compares,
+	// no failure ops): the state machine applies it as txn {success: [{put}]},
+	// which it is in fewer bytes. Proposed only when every node of the
+	// shard reads it (RAFT_FEATURE_COMPACT_COMMANDS).
+	Put *PutOp `protobuf:"bytes,6,opt,name=put,proto3,oneof"`
+}
+
 func (*RaftCommand_Txn) isRaftCommand_Command() {}
 
 func (*RaftCommand_System) isRaftCommand_Command() {}
@@ -852,6 +894,8 @@ func (*RaftCommand_MergeAbsorb) isRaftCommand_Command() {}
 func (*RaftCommand_MergeRetire) isRaftCommand_Command() {}
 
 func (*RaftCommand_Expire) isRaftCommand_Command() {}
+
+func (*RaftCommand_Put) isRaftCommand_Command() {}
 
 // ExpireKeys deletes expired keys as a replicated write: each keys[i] whose
 // stored record still has mod_revisions[i] and an expiry at or before the
@@ -1571,14 +1615,15 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\x12%\n" +
 	"\x0erunning_crc32c\x18\x06 \x01(\aR\rrunningCrc32c\",\n" +
 	"\x10SnapshotResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xbe\x04\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x8f\x05\n" +
 	"\vRaftCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x120\n" +
 	"\x14timestamp_unix_nanos\x18\x02 \x01(\x03R\x12timestampUnixNanos\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12#\n" +
 	"\rfirst_attempt\x18\x04 \x01(\bR\ffirstAttempt\x12(\n" +
-	"\x03hlc\x18\x05 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12(\n" +
+	"\x03hlc\x18\x05 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12*\n" +
+	"\x11wall_offset_nanos\x18\a \x01(\x12R\x0fwallOffsetNanos\x12(\n" +
 	"\x03txn\x18\n" +
 	" \x01(\v2\x14.shale.v1.TxnRequestH\x00R\x03txn\x121\n" +
 	"\x06system\x18\v \x01(\v2\x17.shale.v1.SystemCommandH\x00R\x06system\x12\x14\n" +
@@ -1587,7 +1632,8 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\fmerge_freeze\x18\x0e \x01(\v2\x15.shale.v1.MergeFreezeH\x00R\vmergeFreeze\x12:\n" +
 	"\fmerge_absorb\x18\x0f \x01(\v2\x15.shale.v1.MergeAbsorbH\x00R\vmergeAbsorb\x12#\n" +
 	"\fmerge_retire\x18\x10 \x01(\bH\x00R\vmergeRetire\x12.\n" +
-	"\x06expire\x18\x11 \x01(\v2\x14.shale.v1.ExpireKeysH\x00R\x06expireB\t\n" +
+	"\x06expire\x18\x11 \x01(\v2\x14.shale.v1.ExpireKeysH\x00R\x06expire\x12#\n" +
+	"\x03put\x18\x06 \x01(\v2\x0f.shale.v1.PutOpH\x00R\x03putB\t\n" +
 	"\acommand\"E\n" +
 	"\n" +
 	"ExpireKeys\x12\x12\n" +
@@ -1633,10 +1679,11 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"descriptor\x18\x04 \x01(\v2\x19.shale.v1.ShardDescriptorR\n" +
 	"descriptor\x12!\n" +
 	"\fallocated_id\x18\x05 \x01(\x04R\vallocatedId\x12D\n" +
-	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor*L\n" +
+	"\x10right_descriptor\x18\x06 \x01(\v2\x19.shale.v1.ShardDescriptorR\x0frightDescriptor*o\n" +
 	"\vRaftFeature\x12\x1c\n" +
 	"\x18RAFT_FEATURE_UNSPECIFIED\x10\x00\x12\x1f\n" +
-	"\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x012\xe2\x01\n" +
+	"\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x01\x12!\n" +
+	"\x1dRAFT_FEATURE_COMPACT_COMMANDS\x10\x022\xe2\x01\n" +
 	"\x04Raft\x12J\n" +
 	"\fSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12E\n" +
 	"\fSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n" +
@@ -1677,11 +1724,12 @@ var file_shale_v1_raft_proto_goTypes = []any{
 	(*CommandResult)(nil),      // 17: shale.v1.CommandResult
 	(*ShardDescriptor)(nil),    // 18: shale.v1.ShardDescriptor
 	(*TxnRequest)(nil),         // 19: shale.v1.TxnRequest
-	(*NodeDescriptor)(nil),     // 20: shale.v1.NodeDescriptor
-	(*ShardPin)(nil),           // 21: shale.v1.ShardPin
-	(*AuthState)(nil),          // 22: shale.v1.AuthState
-	(*ReplicaDescriptor)(nil),  // 23: shale.v1.ReplicaDescriptor
-	(*TxnResponse)(nil),        // 24: shale.v1.TxnResponse
+	(*PutOp)(nil),              // 20: shale.v1.PutOp
+	(*NodeDescriptor)(nil),     // 21: shale.v1.NodeDescriptor
+	(*ShardPin)(nil),           // 22: shale.v1.ShardPin
+	(*AuthState)(nil),          // 23: shale.v1.AuthState
+	(*ReplicaDescriptor)(nil),  // 24: shale.v1.ReplicaDescriptor
+	(*TxnResponse)(nil),        // 25: shale.v1.TxnResponse
 }
 var file_shale_v1_raft_proto_depIdxs = []int32{
 	1,  // 0: shale.v1.RaftMessageBatch.messages:type_name -> shale.v1.RaftEnvelope
@@ -1697,27 +1745,28 @@ var file_shale_v1_raft_proto_depIdxs = []int32{
 	11, // 10: shale.v1.RaftCommand.merge_freeze:type_name -> shale.v1.MergeFreeze
 	12, // 11: shale.v1.RaftCommand.merge_absorb:type_name -> shale.v1.MergeAbsorb
 	10, // 12: shale.v1.RaftCommand.expire:type_name -> shale.v1.ExpireKeys
-	18, // 13: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
-	20, // 14: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
-	18, // 15: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
-	21, // 16: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
-	15, // 17: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
-	22, // 18: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
-	23, // 19: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
-	24, // 20: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
-	18, // 21: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
-	18, // 22: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
-	2,  // 23: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
-	7,  // 24: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
-	7,  // 25: shale.v1.Raft.StreamSnapshot:input_type -> shale.v1.SnapshotChunk
-	4,  // 26: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
-	8,  // 27: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
-	8,  // 28: shale.v1.Raft.StreamSnapshot:output_type -> shale.v1.SnapshotResponse
-	26, // [26:29] is the sub-list for method output_type
-	23, // [23:26] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	20, // 13: shale.v1.RaftCommand.put:type_name -> shale.v1.PutOp
+	18, // 14: shale.v1.MergeAbsorb.right:type_name -> shale.v1.ShardDescriptor
+	21, // 15: shale.v1.SystemCommand.put_node:type_name -> shale.v1.NodeDescriptor
+	18, // 16: shale.v1.SystemCommand.put_shard:type_name -> shale.v1.ShardDescriptor
+	22, // 17: shale.v1.SystemCommand.put_pin:type_name -> shale.v1.ShardPin
+	15, // 18: shale.v1.SystemCommand.put_auth:type_name -> shale.v1.PutAuth
+	23, // 19: shale.v1.PutAuth.state:type_name -> shale.v1.AuthState
+	24, // 20: shale.v1.ConfChangeContext.replicas:type_name -> shale.v1.ReplicaDescriptor
+	25, // 21: shale.v1.CommandResult.txn:type_name -> shale.v1.TxnResponse
+	18, // 22: shale.v1.CommandResult.descriptor:type_name -> shale.v1.ShardDescriptor
+	18, // 23: shale.v1.CommandResult.right_descriptor:type_name -> shale.v1.ShardDescriptor
+	2,  // 24: shale.v1.Raft.SendMessages:input_type -> shale.v1.RaftMessageBatch
+	7,  // 25: shale.v1.Raft.SendSnapshot:input_type -> shale.v1.SnapshotChunk
+	7,  // 26: shale.v1.Raft.StreamSnapshot:input_type -> shale.v1.SnapshotChunk
+	4,  // 27: shale.v1.Raft.SendMessages:output_type -> shale.v1.RaftStreamResponse
+	8,  // 28: shale.v1.Raft.SendSnapshot:output_type -> shale.v1.SnapshotResponse
+	8,  // 29: shale.v1.Raft.StreamSnapshot:output_type -> shale.v1.SnapshotResponse
+	27, // [27:30] is the sub-list for method output_type
+	24, // [24:27] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_shale_v1_raft_proto_init() }
@@ -1737,6 +1786,7 @@ func file_shale_v1_raft_proto_init() {
 		(*RaftCommand_MergeAbsorb)(nil),
 		(*RaftCommand_MergeRetire)(nil),
 		(*RaftCommand_Expire)(nil),
+		(*RaftCommand_Put)(nil),
 	}
 	file_shale_v1_raft_proto_msgTypes[13].OneofWrappers = []any{
 		(*SystemCommand_PutNode)(nil),

@@ -214,6 +214,7 @@ func (m *RaftCommand) CloneVT() *RaftCommand {
 	r.Epoch = m.Epoch
 	r.FirstAttempt = m.FirstAttempt
 	r.Hlc = m.Hlc.CloneVT()
+	r.WallOffsetNanos = m.WallOffsetNanos
 	if rhs := m.RequestId; rhs != nil {
 		tmpBytes := make([]byte, len(rhs))
 		copy(tmpBytes, rhs)
@@ -302,6 +303,15 @@ func (m *RaftCommand_Expire) CloneVT() isRaftCommand_Command {
 	}
 	r := new(RaftCommand_Expire)
 	r.Expire = m.Expire.CloneVT()
+	return r
+}
+
+func (m *RaftCommand_Put) CloneVT() isRaftCommand_Command {
+	if m == nil {
+		return (*RaftCommand_Put)(nil)
+	}
+	r := new(RaftCommand_Put)
+	r.Put = m.Put.CloneVT()
 	return r
 }
 
@@ -1099,6 +1109,11 @@ func (m *RaftCommand) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 		i -= size
 	}
+	if m.WallOffsetNanos != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64((uint64(m.WallOffsetNanos)<<1)^uint64((m.WallOffsetNanos>>63))))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.Hlc != nil {
 		size, err := m.Hlc.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1139,6 +1154,25 @@ func (m *RaftCommand) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *RaftCommand_Put) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *RaftCommand_Put) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	if m.Put != nil {
+		size, err := m.Put.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x32
+	}
+	return len(dAtA) - i, nil
+}
 func (m *RaftCommand_Txn) MarshalToVT(dAtA []byte) (int, error) {
 	size := m.SizeVT()
 	return m.MarshalToSizedBufferVT(dAtA[:size])
@@ -2102,10 +2136,25 @@ func (m *RaftCommand) SizeVT() (n int) {
 	if vtmsg, ok := m.Command.(interface{ SizeVT() int }); ok {
 		n += vtmsg.SizeVT()
 	}
+	if m.WallOffsetNanos != 0 {
+		n += 1 + protohelpers.SizeOfZigzag(uint64(m.WallOffsetNanos))
+	}
 	n += len(m.unknownFields)
 	return n
 }
 
+func (m *RaftCommand_Put) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Put != nil {
+		l = m.Put.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	return n
+}
 func (m *RaftCommand_Txn) SizeVT() (n int) {
 	if m == nil {
 		return 0
@@ -3788,6 +3837,68 @@ func (m *RaftCommand) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Put", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Command.(*RaftCommand_Put); ok {
+				if err := oneof.Put.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &PutOp{}
+				if err := v.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Command = &RaftCommand_Put{Put: v}
+			}
+			iNdEx = postIndex
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WallOffsetNanos", wireType)
+			}
+			var v uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			v = (v >> 1) ^ uint64((int64(v&1)<<63)>>63)
+			m.WallOffsetNanos = int64(v)
 		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Txn", wireType)

@@ -8,6 +8,7 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+RAFT_FEATURE_COMPACT_COMMANDS: RaftFeature
 RAFT_FEATURE_PACKED_ENTRIES: RaftFeature
 RAFT_FEATURE_UNSPECIFIED: RaftFeature
 
@@ -86,7 +87,7 @@ class PutAuth(_message.Message):
     def __init__(self, state: _Optional[_Union[_auth_pb2.AuthState, _Mapping]] = ..., expected_revision: _Optional[int] = ...) -> None: ...
 
 class RaftCommand(_message.Message):
-    __slots__ = ["epoch", "expire", "first_attempt", "hlc", "merge_absorb", "merge_freeze", "merge_retire", "noop", "request_id", "split", "system", "timestamp_unix_nanos", "txn"]
+    __slots__ = ["epoch", "expire", "first_attempt", "hlc", "merge_absorb", "merge_freeze", "merge_retire", "noop", "put", "request_id", "split", "system", "timestamp_unix_nanos", "txn", "wall_offset_nanos"]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_FIELD_NUMBER: _ClassVar[int]
     FIRST_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -95,11 +96,13 @@ class RaftCommand(_message.Message):
     MERGE_FREEZE_FIELD_NUMBER: _ClassVar[int]
     MERGE_RETIRE_FIELD_NUMBER: _ClassVar[int]
     NOOP_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    WALL_OFFSET_NANOS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     expire: ExpireKeys
     first_attempt: bool
@@ -108,12 +111,14 @@ class RaftCommand(_message.Message):
     merge_freeze: MergeFreeze
     merge_retire: bool
     noop: bool
+    put: _kv_pb2.PutOp
     request_id: bytes
     split: SplitCommand
     system: SystemCommand
     timestamp_unix_nanos: int
     txn: _kv_pb2.TxnRequest
-    def __init__(self, request_id: _Optional[bytes] = ..., timestamp_unix_nanos: _Optional[int] = ..., epoch: _Optional[int] = ..., first_attempt: bool = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., txn: _Optional[_Union[_kv_pb2.TxnRequest, _Mapping]] = ..., system: _Optional[_Union[SystemCommand, _Mapping]] = ..., noop: bool = ..., split: _Optional[_Union[SplitCommand, _Mapping]] = ..., merge_freeze: _Optional[_Union[MergeFreeze, _Mapping]] = ..., merge_absorb: _Optional[_Union[MergeAbsorb, _Mapping]] = ..., merge_retire: bool = ..., expire: _Optional[_Union[ExpireKeys, _Mapping]] = ...) -> None: ...
+    wall_offset_nanos: int
+    def __init__(self, request_id: _Optional[bytes] = ..., timestamp_unix_nanos: _Optional[int] = ..., epoch: _Optional[int] = ..., first_attempt: bool = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., wall_offset_nanos: _Optional[int] = ..., txn: _Optional[_Union[_kv_pb2.TxnRequest, _Mapping]] = ..., system: _Optional[_Union[SystemCommand, _Mapping]] = ..., noop: bool = ..., split: _Optional[_Union[SplitCommand, _Mapping]] = ..., merge_freeze: _Optional[_Union[MergeFreeze, _Mapping]] = ..., merge_absorb: _Optional[_Union[MergeAbsorb, _Mapping]] = ..., merge_retire: bool = ..., expire: _Optional[_Union[ExpireKeys, _Mapping]] = ..., put: _Optional[_Union[_kv_pb2.PutOp, _Mapping]] = ...) -> None: ...
 
 class RaftEnvelope(_message.Message):
     __slots__ = ["message", "shard_id"]
