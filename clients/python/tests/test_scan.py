@@ -3,13 +3,15 @@ split made since), forward and reverse, with limits, prefixes and pages."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import os
 from typing import List
 
 import pytest
 
 import shale
-from tests.helpers import Wire
+from tests.helpers import Wire, split_shard
 
 PER_LETTER = 300  # [a, g) then holds 1,800 keys: more than a server page (1,000)
 
@@ -20,9 +22,39 @@ def keys(client: shale.Client) -> List[bytes]:
     out = []
     for c in range(ord("a"), ord("z") + 1):
         ks = [b"%c%04d" % (c, i) for i in range(PER_LETTER)]
-        client.txn().then(*(shale.Put(k, b"v-" + k) for k in ks)).commit()
+        put_in_transactions(client, ks)
         out.extend(ks)
     return out
+
+
+def put_in_transactions(client: shale.Client, ks: List[bytes]) -> None:
+    """Write the sorted keys ks (value b"v-" + key) in one transaction, or
+    in one per shard where a split made since (another test's) lies
+    between them: a transaction refused as CrossShard wrote nothing, so
+    each key is written once."""
+    try:
+        client.txn().then(*(shale.Put(k, b"v-" + k) for k in ks)).commit()
+    except shale.CrossShard as e:
+        i = bisect.bisect_left(ks, e.split_key)
+        if i == 0 or i == len(ks):
+            raise
+        put_in_transactions(client, ks[:i])
+        put_in_transactions(client, ks[i:])
+
+
+def test_keys_written_across_a_split(client: shale.Client) -> None:
+    """The fixture's writer meets a split between its keys (as test_routing's
+    random split points once did between r0044 and r0045): each key is
+    written once, by one transaction per side."""
+    p = b"qs-" + os.urandom(4).hex().encode() + b"/"
+    ks = [p + b"%04d" % i for i in range(PER_LETTER)]
+    split_shard(client, ks[PER_LETTER // 2] + b"-")
+    with pytest.raises(shale.CrossShard):
+        client.txn().then(*(shale.Put(k, b"x") for k in ks)).commit()
+    put_in_transactions(client, ks)
+    got = list(client.scan(prefix=p))
+    assert [kv.key for kv in got] == ks
+    assert all(kv.value == b"v-" + kv.key and kv.version == 1 for kv in got)
 
 
 def test_scan_every_key_in_order(client: shale.Client, keys: List[bytes], wire: Wire) -> None:
