@@ -38,26 +38,13 @@ func (s *Store) features() uint64 {
 // notePeerFeatures records the features node advertised on a batch (under
 // s.mu).
 func (s *Store) notePeerFeatures(node uint64, f Feature) {
-	cur := s.peerFeatures.Load()
-	if cur != nil {
-		if had, ok := (*cur)[node]; ok && had == f {
-			return
-		}
+	cur := *s.peerFeatures.Load()
+	if had, ok := cur[node]; ok && had == f {
+		return
 	}
-	next := maps.Clone(deref(cur))
-	if next == nil {
-		next = make(map[uint64]Feature)
-	}
+	next := maps.Clone(cur)
 	next[node] = f
 	s.peerFeatures.Store(&next)
-}
-
-// deref is *m, or nil for a nil m.
-func deref(m *map[uint64]Feature) map[uint64]Feature {
-	if m == nil {
-		return nil
-	}
-	return *m
 }
 
 // NodesRead reports whether every other node hosting a replica of r's
@@ -67,7 +54,7 @@ func deref(m *map[uint64]Feature) map[uint64]Feature {
 // every command.
 func (r *Replica) NodesRead(f Feature) bool {
 	s := r.store
-	peers := deref(s.peerFeatures.Load())
+	peers := *s.peerFeatures.Load()
 	for _, rd := range r.sm.AppliedDescriptor().GetReplicas() {
 		if n := rd.GetNodeId(); n != s.cfg.NodeID && peers[n]&f != f {
 			return false

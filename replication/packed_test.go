@@ -231,7 +231,7 @@ func TestFeaturesOnNodeHeartbeats(t *testing.T) {
 	interval := r.store.cfg.TickInterval * time.Duration(r.store.cfg.HeartbeatTicks)
 	for end := time.Now().Add(50 * interval); time.Now().Before(end); time.Sleep(interval / 8) {
 		if !r.NodesRead(FeaturePackedEntries) {
-			t.Fatalf("the leader's peers stopped reading packed entries while quiesced (their features: %v)", deref(r.store.peerFeatures.Load()))
+			t.Fatalf("the leader's peers stopped reading packed entries while quiesced (their features: %v)", *r.store.peerFeatures.Load())
 		}
 	}
 }

@@ -309,6 +309,7 @@ func NewStore(cfg Config) (*Store, error) {
 		workSpare:   make(map[*Replica]struct{}),
 		activeSpare: make(map[*Replica]struct{}),
 	}
+	s.peerFeatures.Store(&map[uint64]Feature{})
 	s.applier = newApplyPool(s)
 	s.proposal.Store(rand.Uint64() >> 16)
 	if cfg.TracerProvider != nil {

@@ -939,14 +939,13 @@ func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
 // bytes, while that follows the wall clock) and a transaction of one put as
 // a put command. cmd is left as it was given, dated.
 func (n *Node) encodeCommand(r *replication.Replica, cmd *shalev1.RaftCommand) ([]byte, error) {
+	ts, wall := n.clock.NowWall()
+	cmd.Hlc = replication.HLCToProto(ts)
 	if n.cfg.DisableCompactCommands || !r.NodesRead(replication.FeatureCompactCommands) {
-		cmd.TimestampUnixNanos = n.wallNanos()
-		cmd.Hlc = replication.HLCToProto(n.clock.Now())
+		cmd.TimestampUnixNanos, cmd.WallOffsetNanos = wall, 0
 		return codec.Marshal(cmd)
 	}
-	ts, wall := n.clock.NowWall()
 	cmd.TimestampUnixNanos, cmd.WallOffsetNanos = 0, wall-ts.WallNanos
-	cmd.Hlc = replication.HLCToProto(ts)
 	txn, ok := cmd.GetCommand().(*shalev1.RaftCommand_Txn)
 	if !ok {
 		return codec.Marshal(cmd)
