@@ -30,6 +30,16 @@ const maxGroupBytes = 1 << 20
 // writes the batches of every writer queued behind it to the WAL with a
 // single write and at most one sync.
 func (d *DB) Apply(b *Batch, opts WriteOptions) error {
+	err := d.apply(b, opts)
+	if err == nil && b.hasRangeDel && d.opts.HistoryHorizon {
+		// The deleted data's space comes back once the horizon passes.
+		d.noteRangeDeletions(b)
+	}
+	return err
+}
+
+// apply is Apply without the reclaim of range deletions.
+func (d *DB) apply(b *Batch, opts WriteOptions) error {
 	if b.err != nil {
 		return b.err
 	}

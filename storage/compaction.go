@@ -234,6 +234,7 @@ func (d *DB) runFlush() {
 	d.mu.Lock()
 	mems := slices.Clone(d.imm)
 	snapshots := d.snapshots.seqs()
+	d.sampleHistoryLocked() // the horizon as fresh as the window allows
 	horizon := d.HistoryHorizon()
 	d.mu.Unlock()
 
@@ -488,6 +489,7 @@ func (d *DB) compactFiles(c *compact.Compaction) ([]*manifest.FileMetadata, erro
 	}
 	d.mu.Lock()
 	snapshots := d.snapshots.seqs()
+	d.sampleHistoryLocked() // the horizon as fresh as the window allows
 	horizon := d.HistoryHorizon()
 	d.mu.Unlock()
 	var list *rangedel.List
@@ -578,7 +580,9 @@ var ErrOlderSnapshot = errors.New("storage: a snapshot older than the range dele
 // after Apply): a file it removes then holds nothing a read at or after
 // that deletion can see. While a snapshot older than deletedAt is open it
 // removes nothing and returns ErrOlderSnapshot; so it does while the history
-// horizon (Options.HistoryHorizon) is at or below deletedAt. Files straddling a bound,
+// horizon (Options.HistoryHorizon) is at or below deletedAt, and then it
+// schedules the same removal and a compaction of the range for when the
+// horizon passes deletedAt (see CompactAfterHorizon). Files straddling a bound,
 // the file holding the range deletion itself and files in a running
 // compaction stay (CompactRange drops what they hold). It is RocksDB's
 // DeleteFilesInRange, made safe: the space of a range a shard gave away
@@ -600,7 +604,9 @@ func (d *DB) DeleteFilesInRange(start, end []byte, deletedAt SeqNum) (files int,
 		return 0, 0, ErrOlderSnapshot
 	}
 	if h := d.HistoryHorizon(); h > 0 && h-1 < deletedAt {
-		// The history horizon reads like a snapshot at H-1.
+		// The history horizon reads like a snapshot at H-1. Once it
+		// passes the deletion, the span's files go and it is compacted.
+		d.addReclaimLocked(horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: deletedAt, deletedAt: deletedAt})
 		d.mu.Unlock()
 		return 0, 0, ErrOlderSnapshot
 	}

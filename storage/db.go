@@ -157,6 +157,18 @@ type DB struct {
 	manualWaiters int
 	ingesting     int // IngestSST calls placing files; compactions and snapshots wait
 
+	// historySamples (oldest first, at most maxHistorySamples) and
+	// historyTimer, which takes one every historySampleEvery, move the
+	// horizon by Options.HistoryWindow and HistoryWindowBytes
+	// (sampleHistoryLocked); nil without a window.
+	historySamples []historySample
+	historyTimer   *time.Timer
+	// reclaims are the deleted spans to compact once the horizon passes
+	// them (CompactAfterHorizon, range deletions); reclaimRunning is set
+	// while runReclaims works through the due ones.
+	reclaims       []horizonReclaim
+	reclaimRunning bool
+
 	// batchPool recycles the one-record batches of Set, Delete,
 	// DeleteRange and Merge.
 	batchPool sync.Pool
@@ -266,6 +278,14 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 			d.mu.Lock()
 			d.periodicEvery = min(max(opts.PeriodicCompaction/16, time.Second), 10*time.Minute)
 			d.periodicTimer = time.AfterFunc(d.periodicEvery, d.periodicCheck)
+			d.mu.Unlock()
+		}
+		if d.historyWindowOn() {
+			// The window counts from here: the samples of before the
+			// reopen are gone.
+			d.mu.Lock()
+			d.sampleHistoryLocked()
+			d.historyTimer = time.AfterFunc(historySampleEvery, d.historyTick)
 			d.mu.Unlock()
 		}
 	}
@@ -425,9 +445,11 @@ func (d *DB) recover() error {
 	sort.Slice(logs, func(i, j int) bool { return logs[i] < logs[j] })
 	if d.opts.HistoryHorizon {
 		// Until the replay has found where the WALs start, the replay's
-		// flushes keep every version (a horizon below the true one only
-		// keeps more); then the horizon is computed (refreshHorizonLocked).
-		d.horizon.Store(1)
+		// flushes use the highest horizon the MANIFEST recorded, below
+		// which earlier flushes and compactions may have dropped versions
+		// (a horizon below the true one only keeps more); then the
+		// horizon is computed (refreshHorizonLocked).
+		d.horizon.Store(uint64(max(summary.HistoryHorizon, 1)))
 	}
 
 	// Replay into memtables. Recovery applies the WAL's writes in order;
@@ -871,6 +893,9 @@ func (d *DB) Close() error {
 	if d.atRestTimer != nil {
 		d.atRestTimer.Stop() // likewise
 	}
+	if d.historyTimer != nil {
+		d.historyTimer.Stop() // likewise
+	}
 	d.mu.Unlock()
 	if d.flusherDone != nil {
 		close(d.walFlushC)
@@ -901,6 +926,7 @@ func (d *DB) Close() error {
 					LastSeqNum:        d.logSeq,
 					CleanCloseLogNum:  d.logNum,
 					CleanCloseLogSize: cleanSize,
+					HistoryHorizon:    d.HistoryHorizon(),
 				})
 				if err != nil {
 					errs = append(errs, err)

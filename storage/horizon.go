@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/shale-db/shale/storage/manifest"
 )
@@ -15,10 +18,17 @@ var ErrHistoryUnavailable = errors.New("storage: history no longer available at 
 
 // HistoryHorizon returns the history horizon H (Options.HistoryHorizon):
 // every version visible at a sequence number >= H-1 is kept, and GetAt
-// reads at any of them. H is the first sequence number of the oldest WAL
-// file still on disk (a lower bound of it for the WAL files this DB
-// created), or one past the last sequence number when no WAL holds a
-// batch. It only grows. It returns 0 when the DB keeps no horizon.
+// reads at any of them. H is the latest of: the first sequence number of
+// the oldest WAL file still on disk (a lower bound of it for the WAL files
+// this DB created), or one past the last sequence number when no WAL holds
+// a batch; with Options.HistoryWindow, the first sequence number written
+// after now-HistoryWindow (to within a sample, about a second); with
+// Options.HistoryWindowBytes, the first written after the point where more
+// than that many WAL bytes were written since; whatever
+// AdvanceHistoryHorizon was given. It only grows, also across a reopen (a
+// reopened DB starts at the highest H its MANIFEST recorded, and its
+// window counts from the reopen). It returns 0 when the DB keeps no
+// horizon.
 func (d *DB) HistoryHorizon() SeqNum { return SeqNum(d.horizon.Load()) }
 
 // GetAt returns a copy of key's value as of sequence number seq (what a
@@ -63,10 +73,7 @@ func (d *DB) AdvanceHistoryHorizon(h SeqNum) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h = min(h, SeqNum(d.visibleSeq.Load())+1)
-	if h > d.HistoryHorizon() {
-		d.horizon.Store(uint64(h))
-	}
+	d.raiseHorizonLocked(min(h, SeqNum(d.visibleSeq.Load())+1))
 }
 
 // checkHorizon fails, matching ErrHistoryUnavailable, when the horizon no
@@ -119,7 +126,308 @@ func (d *DB) refreshHorizonLocked() {
 			break
 		}
 	}
-	if h > d.HistoryHorizon() {
-		d.horizon.Store(uint64(h))
+	d.raiseHorizonLocked(h)
+}
+
+// raiseHorizonLocked moves the history horizon up to h (never back) and
+// starts the reclaims it made due. Called with d.mu held.
+func (d *DB) raiseHorizonLocked(h SeqNum) {
+	if h <= d.HistoryHorizon() {
+		return
 	}
+	d.horizon.Store(uint64(h))
+	d.maybeStartReclaimsLocked()
+}
+
+// historySampleEvery is how often a DB with a history window
+// (Options.HistoryWindow, HistoryWindowBytes) samples its sequence number
+// and WAL bytes and moves its horizon; every flush and compaction also
+// samples when it starts, before it takes the horizon.
+const historySampleEvery = time.Second
+
+// maxHistorySamples bounds the samples a DB keeps for its history window:
+// when full, the sample whose removal leaves the smallest gap goes, so the
+// samples thin out evenly over the window (a horizon computed from fewer
+// samples only lags, keeping more).
+const maxHistorySamples = 64
+
+// historySample records where the DB's writes stood at a moment.
+type historySample struct {
+	at time.Time // Options.now
+	// next is LastSeq()+1 at that moment: every batch applied later has
+	// a sequence number >= next.
+	next SeqNum
+	// walBytes is the DB's WAL bytes (Metrics.WALBytes) at that moment.
+	walBytes uint64
+}
+
+// historyWindowOn reports whether the history horizon is bounded by a
+// window apart from the WAL.
+func (d *DB) historyWindowOn() bool {
+	return d.opts.HistoryHorizon && (d.opts.HistoryWindow > 0 || d.opts.HistoryWindowBytes > 0)
+}
+
+// historyTick samples the window and rearms historyTimer, until the DB is
+// closed.
+func (d *DB) historyTick() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.sampleHistoryLocked()
+	d.historyTimer.Reset(historySampleEvery)
+}
+
+// sampleHistoryLocked records where the writes stand now (unless nothing
+// was written since the last sample, which then stands for both) and moves
+// the horizon up to the newest sample the window has passed: one taken at
+// least HistoryWindow ago, or one after which more than HistoryWindowBytes
+// of WAL were written. Samples older than that one are no longer needed.
+// Called with d.mu held.
+func (d *DB) sampleHistoryLocked() {
+	if !d.historyWindowOn() {
+		return
+	}
+	now := d.opts.now()
+	next := SeqNum(d.visibleSeq.Load()) + 1
+	wb := d.walBytes.Load()
+	if n := len(d.historySamples); n == 0 || d.historySamples[n-1].next != next {
+		if n >= maxHistorySamples {
+			d.thinHistorySamplesLocked()
+		}
+		d.historySamples = append(d.historySamples, historySample{at: now, next: next, walBytes: wb})
+	}
+	passed := -1
+	for i, s := range d.historySamples {
+		if (d.opts.HistoryWindow > 0 && now.Sub(s.at) >= d.opts.HistoryWindow) ||
+			(d.opts.HistoryWindowBytes > 0 && wb-s.walBytes > uint64(d.opts.HistoryWindowBytes)) {
+			passed = i
+		}
+	}
+	if passed < 0 {
+		return
+	}
+	h := d.historySamples[passed].next
+	d.historySamples = slices.Delete(d.historySamples, 0, passed)
+	d.raiseHorizonLocked(h)
+}
+
+// thinHistorySamplesLocked drops the inner sample whose neighbours are
+// closest together, in time over HistoryWindow plus WAL bytes over
+// HistoryWindowBytes.
+func (d *DB) thinHistorySamplesLocked() {
+	ss := d.historySamples
+	best, bestGap := -1, 0.0
+	for i := 1; i+1 < len(ss); i++ {
+		var gap float64
+		if d.opts.HistoryWindow > 0 {
+			gap += float64(ss[i+1].at.Sub(ss[i-1].at)) / float64(d.opts.HistoryWindow)
+		}
+		if d.opts.HistoryWindowBytes > 0 {
+			gap += float64(ss[i+1].walBytes-ss[i-1].walBytes) / float64(d.opts.HistoryWindowBytes)
+		}
+		if best < 0 || gap < bestGap {
+			best, bestGap = i, gap
+		}
+	}
+	if best >= 0 {
+		d.historySamples = slices.Delete(ss, best, best+1)
+	}
+}
+
+// maxHorizonReclaims bounds the reclaims waiting for the horizon: past it,
+// overlapping and then neighbouring spans are merged (a merged span is
+// compacted once the horizon passes the later of the two sequence
+// numbers, and drops no files without compacting them).
+const maxHorizonReclaims = 256
+
+// horizonReclaim is a span whose deleted data's space comes back once the
+// history horizon passes seq: it is compacted then.
+type horizonReclaim struct {
+	start, end []byte // [start, end); nil is unbounded
+	// seq is the last sequence number of the deletions: the span is due
+	// once HistoryHorizon() > seq (no read may see what they deleted).
+	seq SeqNum
+	// deletedAt, when nonzero, is the sequence number of the batch whose
+	// DeleteRange covers the whole span: DeleteFilesInRange drops the files
+	// it holds before the compaction.
+	deletedAt SeqNum
+}
+
+// CompactAfterHorizon asks the DB to compact [start, end) (nil bounds are
+// unbounded) once the history horizon passes seq, so that the space of
+// the data deleted there at sequence numbers up to seq comes back as soon
+// as no read within the horizon may see it: at most one history window
+// (Options.HistoryWindow) late. It is for deletions that are no range
+// deletion, such as many point deletions in a span (a DeleteRange applied
+// while the DB keeps a horizon is scheduled so by itself). It returns at
+// once; the compaction (CompactRange) runs in the background, right away
+// when the horizon is already past seq or the DB keeps none. Requests are
+// kept in memory: a reopen forgets those not yet run. It fails only on a
+// closed, read-only or failed DB.
+func (d *DB) CompactAfterHorizon(start, end []byte, seq SeqNum) error {
+	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkWritableLocked(); err != nil {
+		return fmt.Errorf("compact after horizon %d: %w", seq, err)
+	}
+	d.addReclaimLocked(horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: seq})
+	return nil
+}
+
+// noteRangeDeletions schedules the reclaim of every span b's range
+// deletions cover (b was just applied) for when the horizon passes b.
+func (d *DB) noteRangeDeletions(b *Batch) {
+	first := b.SeqNum()
+	last := first + b.seqSpan() - 1
+	var spans []horizonReclaim
+	r := b.Reader()
+	for {
+		kind, start, end, ok := r.Next()
+		if !ok {
+			break
+		}
+		if kind == KindRangeDelete {
+			spans = append(spans, horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: last, deletedAt: first})
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range spans {
+		d.addReclaimLocked(s)
+	}
+}
+
+// addReclaimLocked queues r and starts it when due.
+func (d *DB) addReclaimLocked(r horizonReclaim) {
+	d.reclaims = append(d.reclaims, r)
+	if len(d.reclaims) > maxHorizonReclaims {
+		d.reclaims = mergeReclaims(d.reclaims, false)
+		if len(d.reclaims) > maxHorizonReclaims/2 {
+			d.reclaims = mergeReclaims(d.reclaims, true)
+		}
+	}
+	d.maybeStartReclaimsLocked()
+}
+
+// reclaimDueLocked reports whether r may run: the horizon has passed its
+// deletions, or the DB keeps none.
+func (d *DB) reclaimDueLocked(r horizonReclaim) bool {
+	return !d.opts.HistoryHorizon || r.seq < d.HistoryHorizon()
+}
+
+// maybeStartReclaimsLocked starts the reclaim worker when a reclaim is due
+// and none runs. It counts as background work, so Close waits for it.
+func (d *DB) maybeStartReclaimsLocked() {
+	if d.reclaimRunning || d.closed || d.readOnly || d.bgErr != nil {
+		return
+	}
+	if !slices.ContainsFunc(d.reclaims, d.reclaimDueLocked) {
+		return
+	}
+	d.reclaimRunning = true
+	d.bgRunning++
+	go d.runReclaims()
+}
+
+// runReclaims runs the due reclaims until none is left: DeleteFilesInRange
+// for range deletions, then CompactRange over the merged spans.
+func (d *DB) runReclaims() {
+	d.mu.Lock()
+	for !d.closed && d.bgErr == nil {
+		var due []horizonReclaim
+		kept := d.reclaims[:0]
+		for _, r := range d.reclaims {
+			if d.reclaimDueLocked(r) {
+				due = append(due, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		clear(d.reclaims[len(kept):])
+		d.reclaims = kept
+		if len(due) == 0 {
+			break
+		}
+		d.mu.Unlock()
+		err := d.reclaim(due)
+		d.mu.Lock()
+		if err != nil && !d.closed {
+			d.log.Warn("compact deleted spans after the history horizon", "err", err)
+		}
+	}
+	d.reclaimRunning = false
+	d.bgRunning--
+	d.cond.Broadcast()
+	d.mu.Unlock()
+}
+
+// reclaim drops the files of due's range deletions and compacts its spans.
+func (d *DB) reclaim(due []horizonReclaim) error {
+	for _, r := range due {
+		if r.deletedAt == 0 {
+			continue
+		}
+		if _, _, err := d.DeleteFilesInRange(r.start, r.end, r.deletedAt); err != nil && !errors.Is(err, ErrOlderSnapshot) {
+			return fmt.Errorf("drop files of deleted range: %w", err)
+		}
+	}
+	for _, r := range mergeReclaims(due, false) {
+		if err := d.CompactRange(r.start, r.end); err != nil {
+			return fmt.Errorf("compact deleted span: %w", err)
+		}
+		d.mu.Lock()
+		d.metrics.horizonReclaims++
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// mergeReclaims sorts rs by start and merges the spans that overlap (and,
+// with neighbours, also each with the next one): a merged span has the
+// later sequence number and drops no files (deletedAt 0).
+func mergeReclaims(rs []horizonReclaim, neighbours bool) []horizonReclaim {
+	slices.SortFunc(rs, func(a, b horizonReclaim) int {
+		if a.start == nil || b.start == nil {
+			return boolCmp(a.start != nil, b.start != nil)
+		}
+		return bytes.Compare(a.start, b.start)
+	})
+	out := rs[:0]
+	for i, r := range rs {
+		if len(out) > 0 {
+			last := &out[len(out)-1]
+			overlap := last.end == nil || (r.start != nil && bytes.Compare(r.start, last.end) <= 0)
+			if overlap || (neighbours && i%2 == 1) {
+				same := bytes.Equal(last.start, r.start) && (last.end == nil) == (r.end == nil) &&
+					bytes.Equal(last.end, r.end) && last.deletedAt == r.deletedAt
+				if !same {
+					last.deletedAt = 0
+				}
+				if last.end != nil && (r.end == nil || bytes.Compare(r.end, last.end) > 0) {
+					last.end = r.end
+				}
+				last.seq = max(last.seq, r.seq)
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	clear(rs[len(out):])
+	return out
+}
+
+// boolCmp orders false before true.
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shale-db/shale/storage/vfs"
 )
@@ -54,18 +56,58 @@ func (o *horizonOracle) get(key string, seq SeqNum) ([]byte, bool) {
 // that reads below it fail, and that the horizon only moves forward.
 func TestHistoryHorizonModel(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testHistoryHorizonModel(t, seed) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testHistoryHorizonModel(t, seed, horizonWindow{}) })
 	}
 }
 
-func testHistoryHorizonModel(t *testing.T, seed uint64) {
+// TestHistoryWindowModel is TestHistoryHorizonModel with the horizon
+// bounded by a window (Options.HistoryWindow on a fake clock that moves
+// 10 ms per write, or HistoryWindowBytes) instead of the WAL archive, which
+// is large: the window moves the horizon, sampled every 25 writes and by
+// the DB's own timer; after the writes, the clock passes the window on the
+// idle DB and the horizon must reach one past the last write.
+func TestHistoryWindowModel(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		seed uint64
+		w    horizonWindow
+	}{
+		{"time2s", 1, horizonWindow{time: 2 * time.Second}},
+		{"time500ms", 2, horizonWindow{time: 500 * time.Millisecond}},
+		{"bytes64KiB", 3, horizonWindow{bytes: 64 << 10}},
+		{"both", 4, horizonWindow{time: 3 * time.Second, bytes: 96 << 10}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testHistoryHorizonModel(t, c.seed, c.w) })
+	}
+}
+
+// horizonWindow configures testHistoryHorizonModel's history window; zero
+// bounds the horizon by a small WAL archive alone.
+type horizonWindow struct {
+	time  time.Duration
+	bytes int64
+}
+
+func testHistoryHorizonModel(t *testing.T, seed uint64, w horizonWindow) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	fs := vfs.NewMem()
 	opts := apiSmallOptions(fs)
 	opts.HistoryHorizon = true
 	opts.WALArchiveMaxBytes = 96 << 10
+	windowed := w.time > 0 || w.bytes > 0
+	var clock atomic.Int64 // fake nanoseconds
+	if windowed {
+		opts.WALArchiveMaxBytes = 256 << 20
+		opts.HistoryWindow, opts.HistoryWindowBytes = w.time, w.bytes
+		opts.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	}
 	d := apiMustOpen(t, "db", opts)
 	defer func() { apiMustClose(t, d) }()
+	sample := func() {
+		d.mu.Lock()
+		d.sampleHistoryLocked()
+		d.mu.Unlock()
+	}
 
 	o := &horizonOracle{points: map[string][]horizonVersion{}}
 	const nKeys = 40
@@ -148,6 +190,12 @@ func testHistoryHorizonModel(t *testing.T, seed uint64) {
 			}
 			o.ranges = append(o.ranges, horizonRange{key(lo), key(hi), b.SeqNum()})
 		}
+		if windowed {
+			clock.Add(int64(10 * time.Millisecond))
+			if i%25 == 0 {
+				sample()
+			}
+		}
 		switch r := rng.IntN(1000); {
 		case r < 10:
 			if err := d.Flush(); err != nil {
@@ -174,6 +222,30 @@ func testHistoryHorizonModel(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	check()
+	if windowed {
+		// Idle: once the window has passed the first sample after the last
+		// write (the DB's timer takes one within a second), nothing before
+		// it is kept.
+		sample()
+		if w.time > 0 {
+			clock.Add(int64(w.time))
+		}
+		sample()
+		if w.time > 0 && d.HistoryHorizon() != d.LastSeq()+1 {
+			t.Fatalf("horizon %d on a DB idle for the window, last seqnum %d", d.HistoryHorizon(), d.LastSeq())
+		}
+		if err := d.CompactRange(nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		check()
+		// A reopen starts no lower, though its WALs reach back further.
+		apiMustClose(t, d)
+		d = apiMustOpen(t, "db", opts)
+		if h := d.HistoryHorizon(); h < lastH {
+			t.Fatalf("horizon after the last reopen %d, before %d", h, lastH)
+		}
+		check()
+	}
 	// The horizon must have moved far enough for compactions to have met
 	// versions on both sides of it, or the test proves little.
 	if lastH < n/4 || compactions == 0 {
@@ -228,14 +300,22 @@ func TestHistoryHorizonDeleteFilesInRange(t *testing.T) {
 	if v, err := d.GetAt([]byte("k050"), before); err != nil || string(v) != "v" {
 		t.Fatalf("GetAt before the range deletion: %q, %v", v, err)
 	}
-	// Giving up the history before the deletion lets it drop the files,
-	// and reads before it fail.
+	// Giving up the history before the deletion lets the DB drop the
+	// files (the DeleteRange and the refusal scheduled it), and reads
+	// before it fail.
+	if m := d.Metrics(); m.HorizonReclaimsPending != 2 || m.Levels[0].Files == 0 {
+		t.Fatalf("before advancing: %d reclaims pending, %d L0 files", m.HorizonReclaimsPending, m.Levels[0].Files)
+	}
 	d.AdvanceHistoryHorizon(d.LastSeq() + 1)
 	if h := d.HistoryHorizon(); h != d.LastSeq()+1 {
 		t.Fatalf("horizon %d after AdvanceHistoryHorizon(%d)", h, d.LastSeq()+1)
 	}
-	if n, _, err := d.DeleteFilesInRange([]byte("k"), []byte("l"), b.SeqNum()); err != nil || n == 0 {
-		t.Fatalf("DeleteFilesInRange after advancing the horizon: %d files, %v", n, err)
+	waitReclaims(d)
+	if n := sstBytes(d); n != 0 {
+		t.Fatalf("%d SST bytes left after the horizon passed the range deletion", n)
+	}
+	if n, _, err := d.DeleteFilesInRange([]byte("k"), []byte("l"), b.SeqNum()); err != nil || n != 0 {
+		t.Fatalf("DeleteFilesInRange after the DB dropped the files: %d files, %v", n, err)
 	}
 	if _, err := d.GetAt([]byte("k050"), before); !errors.Is(err, ErrHistoryUnavailable) {
 		t.Fatalf("GetAt before an advanced horizon: %v, want ErrHistoryUnavailable", err)

@@ -32,6 +32,7 @@ type dbMetrics struct {
 	pendingCompactionBytes uint64
 	peakCompactions        int
 	ingestedBytes          uint64
+	horizonReclaims        int64
 	levels                 [manifest.NumLevels]levelCounters
 }
 
@@ -101,6 +102,12 @@ type Metrics struct {
 	// bound, and when the option is off or the style is Universal. A
 	// caller waiting for background work to settle waits for it too.
 	AtRestCompactionBytes uint64
+	// HorizonReclaimsPending counts the deleted spans waiting for the
+	// history horizon to pass them before they are compacted
+	// (CompactAfterHorizon, range deletions under Options.HistoryHorizon);
+	// HorizonReclaims counts the span compactions run for them.
+	HorizonReclaimsPending int
+	HorizonReclaims        int64
 	// WriteAmp is (flush + compaction bytes written) / flush bytes written.
 	WriteAmp float64
 
@@ -187,6 +194,7 @@ func (d *DB) Metrics() *Metrics {
 	m.CompactionsRunning = len(d.compactions)
 	m.PeakConcurrentCompactions = dm.peakCompactions
 	m.PendingCompactionBytes = dm.pendingCompactionBytes
+	m.HorizonReclaimsPending, m.HorizonReclaims = len(d.reclaims), dm.horizonReclaims
 	m.WriteAmp = dm.writeAmp()
 	m.WritePressure, m.PacingAbsorbRate, m.PacingDelay = d.wc.stats()
 	m.StallTime, m.Stalls = dm.stallTime, dm.stalls

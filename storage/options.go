@@ -235,6 +235,23 @@ type Options struct {
 	// when no open snapshot sees it, and reads at or above that version
 	// then see the filtered result. Default false: no horizon.
 	HistoryHorizon bool
+	// HistoryWindow, when positive, bounds the history HistoryHorizon
+	// keeps by time apart from the WAL: H also moves up to the first
+	// sequence number written after now-HistoryWindow, so versions
+	// overwritten or deleted longer ago than the window go at the next
+	// flush or compaction, also on a DB nobody writes. The DB samples
+	// (time, last sequence number, WAL bytes) about once a second and when
+	// a flush or compaction starts, so the bound holds to within about a
+	// second (or a flush's writes). Needs HistoryHorizon. Default
+	// 0: no time bound. Negative is an error.
+	HistoryWindow time.Duration
+	// HistoryWindowBytes, when positive, bounds the history HistoryHorizon
+	// keeps by WAL bytes: H also moves up to the first sequence number
+	// written after the point where more than this many bytes of batches
+	// were written to the WAL since, to within one sample's writes (a
+	// second's or a flush's, see HistoryWindow). With both bounds set, the tighter one wins. Needs
+	// HistoryHorizon. Default 0: no bytes bound. Negative is an error.
+	HistoryWindowBytes int64
 	// WALFlushThreshold lets unsynced writes accumulate in memory until this
 	// many bytes are buffered before the background flusher writes them to
 	// the WAL file. Default 0: after every commit. Bytes buffered for a
@@ -277,8 +294,8 @@ type Options struct {
 	// negative disables it. Leveled style only (Universal bounds its space
 	// by MaxSizeAmplificationPercent).
 	AtRestCompactionDelay time.Duration
-	// now is the clock of file creation times and PeriodicCompaction
-	// (time.Now when nil); tests set it.
+	// now is the clock of file creation times, PeriodicCompaction and
+	// HistoryWindow (time.Now when nil); tests set it.
 	now func() time.Time
 	// Logger receives the DB's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -406,6 +423,12 @@ func (o *Options) validate() error {
 	}
 	if o.Compaction != LeveledCompaction && o.Compaction != UniversalCompaction {
 		errs = append(errs, fmt.Errorf("compaction style %d unknown", o.Compaction))
+	}
+	if o.HistoryWindow < 0 || o.HistoryWindowBytes < 0 {
+		errs = append(errs, fmt.Errorf("HistoryWindow %s and HistoryWindowBytes %d must not be negative", o.HistoryWindow, o.HistoryWindowBytes))
+	}
+	if (o.HistoryWindow != 0 || o.HistoryWindowBytes != 0) && !o.HistoryHorizon {
+		errs = append(errs, errors.New("HistoryWindow and HistoryWindowBytes bound the history HistoryHorizon keeps: set HistoryHorizon"))
 	}
 	if o.LevelMultiplier < 2 {
 		errs = append(errs, fmt.Errorf("LevelMultiplier %.1f: need at least 2", o.LevelMultiplier))

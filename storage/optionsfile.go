@@ -83,6 +83,14 @@ func encodeOptions(o *Options) []byte {
 	kv("wal_archive_max_bytes", o.WALArchiveMaxBytes)
 	kv("wal_archive_ttl", o.WALArchiveTTL)
 	kv("history_horizon", o.HistoryHorizon)
+	// Written only when set, so that the OPTIONS file of a DB without a
+	// window stays readable by engines that predate it.
+	if o.HistoryWindow != 0 {
+		kv("history_window", o.HistoryWindow)
+	}
+	if o.HistoryWindowBytes != 0 {
+		kv("history_window_bytes", o.HistoryWindowBytes)
+	}
 	kv("wal_flush_threshold", o.WALFlushThreshold)
 	kv("wal_preallocate_size", o.WALPreallocateSize)
 	kv("write_pacing", !o.DisableWritePacing)
@@ -239,6 +247,10 @@ func (s *StoredOptions) setEngineOption(k, v string) error {
 		o.WALArchiveTTL, err = time.ParseDuration(v)
 	case "history_horizon":
 		o.HistoryHorizon, err = strconv.ParseBool(v)
+	case "history_window":
+		o.HistoryWindow, err = time.ParseDuration(v)
+	case "history_window_bytes":
+		i64(&o.HistoryWindowBytes)
 	case "wal_flush_threshold":
 		i(&o.WALFlushThreshold)
 	case "wal_preallocate_size":

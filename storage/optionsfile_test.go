@@ -55,6 +55,9 @@ func TestOptionsFileRecordsTheOptions(t *testing.T) {
 	opts.DisableWritePacing = true
 	opts.PeriodicCompaction = 36 * time.Hour
 	opts.AtRestCompactionDelay = 90 * time.Second
+	opts.HistoryHorizon = true
+	opts.HistoryWindow = 5 * time.Minute
+	opts.HistoryWindowBytes = 64 << 20
 	opts.Compaction = UniversalCompaction
 	opts.Universal = UniversalOptions{SizeRatio: 7, MaxMergeWidth: 5}
 	opts.Levels[6].Compression = ZstdCompression

@@ -130,6 +130,9 @@ func (d *DB) logAndApply(ve *manifest.VersionEdit, onInstall func()) error {
 	}
 	ve.NextFileNum = d.nextFileNum
 	ve.LastSeqNum = d.logSeq
+	// Every edit records the horizon: the files it adds may lack what
+	// only reads below it saw, and a reopen must not go back below it.
+	ve.HistoryHorizon = d.HistoryHorizon()
 	if ve.MinUnflushedLogNum == 0 {
 		ve.MinUnflushedLogNum = d.minUnflushed
 	}
@@ -215,6 +218,7 @@ func (d *DB) writeManifestFile(num manifest.FileNum, v *manifest.Version, ve *ma
 		MinUnflushedLogNum: ve.MinUnflushedLogNum,
 		NextFileNum:        ve.NextFileNum,
 		LastSeqNum:         ve.LastSeqNum,
+		HistoryHorizon:     ve.HistoryHorizon,
 	}
 	for level := range v.Levels {
 		for _, f := range v.Levels[level] {
@@ -258,6 +262,7 @@ func (d *DB) writeNewManifestLocked(v *manifest.Version, ve *manifest.VersionEdi
 	d.nextFileNum++
 	ve.NextFileNum = d.nextFileNum
 	ve.LastSeqNum = d.logSeq
+	ve.HistoryHorizon = d.HistoryHorizon()
 	d.mu.Unlock()
 	err := d.writeManifestFile(num, v, ve)
 	d.mu.Lock()

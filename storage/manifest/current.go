@@ -116,6 +116,9 @@ type VersionEditSummary struct {
 	// recorded a clean close (see VersionEdit); 0 otherwise.
 	CleanCloseLogNum  FileNum
 	CleanCloseLogSize uint64
+	// HistoryHorizon is the highest history horizon any edit recorded (see
+	// VersionEdit.HistoryHorizon); 0 if none did.
+	HistoryHorizon base.SeqNum
 }
 
 // ReplayManifest reads the MANIFEST at path and applies its edits in order
@@ -187,6 +190,7 @@ func ReplayManifest(fs vfs.FS, path string) (*Version, VersionEditSummary, error
 		if ve.LastSeqNum != 0 {
 			sum.LastSeqNum = ve.LastSeqNum
 		}
+		sum.HistoryHorizon = max(sum.HistoryHorizon, ve.HistoryHorizon)
 		// Only a clean close recorded by the very last edit counts.
 		sum.CleanCloseLogNum, sum.CleanCloseLogSize = ve.CleanCloseLogNum, ve.CleanCloseLogSize
 		sum.NumEdits++

@@ -34,6 +34,8 @@ import (
 //	7|TagSafeToIgnore        bytes holding uvarint WAL number, uvarint size:
 //	     clean close         the DB closed cleanly with that WAL complete at
 //	                         that size
+//	8|TagSafeToIgnore        bytes holding uvarint seqnum: the DB's history
+//	     history horizon     horizon when the edit was written
 //
 // Optional file fields follow the fixed fields of a new file: a sequence of
 // (uvarint subtag, bytes payload) pairs ended by subtag 0. Subtag 1 is
@@ -72,6 +74,12 @@ type VersionEdit struct {
 	// tail is then corruption, not an interrupted write).
 	CleanCloseLogNum  FileNum
 	CleanCloseLogSize uint64
+	// HistoryHorizon, when set, is the DB's history horizon (see
+	// storage.Options.HistoryHorizon) when the edit was written: the files
+	// of this and earlier edits may lack versions only reads below
+	// HistoryHorizon-1 saw, so a reopened DB must not start below it. 0
+	// means unset.
+	HistoryHorizon base.SeqNum
 }
 
 // DeletedFileEntry names a file removed from a level.
@@ -99,7 +107,8 @@ const (
 	tagDeletedFile        = 5
 	tagNewFile            = 6
 
-	tagCleanClose = 7 | TagSafeToIgnore
+	tagCleanClose     = 7 | TagSafeToIgnore
+	tagHistoryHorizon = 8 | TagSafeToIgnore
 
 	subtagEnd          = 0
 	subtagCreationTime = 1
@@ -151,6 +160,9 @@ func (ve *VersionEdit) Encode(w io.Writer) error {
 func (ve *VersionEdit) AppendEncoded(dst []byte) ([]byte, error) {
 	if ve.LastSeqNum > base.MaxSeqNum {
 		return dst, fmt.Errorf("manifest: encoding version edit: last seqnum %d exceeds the maximum", ve.LastSeqNum)
+	}
+	if ve.HistoryHorizon > base.MaxSeqNum+1 {
+		return dst, fmt.Errorf("manifest: encoding version edit: history horizon %d exceeds the maximum", ve.HistoryHorizon)
 	}
 	for de := range ve.DeletedFiles {
 		if err := validateLevel(de.Level); err != nil {
@@ -214,6 +226,10 @@ func (ve *VersionEdit) AppendEncoded(dst []byte) ([]byte, error) {
 		p = binary.AppendUvarint(p, ve.CleanCloseLogSize)
 		b = binary.AppendUvarint(b, tagCleanClose)
 		b = appendBytes(b, p)
+	}
+	if ve.HistoryHorizon != 0 {
+		b = binary.AppendUvarint(b, tagHistoryHorizon)
+		b = appendBytes(b, binary.AppendUvarint(nil, uint64(ve.HistoryHorizon)))
 	}
 	return b, nil
 }
@@ -383,6 +399,16 @@ func (ve *VersionEdit) decode(d *decoder) error {
 				return fmt.Errorf("malformed clean-close field at byte %d", tagOff)
 			}
 			ve.CleanCloseLogNum, ve.CleanCloseLogSize = FileNum(num), size
+		case tagHistoryHorizon:
+			p, err := d.bytes("history horizon")
+			if err != nil {
+				return err
+			}
+			h, n := binary.Uvarint(p)
+			if n <= 0 || n != len(p) || h == 0 || h > uint64(base.MaxSeqNum)+1 {
+				return fmt.Errorf("malformed history-horizon field at byte %d", tagOff)
+			}
+			ve.HistoryHorizon = base.SeqNum(h)
 		default:
 			if tag&TagSafeToIgnore == 0 {
 				return fmt.Errorf("unknown tag %d at byte %d", tag, tagOff)
@@ -471,6 +497,9 @@ func (ve *VersionEdit) String() string {
 	}
 	if ve.LastSeqNum != 0 {
 		b = fmt.Appendf(b, "last-seq: %d\n", ve.LastSeqNum)
+	}
+	if ve.HistoryHorizon != 0 {
+		b = fmt.Appendf(b, "history-horizon: %d\n", ve.HistoryHorizon)
 	}
 	for _, de := range sortedDeleted(ve.DeletedFiles) {
 		b = fmt.Appendf(b, "del L%d %s\n", de.Level, de.FileNum)

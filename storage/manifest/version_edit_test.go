@@ -35,7 +35,7 @@ func sampleEdit() *VersionEdit {
 // (decoding leaves it nil).
 func editsEqual(a, b *VersionEdit) error {
 	if a.ComparatorName != b.ComparatorName || a.MinUnflushedLogNum != b.MinUnflushedLogNum ||
-		a.NextFileNum != b.NextFileNum || a.LastSeqNum != b.LastSeqNum {
+		a.NextFileNum != b.NextFileNum || a.LastSeqNum != b.LastSeqNum || a.HistoryHorizon != b.HistoryHorizon {
 		return fmt.Errorf("scalar fields differ:\n%s\nvs\n%s", a, b)
 	}
 	if len(a.DeletedFiles) != len(b.DeletedFiles) {
@@ -206,6 +206,8 @@ func FuzzVersionEditDecode(f *testing.F) {
 	f.Add([]byte{tagNewFile, 1, 2, 3})
 	ign := binary.AppendUvarint(nil, TagSafeToIgnore|3)
 	f.Add(appendBytes(ign, []byte("zz")))
+	hor := binary.AppendUvarint(nil, tagHistoryHorizon)
+	f.Add(appendBytes(hor, []byte{0x80, 0x01}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var ve VersionEdit
 		if err := ve.Decode(data); err != nil {
@@ -241,8 +243,11 @@ func FuzzVersionEditDecode(f *testing.F) {
 	})
 }
 
-func TestCleanCloseRoundTrip(t *testing.T) {
-	ve := VersionEdit{LastSeqNum: 9, CleanCloseLogNum: 12, CleanCloseLogSize: 1 << 40}
+// TestCleanCloseAndHorizonRoundTrip: the clean-close and history-horizon
+// fields survive a round trip and String shows them; malformed payloads are
+// errors, not silent zeros.
+func TestCleanCloseAndHorizonRoundTrip(t *testing.T) {
+	ve := VersionEdit{LastSeqNum: 9, CleanCloseLogNum: 12, CleanCloseLogSize: 1 << 40, HistoryHorizon: 1 << 50}
 	enc, err := ve.AppendEncoded(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -251,12 +256,30 @@ func TestCleanCloseRoundTrip(t *testing.T) {
 	if err := got.Decode(enc); err != nil {
 		t.Fatal(err)
 	}
-	if got.CleanCloseLogNum != 12 || got.CleanCloseLogSize != 1<<40 || got.LastSeqNum != 9 {
+	if got.CleanCloseLogNum != 12 || got.CleanCloseLogSize != 1<<40 || got.LastSeqNum != 9 || got.HistoryHorizon != 1<<50 {
 		t.Fatalf("round trip: %+v", got)
 	}
-	// A truncated clean-close payload is an error, not a silent zero.
-	bad := append([]byte(nil), enc[:len(enc)-1]...)
-	if err := got.Decode(bad); err == nil {
-		t.Fatal("decoding a truncated clean-close field succeeded")
+	if !strings.Contains(got.String(), "history-horizon: 1125899906842624") {
+		t.Fatalf("String() lacks the horizon:\n%s", &got)
+	}
+	// A truncated payload of either (each the last field) is an error.
+	cc := ve
+	cc.HistoryHorizon = 0
+	for _, e := range []*VersionEdit{&ve, &cc} {
+		enc, _ := e.AppendEncoded(nil)
+		if err := got.Decode(enc[:len(enc)-1]); err == nil {
+			t.Fatalf("decoding a truncated %+v succeeded", e)
+		}
+	}
+	// A zero, oversized or padded horizon is an error too.
+	for _, p := range [][]byte{{0}, binary.AppendUvarint(nil, uint64(base.MaxSeqNum)+2), {5, 0}} {
+		bad := appendBytes(binary.AppendUvarint(nil, tagHistoryHorizon), p)
+		if err := got.Decode(bad); err == nil {
+			t.Fatalf("decoding history-horizon payload %x succeeded", p)
+		}
+	}
+	ve.HistoryHorizon = base.MaxSeqNum + 2
+	if _, err := ve.AppendEncoded(nil); err == nil {
+		t.Fatal("encoding an oversized history horizon succeeded")
 	}
 }
