@@ -385,13 +385,24 @@ func (d *DB) deleteObsoleteFiles(atOpen bool) {
 	}
 }
 
-// archiveWAL moves an obsolete WAL into the archive directory.
+// archiveWAL moves an obsolete WAL into the archive directory and syncs that
+// directory at once, so that the file's new name is durable before the next
+// flush's sync of the data directory makes its removal from there durable:
+// otherwise a crash could keep neither name, and the change feed would lose the WAL's batches
+// (TestCrashKeepsArchivedWAL). A crash before the sync leaves the WAL in the
+// data directory, where the next open archives it again.
 func (d *DB) archiveWAL(name string) error {
 	dir := d.fs.Join(d.dirname, archiveDirName)
 	if err := mkdirAllDurable(d.fs, dir); err != nil {
 		return err
 	}
-	return d.fs.Rename(d.fs.Join(d.dirname, name), d.fs.Join(dir, name))
+	if err := d.fs.Rename(d.fs.Join(d.dirname, name), d.fs.Join(dir, name)); err != nil {
+		return err
+	}
+	if err := vfs.SyncDir(d.fs, dir); err != nil {
+		return fmt.Errorf("sync %s after archiving %s: %w", dir, name, err)
+	}
+	return nil
 }
 
 // pruneArchiveLocked removes archived WALs beyond the size or age limits,
