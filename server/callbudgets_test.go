@@ -34,12 +34,26 @@ func TestCallBudgetsShared(t *testing.T) {
 	dl1 := now.Add(10 * time.Second)
 	ctx1, release1 := b.acquire(dl1)
 	check("first", ctx1, dl1)
-	dl2 := dl1.Add(20 * time.Millisecond) // within 1% of 10 s
+	dl2 := dl1.Add(20 * time.Millisecond) // within the slack of 10 s
 	ctx2, release2 := b.acquire(dl2)
 	check("second", ctx2, dl2)
 	if ctx2 != ctx1 {
 		t.Error("a call 20 ms after another with the same timeout did not share its budget")
 	}
+	// A stream with one call at a time: the next call, one put later (about
+	// 30 ms at 256 clients) with the SDK's 3-s attempt timeout, shares.
+	b3 := &callBudgets{stream: stream}
+	dl3 := now.Add(3 * time.Second)
+	ctx3, release3 := b3.acquire(dl3)
+	release3()
+	dl4 := dl3.Add(40 * time.Millisecond)
+	ctx4, release4 := b3.acquire(dl4)
+	check("one call later", ctx4, dl4)
+	if ctx4 != ctx3 {
+		t.Error("a call 40 ms after the stream's previous one, both with 3-s timeouts, did not share its budget")
+	}
+	release4()
+	b3.close()
 	// An earlier deadline must not share a later budget.
 	dlEarly := dl1.Add(-time.Second)
 	ctxEarly, releaseEarly := b.acquire(dlEarly)
