@@ -605,6 +605,7 @@ func (r *Replica) takeWaiter(t *applyTask, i int, id uint64) {
 	}
 	delete(r.waiters, id)
 	t.props[i] = p
+	t.entries[i].Decoded = p.decoded
 	if p.trace != nil {
 		e := &t.entries[i]
 		e.Span = p.trace.committed(r.store.tracer, r.shardID, e.Index, e.Term)

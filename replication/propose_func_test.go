@@ -19,7 +19,7 @@ type proposeFuncOutcome struct {
 
 func proposeFunc(r *Replica, ctx context.Context, payload string) *proposeFuncOutcome {
 	o := &proposeFuncOutcome{done: make(chan struct{})}
-	r.ProposeFunc(ctx, []byte(payload), func(res any, err error) {
+	r.ProposeFunc(ctx, []byte(payload), nil, func(res any, err error) {
 		if o.calls.Add(1) == 1 {
 			o.res, o.err = res, err
 			close(o.done)

@@ -151,8 +151,11 @@ type proposal struct {
 	// callback, its replica, the function that stops watching its
 	// context, and whether it has been answered (once: by finish or by
 	// its context's end, whichever comes first).
-	then     func(any, error)
-	r        *Replica
+	then func(any, error)
+	r    *Replica
+	// decoded is the payload's decoded form given to ProposeFunc, which
+	// the proposal's entry carries to the state machine (Entry.Decoded).
+	decoded  any
 	unwatch  func() bool
 	answered atomic.Bool
 	// trace is the proposal's spans when its context was traced (nil
@@ -400,13 +403,16 @@ func (r *Replica) ProposeAlone(ctx context.Context, payload []byte) (any, error)
 // or before ProposeFunc returns if the proposal did not start (not the
 // leader, too large, ErrBusy, the replica stopped). then must not block:
 // the goroutines finishing proposals serve every shard of the node.
-func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, then func(result any, err error)) {
+// decoded, if not nil, is payload's decoded form, which this replica's
+// state machine gets as Entry.Decoded when it applies the command instead
+// of decoding payload (see Entry.Decoded for what it must be).
+func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, decoded any, then func(result any, err error)) {
 	p, err := r.newProposal(ctx, payload, false)
 	if err != nil {
 		then(nil, err)
 		return
 	}
-	p.then, p.r = then, r
+	p.then, p.r, p.decoded = then, r, decoded
 	if err := r.admit(); err != nil {
 		if p.trace != nil {
 			p.trace.proposed(err)

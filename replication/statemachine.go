@@ -80,6 +80,15 @@ type Entry struct {
 	// always on the other replicas. A state machine may start child spans
 	// of it (its engine write) and must not end it. It is not replicated.
 	Span trace.Span
+	// Decoded is what the proposer gave ProposeFunc as Payload's decoded
+	// form, on the replica that proposed the command (each command of a
+	// packed entry its own), so that the state machine need not decode what
+	// it has just encoded; nil on the other replicas, on replays and for
+	// commands proposed otherwise. Whatever the proposer's contract with its
+	// state machine is, Decoded must apply exactly as Payload does (the
+	// other replicas apply Payload). It is not replicated; the proposer may
+	// still be reading it, so the state machine must not modify it.
+	Decoded any
 }
 
 // AppliedConfChange is a configuration change that Raft has applied.

@@ -417,7 +417,7 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 	wc.ctx, inner, wc.cancel = n.requestCtx(ctx)
 	wc.t, wc.cmd, wc.payloadBytes = t, cmd, len(payload)
 	s.direct.Add(1)
-	t.r.ProposeFunc(inner, payload, wc.proposed)
+	t.r.ProposeFunc(inner, payload, cmd, wc.proposed)
 	return true
 }
 

@@ -60,6 +60,20 @@ func TestNoCompactCommandsUntilEveryNodeReadsThem(t *testing.T) {
 		if err := proto.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
+		// cmd is left as the apply decodes the encoding (it goes to
+		// ProposeFunc as the payload's decoded form): the wall clock in
+		// full, no offset, the same transaction.
+		wall := got.GetTimestampUnixNanos()
+		if wall == 0 {
+			wall = got.GetHlc().GetWallNanos() + got.GetWallOffsetNanos()
+		}
+		if cmd.GetTimestampUnixNanos() != wall || cmd.GetWallOffsetNanos() != 0 || !proto.Equal(cmd.GetHlc(), got.GetHlc()) {
+			t.Fatalf("encodeCommand left its command dated %d (offset %d, hlc %v); its encoding's clock is %d (hlc %v)",
+				cmd.GetTimestampUnixNanos(), cmd.GetWallOffsetNanos(), cmd.GetHlc(), wall, got.GetHlc())
+		}
+		if p := got.GetPut(); p != nil && !proto.Equal(p, cmd.GetTxn().GetSuccess()[0].GetPut()) {
+			t.Fatalf("encodeCommand's put command %v is not its transaction's put %v", p, cmd.GetTxn())
+		}
 		return &got
 	}
 	put := func(from, to int) {

@@ -937,10 +937,16 @@ func (n *Node) wallNanos() int64 { return n.cfg.WallClock().UnixNano() }
 // compact.go), it is encoded as it is; once they all do, the wall clock is
 // carried as its offset from the hybrid logical clock's reading (0, and no
 // bytes, while that follows the wall clock) and a transaction of one put as
-// a put command. cmd is left as it was given, dated.
+// a put command. cmd is left as it was given, dated, with the wall clock in
+// full (timestamp_unix_nanos): as the shard's apply decodes the encoding,
+// so that it can go to ProposeFunc as the payload's decoded form
+// (shard.Shard.Apply's Entry.Decoded).
 func (n *Node) encodeCommand(r *replication.Replica, cmd *shalev1.RaftCommand) ([]byte, error) {
 	ts, wall := n.clock.NowWall()
 	cmd.Hlc = replication.HLCToProto(ts)
+	// cmd is left as the apply decodes the encoding: the timestamp in
+	// full, the command a transaction.
+	defer func() { cmd.TimestampUnixNanos, cmd.WallOffsetNanos = wall, 0 }()
 	if n.cfg.DisableCompactCommands || !r.NodesRead(replication.FeatureCompactCommands) {
 		cmd.TimestampUnixNanos, cmd.WallOffsetNanos = wall, 0
 		return codec.Marshal(cmd)

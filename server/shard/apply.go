@@ -35,6 +35,13 @@ import (
 // are skipped (nil result). Results depend only on the entries and the
 // state, so every replica computes the same ones.
 //
+// An entry whose Decoded is a *shalev1.RaftCommand is applied from it, not
+// from its Payload, which it must equal as decoding and expanding the
+// payload would give it: the long form (a transaction, not the compact put
+// command; timestamp_unix_nanos in full, no wall_offset_nanos), as the
+// server's encodeCommand leaves the command it encodes. Apply only reads
+// it.
+//
 // An error (engine I/O or corrupt stored data) means nothing of this call
 // was applied and the Shard stops: every later Apply returns the error.
 func (s *Shard) Apply(entries []replication.Entry) (replication.Applied, error) {
@@ -295,12 +302,15 @@ func (a *applier) applyEntry(e *replication.Entry) (any, error) {
 	if len(e.Payload) == 0 {
 		return nil, nil
 	}
-	cmd := &shalev1.RaftCommand{}
-	if err := codec.Unmarshal(e.Payload, cmd); err != nil {
-		a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
-		return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
+	cmd, ok := e.Decoded.(*shalev1.RaftCommand)
+	if !ok {
+		cmd = &shalev1.RaftCommand{}
+		if err := codec.Unmarshal(e.Payload, cmd); err != nil {
+			a.s.log.Warn("shard: malformed command", "index", e.Index, "err", err)
+			return errResult(codes.InvalidArgument, nil, "malformed command: %v", err), nil
+		}
+		expandCommand(cmd)
 	}
-	expandCommand(cmd)
 	if e.Parts > 0 {
 		switch cmd.GetCommand().(type) {
 		case *shalev1.RaftCommand_Txn, *shalev1.RaftCommand_Noop, nil:
