@@ -69,7 +69,8 @@ type callMux struct {
 	mu  sync.Mutex
 	cur *callStream
 	// unary is set once the node answered Unimplemented: calls are unary.
-	unary bool
+	// It is read by every call, without taking mu.
+	unary atomic.Bool
 	// senderBatches counts the messages the streams' sender goroutines
 	// sent (the calls sendDirect handed over), for tests.
 	senderBatches atomic.Int64
@@ -138,17 +139,11 @@ func (m *callMux) streamFor(cc *grpc.ClientConn, auth, node string, mdCtx contex
 }
 
 // isUnary reports whether the node answered Unimplemented to KV.Calls.
-func (m *callMux) isUnary() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.unary
-}
+func (m *callMux) isUnary() bool { return m.unary.Load() }
 
 // noCalls records that the node has no KV.Calls.
 func (m *callMux) noCalls() {
-	m.mu.Lock()
-	m.unary = true
-	m.mu.Unlock()
+	m.unary.Store(true)
 }
 
 // callStream is one KV.Calls stream and its calls in flight.
