@@ -8,15 +8,28 @@ import (
 
 	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/testcluster"
+	"github.com/shale-db/shale/server"
 )
 
 // BenchmarkGet measures a linearizable get (client and three in-process
-// nodes together, one get at a time, of 1,000 keys written first);
-// allocations per get are exact where the machine's timing is not:
+// nodes together, one get at a time, of 1,000 keys written first), served
+// from the leader's lease as shale-server does by default (lease) and by a
+// ReadIndex round per get (readindex); allocations per get are exact where
+// the machine's timing is not:
 //
 //	go test -run '^$' -bench BenchmarkGet -benchtime 5000x -count 3 ./server/
 func BenchmarkGet(b *testing.B) {
-	c := testcluster.Start(b, testcluster.Options{})
+	for _, lease := range []bool{true, false} {
+		name := "readindex"
+		if lease {
+			name = "lease"
+		}
+		b.Run(name, func(b *testing.B) { benchGet(b, lease) })
+	}
+}
+
+func benchGet(b *testing.B, lease bool) {
+	c := testcluster.Start(b, testcluster.Options{Configure: func(cfg *server.Config) { cfg.LeaseReads = lease }})
 	c.WaitLeaders(20 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -68,7 +68,9 @@ func (v *readView) get(key []byte, now int64) (*shalev1.KeyValue, error) {
 }
 
 // storedKeyValue is the user-visible form of key's stored record raw: nil
-// when it expired at now.
+// when it expired at now. raw must be the caller's own copy (the engine's
+// Get and MultiGet return one): the KeyValue's value is a slice of it, not
+// a second copy of its bytes.
 func storedKeyValue(key, raw []byte, now int64) (*shalev1.KeyValue, error) {
 	sv, err := decodeValue(raw)
 	if err != nil {
@@ -77,7 +79,9 @@ func storedKeyValue(key, raw []byte, now int64) (*shalev1.KeyValue, error) {
 	if sv.expired(now) {
 		return nil, nil
 	}
-	return keyValue(key, &sv, false), nil
+	kv := keyValue(key, &sv, true)
+	kv.Value = sv.value
+	return kv, nil
 }
 
 // Get reads key at one point of the shard's history: it returns the key's
