@@ -393,6 +393,67 @@ func TestLargeMessagePooled(t *testing.T) {
 	bs.Free()
 }
 
+// TestPooledMinLen: pooledMinLen is the least capacity that gRPC pools
+// (a gRPC upgrade that moves its threshold fails here), and an encoding
+// longer than plainMaxLen but below gRPC's threshold goes into a pooled
+// buffer, not a plain slice.
+func TestPooledMinLen(t *testing.T) {
+	if mem.IsBelowBufferPoolingThreshold(pooledMinLen) || !mem.IsBelowBufferPoolingThreshold(pooledMinLen-1) {
+		t.Fatalf("pooledMinLen %d is not gRPC's least pooled length", pooledMinLen)
+	}
+	for _, n := range []int{plainMaxLen + 1, pooledMinLen - 1} {
+		m := &shalev1.PutRequest{Value: make([]byte, n)}
+		bs, err := Codec{}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, plain := bs[0].(mem.SliceBuffer); plain || len(bs) != 1 || bs.Len() != proto.Size(m) {
+			t.Fatalf("a %d-byte value encoded into %d buffers (%d bytes), the first a %T", n, len(bs), bs.Len(), bs[0])
+		}
+		bs.Free()
+	}
+}
+
+// TestPooledBuffersNotShared: encodings held while others are encoded and
+// freed, in a random order, keep their bytes: a buffer goes back to the
+// pool only when its own holder frees it. Run with -race too.
+func TestPooledBuffersNotShared(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 72))
+	type held struct {
+		bs   mem.BufferSlice
+		want []byte
+	}
+	var live []held
+	for i := range 5000 {
+		if len(live) > 0 && rng.IntN(2) == 0 {
+			k := rng.IntN(len(live))
+			live[k].bs.Free()
+			live[k] = live[len(live)-1]
+			live = live[:len(live)-1]
+		} else {
+			v := make([]byte, rng.IntN(3000))
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			m := &shalev1.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: v}
+			bs, err := Codec{}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := proto.Marshal(m)
+			live = append(live, held{bs, want})
+		}
+		for _, h := range live {
+			if !bytes.Equal(h.bs.Materialize(), h.want) {
+				t.Fatalf("step %d: a held encoding changed", i)
+			}
+		}
+	}
+	for _, h := range live {
+		h.bs.Free()
+	}
+}
+
 // TestOverGRPC: a server and a connection each with the codec installed
 // (and no global registration) serve a shale.v1 message and a message
 // without generated methods (the health service's) alike.
