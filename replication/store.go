@@ -1004,12 +1004,14 @@ type readyReplica struct {
 }
 
 // deliver steps a batch's messages into their replicas, creating
-// uninitialized replicas for shards this node newly joined.
+// uninitialized replicas for shards this node newly joined. The messages'
+// entries keep slices of the envelopes' bytes, which the Store owns
+// (Handler.HandleRaftBatch), rather than copies.
 func (s *Store) deliver(b *shalev1.RaftMessageBatch) {
 	from := b.GetFromNodeId()
 	for _, env := range b.GetMessages() {
 		m := &raftpb.Message{}
-		if err := codec.Unmarshal(env.GetMessage(), m); err != nil {
+		if err := codec.UnmarshalRaftMessageAliasing(env.GetMessage(), m); err != nil {
 			s.cfg.Logger.Warn("dropping undecodable raft message", "shard", env.GetShardId(), "from", from, "err", err)
 			continue
 		}

@@ -31,7 +31,9 @@ type Transport interface {
 // out and dials again (grpctransport ends the stream).
 type Handler interface {
 	// HandleRaftBatch delivers a batch of Raft messages; it must not block
-	// for long (the Store queues the messages for its Raft loop).
+	// for long (the Store queues the messages for its Raft loop). The
+	// Handler owns b from then on: the caller neither reads nor modifies
+	// it again (the Store's Raft log keeps slices of the messages' bytes).
 	HandleRaftBatch(b *shalev1.RaftMessageBatch)
 	// HandleSnapshot is called with a completely received, checksum-verified
 	// checkpoint in dir, and owns dir from then on in every case: it

@@ -78,7 +78,7 @@ func raftUnmarshal(b []byte, m proto.Message) (ok bool) {
 	switch x := m.(type) {
 	case *raftpb.Message:
 		*x = raftpb.Message{}
-		return decodeRaftMessage(b, x, 0)
+		return decodeRaftMessage(b, x, 0, false)
 	case *raftpb.Entry:
 		*x = raftpb.Entry{}
 		return decodeEntry(b, x)
@@ -383,7 +383,25 @@ func countEntries(b []byte) (n, dataLen int) {
 	return n, dataLen
 }
 
-func decodeRaftMessage(b []byte, m *raftpb.Message, depth int) bool {
+// UnmarshalRaftMessageAliasing decodes b, a Raft message's encoding, into
+// m as Unmarshal does, except that m's entries' data and its context (and
+// its responses') are slices of b rather than copies: it saves copying an
+// append's entries once more. The caller hands b over: nothing may modify b
+// while m, or anything that took m's entries (Raft's log), may read them.
+// Each entry's data is capped at its own length, so an append to it copies.
+// A snapshot's data is copied, and a message the hand-written decoder
+// refuses (an unknown field) is decoded by protobuf, as a copy.
+func UnmarshalRaftMessageAliasing(b []byte, m *raftpb.Message) error {
+	*m = raftpb.Message{}
+	if decodeRaftMessage(b, m, 0, true) {
+		return nil
+	}
+	return Unmarshal(b, m)
+}
+
+// decodeRaftMessage decodes b into m; with alias, the entries' data and the
+// context are slices of b (UnmarshalRaftMessageAliasing).
+func decodeRaftMessage(b []byte, m *raftpb.Message, depth int, alias bool) bool {
 	if depth > raftMaxDepth {
 		return false
 	}
@@ -393,9 +411,14 @@ func decodeRaftMessage(b []byte, m *raftpb.Message, depth int) bool {
 		sc.u[i] = v
 		return &sc.u[i]
 	}
-	// Every entry, and every entry's data, in one allocation each.
+	// Every entry, and every entry's data (unless aliased), in one
+	// allocation each.
 	var boxes []entryBox
 	var data []byte
+	dataIn := &data
+	if alias {
+		dataIn = nil
+	}
 	for len(b) > 0 {
 		num, typ, v, bs, n := field(b)
 		if n < 0 {
@@ -429,12 +452,14 @@ func decodeRaftMessage(b []byte, m *raftpb.Message, depth int) bool {
 			if boxes == nil {
 				count, dataLen := countEntries(b)
 				boxes = make([]entryBox, 0, count)
-				data = make([]byte, 0, dataLen)
+				if !alias {
+					data = make([]byte, 0, dataLen)
+				}
 				m.Entries = make([]*raftpb.Entry, 0, count)
 			}
 			boxes = boxes[:len(boxes)+1]
 			e := &boxes[len(boxes)-1]
-			if !decodeEntryInto(bs, &e.e, &e.sc, &data) {
+			if !decodeEntryInto(bs, &e.e, &e.sc, dataIn) {
 				return false
 			}
 			m.Entries = append(m.Entries, &e.e)
@@ -455,12 +480,16 @@ func decodeRaftMessage(b []byte, m *raftpb.Message, depth int) bool {
 		case 11:
 			m.RejectHint = scalar(6, v)
 		case 12:
-			m.Context = copyBytes(bs)
+			if alias && len(bs) > 0 {
+				m.Context = bs[:len(bs):len(bs)]
+			} else {
+				m.Context = copyBytes(bs)
+			}
 		case 13:
 			m.Vote = scalar(7, v)
 		case 14:
 			r := &raftpb.Message{}
-			if !decodeRaftMessage(bs, r, depth+1) {
+			if !decodeRaftMessage(bs, r, depth+1, alias) {
 				return false
 			}
 			m.Responses = append(m.Responses, r)
@@ -478,7 +507,8 @@ func decodeEntry(b []byte, e *raftpb.Entry) bool {
 }
 
 // decodeEntryInto decodes an Entry into e, its scalar fields into sc, its
-// data into the room left in *data (a copy of its own when there is none).
+// data into the room left in *data (a copy of its own when there is none);
+// with data nil, e's data is a slice of b, capped at its length.
 func decodeEntryInto(b []byte, e *raftpb.Entry, box *entryScalars, data *[]byte) bool {
 	for len(b) > 0 {
 		num, typ, v, bs, n := field(b)
@@ -503,7 +533,11 @@ func decodeEntryInto(b []byte, e *raftpb.Entry, box *entryScalars, data *[]byte)
 			box.index = v
 			e.Index = &box.index
 		case 4:
-			if d := *data; cap(d)-len(d) >= len(bs) && len(bs) > 0 {
+			if data == nil && len(bs) > 0 {
+				e.Data = bs[:len(bs):len(bs)]
+			} else if data == nil {
+				e.Data = copyBytes(bs)
+			} else if d := *data; cap(d)-len(d) >= len(bs) && len(bs) > 0 {
 				start := len(d)
 				d = append(d, bs...)
 				e.Data = d[start:len(d):len(d)] // an append to it never reaches the next entry's

@@ -2,7 +2,9 @@ package codec
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -79,6 +81,114 @@ func TestRaftRoundTrip(t *testing.T) {
 		// Unmarshal resets: decoding into a used message gives the same.
 		if err := Unmarshal(want, back); err != nil || !proto.Equal(back, m) {
 			t.Fatalf("second decode %v (%v), want %v", back, err, m)
+		}
+	}
+}
+
+// TestRaftAliasing: UnmarshalRaftMessageAliasing decodes what Unmarshal
+// does, with entries' data and contexts that are slices of the encoding,
+// each capped at its length; messages decoded from one buffer stay intact
+// while their entries are appended to, and an encoding it leaves to
+// protobuf decodes all the same. The messages are random: entries of
+// random lengths (empty ones too), contexts, nested responses.
+func TestRaftAliasing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 72))
+	u := proto.Uint64
+	app := raftpb.MsgApp
+	var msgs []*raftpb.Message
+	for _, c := range raftCases() {
+		if m, ok := c.(*raftpb.Message); ok {
+			msgs = append(msgs, m)
+		}
+	}
+	for v := range variants {
+		msgs = append(msgs, filled(&raftpb.Message{}, v, 0).(*raftpb.Message))
+	}
+	randBytes := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	for range 300 {
+		m := &raftpb.Message{Type: &app, To: u(rng.Uint64N(5)), Index: u(rng.Uint64())}
+		for range rng.IntN(6) {
+			m.Entries = append(m.Entries, &raftpb.Entry{Index: u(rng.Uint64N(1000)), Data: randBytes(rng.IntN(3) * rng.IntN(400))})
+		}
+		if rng.IntN(3) == 0 {
+			m.Context = randBytes(rng.IntN(20))
+		}
+		if rng.IntN(5) == 0 {
+			m.Responses = []*raftpb.Message{{To: u(1), Context: randBytes(8)}}
+		}
+		msgs = append(msgs, m)
+	}
+	withUnknown := &raftpb.Message{To: u(3), Context: []byte("c")}
+	withUnknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5))
+	msgs = append(msgs, withUnknown)
+
+	// All the encodings in one buffer, as envelopes share a batch's.
+	var buf []byte
+	var spans [][2]int
+	for _, m := range msgs {
+		start := len(buf)
+		var err error
+		if buf, err = MarshalAppend(buf, m); err != nil {
+			t.Fatal(err)
+		}
+		spans = append(spans, [2]int{start, len(buf)})
+	}
+	within := func(b []byte) bool {
+		if len(b) == 0 {
+			return false
+		}
+		lo, hi := uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&buf[len(buf)-1]))
+		first, last := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&b[len(b)-1]))
+		return first >= lo && last <= hi
+	}
+	decoded := make([]*raftpb.Message, len(msgs))
+	for i, sp := range spans {
+		decoded[i] = &raftpb.Message{}
+		if err := UnmarshalRaftMessageAliasing(buf[sp[0]:sp[1]:sp[1]], decoded[i]); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if !proto.Equal(decoded[i], msgs[i]) {
+			t.Fatalf("message %d: decoded %v, want %v", i, decoded[i], msgs[i])
+		}
+		d := decoded[i]
+		if hasUnknown(msgs[i]) {
+			if within(d.Context) {
+				t.Fatalf("message %d left to protobuf aliases its encoding", i)
+			}
+			continue
+		}
+		for _, e := range d.Entries {
+			if len(e.Data) > 0 && (!within(e.Data) || cap(e.Data) != len(e.Data)) {
+				t.Fatalf("message %d: entry data not a capped slice of the encoding", i)
+			}
+		}
+		if len(d.Context) > 0 && (!within(d.Context) || cap(d.Context) != len(d.Context)) {
+			t.Fatalf("message %d: context not a capped slice of the encoding", i)
+		}
+	}
+	// Appending to every entry's data and context leaves the others'.
+	for _, d := range decoded {
+		for _, e := range d.Entries {
+			e.Data = append(e.Data, 0xff)
+		}
+		d.Context = append(d.Context, 0xff)
+	}
+	for i, d := range decoded {
+		for j, e := range d.Entries {
+			e.Data = e.Data[:len(e.Data)-1]
+			if !bytes.Equal(e.Data, msgs[i].Entries[j].Data) {
+				t.Fatalf("message %d entry %d changed", i, j)
+			}
+		}
+		d.Context = d.Context[:len(d.Context)-1]
+		if !bytes.Equal(d.Context, msgs[i].Context) {
+			t.Fatalf("message %d context changed", i)
 		}
 	}
 }
