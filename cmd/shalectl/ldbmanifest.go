@@ -23,8 +23,10 @@ func newLDBManifestCmd(f *ldbFlags) *cobra.Command {
 		Short: "Dump the version edits of the current MANIFEST and the version they build",
 		Long: `manifest prints every version edit of the MANIFEST named by the database's
 CURRENT file (or of the MANIFEST given with --path), in order, with its offset
-in the file, then the version they build: the files of each level with their
-key bounds, sequence numbers and sizes.
+in the file and the fields it sets (including a clean close's WAL and size,
+and the history horizon when the edit was written), then the version they
+build: the files of each level with their key bounds, sequence numbers and
+sizes.
 
 It reads the MANIFEST file directly, without opening the database: it takes no
 lock, writes nothing and does not replay the WAL, so it also works on a
@@ -153,6 +155,13 @@ func printEdit(out io.Writer, ve *manifest.VersionEdit, c output.Codec) {
 	}
 	if ve.LastSeqNum != 0 {
 		fmt.Fprintf(out, "  last-seq: %d\n", ve.LastSeqNum)
+	}
+	if ve.CleanCloseLogNum != 0 {
+		fmt.Fprintf(out, "  clean-close: %s complete at %d bytes\n",
+			manifest.MakeFilename(manifest.FileTypeLog, ve.CleanCloseLogNum), ve.CleanCloseLogSize)
+	}
+	if ve.HistoryHorizon != 0 {
+		fmt.Fprintf(out, "  history-horizon: %d\n", ve.HistoryHorizon)
 	}
 	deleted := make([]manifest.DeletedFileEntry, 0, len(ve.DeletedFiles))
 	for de := range ve.DeletedFiles {

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shale-db/shale/cmd/shalectl/internal/output"
 	"github.com/shale-db/shale/storage"
+	"github.com/shale-db/shale/storage/manifest"
 	"github.com/shale-db/shale/storage/sstable"
 )
 
@@ -547,6 +549,24 @@ func TestLDBManifest(t *testing.T) {
 	if out2 != out {
 		t.Errorf("manifest --path differs from manifest --db:\n%s\nvs\n%s", out2, out)
 	}
+}
+
+// TestLDBManifestPrintsEveryField: an edit's clean-close record and history
+// horizon are printed, so an operator reading a MANIFEST sees why a reopen
+// insists on an intact WAL or keeps history.
+func TestLDBManifestPrintsEveryField(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printEdit(&b, &manifest.VersionEdit{
+		LastSeqNum:        42,
+		CleanCloseLogNum:  7,
+		CleanCloseLogSize: 1234,
+		HistoryHorizon:    40,
+	}, output.Codec{})
+	contains(t, "edit", b.String(), "last-seq: 42", "clean-close: 000007.log complete at 1234 bytes", "history-horizon: 40")
+	// A clean close of the DB records one in the MANIFEST.
+	dir := buildDB(t)
+	contains(t, "manifest", ok(t, "debug", "ldb", "--db", dir, "manifest"), "clean-close: ")
 }
 
 func TestLDBCompact(t *testing.T) {
