@@ -977,19 +977,29 @@ func TestCrashAfterFlush(t *testing.T) {
 	if err := db.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	db = crashAndReopen(t, mem, db, opts)
+	defer db.Close()
+	if v, err := db.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Errorf("get after crash: %q, %v; want \"v\"", v, err)
+	}
+}
+
+// crashAndReopen takes the state of mem a power loss would leave now, closes
+// db (whose files in mem are then irrelevant), and opens the DB of the crash
+// clone with opts (its FS set to the clone), failing the test on error.
+func crashAndReopen(t *testing.T, mem *vfs.MemFS, db *DB, opts *Options) *DB {
+	t.Helper()
 	clone := mem.CrashClone()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 	opts.FS = clone
-	db, err = Open(crashDir, opts)
+	opts.ErrorIfNotExists = true
+	db, err := Open(crashDir, opts)
 	if err != nil {
 		t.Fatalf("open after crash: %v", err)
 	}
-	defer db.Close()
-	if v, err := db.Get([]byte("k")); err != nil || string(v) != "v" {
-		t.Errorf("get after crash: %q, %v; want \"v\"", v, err)
-	}
+	return db
 }
 
 // crashGet returns the value of key, or "<absent>".
@@ -1270,16 +1280,7 @@ func TestCrashKeepsArchivedWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clone := mem.CrashClone()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	opts.FS = clone
-	opts.ErrorIfNotExists = true
-	db, err = Open(crashDir, opts)
-	if err != nil {
-		t.Fatalf("open after crash: %v", err)
-	}
+	db = crashAndReopen(t, mem, db, opts)
 	defer db.Close()
 	it, err := db.UpdatesSince(1)
 	if err != nil {
