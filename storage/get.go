@@ -42,33 +42,39 @@ type getter struct {
 // consume scans the versions of g.key in it (already seeked). It reports
 // whether the lookup is complete.
 func (g *getter) consume(it base.InternalIterator, ok bool) {
-	for ; ok; ok = it.Next() {
-		k := it.Key()
-		if string(k.UserKey) != string(g.key) {
-			break
-		}
-		s := k.SeqNum()
-		if s > g.seq {
-			continue
-		}
-		if g.maxTomb > s {
-			g.finish(nil, false)
-			return
-		}
-		switch k.Kind() {
-		case base.KindSet:
-			g.finish(it.Value(), true)
-			return
-		case base.KindDelete:
-			g.finish(nil, false)
-			return
-		case base.KindMerge:
-			g.operands = append(g.operands, slices.Clone(it.Value()))
-		}
+	for ; ok && g.visit(it.Key(), it.Value()); ok = it.Next() {
 	}
-	if err := it.Error(); err != nil {
+	if err := it.Error(); err != nil && !g.done {
 		g.err, g.done = err, true
 	}
+}
+
+// visit takes one entry of the walk from g.key on, newest version first;
+// it reports whether the walk should go on (the next entry may still be a
+// version of g.key that decides the lookup).
+func (g *getter) visit(k base.InternalKey, v []byte) bool {
+	if string(k.UserKey) != string(g.key) {
+		return false
+	}
+	s := k.SeqNum()
+	if s > g.seq {
+		return true
+	}
+	if g.maxTomb > s {
+		g.finish(nil, false)
+		return false
+	}
+	switch k.Kind() {
+	case base.KindSet:
+		g.finish(v, true)
+		return false
+	case base.KindDelete:
+		g.finish(nil, false)
+		return false
+	case base.KindMerge:
+		g.operands = append(g.operands, slices.Clone(v))
+	}
+	return true
 }
 
 // finish resolves the lookup with the base value (if any).
@@ -114,9 +120,13 @@ func (d *DB) getAt(key []byte, seq SeqNum, cacheOnly bool) ([]byte, error) {
 		if t := m.rangeDelList().MaxCoveringSeq(key, seq); t > g.maxTomb {
 			g.maxTomb = t
 		}
-		it := m.points.NewIter(nil, nil)
-		g.consume(it, it.SeekGE(key))
-		_ = it.Close()
+		if sl, ok := m.points.(skiplistPoints); ok {
+			sl.Lookup(key, g.visit)
+		} else {
+			it := m.points.NewIter(nil, nil)
+			g.consume(it, it.SeekGE(key))
+			_ = it.Close()
+		}
 		if g.done {
 			return g.result()
 		}
@@ -193,16 +203,7 @@ func (d *DB) getFromTable(g *getter, f *manifest.FileMetadata, cacheOnly bool) e
 	if !r.MayContain(g.key) {
 		return nil
 	}
-	newIter := r.NewIter
-	if cacheOnly {
-		newIter = r.NewCacheOnlyIter
-	}
-	it, err := newIter(nil, nil)
-	if err != nil {
-		return fmt.Errorf("sst %s: %w", f.FileNum, err)
-	}
-	g.consume(it, it.SeekGE(g.key))
-	if err := it.Close(); err != nil && g.err == nil {
+	if err := r.Lookup(g.key, cacheOnly, g.visit); err != nil && g.err == nil {
 		g.err = err
 	}
 	if g.err != nil && !errors.Is(g.err, ErrNotFound) {

@@ -262,7 +262,8 @@ func newTableCache(capacity int) *tableCache {
 	return &tableCache{capacity: capacity, entries: make(map[tableKey]*tableEntry)}
 }
 
-// tableHandle is a reference to an open SST; Release it when done.
+// tableHandle is a reference to an open SST; Release it when done. It is
+// a value (taking one allocates nothing): Release one copy of it only.
 type tableHandle struct {
 	tc *tableCache
 	e  *tableEntry
@@ -282,32 +283,32 @@ func (h *tableHandle) Release() {
 
 // peek returns a reference to key's reader when it is open, without opening
 // it or waiting for an open under way (ok false then).
-func (tc *tableCache) peek(key tableKey) (h *tableHandle, ok bool) {
+func (tc *tableCache) peek(key tableKey) (h tableHandle, ok bool) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	e, ok := tc.entries[key]
 	if !ok {
-		return nil, false
+		return tableHandle{}, false
 	}
 	select {
 	case <-e.ready:
 	default:
-		return nil, false
+		return tableHandle{}, false
 	}
 	if e.err != nil {
-		return nil, false
+		return tableHandle{}, false
 	}
 	e.refs++
 	if e.inLRU {
 		tc.lru.MoveToFront(e.elem)
 	}
 	tc.hits.Add(1)
-	return &tableHandle{tc: tc, e: e}, true
+	return tableHandle{tc: tc, e: e}, true
 }
 
 // get returns the reader of key, opening it with open on a miss. Concurrent
 // misses on one file open it once.
-func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, error)) (*tableHandle, error) {
+func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, error)) (tableHandle, error) {
 	tc.mu.Lock()
 	e, ok := tc.entries[key]
 	if ok {
@@ -319,10 +320,10 @@ func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, 
 		<-e.ready
 		if e.err != nil {
 			tc.unref(e)
-			return nil, e.err
+			return tableHandle{}, e.err
 		}
 		tc.hits.Add(1)
-		return &tableHandle{tc: tc, e: e}, nil
+		return tableHandle{tc: tc, e: e}, nil
 	}
 	tc.misses.Add(1)
 	e = &tableEntry{key: key, refs: 2, ready: make(chan struct{})}
@@ -341,7 +342,7 @@ func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, 
 		e.refs-- // the cache's reference
 		tc.mu.Unlock()
 		tc.unref(e)
-		return nil, e.err
+		return tableHandle{}, e.err
 	}
 	if tc.entries[key] == e {
 		e.elem = tc.lru.PushFront(e)
@@ -354,7 +355,7 @@ func (tc *tableCache) get(key tableKey, open func() (*sstable.Reader, vfs.File, 
 	for _, v := range victims {
 		tc.unref(v)
 	}
-	return &tableHandle{tc: tc, e: e}, nil
+	return tableHandle{tc: tc, e: e}, nil
 }
 
 // evictLocked removes entries beyond capacity from the cache (dropping the

@@ -33,7 +33,7 @@ func (d *DB) readerOptions(num manifest.FileNum, path string) sstable.ReaderOpti
 
 // openTable returns a reference to the reader of SST meta, opening it on a
 // table-cache miss.
-func (d *DB) openTable(meta *manifest.FileMetadata) (*tableHandle, error) {
+func (d *DB) openTable(meta *manifest.FileMetadata) (tableHandle, error) {
 	return d.shared.tables.get(tableKey{d.cacheID, meta.FileNum}, func() (*sstable.Reader, vfs.File, error) {
 		path := d.tablePath(meta.FileNum)
 		f, err := d.fs.Open(path)
@@ -57,20 +57,20 @@ func (d *DB) openTable(meta *manifest.FileMetadata) (*tableHandle, error) {
 // tableFor returns a reference to the reader of SST meta: openTable, or
 // with cacheOnly the reader only if the table cache has it open already
 // (an error matching ErrIncomplete otherwise).
-func (d *DB) tableFor(meta *manifest.FileMetadata, cacheOnly bool) (*tableHandle, error) {
+func (d *DB) tableFor(meta *manifest.FileMetadata, cacheOnly bool) (tableHandle, error) {
 	if !cacheOnly {
 		return d.openTable(meta)
 	}
 	if h, ok := d.shared.tables.peek(tableKey{d.cacheID, meta.FileNum}); ok {
 		return h, nil
 	}
-	return nil, fmt.Errorf("sst %s is not open: %w", meta.FileNum, ErrIncomplete)
+	return tableHandle{}, fmt.Errorf("sst %s is not open: %w", meta.FileNum, ErrIncomplete)
 }
 
 // tableIter is an SST iterator that releases its table reference on Close.
 type tableIter struct {
 	base.InternalIterator
-	h *tableHandle
+	h tableHandle
 }
 
 func (t *tableIter) Close() error {

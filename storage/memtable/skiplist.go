@@ -518,6 +518,17 @@ func (s *Skiplist) NewIter(lower, upper []byte) *Iterator {
 	return &Iterator{list: s, lower: lower, upper: upper}
 }
 
+// Lookup calls visit with the entries from the first at or after key (its
+// newest version first), in order, until visit returns false or they run
+// out, seeing concurrent adds as an iterator does. The key and value passed
+// to visit alias the arena (see the Iterator documentation). It is what a
+// point read needs from an iterator, without allocating one.
+func (s *Skiplist) Lookup(key []byte, visit func(k base.InternalKey, v []byte) bool) {
+	it := Iterator{list: s}
+	for ok := it.SeekGE(key); ok && visit(it.Key(), it.Value()); ok = it.Next() {
+	}
+}
+
 func (s *Skiplist) seekGE(key base.InternalKey, ahead *uint64) uint32 {
 	_, n := s.seek(key, ahead)
 	return n

@@ -179,6 +179,21 @@ func TestSkiplistModel(t *testing.T) {
 					if s.Count() != len(m.entries) || s.Empty() != (len(m.entries) == 0) {
 						t.Fatalf("Count = %d Empty = %v, model %d", s.Count(), s.Empty(), len(m.entries))
 					}
+				case r == 5:
+					k, limit := randUserKey(rng), 1+rng.IntN(4)
+					var got, want []string
+					s.Lookup(k, func(ik base.InternalKey, v []byte) bool {
+						got = append(got, fmt.Sprintf("%v=%x", ik, v))
+						return len(got) < limit
+					})
+					mi := newModelIter(m, nil, nil)
+					for ok := mi.seekGE(k); ok && len(want) < limit; ok = mi.next() {
+						e := mi.es[mi.pos]
+						want = append(want, fmt.Sprintf("%v=%x", e.key, e.value))
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("op %d: Lookup(%q) saw %v, model %v", op, k, got, want)
+					}
 				default:
 					lower, upper := randBound(rng), randBound(rng)
 					it := s.NewIter(lower, upper)
