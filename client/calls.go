@@ -32,7 +32,8 @@ import (
 // interceptors (auth, wrong-node, sent) see each call as a unary call, the
 // node serves each as its unary method, and errors come back with the same
 // status and details. A node without KV.Calls (Unimplemented) gets unary
-// calls from then on.
+// calls from then on. The stream goes over the gRPC connection, or over a
+// connection of its own (callsConn) when the mux has a dialer.
 
 // kvCallsPrefix is the prefix of the KV service's methods.
 const kvCallsPrefix = "/shale.v1.KV/"
@@ -74,6 +75,19 @@ type callMux struct {
 	// senderBatches counts the messages the streams' sender goroutines
 	// sent (the calls sendDirect handed over), for tests.
 	senderBatches atomic.Int64
+	// dialer opens the streams on connections of their own (callsConn);
+	// nil: on the gRPC connection.
+	dialer *callsDialer
+}
+
+// close retires the open stream: it takes no new calls and ends once its
+// calls are answered.
+func (m *callMux) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != nil {
+		m.cur.retire()
+	}
 }
 
 // errNoCalls is how a call learns that the node has no KV.Calls and must
@@ -132,7 +146,7 @@ func (m *callMux) streamFor(cc *grpc.ClientConn, auth, node string, mdCtx contex
 	} else if node != "" {
 		md = metadata.Pairs(shalev1.TargetNodeMetadataKey, node)
 	}
-	s := openCallStream(m, cc, md)
+	s := openCallStream(m, cc, md, auth)
 	s.auth, s.node = auth, node
 	m.cur = s
 	return s
@@ -152,7 +166,7 @@ type callStream struct {
 	// auth and node are the outgoing metadata the stream was opened with:
 	// the token and the target node (values joined by commas).
 	auth, node string
-	stream     shalev1.KV_CallsClient
+	stream     callsTransport
 	cancel     context.CancelFunc
 	// wake hands the sending to the sender goroutine (send): a caller that
 	// sent finds calls queued meanwhile. fail wakes it too, to end it.
@@ -180,9 +194,10 @@ type callStream struct {
 	received bool
 }
 
-// openCallStream opens a stream with the call's outgoing metadata; the
-// connection's stream interceptors add the current token.
-func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD) *callStream {
+// openCallStream opens a stream with the call's outgoing metadata: on the
+// connection, whose stream interceptors add the current token, or with
+// the mux's dialer on a connection of its own, with auth as its token.
+func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD, auth string) *callStream {
 	md = md.Copy()
 	md.Delete(AuthorizationMetadataKey)
 	// Each call carries its own trace context (Call.trace_context).
@@ -191,7 +206,18 @@ func openCallStream(m *callMux, cc *grpc.ClientConn, md metadata.MD) *callStream
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
 	s := &callStream{m: m, cancel: cancel, wake: make(chan struct{}, 1),
 		waiting: map[uint64]waiter{}}
-	st, err := shalev1.NewKVClient(cc).Calls(ctx)
+	var st callsTransport
+	var err error
+	if m.dialer != nil {
+		var cc *callsConn
+		cc, err = m.dialer.dial(md, auth, s.retire)
+		if err == nil {
+			st = cc
+			s.cancel = func() { cancel(); cc.close() }
+		}
+	} else {
+		st, err = shalev1.NewKVClient(cc).Calls(ctx)
+	}
 	if err != nil {
 		s.err = err
 		cancel()

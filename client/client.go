@@ -75,8 +75,11 @@ type options struct {
 	// directCalls: a request's KV calls go straight onto the connection's
 	// KV.Calls stream (kvConn.callDirect), bypassing gRPC's Invoke and the
 	// interceptor chain; set when KV.Calls is on and no dial options were
-	// given (they may hold interceptors that must see every call).
+	// given (they may hold interceptors that must see every call). The
+	// KV.Calls streams then go over connections of their own (callsConn).
 	directCalls bool
+	// creds secure every connection: tlsCreds, tlsFiles' or plaintext.
+	creds credentials.TransportCredentials
 }
 
 // WithDialOptions sets the gRPC dial options used for every node
@@ -253,16 +256,17 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if o.backoffMax < o.backoffInitial {
 		o.backoffMax = o.backoffInitial
 	}
-	tlsOpt, tlsSrc, err := o.transportCredentials()
+	creds, tlsSrc, err := o.transportCredentials()
 	if err != nil {
 		return nil, err
 	}
-	if tlsOpt == nil {
-		tlsOpt = grpc.WithTransportCredentials(insecure.NewCredentials())
+	if creds == nil {
+		creds = insecure.NewCredentials()
 	}
+	o.creds = creds
 	o.directCalls = !o.unaryCalls && len(o.dialOpts) == 0
 	// Dial options the caller gave come after the credentials and win.
-	o.dialOpts = append([]grpc.DialOption{tlsOpt}, o.dialOpts...)
+	o.dialOpts = append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.dialOpts...)
 	var eps []string
 	for _, e := range endpoints {
 		if e = strings.TrimSpace(e); e != "" {
@@ -426,6 +430,9 @@ func (c *Client) connMux(addr string) (*grpc.ClientConn, *callMux, error) {
 		mux = nil
 	}
 	if mux != nil {
+		if t := callsTarget(target); t != "" {
+			mux.dialer = &callsDialer{target: t, creds: c.opts.creds, clientCtx: c.ctx}
+		}
 		c.muxes[cc] = mux
 	}
 	return cc, mux, nil

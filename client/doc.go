@@ -29,7 +29,11 @@
 // connection's KV requests travel over one KV.Calls stream, so that the
 // requests made at the same time leave in one message and their responses
 // come back together (a node without KV.Calls gets unary calls;
-// WithUnaryCalls makes every request a unary call).
+// WithUnaryCalls makes every request a unary call). Unless WithDialOptions
+// is given, the KV.Calls stream goes over a connection of its own to the
+// node, on which the client speaks HTTP/2 itself: the goroutine that sends
+// writes to the socket, and the stream's receiver reads from it, with no
+// goroutines of gRPC's transport in between.
 //
 // Security: WithTLSFiles (or WithTLS) connects with TLS, re-reading the
 // files so that rotated certificates need no restart; a refused handshake

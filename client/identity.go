@@ -115,9 +115,14 @@ func (c *Client) retire(addr string, cc *grpc.ClientConn, why error) {
 		return
 	}
 	delete(c.conns, addr)
+	mux := c.muxes[cc]
 	delete(c.muxes, cc)
 	c.retired[cc] = struct{}{}
 	c.mu.Unlock()
+	if mux != nil {
+		// Its KV.Calls stream may be on a connection of its own.
+		mux.close()
+	}
 	c.log.Info("shale client: the address reached another node; dialing it again", "address", addr, "err", why)
 	time.AfterFunc(retireAfter, func() {
 		c.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -54,19 +53,19 @@ func WithTLSFiles(caFile, certFile, keyFile string) Option {
 	}
 }
 
-// transportCredentials returns the dial option for the client's TLS
+// transportCredentials returns the credentials for the client's TLS
 // settings and, for WithTLSFiles, the Source to keep re-reading; nil
 // without TLS.
-func (o *options) transportCredentials() (grpc.DialOption, *tlsconfig.Source, error) {
+func (o *options) transportCredentials() (credentials.TransportCredentials, *tlsconfig.Source, error) {
 	switch {
 	case o.tlsCreds != nil:
-		return grpc.WithTransportCredentials(o.tlsCreds), nil, nil
+		return o.tlsCreds, nil, nil
 	case o.tlsFiles != nil:
 		src, err := tlsconfig.NewSource(*o.tlsFiles, o.logger)
 		if err != nil {
 			return nil, nil, invalidArgf("TLS files: %v", err)
 		}
-		return grpc.WithTransportCredentials(tlsconfig.ClientCredentials(src)), src, nil
+		return tlsconfig.ClientCredentials(src), src, nil
 	}
 	return nil, nil, nil
 }
