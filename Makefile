@@ -7,7 +7,7 @@
 #   RACE          race-detector flag for `make test`      (-race when cgo works)
 #   TEST_TIMEOUT  go test -timeout for `make test`        (35m)
 #   FUZZTIME      time per fuzz target for `make fuzz`     (30s)
-#   FUZZ_PKGS     packages searched for Fuzz* targets     (./storage/... ./replication/... ./server/... ./backup/... ./proto/...)
+#   FUZZ_PKGS     packages searched for Fuzz* targets     (./storage/... ./replication/... ./server/... ./backup/... ./proto/... ./client/...)
 #   SOAK_TIMEOUT  go test -timeout for `make soak`        (6h)
 #   SOAK_PKGS     packages tested by `make soak`          (./...)
 #   BENCH_DIR     data directory for shale-bench          (./data/bench)
@@ -31,7 +31,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 BIN := $(CURDIR)/bin
 TEST_TIMEOUT ?= 35m
 FUZZTIME ?= 30s
-FUZZ_PKGS ?= ./storage/... ./replication/... ./server/... ./backup/... ./proto/...
+FUZZ_PKGS ?= ./storage/... ./replication/... ./server/... ./backup/... ./proto/... ./client/...
 SOAK_TIMEOUT ?= 6h
 SOAK_PKGS ?= ./...
 BENCH_DIR ?= ./data/bench
@@ -184,7 +184,7 @@ bench-idle: build ## CPU of 1,000 idle shards on a 3-node cluster, against a 1-s
 	$(BIN)/shale-bench idle --shale-server $(BIN)/shale-server --dir ./data/bench-idle $(BENCH_ARGS)
 
 .PHONY: fuzz
-fuzz: ## Run every Fuzz* target (storage, replication, server, backup, proto) for FUZZTIME each (default 30s).
+fuzz: ## Run every Fuzz* target (storage, replication, server, backup, proto, client) for FUZZTIME each (default 30s).
 	@pkgs="$$($(GO) list $(FUZZ_PKGS))"; n=0; \
 	for pkg in $$pkgs; do \
 		listed="$$($(GO) test -run '^$$' -list '^Fuzz' "$$pkg")"; \

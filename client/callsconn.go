@@ -160,14 +160,7 @@ func (d *callsDialer) dial(md metadata.MD, auth string, goAway func()) (*callsCo
 		raw.Close()
 		return nil, status.Errorf(codes.Unavailable, "shale client: KV.Calls connection to %s: authentication handshake failed: %v", d.target, err)
 	}
-	c := &callsConn{conn: conn, goAway: goAway, bw: bufio.NewWriterSize(conn, 32<<10),
-		connWin: 65535, streamWin: 65535, peerInitial: 65535, maxFrame: 16384}
-	c.fcond = sync.NewCond(&c.fmu)
-	c.wfr = http2.NewFramer(c.bw, nil)
-	c.rfr = http2.NewFramer(nil, bufio.NewReaderSize(conn, 32<<10))
-	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.rfr.MaxHeaderListSize = 16 << 20
-	c.rfr.SetMaxReadFrameSize(1 << 20)
+	c := newCallsConn(conn, goAway)
 	scheme := "http"
 	if info != nil && info.AuthType() == "tls" {
 		scheme = "https"
@@ -181,6 +174,21 @@ func (d *callsDialer) dial(md metadata.MD, auth string, goAway func()) (*callsCo
 	c.ka = time.AfterFunc(callsKeepaliveTime, c.keepaliveTick)
 	c.kaMu.Unlock()
 	return c, nil
+}
+
+// newCallsConn returns a callsConn on conn, an established connection to
+// the node, with HTTP/2's initial windows and frame size (the node's
+// settings change them); open starts its stream.
+func newCallsConn(conn net.Conn, goAway func()) *callsConn {
+	c := &callsConn{conn: conn, goAway: goAway, bw: bufio.NewWriterSize(conn, 32<<10),
+		connWin: 65535, streamWin: 65535, peerInitial: 65535, maxFrame: 16384}
+	c.fcond = sync.NewCond(&c.fmu)
+	c.wfr = http2.NewFramer(c.bw, nil)
+	c.rfr = http2.NewFramer(nil, bufio.NewReaderSize(conn, 32<<10))
+	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.rfr.MaxHeaderListSize = 16 << 20
+	c.rfr.SetMaxReadFrameSize(1 << 20)
+	return c
 }
 
 // open writes the connection preface, the settings (the receive windows
