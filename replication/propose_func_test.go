@@ -9,17 +9,18 @@ import (
 )
 
 // proposeFuncOutcome is what ProposeFunc's callback got, and how many
-// times it ran.
+// times it ran, and the proposal ProposeFunc returned.
 type proposeFuncOutcome struct {
 	calls atomic.Int32
 	done  chan struct{}
 	res   any
 	err   error
+	p     Proposal
 }
 
 func proposeFunc(r *Replica, ctx context.Context, payload string) *proposeFuncOutcome {
 	o := &proposeFuncOutcome{done: make(chan struct{})}
-	r.ProposeFunc(ctx, []byte(payload), nil, func(res any, err error) {
+	o.p = r.ProposeFunc(ctx, []byte(payload), nil, func(res any, err error) {
 		if o.calls.Add(1) == 1 {
 			o.res, o.err = res, err
 			close(o.done)
@@ -40,9 +41,10 @@ func (o *proposeFuncOutcome) wait(t *testing.T, what string) {
 // TestProposeFunc: ProposeFunc's callback gets what Propose returns, once:
 // the state machine's result of an applied command; NotLeader on a
 // follower and ErrBusy when the proposals in flight are all taken, before
-// ProposeFunc returns; and the context's error when it ends first, with the
+// ProposeFunc returns; and Cancel's error when it comes first, with the
 // proposal's place in flight freed and no second answer when the entry
-// commits later.
+// commits later. The context is not watched: a proposal whose context
+// ended waits for Cancel.
 func TestProposeFunc(t *testing.T) {
 	c := newThreeNodeCluster(t, func(cfg *Config) { cfg.MaxInflightProposals = 2 })
 	c.propose(1, "a", "1")
@@ -67,17 +69,29 @@ func TestProposeFunc(t *testing.T) {
 
 	// Without followers nothing commits.
 	c.net.Isolate(lead)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	stuck := []*proposeFuncOutcome{proposeFunc(r, ctx, "d=4"), proposeFunc(r, ctx, "e=5")}
 	if busy := proposeFunc(r, ctx, "f=6"); busy.calls.Load() != 1 || !errors.Is(busy.err, ErrBusy) {
 		t.Fatalf("third proposal: %d answers before ProposeFunc returned, %v; want ErrBusy", busy.calls.Load(), busy.err)
+	} else {
+		busy.p.Cancel(context.Canceled) // the zero Proposal: nothing
 	}
+	time.Sleep(100 * time.Millisecond)
 	for _, o := range stuck {
-		o.wait(t, "context ended")
-		if !errors.Is(o.err, context.DeadlineExceeded) && !errors.Is(o.err, ErrOutcomeUnknown) {
-			t.Fatalf("proposal without a quorum: %v, want the context's end (or a lost leadership)", o.err)
+		select {
+		case <-o.done: // only a lost leadership answers it before Cancel
+			if !errors.Is(o.err, ErrOutcomeUnknown) {
+				t.Fatalf("a proposal whose context ended was answered (%v) before Cancel", o.err)
+			}
+		default:
 		}
+		o.p.Cancel(context.DeadlineExceeded)
+		o.wait(t, "canceled")
+		if !errors.Is(o.err, context.DeadlineExceeded) && !errors.Is(o.err, ErrOutcomeUnknown) {
+			t.Fatalf("proposal without a quorum: %v, want Cancel's error (or a lost leadership)", o.err)
+		}
+		o.p.Cancel(context.Canceled)
 	}
 	if n := r.inflight.Load(); n != 0 {
 		t.Fatalf("%d proposals in flight after both were answered", n)

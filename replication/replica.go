@@ -147,16 +147,14 @@ type proposal struct {
 	// done receives the result of a proposal whose caller waits for it
 	// (Propose); nil for one made by ProposeFunc.
 	done chan proposalResult
-	// then, r, unwatch and answered are a ProposeFunc proposal's: its
-	// callback, its replica, the function that stops watching its
-	// context, and whether it has been answered (once: by finish or by
-	// its context's end, whichever comes first).
+	// then, r and answered are a ProposeFunc proposal's: its callback,
+	// its replica, and whether it has been answered (once: by finish or
+	// by Proposal.Cancel, whichever comes first).
 	then func(any, error)
 	r    *Replica
 	// decoded is the payload's decoded form given to ProposeFunc, which
 	// the proposal's entry carries to the state machine (Entry.Decoded).
 	decoded  any
-	unwatch  func() bool
 	answered atomic.Bool
 	// trace is the proposal's spans when its context was traced (nil
 	// otherwise; see trace.go).
@@ -174,7 +172,7 @@ type proposalResult struct {
 // waiting, is not answered again.
 func (p *proposal) finish(res any, err error) {
 	if p.then != nil {
-		p.answer(res, err, true)
+		p.answer(res, err)
 		return
 	}
 	select {
@@ -186,14 +184,10 @@ func (p *proposal) finish(res any, err error) {
 // answer runs a ProposeFunc proposal's callback with its outcome the first
 // time it is called: it ends the proposal's propose span, as Propose does
 // when it returns, and frees its place among the replica's proposals in
-// flight. unwatch is false when the proposal's context ended (its watch
-// has run already).
-func (p *proposal) answer(res any, err error, unwatch bool) {
+// flight.
+func (p *proposal) answer(res any, err error) {
 	if !p.answered.CompareAndSwap(false, true) {
 		return
-	}
-	if unwatch {
-		p.unwatch()
 	}
 	p.r.inflight.Add(-1)
 	if p.trace != nil {
@@ -399,18 +393,25 @@ func (r *Replica) ProposeAlone(ctx context.Context, payload []byte) (any, error)
 // ProposeFunc is Propose's completion form: it starts the proposal and
 // returns without waiting for it, and then gets what Propose would have
 // returned, exactly once: on an apply worker or the Raft loop once the
-// proposal applied or failed, on a goroutine of its own if ctx ends first,
-// or before ProposeFunc returns if the proposal did not start (not the
-// leader, too large, ErrBusy, the replica stopped). then must not block:
-// the goroutines finishing proposals serve every shard of the node.
-// decoded, if not nil, is payload's decoded form, which this replica's
-// state machine gets as Entry.Decoded when it applies the command instead
-// of decoding payload (see Entry.Decoded for what it must be).
-func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, decoded any, then func(result any, err error)) {
+// proposal applied or failed, on the goroutine that calls the returned
+// Proposal's Cancel if that comes first, or before ProposeFunc returns if
+// the proposal did not start (not the leader, too large, ErrBusy, the
+// replica stopped). ctx carries the proposal's trace (see trace.go) and is
+// not watched: a caller with a deadline cancels the proposal at it, as
+// Propose's caller stops waiting when its context ends (the command may
+// still apply). then must not block: the goroutines finishing proposals
+// serve every shard of the node. decoded, if not nil, is payload's decoded
+// form, which this replica's state machine gets as Entry.Decoded when it
+// applies the command instead of decoding payload (see Entry.Decoded for
+// what it must be).
+// (Watching a context costs a registration with it, under its lock, and
+// its removal per proposal; a caller with many proposals in flight can
+// cancel them all from one timer.)
+func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, decoded any, then func(result any, err error)) Proposal {
 	p, err := r.newProposal(ctx, payload, false)
 	if err != nil {
 		then(nil, err)
-		return
+		return Proposal{}
 	}
 	p.then, p.r, p.decoded = then, r, decoded
 	if err := r.admit(); err != nil {
@@ -418,13 +419,23 @@ func (r *Replica) ProposeFunc(ctx context.Context, payload []byte, decoded any, 
 			p.trace.proposed(err)
 		}
 		then(nil, err)
-		return
+		return Proposal{}
 	}
-	// Watched before it is queued, so that finish, which runs only once
-	// it is, sees unwatch set; the watch's own answer does not use it.
-	p.unwatch = context.AfterFunc(ctx, func() { p.answer(nil, ctx.Err(), false) })
 	if err := r.queue(p); err != nil {
-		p.answer(nil, err, true)
+		p.answer(nil, err)
+	}
+	return Proposal{p: p}
+}
+
+// Proposal is a proposal ProposeFunc started, for its caller to end.
+type Proposal struct{ p *proposal }
+
+// Cancel answers the proposal with err (its callback runs on this
+// goroutine), unless it has been answered; the command may still apply.
+// On the zero Proposal (one that did not start) it does nothing.
+func (h Proposal) Cancel(err error) {
+	if h.p != nil {
+		h.p.answer(nil, err)
 	}
 }
 

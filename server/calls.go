@@ -121,6 +121,8 @@ func (s *kvService) Calls(stream shalev1.KV_CallsServer) error {
 	})
 	budgets := &callBudgets{stream: ctx}
 	defer budgets.close()
+	deadlines := newWriteDeadlines(ctx)
+	defer deadlines.close()
 	var recvErr error
 recv:
 	for {
@@ -138,7 +140,7 @@ recv:
 				recvErr = ctx.Err()
 				break recv
 			}
-			if s.startWrite(ctx, budgets, c, out) {
+			if s.startWrite(ctx, deadlines, c, out) {
 				continue
 			}
 			s.workers.run(func() {
@@ -369,18 +371,25 @@ func (n *Node) callResult(id uint64, method string, resp any, err error, sp trac
 // that fails before its proposal is queued from the stream's goroutine,
 // which never waits for the client to read results. It returns false,
 // having done nothing, for any other call, which serveCall then runs.
-func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *shalev1.Call, out *resultSender) bool {
+//
+// The write runs in a writeCtx, which makes no timer: the stream's
+// deadlines fail its proposal at its budget (or when the stream ends).
+func (s *kvService) startWrite(ctx context.Context, deadlines *writeDeadlines, c *shalev1.Call, out *resultSender) bool {
 	m, ok := kvWrites[c.GetMethod()]
 	if !ok || c.GetTimeoutMs() < 0 {
 		return false
 	}
 	n := s.n
 	method, fullMethod := m.names()
-	wc := &writeCall{s: s, out: out, m: m, id: c.GetId()}
-	ctx, wc.release = budgets.forCall(ctx, c)
-	ctx, wc.sp = n.startCallSpan(ctx, method, c)
+	wc := &writeCall{s: s, out: out, m: m, id: c.GetId(), deadlines: deadlines}
+	timeout := time.Duration(c.GetTimeoutMs()) * time.Millisecond
+	if timeout == 0 {
+		timeout = n.cfg.RequestTimeout
+	}
+	wc.wctx.start(ctx, time.Now().Add(timeout))
+	ctx, wc.sp = n.startCallSpan(&wc.wctx, method, c)
 	fail := func(err error) bool {
-		wc.release()
+		wc.wctx.end()
 		wc.post(n.callResult(wc.id, method, nil, err, wc.sp))
 		return true
 	}
@@ -399,7 +408,7 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 	}
 	if !t.r.IsLeader() {
 		s.workers.run(func() {
-			defer wc.release()
+			defer wc.wctx.end()
 			resp, err := n.proposeRouted(ctx, t, cmd)
 			var r proto.Message
 			if err == nil {
@@ -413,11 +422,10 @@ func (s *kvService) startWrite(ctx context.Context, budgets *callBudgets, c *sha
 	if err != nil {
 		return fail(status.Errorf(codes.Internal, "shard %d: encode command: %v", t.r.ShardID(), err))
 	}
-	var inner context.Context
-	wc.ctx, inner, wc.cancel = n.requestCtx(ctx)
+	wc.ctx = ctx
 	wc.t, wc.cmd, wc.payloadBytes = t, cmd, len(payload)
 	s.direct.Add(1)
-	t.r.ProposeFunc(inner, payload, cmd, wc.proposed)
+	deadlines.add(wc, t.r.ProposeFunc(ctx, payload, cmd, wc.proposed))
 	return true
 }
 
@@ -428,13 +436,11 @@ type writeCall struct {
 	// m is the call's method.
 	m  callWrite
 	id uint64
-	// ctx is the context the write was served in (the caller's deadline,
-	// the span, the user); cancel ends the one its proposal ran in, and
-	// release frees its budget.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	release func()
-	sp      trace.Span
+	// wctx is the context the write runs in, and ctx what startWrite
+	// derived from it (the span, the user).
+	wctx writeCtx
+	ctx  context.Context
+	sp   trace.Span
 	// t, cmd and payloadBytes are its shard, its command, and the size of
 	// the command's encoding.
 	t            target
@@ -442,7 +448,20 @@ type writeCall struct {
 	payloadBytes int
 	// res is what its proposal's apply returned.
 	res any
+
+	// deadlines are its stream's; p is its proposal, prev and next link
+	// it among the writes deadlines watch while linked is set, and
+	// answered is set once its result is being made (all under
+	// deadlines.mu).
+	deadlines        *writeDeadlines
+	p                proposalCanceler
+	prev, next       *writeCall
+	linked, answered bool
 }
+
+// proposalCanceler is a write's proposal as its deadline ends it
+// (replication.Proposal).
+type proposalCanceler interface{ Cancel(err error) }
 
 // proposed is the write's ProposeFunc callback, on the goroutine that
 // finishes its proposal (an apply worker, which must not wait): it queues
@@ -477,16 +496,239 @@ func (wc *writeCall) post(r *shalev1.CallResult) {
 // resultOf is the write's result from its proposal's outcome, as the
 // method's unary handler returns it.
 func (wc *writeCall) resultOf(res any, err error) *shalev1.CallResult {
+	wc.deadlines.done(wc)
 	n := wc.s.n
 	cr, err := n.commandResult(wc.ctx, wc.t.desc.GetShardId(), wc.cmd, wc.payloadBytes, res, err)
-	wc.cancel()
-	wc.release()
+	wc.wctx.end()
 	var r proto.Message
 	if err == nil {
 		r = wc.m.responseOf(n.txnResponse(wc.t, cr))
 	}
 	method, _ := wc.m.names()
 	return n.callResult(wc.id, method, r, err, wc.sp)
+}
+
+// writeDeadlines fails the writes a KV.Calls stream proposed itself
+// (startWrite) that are not answered by their budgets (writeCtx's
+// deadline), and all of them once the stream ends, as a context per write
+// that ProposeFunc watched did: one timer for the stream's writes instead of
+// a registration with each write's context and its removal (with the
+// context's deadline timer, 2–3% of a node's CPU per put at 256 clients).
+// The timer is set for the earliest budget of the writes pending, or
+// earlier: a write answered leaves it as it is, so that on a stream with
+// one write at a time it is set again only when it fires, about once per
+// call timeout, not once per write.
+type writeDeadlines struct {
+	stream context.Context
+	// unwatch stops watching the stream's end.
+	unwatch func() bool
+
+	mu sync.Mutex
+	// head is the first of the writes pending (linked by writeCall.next).
+	head  *writeCall
+	timer *time.Timer
+	// armed is when timer fires (zero: it is not set).
+	armed time.Time
+	// ended is the stream's error once it ended.
+	ended error
+}
+
+func newWriteDeadlines(stream context.Context) *writeDeadlines {
+	d := &writeDeadlines{stream: stream}
+	d.unwatch = context.AfterFunc(stream, d.end)
+	return d
+}
+
+// add watches wc's budget, whose proposal p started, unless wc is being
+// answered already; once the stream has ended it cancels p at once.
+func (d *writeDeadlines) add(wc *writeCall, p proposalCanceler) {
+	d.mu.Lock()
+	if wc.answered {
+		d.mu.Unlock()
+		return
+	}
+	if err := d.ended; err != nil {
+		d.mu.Unlock()
+		p.Cancel(err)
+		return
+	}
+	wc.p, wc.linked = p, true
+	wc.next = d.head
+	if d.head != nil {
+		d.head.prev = wc
+	}
+	d.head = wc
+	budget, _ := wc.wctx.Deadline()
+	if d.armed.IsZero() || budget.Before(d.armed) {
+		d.armed = budget
+		if d.timer == nil {
+			d.timer = time.AfterFunc(time.Until(budget), d.expire)
+		} else {
+			d.timer.Reset(time.Until(budget))
+		}
+	}
+	d.mu.Unlock()
+}
+
+// done stops watching wc, whose result is being made.
+func (d *writeDeadlines) done(wc *writeCall) {
+	d.mu.Lock()
+	wc.answered = true
+	d.unlinkLocked(wc)
+	d.mu.Unlock()
+}
+
+// unlinkLocked takes wc out of the writes pending, if it is there (under
+// mu).
+func (d *writeDeadlines) unlinkLocked(wc *writeCall) {
+	if !wc.linked {
+		return
+	}
+	if wc.prev != nil {
+		wc.prev.next = wc.next
+	} else {
+		d.head = wc.next
+	}
+	if wc.next != nil {
+		wc.next.prev = wc.prev
+	}
+	wc.prev, wc.next, wc.linked = nil, nil, false
+}
+
+// expire cancels the proposals of the writes whose budget passed, with
+// context.DeadlineExceeded, and sets the timer for the earliest budget of
+// the others.
+func (d *writeDeadlines) expire() {
+	d.mu.Lock()
+	now := time.Now()
+	var due []proposalCanceler
+	var next time.Time
+	for wc := d.head; wc != nil; {
+		following := wc.next
+		switch budget, _ := wc.wctx.Deadline(); {
+		case !now.Before(budget):
+			due = append(due, wc.p)
+			d.unlinkLocked(wc)
+		case next.IsZero() || budget.Before(next):
+			next = budget
+		}
+		wc = following
+	}
+	d.armed = time.Time{}
+	if !next.IsZero() && d.ended == nil {
+		d.armed = next
+		d.timer.Reset(time.Until(next))
+	}
+	d.mu.Unlock()
+	for _, p := range due {
+		p.Cancel(context.DeadlineExceeded)
+	}
+}
+
+// end cancels the proposals of every write pending, and of every write
+// proposed later, with the stream's error: the stream has ended.
+func (d *writeDeadlines) end() {
+	d.mu.Lock()
+	d.ended = d.stream.Err()
+	var due []proposalCanceler
+	for d.head != nil {
+		due = append(due, d.head.p)
+		d.unlinkLocked(d.head)
+	}
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.mu.Unlock()
+	for _, p := range due {
+		p.Cancel(d.ended)
+	}
+}
+
+// close stops the timer and the watch of the stream once every write has
+// been answered.
+func (d *writeDeadlines) close() {
+	d.unwatch()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+}
+
+// writeCtx is the context of a write startWrite serves: parent (the
+// stream's) ended at the write's budget, requestMargin before its caller's
+// deadline, which it carries for deadlinePassed, as callBudget's context
+// does. It makes no timer and no registration with parent until it is
+// asked for its Done channel or Err, which a proposed write's path does
+// not do (its stream's writeDeadlines fail its proposal at the budget):
+// only the paths that wait (a write this node does not lead, the wait for
+// a split's new leader when answering a stale epoch) make one. After end it
+// is canceled.
+type writeCtx struct {
+	parent     context.Context
+	dl, budget time.Time
+
+	// made is set once ctx is: parent with the budget, and cancel.
+	made   atomic.Bool
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	ended  bool
+}
+
+// start makes w the context of a write whose caller gives up at dl.
+func (w *writeCtx) start(parent context.Context, dl time.Time) {
+	w.parent, w.dl, w.budget = parent, dl, dl.Add(-requestMargin(dl))
+}
+
+// Deadline is the write's budget.
+func (w *writeCtx) Deadline() (time.Time, bool) { return w.budget, true }
+
+// Done is closed at the budget, when parent ends, or at end.
+func (w *writeCtx) Done() <-chan struct{} { return w.real().Done() }
+
+// Err is the reason Done is closed.
+func (w *writeCtx) Err() error { return w.real().Err() }
+
+// Value is the caller's deadline for callerDeadlineKey{}, else parent's
+// value (the real context's once made, so that contexts derived from w
+// find it as their parent to cancel them).
+func (w *writeCtx) Value(key any) any {
+	if w.made.Load() {
+		return w.ctx.Value(key)
+	}
+	if _, ok := key.(callerDeadlineKey); ok {
+		return w.dl
+	}
+	return w.parent.Value(key)
+}
+
+// real returns the context that Done and Err report on, making it the
+// first time (canceled already after end).
+func (w *writeCtx) real() context.Context {
+	if w.made.Load() {
+		return w.ctx
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil {
+		w.ctx, w.cancel = budgetCtx(w.parent, w.dl, w.budget)
+		if w.ended {
+			w.cancel()
+		}
+		w.made.Store(true)
+	}
+	return w.ctx
+}
+
+// end cancels the context, if made: the write has been answered.
+func (w *writeCtx) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	if w.cancel != nil {
+		w.cancel()
+	}
 }
 
 // kvCallInterceptor returns the interceptor a KV.Calls call runs its
