@@ -281,6 +281,104 @@ func (o *resultSender) flush() {
 	o.mu.Unlock()
 }
 
+// flushStall is how long a call worker may spend flushing several streams'
+// results (flushQueue) before the streams it has not begun go to workers
+// of their own.
+const flushStall = 2 * time.Millisecond
+
+// flushQueue hands the streams whose finished writes wait for their
+// results (those that resultSender.queueFinished made the caller flush) to
+// call workers, several streams per worker: the first stream queued wakes
+// a worker, and the streams queued before it runs (an apply worker
+// finishes the proposals of one apply pass one after another) are flushed
+// by it too, one after another. A worker woken per stream cost a wake-up,
+// a park and the scheduler's search for work per put: a prototype that
+// flushed on the apply worker itself spent 5% less CPU per put at 256
+// clients (BENCHMARKS.md, "issue 21, 2026-11-30"). A stream's flush waits
+// for the network only when the client reads no results (gRPC's write
+// quota of the stream is used up): so that such a stream holds no other
+// stream's results, the streams not begun once a worker has spent
+// flushStall on its streams go to workers of their own (flushBatch.rescue).
+type flushQueue struct {
+	mu    sync.Mutex
+	queue []*resultSender
+	// scheduled is set from the time a worker is asked to take the queue
+	// until it has taken it.
+	scheduled bool
+}
+
+// add queues o, whose flush the caller must have run, and has a worker of
+// w take the queue unless one is about to.
+func (q *flushQueue) add(w *callWorkers, o *resultSender) {
+	q.mu.Lock()
+	q.queue = append(q.queue, o)
+	start := !q.scheduled
+	q.scheduled = true
+	q.mu.Unlock()
+	if start {
+		w.run(func() { q.drain(w) })
+	}
+}
+
+// drain flushes the streams queued.
+func (q *flushQueue) drain(w *callWorkers) {
+	q.mu.Lock()
+	streams := q.queue
+	q.queue = nil
+	q.scheduled = false
+	q.mu.Unlock()
+	flushAll(w, streams)
+}
+
+// flushAll flushes streams one after another; once it has spent
+// flushStall, the streams not yet begun go to workers of w of their own.
+func flushAll(w *callWorkers, streams []*resultSender) {
+	if len(streams) == 1 {
+		streams[0].flush()
+		return
+	}
+	b := &flushBatch{w: w, streams: streams}
+	stall := time.AfterFunc(flushStall, b.rescue)
+	for o := b.next(); o != nil; o = b.next() {
+		o.flush()
+	}
+	stall.Stop()
+}
+
+// flushBatch is the streams one worker flushes (flushAll).
+type flushBatch struct {
+	w *callWorkers
+
+	mu      sync.Mutex
+	streams []*resultSender
+	// begun counts the streams whose flush has begun, or gone to a
+	// worker of its own.
+	begun int
+}
+
+// next returns the stream to flush next (nil: none is left).
+func (b *flushBatch) next() *resultSender {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.begun == len(b.streams) {
+		return nil
+	}
+	b.begun++
+	return b.streams[b.begun-1]
+}
+
+// rescue hands the streams not yet begun to workers of their own: the
+// batch has taken flushStall.
+func (b *flushBatch) rescue() {
+	b.mu.Lock()
+	rest := b.streams[b.begun:]
+	b.begun = len(b.streams)
+	b.mu.Unlock()
+	for _, o := range rest {
+		b.w.run(o.flushFn)
+	}
+}
+
 // take moves the next message's results from the queue to b (under mu).
 func (o *resultSender) take(b []*shalev1.CallResult) []*shalev1.CallResult {
 	n, size := 0, 0
@@ -466,8 +564,8 @@ type proposalCanceler interface{ Cancel(err error) }
 // proposed is the write's ProposeFunc callback, on the goroutine that
 // finishes its proposal (an apply worker, which must not wait): it queues
 // the write, and the call worker sending the stream's results makes its
-// result (result) and sends it; so the apply worker goes on to its next
-// entries at once. A failed proposal or a result with an error code
+// result (result) and sends it (the node's flushQueue hands the stream to
+// a worker); so the apply worker goes on to its next entries at once. A failed proposal or a result with an error code
 // (whose error may look for a shard's leader) is answered on a call
 // worker of its own.
 func (wc *writeCall) proposed(res any, err error) {
@@ -477,7 +575,7 @@ func (wc *writeCall) proposed(res any, err error) {
 	}
 	wc.res = res
 	if wc.out.queueFinished(wc) {
-		wc.s.workers.run(wc.out.flushFn)
+		wc.s.flushes.add(wc.s.workers, wc.out)
 	}
 }
 

@@ -132,3 +132,77 @@ func TestResultSenderLargeResultAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushQueue: streams queued for their flush by apply workers
+// (flushQueue) all get their results sent; a stream whose send blocks (a client reading no results) holds the
+// results of the streams after it in its worker's batch for flushStall at
+// most: they go to workers of their own.
+func TestFlushQueue(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	w := newCallWorkers(time.Minute, stop)
+	stream := func(f *fakeCallsStream, id uint64) *resultSender {
+		o := newResultSender(f, func(int) {})
+		if !o.queue(&shalev1.CallResult{Id: id}) {
+			t.Fatal("no send under way, yet the result's queuer is not to flush")
+		}
+		return o
+	}
+	sent := func(f *fakeCallsStream) int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, b := range f.batches {
+			n += len(b)
+		}
+		return n
+	}
+	waitSent := func(what string, fs ...*fakeCallsStream) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for _, f := range fs {
+			for sent(f) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: a stream's result not sent", what)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+
+	var q flushQueue
+	var fs []*fakeCallsStream
+	for i := range 50 {
+		f := &fakeCallsStream{}
+		fs = append(fs, f)
+		q.add(w, stream(f, uint64(i)))
+	}
+	waitSent("queued streams", fs...)
+
+	blocked := &fakeCallsStream{block: make(chan struct{})}
+	after := []*fakeCallsStream{{}, {}, {}}
+	streams := []*resultSender{stream(blocked, 1)}
+	for i, f := range after {
+		streams = append(streams, stream(f, uint64(2+i)))
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		flushAll(w, streams)
+	}()
+	waitSent("streams after a blocked one", after...)
+	if d := time.Since(start); d < flushStall {
+		t.Errorf("streams after a blocked one sent after %v, before flushStall", d)
+	}
+	select {
+	case <-done:
+		t.Fatal("the flush of a blocked stream returned")
+	default:
+	}
+	close(blocked.block)
+	<-done
+	if sent(blocked) != 1 {
+		t.Fatal("the blocked stream's result was not sent once it was read")
+	}
+}

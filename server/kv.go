@@ -24,6 +24,8 @@ type kvService struct {
 	n *Node
 	// workers run the calls of KV.Calls streams.
 	workers *callWorkers
+	// flushes hands the streams whose writes finished to workers.
+	flushes flushQueue
 	// direct counts the writes of KV.Calls streams proposed from their
 	// stream's goroutine (startWrite), for tests.
 	direct atomic.Int64
