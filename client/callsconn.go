@@ -155,7 +155,13 @@ func (d *callsDialer) dial(md metadata.MD, auth string, goAway func()) (*callsCo
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "shale client: KV.Calls connection to %s: %v", d.target, err)
 	}
-	conn, info, err := d.creds.ClientHandshake(ctx, d.target, raw)
+	// The authority gRPC would use: the credentials' server name (a
+	// tls.Config's ServerName) when they set one, else the address.
+	authority := d.target
+	if sn := d.creds.Info().ServerName; sn != "" {
+		authority = sn
+	}
+	conn, info, err := d.creds.ClientHandshake(ctx, authority, raw)
 	if err != nil {
 		raw.Close()
 		return nil, status.Errorf(codes.Unavailable, "shale client: KV.Calls connection to %s: authentication handshake failed: %v", d.target, err)
@@ -165,7 +171,7 @@ func (d *callsDialer) dial(md metadata.MD, auth string, goAway func()) (*callsCo
 	if info != nil && info.AuthType() == "tls" {
 		scheme = "https"
 	}
-	if err := c.open(scheme, d.target, md, auth); err != nil {
+	if err := c.open(scheme, authority, md, auth); err != nil {
 		conn.Close()
 		return nil, status.Errorf(codes.Unavailable, "shale client: KV.Calls connection to %s: %v", d.target, err)
 	}

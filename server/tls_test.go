@@ -205,6 +205,43 @@ func TestTLSHandshakeMatrix(t *testing.T) {
 		})
 	}
 
+	// A certificate for a name the client sets as its tls.Config's
+	// ServerName, dialed by address (a pod's certificate for its Service's
+	// name, its IP dialed): every connection checks that name, the SDK's
+	// own KV.Calls connection included.
+	t.Run("server certificate for the client's ServerName", func(t *testing.T) {
+		writePair(t, issue(t, cs.CA, certgen.Options{CommonName: "node1", Server: true, Client: true, Hosts: []string{"db.example.org"}}), cs.NodeCertFile(1), cs.NodeKeyFile(1))
+		if err := node.ReloadTLS(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cs.IssueNode(t, cs.CA, 1)
+			if err := node.ReloadTLS(); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(cs.CA.CertPEM)
+		cert, err := tls.LoadX509KeyPair(cs.ClientCertFile(), cs.ClientKeyFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, ServerName: "db.example.org", MinVersion: tls.VersionTLS12}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		named, err := client.New(ctx, eps, client.WithTLS(cfg), client.WithDefaultTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer named.Close()
+		if _, err := named.Put(ctx, []byte("named"), []byte("v")); err != nil {
+			t.Fatalf("put with ServerName %q: %v", cfg.ServerName, err)
+		}
+		if kv, err := named.Get(ctx, []byte("named")); err != nil || string(kv.Value) != "v" {
+			t.Fatalf("get with ServerName %q: %+v, %v", cfg.ServerName, kv, err)
+		}
+	})
+
 	clientVariants := []struct {
 		name string
 		opts []client.Option
