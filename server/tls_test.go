@@ -179,6 +179,21 @@ func TestTLSHandshakeMatrix(t *testing.T) {
 		{"server certificate not yet valid", certgen.Options{NotBefore: time.Now().Add(24 * time.Hour), NotAfter: time.Now().Add(48 * time.Hour)}, "not yet valid"},
 		{"server certificate for another name", certgen.Options{Hosts: []string{"db.example.org"}}, "doesn't contain any IP SANs"},
 	}
+	// serveNodeCert has the node serve a certificate of the test CA issued
+	// with o; the function it returns puts the node's own back.
+	serveNodeCert := func(t *testing.T, o certgen.Options) func() {
+		t.Helper()
+		writePair(t, issue(t, cs.CA, o), cs.NodeCertFile(1), cs.NodeKeyFile(1))
+		if err := node.ReloadTLS(); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			cs.IssueNode(t, cs.CA, 1)
+			if err := node.ReloadTLS(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for _, v := range serverVariants {
 		t.Run(v.name, func(t *testing.T) {
 			o := v.opts
@@ -186,16 +201,7 @@ func TestTLSHandshakeMatrix(t *testing.T) {
 			if o.Hosts == nil {
 				o.Hosts = []string{"127.0.0.1", "localhost"}
 			}
-			writePair(t, issue(t, cs.CA, o), cs.NodeCertFile(1), cs.NodeKeyFile(1))
-			if err := node.ReloadTLS(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				cs.IssueNode(t, cs.CA, 1)
-				if err := node.ReloadTLS(); err != nil {
-					t.Fatal(err)
-				}
-			}()
+			defer serveNodeCert(t, o)()
 			_, off := logs.since(0)
 			err := connectErr(t, eps, good...)
 			if !strings.Contains(err.Error(), v.want) {
@@ -210,16 +216,7 @@ func TestTLSHandshakeMatrix(t *testing.T) {
 	// name, its IP dialed): every connection checks that name, the SDK's
 	// own KV.Calls connection included.
 	t.Run("server certificate for the client's ServerName", func(t *testing.T) {
-		writePair(t, issue(t, cs.CA, certgen.Options{CommonName: "node1", Server: true, Client: true, Hosts: []string{"db.example.org"}}), cs.NodeCertFile(1), cs.NodeKeyFile(1))
-		if err := node.ReloadTLS(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			cs.IssueNode(t, cs.CA, 1)
-			if err := node.ReloadTLS(); err != nil {
-				t.Fatal(err)
-			}
-		}()
+		defer serveNodeCert(t, certgen.Options{CommonName: "node1", Server: true, Client: true, Hosts: []string{"db.example.org"}})()
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(cs.CA.CertPEM)
 		cert, err := tls.LoadX509KeyPair(cs.ClientCertFile(), cs.ClientKeyFile())
