@@ -120,6 +120,10 @@ func (d *DB) getAt(key []byte, seq SeqNum, cacheOnly bool) ([]byte, error) {
 		if t := m.rangeDelList().MaxCoveringSeq(key, seq); t > g.maxTomb {
 			g.maxTomb = t
 		}
+		// A skiplist is walked in place (Skiplist.Lookup); not through a
+		// pointTable method, whose callback would escape to the heap,
+		// which is the allocation Lookup saves. A vector memtable (bulk
+		// loads) iterates.
 		if sl, ok := m.points.(skiplistPoints); ok {
 			sl.Lookup(key, g.visit)
 		} else {
