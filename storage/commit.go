@@ -164,6 +164,7 @@ func (d *DB) commitGroupLocked(group []*commitWriter) error {
 	}
 	d.logSeq = last
 	d.visibleSeq.Store(uint64(last))
+	d.historyWokenLocked()
 	d.prepareNextArenaLocked(mem)
 	return nil
 }

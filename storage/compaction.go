@@ -606,7 +606,7 @@ func (d *DB) DeleteFilesInRange(start, end []byte, deletedAt SeqNum) (files int,
 	if h := d.HistoryHorizon(); h > 0 && h-1 < deletedAt {
 		// The history horizon reads like a snapshot at H-1. Once it
 		// passes the deletion, the span's files go and it is compacted.
-		d.addReclaimLocked(horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: deletedAt, deletedAt: deletedAt})
+		d.addReclaimLocked(manifest.Reclaim{Start: slices.Clone(start), End: slices.Clone(end), Seq: deletedAt, DeletedAt: deletedAt})
 		d.mu.Unlock()
 		return 0, 0, ErrOlderSnapshot
 	}

@@ -158,16 +158,25 @@ type DB struct {
 	ingesting     int // IngestSST calls placing files; compactions and snapshots wait
 
 	// historySamples (oldest first, at most maxHistorySamples) and
-	// historyTimer, which takes one every historySampleEvery, move the
-	// horizon by Options.HistoryWindow and HistoryWindowBytes
-	// (sampleHistoryLocked); nil without a window.
+	// historyTimer, which takes one every historySampleEvery while the DB
+	// is written to and otherwise fires only when a sample passes the
+	// window (historyTick), move the horizon by Options.HistoryWindow and
+	// HistoryWindowBytes (sampleHistoryLocked); nil without a window.
+	// historyWake is set while the timer waits for no write: the next
+	// commit rearms it (historyWokenLocked).
 	historySamples []historySample
 	historyTimer   *time.Timer
+	historyWake    bool
 	// reclaims are the deleted spans to compact once the horizon passes
 	// them (CompactAfterHorizon, range deletions); reclaimRunning is set
-	// while runReclaims works through the due ones.
-	reclaims       []horizonReclaim
+	// while runReclaims works through the due ones, reclaimsInRun. Both
+	// are recorded in the MANIFEST (reclaimRecordsLocked), so a reopen
+	// keeps them: reclaimsDirty is set when they changed since the last
+	// edit that recorded them.
+	reclaims       []manifest.Reclaim
+	reclaimsInRun  []manifest.Reclaim
 	reclaimRunning bool
+	reclaimsDirty  bool
 
 	// batchPool recycles the one-record batches of Set, Delete,
 	// DeleteRange and Merge.
@@ -281,11 +290,8 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 			d.mu.Unlock()
 		}
 		if d.historyWindowOn() {
-			// The window counts from here: the samples of before the
-			// reopen are gone.
 			d.mu.Lock()
-			d.sampleHistoryLocked()
-			d.historyTimer = time.AfterFunc(historySampleEvery, d.historyTick)
+			d.startHistoryTimerLocked()
 			d.mu.Unlock()
 		}
 	}
@@ -297,6 +303,7 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		d.maybeScheduleCompactionLocked()
 		d.atRestOpen = true
 		d.armAtRestLocked()
+		d.maybeStartReclaimsLocked() // those the MANIFEST and the WALs recorded
 	}
 	d.updatePacingLocked()
 	d.mu.Unlock()
@@ -422,6 +429,9 @@ func (d *DB) recover() error {
 	d.logSeq = summary.LastSeqNum
 	d.minUnflushed = summary.MinUnflushedLogNum
 	d.manifestNum = manifestNum
+	// Started once the DB is open (maybeStartReclaimsLocked); the
+	// replay adds its range deletions'.
+	d.reclaims = summary.Reclaims
 	d.mu.Unlock()
 
 	// Find WAL files to replay and the highest file number in use.
@@ -667,6 +677,13 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 		seq := b.SeqNum()
 		if _, ok := d.walStart[num]; !ok && d.opts.HistoryHorizon {
 			d.walStart[num] = seq // (recovery runs alone: no d.mu needed)
+		}
+		if b.hasRangeDel && d.opts.HistoryHorizon {
+			// As when it was applied (noteRangeDeletions): an edit may
+			// not have recorded it before the crash.
+			for _, r := range rangeDeletionReclaims(b) {
+				d.addReclaimQuietlyLocked(r)
+			}
 		}
 		if b.count == 0 {
 			// LogData alone: nothing for the memtable, one sequence number.
@@ -927,6 +944,8 @@ func (d *DB) Close() error {
 					CleanCloseLogNum:  d.logNum,
 					CleanCloseLogSize: cleanSize,
 					HistoryHorizon:    d.HistoryHorizon(),
+					Reclaims:          d.reclaimRecordsLocked(),
+					ReclaimsSet:       d.reclaimsDirty && d.opts.HistoryHorizon,
 				})
 				if err != nil {
 					errs = append(errs, err)

@@ -141,9 +141,14 @@ func (d *DB) raiseHorizonLocked(h SeqNum) {
 
 // historySampleEvery is how often a DB with a history window
 // (Options.HistoryWindow, HistoryWindowBytes) samples its sequence number
-// and WAL bytes and moves its horizon; every flush and compaction also
+// and WAL bytes while it is written to; every flush and compaction also
 // samples when it starts, before it takes the horizon.
 const historySampleEvery = time.Second
+
+// historyTimerFloor is the shortest wait historyTick arms for a sample's
+// passing of the window, so that a clock that runs backwards or a sample
+// that is just short of passing never spins the timer.
+const historyTimerFloor = 10 * time.Millisecond
 
 // maxHistorySamples bounds the samples a DB keeps for its history window:
 // when full, the sample whose removal leaves the smallest gap goes, so the
@@ -167,16 +172,67 @@ func (d *DB) historyWindowOn() bool {
 	return d.opts.HistoryHorizon && (d.opts.HistoryWindow > 0 || d.opts.HistoryWindowBytes > 0)
 }
 
-// historyTick samples the window and rearms historyTimer, until the DB is
-// closed.
+// startHistoryTimerLocked takes the window's first sample and arms its
+// timer; Open calls it once, with d.mu held. The window counts from here:
+// the samples of before a reopen are gone.
+func (d *DB) startHistoryTimerLocked() {
+	d.sampleHistoryLocked()
+	d.historyTimer = time.AfterFunc(historySampleEvery, d.historyTick)
+	d.historyWake = false
+}
+
+// historyWokenLocked is called, with d.mu held, after a write made new sequence
+// numbers visible: a DB whose timer waits for nothing but a sample's
+// passing (or for nothing at all) samples again in historySampleEvery.
+// It costs one test of a bool per commit group.
+func (d *DB) historyWokenLocked() {
+	if d.historyWake && !d.closed {
+		d.historyWake = false
+		d.historyTimer.Reset(historySampleEvery)
+	}
+}
+
+// historyTick samples the window and rearms historyTimer for the next
+// moment the horizon can move, until the DB is closed. While the DB is
+// written to, that is historySampleEvery. Once a sample finds no write
+// since the one before, the horizon moves only when a kept sample passes
+// the time window, so the timer waits for exactly that (and, when no kept
+// sample can move the horizon any more, is not armed at all) until the
+// next write wakes it (historyWokenLocked): a process hosting thousands of
+// idle DBs runs none of their timers.
 func (d *DB) historyTick() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return
 	}
-	d.sampleHistoryLocked()
-	d.historyTimer.Reset(historySampleEvery)
+	sampled := d.sampleHistoryLocked()
+	wait, armed := d.nextHistoryTickLocked(sampled)
+	d.historyWake = !sampled
+	if armed {
+		d.historyTimer.Reset(wait)
+	}
+}
+
+// nextHistoryTickLocked returns how long historyTick's timer waits after a
+// sample (sampled: it found writes since the one before), and false when
+// it need not be armed until the next write. Called with d.mu held.
+func (d *DB) nextHistoryTickLocked(sampled bool) (time.Duration, bool) {
+	if sampled {
+		return historySampleEvery, true
+	}
+	if d.opts.HistoryWindow <= 0 {
+		return 0, false // without writes the WAL bytes stay, and so does H
+	}
+	// The samples are in time order, and the ones the window passed
+	// have raised the horizon already: the next to move it is the first
+	// that would raise it.
+	for _, s := range d.historySamples {
+		if s.next > d.HistoryHorizon() {
+			return max(s.at.Add(d.opts.HistoryWindow).Sub(d.opts.now()), historyTimerFloor), true
+		}
+	}
+	return 0, false
 }
 
 // sampleHistoryLocked records where the writes stand now (unless nothing
@@ -184,10 +240,10 @@ func (d *DB) historyTick() {
 // the horizon up to the newest sample the window has passed: one taken at
 // least HistoryWindow ago, or one after which more than HistoryWindowBytes
 // of WAL were written. Samples older than that one are no longer needed.
-// Called with d.mu held.
-func (d *DB) sampleHistoryLocked() {
+// It reports whether it recorded a new sample. Called with d.mu held.
+func (d *DB) sampleHistoryLocked() (added bool) {
 	if !d.historyWindowOn() {
-		return
+		return false
 	}
 	now := d.opts.now()
 	next := SeqNum(d.visibleSeq.Load()) + 1
@@ -197,6 +253,7 @@ func (d *DB) sampleHistoryLocked() {
 			d.thinHistorySamplesLocked()
 		}
 		d.historySamples = append(d.historySamples, historySample{at: now, next: next, walBytes: wb})
+		added = true
 	}
 	passed := -1
 	for i, s := range d.historySamples {
@@ -206,11 +263,12 @@ func (d *DB) sampleHistoryLocked() {
 		}
 	}
 	if passed < 0 {
-		return
+		return added
 	}
 	h := d.historySamples[passed].next
 	d.historySamples = slices.Delete(d.historySamples, 0, passed)
 	d.raiseHorizonLocked(h)
+	return added
 }
 
 // thinHistorySamplesLocked drops the inner sample whose neighbours are
@@ -242,49 +300,47 @@ func (d *DB) thinHistorySamplesLocked() {
 // numbers, and drops no files without compacting them).
 const maxHorizonReclaims = 256
 
-// horizonReclaim is a span whose deleted data's space comes back once the
-// history horizon passes seq: it is compacted then.
-type horizonReclaim struct {
-	start, end []byte // [start, end); nil is unbounded
-	// seq is the last sequence number of the deletions: the span is due
-	// once HistoryHorizon() > seq (no read may see what they deleted).
-	seq SeqNum
-	// deletedAt, when nonzero, is the sequence number of the batch whose
-	// DeleteRange covers the whole span: DeleteFilesInRange drops the files
-	// it holds before the compaction.
-	deletedAt SeqNum
-}
-
 // CompactAfterHorizon asks the DB to compact [start, end) (nil bounds are
 // unbounded) once the history horizon passes seq, so that the space of
 // the data deleted there at sequence numbers up to seq comes back as soon
 // as no read within the horizon may see it: at most one history window
 // (Options.HistoryWindow) late. It is for deletions that are no range
 // deletion, such as many point deletions in a span (a DeleteRange applied
-// while the DB keeps a horizon is scheduled so by itself). It returns at
-// once; the compaction (CompactRange) runs in the background, right away
-// when the horizon is already past seq or the DB keeps none. Requests are
-// kept in memory: a reopen forgets those not yet run. It fails only on a
-// closed, read-only or failed DB.
+// while the DB keeps a horizon is scheduled so by itself). The compaction
+// (CompactRange) runs in the background, right away when the horizon is
+// already past seq or the DB keeps none. A request that waits for the
+// horizon is recorded in the MANIFEST (one synced edit) before the call
+// returns, so a reopen, after a crash too, keeps it until it has run. It
+// fails on a closed, read-only or failed DB, or when that edit fails.
 func (d *DB) CompactAfterHorizon(start, end []byte, seq SeqNum) error {
 	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
 		return nil
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.checkWritableLocked(); err != nil {
+		d.mu.Unlock()
 		return fmt.Errorf("compact after horizon %d: %w", seq, err)
 	}
-	d.addReclaimLocked(horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: seq})
+	d.addReclaimLocked(manifest.Reclaim{Start: slices.Clone(start), End: slices.Clone(end), Seq: seq})
+	persist := d.reclaimsDirty && d.opts.HistoryHorizon
+	d.mu.Unlock()
+	if !persist {
+		return nil
+	}
+	// Recorded in the MANIFEST before returning, so that a crash does
+	// not forget it (no WAL record says it was asked for).
+	if err := d.logAndApply(&manifest.VersionEdit{}, nil); err != nil {
+		return fmt.Errorf("compact after horizon %d: record the request: %w", seq, err)
+	}
 	return nil
 }
 
-// noteRangeDeletions schedules the reclaim of every span b's range
-// deletions cover (b was just applied) for when the horizon passes b.
-func (d *DB) noteRangeDeletions(b *Batch) {
+// rangeDeletionReclaims returns the reclaims of the spans b's range
+// deletions cover: due once the horizon passes b.
+func rangeDeletionReclaims(b *Batch) []manifest.Reclaim {
 	first := b.SeqNum()
 	last := first + b.seqSpan() - 1
-	var spans []horizonReclaim
+	var spans []manifest.Reclaim
 	r := b.Reader()
 	for {
 		kind, start, end, ok := r.Next()
@@ -292,9 +348,18 @@ func (d *DB) noteRangeDeletions(b *Batch) {
 			break
 		}
 		if kind == KindRangeDelete {
-			spans = append(spans, horizonReclaim{start: slices.Clone(start), end: slices.Clone(end), seq: last, deletedAt: first})
+			spans = append(spans, manifest.Reclaim{Start: slices.Clone(start), End: slices.Clone(end), Seq: last, DeletedAt: first})
 		}
 	}
+	return spans
+}
+
+// noteRangeDeletions schedules the reclaim of every span b's range
+// deletions cover (b was just applied) for when the horizon passes b. The
+// MANIFEST records them with its next edit; until then a reopen finds
+// them in the WAL (replayWAL).
+func (d *DB) noteRangeDeletions(b *Batch) {
+	spans := rangeDeletionReclaims(b)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range spans {
@@ -303,21 +368,50 @@ func (d *DB) noteRangeDeletions(b *Batch) {
 }
 
 // addReclaimLocked queues r and starts it when due.
-func (d *DB) addReclaimLocked(r horizonReclaim) {
+func (d *DB) addReclaimLocked(r manifest.Reclaim) {
+	d.addReclaimQuietlyLocked(r)
+	d.maybeStartReclaimsLocked()
+}
+
+// addReclaimQuietlyLocked queues r, unless the same reclaim waits already
+// (a replayed WAL may hold one the MANIFEST recorded), without starting
+// anything: recovery's replay uses it directly.
+func (d *DB) addReclaimQuietlyLocked(r manifest.Reclaim) {
+	if slices.ContainsFunc(d.reclaims, func(q manifest.Reclaim) bool { return sameReclaim(q, r) }) {
+		return
+	}
 	d.reclaims = append(d.reclaims, r)
+	d.reclaimsDirty = true
 	if len(d.reclaims) > maxHorizonReclaims {
 		d.reclaims = mergeReclaims(d.reclaims, false)
 		if len(d.reclaims) > maxHorizonReclaims/2 {
 			d.reclaims = mergeReclaims(d.reclaims, true)
 		}
 	}
-	d.maybeStartReclaimsLocked()
+}
+
+// sameReclaim reports whether a and b are the same request.
+func sameReclaim(a, b manifest.Reclaim) bool {
+	return a.Seq == b.Seq && a.DeletedAt == b.DeletedAt && sameBound(a.Start, b.Start) && sameBound(a.End, b.End)
+}
+
+// sameBound reports whether two span bounds are equal, nil (unbounded)
+// differing from an empty key.
+func sameBound(a, b []byte) bool {
+	return (a == nil) == (b == nil) && bytes.Equal(a, b)
+}
+
+// reclaimRecordsLocked returns the reclaims to record in the MANIFEST: the
+// waiting ones and those running, which a crash would interrupt. Called
+// with d.mu held.
+func (d *DB) reclaimRecordsLocked() []manifest.Reclaim {
+	return slices.Concat(d.reclaims, d.reclaimsInRun)
 }
 
 // reclaimDueLocked reports whether r may run: the horizon has passed its
 // deletions, or the DB keeps none.
-func (d *DB) reclaimDueLocked(r horizonReclaim) bool {
-	return !d.opts.HistoryHorizon || r.seq < d.HistoryHorizon()
+func (d *DB) reclaimDueLocked(r manifest.Reclaim) bool {
+	return !d.opts.HistoryHorizon || r.Seq < d.HistoryHorizon()
 }
 
 // maybeStartReclaimsLocked starts the reclaim worker when a reclaim is due
@@ -339,7 +433,7 @@ func (d *DB) maybeStartReclaimsLocked() {
 func (d *DB) runReclaims() {
 	d.mu.Lock()
 	for !d.closed && d.bgErr == nil {
-		var due []horizonReclaim
+		var due []manifest.Reclaim
 		kept := d.reclaims[:0]
 		for _, r := range d.reclaims {
 			if d.reclaimDueLocked(r) {
@@ -353,9 +447,12 @@ func (d *DB) runReclaims() {
 		if len(due) == 0 {
 			break
 		}
+		d.reclaimsInRun = slices.Clone(due) // reclaim sorts and merges due
 		d.mu.Unlock()
 		err := d.reclaim(due)
 		d.mu.Lock()
+		d.reclaimsInRun = nil
+		d.reclaimsDirty = true
 		if err != nil && !d.closed {
 			d.log.Warn("compact deleted spans after the history horizon", "err", err)
 		}
@@ -367,17 +464,17 @@ func (d *DB) runReclaims() {
 }
 
 // reclaim drops the files of due's range deletions and compacts its spans.
-func (d *DB) reclaim(due []horizonReclaim) error {
+func (d *DB) reclaim(due []manifest.Reclaim) error {
 	for _, r := range due {
-		if r.deletedAt == 0 {
+		if r.DeletedAt == 0 {
 			continue
 		}
-		if _, _, err := d.DeleteFilesInRange(r.start, r.end, r.deletedAt); err != nil && !errors.Is(err, ErrOlderSnapshot) {
+		if _, _, err := d.DeleteFilesInRange(r.Start, r.End, r.DeletedAt); err != nil && !errors.Is(err, ErrOlderSnapshot) {
 			return fmt.Errorf("drop files of deleted range: %w", err)
 		}
 	}
 	for _, r := range mergeReclaims(due, false) {
-		if err := d.CompactRange(r.start, r.end); err != nil {
+		if err := d.CompactRange(r.Start, r.End); err != nil {
 			return fmt.Errorf("compact deleted span: %w", err)
 		}
 		d.mu.Lock()
@@ -390,28 +487,28 @@ func (d *DB) reclaim(due []horizonReclaim) error {
 // mergeReclaims sorts rs by start and merges the spans that overlap (and,
 // with neighbours, also each with the next one): a merged span has the
 // later sequence number and drops no files (deletedAt 0).
-func mergeReclaims(rs []horizonReclaim, neighbours bool) []horizonReclaim {
-	slices.SortFunc(rs, func(a, b horizonReclaim) int {
-		if a.start == nil || b.start == nil {
-			return boolCmp(a.start != nil, b.start != nil)
+func mergeReclaims(rs []manifest.Reclaim, neighbours bool) []manifest.Reclaim {
+	slices.SortFunc(rs, func(a, b manifest.Reclaim) int {
+		if a.Start == nil || b.Start == nil {
+			return boolCmp(a.Start != nil, b.Start != nil)
 		}
-		return bytes.Compare(a.start, b.start)
+		return bytes.Compare(a.Start, b.Start)
 	})
 	out := rs[:0]
 	for i, r := range rs {
 		if len(out) > 0 {
 			last := &out[len(out)-1]
-			overlap := last.end == nil || (r.start != nil && bytes.Compare(r.start, last.end) <= 0)
+			overlap := last.End == nil || (r.Start != nil && bytes.Compare(r.Start, last.End) <= 0)
 			if overlap || (neighbours && i%2 == 1) {
-				same := bytes.Equal(last.start, r.start) && (last.end == nil) == (r.end == nil) &&
-					bytes.Equal(last.end, r.end) && last.deletedAt == r.deletedAt
+				same := bytes.Equal(last.Start, r.Start) && (last.End == nil) == (r.End == nil) &&
+					bytes.Equal(last.End, r.End) && last.DeletedAt == r.DeletedAt
 				if !same {
-					last.deletedAt = 0
+					last.DeletedAt = 0
 				}
-				if last.end != nil && (r.end == nil || bytes.Compare(r.end, last.end) > 0) {
-					last.end = r.end
+				if last.End != nil && (r.End == nil || bytes.Compare(r.End, last.End) > 0) {
+					last.End = r.End
 				}
-				last.seq = max(last.seq, r.seq)
+				last.Seq = max(last.Seq, r.Seq)
 				continue
 			}
 		}

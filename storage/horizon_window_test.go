@@ -127,6 +127,93 @@ func TestHistoryWindowIdleTimer(t *testing.T) {
 	}
 }
 
+// historyTickOnce runs what the DB's timer does at a tick and returns
+// how long the timer then waits, or -1 when it is not armed, and whether a
+// write would wake it. It stops the DB's own timer first, so that the
+// test's ticks are the only ones.
+func historyTickOnce(d *DB) (time.Duration, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.historyTimer.Stop()
+	sampled := d.sampleHistoryLocked()
+	wait, armed := d.nextHistoryTickLocked(sampled)
+	if !armed {
+		wait = -1
+	}
+	return wait, !sampled
+}
+
+// TestHistoryWindowTimerRestsWhenIdle: while a DB is written to its
+// window's timer samples every historySampleEvery; once a tick finds no
+// write it waits exactly until the next kept sample passes the window, and
+// once no sample can move the horizon any more it is not armed at all,
+// until a write wakes it. With a bytes window only, an idle DB's timer
+// rests at once. (A process hosts thousands of DBs, most of them idle.)
+func TestHistoryWindowTimerRestsWhenIdle(t *testing.T) {
+	d, _, clock := windowTestDB(t, 10*time.Second, 0)
+	defer apiMustClose(t, d)
+	d.mu.Lock()
+	d.historyTimer.Stop() // the test's ticks are the only ones
+	d.mu.Unlock()
+	set := func(k string) {
+		t.Helper()
+		if err := d.Set([]byte(k), []byte("v"), NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("a")
+	if wait, wake := historyTickOnce(d); wait != historySampleEvery || wake {
+		t.Fatalf("tick after a write: wait %s, wake %v; want %s, false", wait, wake, historySampleEvery)
+	}
+	clock.Store(int64(time.Second))
+	set("b")
+	if wait, _ := historyTickOnce(d); wait != historySampleEvery {
+		t.Fatalf("tick after a second write: wait %s", wait)
+	}
+	// No write since: the samples of open (t=0), of "a" (t=0) and of "b"
+	// (t=1s) pass the 10-s window at 10 and 11 s.
+	clock.Store(int64(2 * time.Second))
+	if wait, wake := historyTickOnce(d); wait != 8*time.Second || !wake {
+		t.Fatalf("idle tick at 2s: wait %s, wake %v; want 8s (the t=0 samples pass at 10s), true", wait, wake)
+	}
+	clock.Store(int64(10 * time.Second))
+	if wait, _ := historyTickOnce(d); wait != time.Second {
+		t.Fatalf("idle tick at 10s: wait %s, want 1s (the t=1s sample passes at 11s)", wait)
+	}
+	clock.Store(int64(11 * time.Second))
+	if wait, wake := historyTickOnce(d); wait != -1 || !wake {
+		t.Fatalf("idle tick at 11s: wait %s, wake %v; want not armed, woken by a write", wait, wake)
+	}
+	if h, last := d.HistoryHorizon(), d.LastSeq(); h != last+1 {
+		t.Fatalf("horizon %d once every sample passed, last seqnum %d", h, last)
+	}
+	// A write wakes the resting timer: the commit rearms it.
+	d.mu.Lock()
+	d.historyWake = true
+	d.mu.Unlock()
+	set("c")
+	d.mu.Lock()
+	wake := d.historyWake
+	d.mu.Unlock()
+	if wake {
+		t.Fatal("a write left the resting timer unwoken")
+	}
+
+	// A bytes window alone: no write, no wait.
+	db, _, _ := windowTestDB(t, 0, 1<<20)
+	defer apiMustClose(t, db)
+	db.mu.Lock()
+	db.historyTimer.Stop()
+	db.mu.Unlock()
+	if err := db.Set([]byte("a"), []byte("v"), NoSync); err != nil {
+		t.Fatal(err)
+	}
+	historyTickOnce(db)
+	if wait, wake := historyTickOnce(db); wait != -1 || !wake {
+		t.Fatalf("bytes window, idle tick: wait %s, wake %v; want not armed", wait, wake)
+	}
+}
+
 // TestHistoryWindowSamplesBounded: a long window keeps at most
 // maxHistorySamples samples, and the horizon they give never passes the
 // exact one (the first write after now-window) and lags it by little.
@@ -379,4 +466,71 @@ func TestHistoryWindowCrash(t *testing.T) {
 		}
 	}
 	apiMustClose(t, d)
+}
+
+// TestHistoryWindowReclaimsSurviveReopen: reclaims still waiting for the
+// horizon survive a crash and a clean close. A CompactAfterHorizon
+// request is in the MANIFEST when the call returns; a DeleteRange's is
+// found again in the WAL when no edit recorded it before the crash. After
+// the reopen the horizon passes them one window later, and the space comes
+// back with no call but the DB's own.
+func TestHistoryWindowReclaimsSurviveReopen(t *testing.T) {
+	for _, crash := range []bool{true, false} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			clock := new(atomic.Int64)
+			opts := apiSmallOptions(fs)
+			opts.HistoryHorizon, opts.HistoryWindow = true, 10*time.Second
+			opts.now = func() time.Time { return time.Unix(0, clock.Load()) }
+			d := apiMustOpen(t, "db", opts)
+			rng := rand.New(rand.NewPCG(7, 7))
+			writeRandomValues(t, d, rng, 2000, 256, 1, nil)
+			if err := d.CompactRange(nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			full := sstBytes(d)
+			sampleHistory(d)
+			for i := range 1000 {
+				if err := d.Delete(fmt.Appendf(nil, "k%015d", i), NoSync); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.CompactAfterHorizon([]byte("k000000000000000"), []byte("k000000000001000"), d.LastSeq()); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.DeleteRange([]byte("k000000000001500"), []byte("l"), Sync); err != nil {
+				t.Fatal(err)
+			}
+			if m := d.Metrics(); m.HorizonReclaimsPending != 2 {
+				t.Fatalf("%d reclaims pending, want 2", m.HorizonReclaimsPending)
+			}
+			ropts := opts
+			if crash {
+				ropts = withFS(opts, fs.CrashClone())
+			}
+			apiMustClose(t, d)
+			r := apiMustOpen(t, "db", ropts)
+			if m := r.Metrics(); m.HorizonReclaimsPending != 2 || m.HorizonReclaims != 0 {
+				t.Fatalf("after the reopen: %d reclaims pending, %d run; want 2 and 0", m.HorizonReclaimsPending, m.HorizonReclaims)
+			}
+			// The reopened DB's window counts from its open (t=0 of the
+			// fake clock): its first sample passes at 10 s.
+			clock.Add(int64(10 * time.Second))
+			sampleHistory(r)
+			waitReclaims(r)
+			if got := sstBytes(r); got > full*4/10 {
+				t.Fatalf("after the window: %d SST bytes of %d, want about a quarter", got, full)
+			}
+			if m := r.Metrics(); m.HorizonReclaimsPending != 0 {
+				t.Fatalf("%d reclaims still pending", m.HorizonReclaimsPending)
+			}
+			// Done reclaims are gone from the MANIFEST too.
+			apiMustClose(t, r)
+			r = apiMustOpen(t, "db", ropts)
+			defer apiMustClose(t, r)
+			if m := r.Metrics(); m.HorizonReclaimsPending != 0 {
+				t.Fatalf("after a second reopen: %d reclaims pending, want 0", m.HorizonReclaimsPending)
+			}
+		})
+	}
 }

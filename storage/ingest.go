@@ -327,6 +327,7 @@ func (d *DB) ingestLocked(files []*ingestFile) error {
 	}
 	if needSeq {
 		d.visibleSeq.Store(uint64(seq))
+		d.historyWokenLocked()
 	}
 	d.metrics.ingestedBytes += ingested
 	return nil

@@ -240,9 +240,10 @@ type Options struct {
 	// sequence number written after now-HistoryWindow, so versions
 	// overwritten or deleted longer ago than the window go at the next
 	// flush or compaction, also on a DB nobody writes. The DB samples
-	// (time, last sequence number, WAL bytes) about once a second and when
-	// a flush or compaction starts, so the bound holds to within about a
-	// second (or a flush's writes). Needs HistoryHorizon. Default
+	// (time, last sequence number, WAL bytes) about once a second while it
+	// is written to and when a flush or compaction starts, so the bound
+	// holds to within about a second (or a flush's writes); a DB nobody
+	// writes wakes only when a sample passes the window. Needs HistoryHorizon. Default
 	// 0: no time bound. Negative is an error.
 	HistoryWindow time.Duration
 	// HistoryWindowBytes, when positive, bounds the history HistoryHorizon

@@ -138,6 +138,11 @@ func (d *DB) logAndApply(ve *manifest.VersionEdit, onInstall func()) error {
 	}
 	cur := d.vers
 	rotate := d.manifestSize == 0 || d.manifestSize > maxManifestSize
+	if d.opts.HistoryHorizon && (d.reclaimsDirty || rotate) {
+		// A new MANIFEST starts from this edit's summary fields.
+		ve.Reclaims, ve.ReclaimsSet = d.reclaimRecordsLocked(), true
+		d.reclaimsDirty = false
+	}
 	var newManifestNum manifest.FileNum
 	if rotate {
 		newManifestNum = d.nextFileNum
@@ -219,6 +224,8 @@ func (d *DB) writeManifestFile(num manifest.FileNum, v *manifest.Version, ve *ma
 		NextFileNum:        ve.NextFileNum,
 		LastSeqNum:         ve.LastSeqNum,
 		HistoryHorizon:     ve.HistoryHorizon,
+		Reclaims:           ve.Reclaims,
+		ReclaimsSet:        ve.ReclaimsSet,
 	}
 	for level := range v.Levels {
 		for _, f := range v.Levels[level] {
@@ -263,6 +270,10 @@ func (d *DB) writeNewManifestLocked(v *manifest.Version, ve *manifest.VersionEdi
 	ve.NextFileNum = d.nextFileNum
 	ve.LastSeqNum = d.logSeq
 	ve.HistoryHorizon = d.HistoryHorizon()
+	if d.opts.HistoryHorizon {
+		ve.Reclaims, ve.ReclaimsSet = d.reclaimRecordsLocked(), true
+		d.reclaimsDirty = false
+	}
 	d.mu.Unlock()
 	err := d.writeManifestFile(num, v, ve)
 	d.mu.Lock()

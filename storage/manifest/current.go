@@ -119,6 +119,9 @@ type VersionEditSummary struct {
 	// HistoryHorizon is the highest history horizon any edit recorded (see
 	// VersionEdit.HistoryHorizon); 0 if none did.
 	HistoryHorizon base.SeqNum
+	// Reclaims are the reclaims of the last edit that set them (see
+	// VersionEdit.Reclaims); nil if none did.
+	Reclaims []Reclaim
 }
 
 // ReplayManifest reads the MANIFEST at path and applies its edits in order
@@ -191,6 +194,9 @@ func ReplayManifest(fs vfs.FS, path string) (*Version, VersionEditSummary, error
 			sum.LastSeqNum = ve.LastSeqNum
 		}
 		sum.HistoryHorizon = max(sum.HistoryHorizon, ve.HistoryHorizon)
+		if ve.ReclaimsSet {
+			sum.Reclaims = ve.Reclaims
+		}
 		// Only a clean close recorded by the very last edit counts.
 		sum.CleanCloseLogNum, sum.CleanCloseLogSize = ve.CleanCloseLogNum, ve.CleanCloseLogSize
 		sum.NumEdits++

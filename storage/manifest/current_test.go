@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -154,7 +155,7 @@ func TestReplayManifest(t *testing.T) {
 	}
 	wantSum := VersionEditSummary{ComparatorName: "bytewise", MinUnflushedLogNum: 4, NextFileNum: 8, LastSeqNum: 25,
 		NumEdits: len(edits), ValidSize: int64(len(data))}
-	if sum != wantSum {
+	if !reflect.DeepEqual(sum, wantSum) {
 		t.Fatalf("summary %+v, want %+v", sum, wantSum)
 	}
 	v.Unref()

@@ -36,6 +36,10 @@ import (
 //	                         that size
 //	8|TagSafeToIgnore        bytes holding uvarint seqnum: the DB's history
 //	     history horizon     horizon when the edit was written
+//	9|TagSafeToIgnore        bytes holding uvarint count, then per reclaim:
+//	     reclaims            a flags byte (1: start set, 2: end set), bytes
+//	                         start and bytes end when set, uvarint seq,
+//	                         uvarint deleted-at seqnum
 //
 // Optional file fields follow the fixed fields of a new file: a sequence of
 // (uvarint subtag, bytes payload) pairs ended by subtag 0. Subtag 1 is
@@ -80,6 +84,24 @@ type VersionEdit struct {
 	// HistoryHorizon-1 saw, so a reopened DB must not start below it. 0
 	// means unset.
 	HistoryHorizon base.SeqNum
+	// Reclaims, when ReclaimsSet, are the DB's deleted spans waiting for
+	// their compaction when the edit was written (see Reclaim); they
+	// replace those of earlier edits. ReclaimsSet with no Reclaims says
+	// that none wait.
+	Reclaims    []Reclaim
+	ReclaimsSet bool
+}
+
+// Reclaim is a deleted span whose compaction waits for the DB's history
+// horizon to pass its deletions (storage.DB.CompactAfterHorizon).
+type Reclaim struct {
+	// Start and End bound the span [Start, End); nil is unbounded.
+	Start, End []byte
+	// Seq is the last sequence number of the span's deletions.
+	Seq base.SeqNum
+	// DeletedAt, when nonzero, is the sequence number of a range deletion
+	// covering the whole span.
+	DeletedAt base.SeqNum
 }
 
 // DeletedFileEntry names a file removed from a level.
@@ -109,6 +131,7 @@ const (
 
 	tagCleanClose     = 7 | TagSafeToIgnore
 	tagHistoryHorizon = 8 | TagSafeToIgnore
+	tagReclaims       = 9 | TagSafeToIgnore
 
 	subtagEnd          = 0
 	subtagCreationTime = 1
@@ -163,6 +186,11 @@ func (ve *VersionEdit) AppendEncoded(dst []byte) ([]byte, error) {
 	}
 	if ve.HistoryHorizon > base.MaxSeqNum+1 {
 		return dst, fmt.Errorf("manifest: encoding version edit: history horizon %d exceeds the maximum", ve.HistoryHorizon)
+	}
+	for i, r := range ve.Reclaims {
+		if r.Seq > base.MaxSeqNum || r.DeletedAt > base.MaxSeqNum {
+			return dst, fmt.Errorf("manifest: encoding version edit: reclaim %d: seqnum exceeds the maximum", i)
+		}
 	}
 	for de := range ve.DeletedFiles {
 		if err := validateLevel(de.Level); err != nil {
@@ -231,7 +259,91 @@ func (ve *VersionEdit) AppendEncoded(dst []byte) ([]byte, error) {
 		b = binary.AppendUvarint(b, tagHistoryHorizon)
 		b = appendBytes(b, binary.AppendUvarint(nil, uint64(ve.HistoryHorizon)))
 	}
+	if ve.ReclaimsSet {
+		b = binary.AppendUvarint(b, tagReclaims)
+		b = appendBytes(b, appendReclaims(nil, ve.Reclaims))
+	}
 	return b, nil
+}
+
+// Flags of a reclaim in the reclaims field.
+const (
+	reclaimStartSet = 1
+	reclaimEndSet   = 2
+)
+
+// appendReclaims appends the payload of the reclaims field to b.
+func appendReclaims(b []byte, rs []Reclaim) []byte {
+	b = binary.AppendUvarint(b, uint64(len(rs)))
+	for _, r := range rs {
+		var flags byte
+		if r.Start != nil {
+			flags |= reclaimStartSet
+		}
+		if r.End != nil {
+			flags |= reclaimEndSet
+		}
+		b = append(b, flags)
+		if r.Start != nil {
+			b = appendBytes(b, r.Start)
+		}
+		if r.End != nil {
+			b = appendBytes(b, r.End)
+		}
+		b = binary.AppendUvarint(b, uint64(r.Seq))
+		b = binary.AppendUvarint(b, uint64(r.DeletedAt))
+	}
+	return b
+}
+
+// decodeReclaims decodes the payload of the reclaims field.
+func decodeReclaims(p []byte) ([]Reclaim, error) {
+	d := &decoder{data: p}
+	n, err := d.uvarint("reclaim count")
+	if err != nil {
+		return nil, err
+	}
+	// Each reclaim takes at least 3 bytes: a bound on what to allocate.
+	if n > uint64(len(p))/3 {
+		return nil, fmt.Errorf("%d reclaims in %d bytes", n, len(p))
+	}
+	rs := make([]Reclaim, 0, n)
+	for i := range n {
+		if d.off >= len(d.data) {
+			return nil, fmt.Errorf("reclaim %d: truncated", i)
+		}
+		flags := d.data[d.off]
+		d.off++
+		if flags&^(reclaimStartSet|reclaimEndSet) != 0 {
+			return nil, fmt.Errorf("reclaim %d: unknown flags %#x", i, flags)
+		}
+		var r Reclaim
+		if flags&reclaimStartSet != 0 {
+			k, err := d.bytes("reclaim start")
+			if err != nil {
+				return nil, err
+			}
+			r.Start = append([]byte{}, k...)
+		}
+		if flags&reclaimEndSet != 0 {
+			k, err := d.bytes("reclaim end")
+			if err != nil {
+				return nil, err
+			}
+			r.End = append([]byte{}, k...)
+		}
+		if r.Seq, err = d.seqNum("reclaim seqnum"); err != nil {
+			return nil, err
+		}
+		if r.DeletedAt, err = d.seqNum("reclaim deleted-at seqnum"); err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	if d.off != len(d.data) {
+		return nil, fmt.Errorf("%d bytes after the reclaims", len(d.data)-d.off)
+	}
+	return rs, nil
 }
 
 func appendBytes(b, p []byte) []byte {
@@ -409,6 +521,15 @@ func (ve *VersionEdit) decode(d *decoder) error {
 				return fmt.Errorf("malformed history-horizon field at byte %d", tagOff)
 			}
 			ve.HistoryHorizon = base.SeqNum(h)
+		case tagReclaims:
+			p, err := d.bytes("reclaims")
+			if err != nil {
+				return err
+			}
+			if ve.Reclaims, err = decodeReclaims(p); err != nil {
+				return fmt.Errorf("malformed reclaims field at byte %d: %w", tagOff, err)
+			}
+			ve.ReclaimsSet = true
 		default:
 			if tag&TagSafeToIgnore == 0 {
 				return fmt.Errorf("unknown tag %d at byte %d", tag, tagOff)
@@ -500,6 +621,12 @@ func (ve *VersionEdit) String() string {
 	}
 	if ve.HistoryHorizon != 0 {
 		b = fmt.Appendf(b, "history-horizon: %d\n", ve.HistoryHorizon)
+	}
+	if ve.ReclaimsSet {
+		b = fmt.Appendf(b, "reclaims: %d\n", len(ve.Reclaims))
+		for _, r := range ve.Reclaims {
+			b = fmt.Appendf(b, "  [%q, %q) seq %d deleted-at %d\n", r.Start, r.End, r.Seq, r.DeletedAt)
+		}
 	}
 	for _, de := range sortedDeleted(ve.DeletedFiles) {
 		b = fmt.Appendf(b, "del L%d %s\n", de.Level, de.FileNum)
