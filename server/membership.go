@@ -42,38 +42,65 @@ func (n *Node) maintain() {
 	}
 }
 
-// placementLoop heartbeats to the placement leader once a second and, on
-// the placement leader, schedules replica and leadership moves, until Stop.
-// A kick (kickPlacement) brings the next round forward, to no sooner than
-// placementMinInterval after the last; while this node leads a shard
-// whose learner is catching up, it heartbeats every fastHeartbeatInterval.
+// placementLoop heartbeats to the placement leader once a second, the
+// first time as the node starts, and, on the placement leader, schedules
+// replica and leadership moves, until Stop. A kick (kickPlacement) brings
+// the next round forward, to no sooner than placementMinInterval after the
+// last; a due move start (moveDue) brings it forward at once. While this
+// node leads a shard whose learner is catching up, it heartbeats every
+// fastHeartbeatInterval.
+//
+// The first heartbeat is not held for a second: the placement leader
+// gives a node replicas from its first heartbeat on, and in rebalances
+// onto joining nodes that second was a tenth of the time to balance
+// (docs/BENCHMARKS.md, issue 24).
 func (n *Node) placementLoop() {
 	defer n.wg.Done()
 	t := time.NewTimer(placementInterval)
 	defer t.Stop()
-	last := time.Now()
+	last := time.Now().Add(-placementInterval) // the first round at once
 	for {
 		wait := placementInterval
 		if n.place.catchingUp.Load() {
 			wait = fastHeartbeatInterval
 		}
 		t.Reset(time.Until(last.Add(wait)))
-		select {
-		case <-n.stop:
+		if !n.place.awaitRound(n.stop, t, last) {
 			return
-		case <-t.C:
-		case <-n.place.kick:
-			select {
-			case <-n.stop:
-				return
-			case <-time.After(time.Until(last.Add(placementMinInterval))):
-			}
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		n.sendHeartbeat(ctx)
 		n.runPlacement(ctx)
 		cancel()
+	}
+}
+
+// awaitRound waits for the next round of placementLoop, whose last round
+// ran at last: until timer fires, a kick has waited out placementMinInterval
+// since last, or a move start is due (moveDue, at once, whether or not a
+// kick is waiting out its interval). It returns false once stop is closed.
+// Kicks come all through a rebalance (steps returning, learners caught up):
+// when the due start's round queued behind such a kick, the next move
+// started a round late, 0.40 s after the last rather than
+// moveStartInterval (docs/BENCHMARKS.md, issue 24).
+func (p *placementState) awaitRound(stop <-chan struct{}, timer *time.Timer, last time.Time) bool {
+	var kicked <-chan time.Time
+	kick := p.kick
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-timer.C:
+			return true
+		case <-p.moveDue:
+			return true
+		case <-kicked:
+			return true
+		case <-kick:
+			kick = nil
+			kicked = time.After(time.Until(last.Add(placementMinInterval)))
+		}
 	}
 }
 

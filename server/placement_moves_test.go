@@ -13,9 +13,10 @@ import (
 
 // TestPlacementSpreadsMoveStarts: the placement leader starts at most one
 // replica move per moveStartInterval, and asks for the round that starts
-// the next one once the interval has passed, so that a wave's snapshots do
-// not all begin at once (issue 24: four moves started together filled the
-// benchmark machine's two cores and stalled the foreground's puts).
+// the next one (moveDue) once the interval has passed, so that a wave's
+// snapshots do not all begin at once (issue 24: four moves started together
+// filled the benchmark machine's two cores and stalled the foreground's
+// puts).
 func TestPlacementSpreadsMoveStarts(t *testing.T) {
 	n := &Node{place: newPlacementState(Config{DeadNodeTimeout: 5 * time.Minute}, prometheus.NewRegistry())}
 	t0 := time.Now()
@@ -28,7 +29,7 @@ func TestPlacementSpreadsMoveStarts(t *testing.T) {
 		}
 	}
 	select {
-	case <-n.place.kick:
+	case <-n.place.moveDue:
 	case <-time.After(10 * moveStartInterval):
 		t.Fatal("no round asked for after the interval")
 	}
@@ -37,6 +38,50 @@ func TestPlacementSpreadsMoveStarts(t *testing.T) {
 	}
 	if n.mayStartMove(t0.Add(moveStartInterval + time.Millisecond)) {
 		t.Fatal("two moves started within the interval")
+	}
+}
+
+// TestPlacementRunsDueMoveStartAtOnce: the round that starts a due replica
+// move runs when the move is due, even while a kick waits out
+// placementMinInterval since the last round. When the due start asked for
+// its round with an ordinary kick, which queued behind the kick already
+// waiting, the start ran two rounds (0.40 s) after the last, not
+// moveStartInterval (issue 24).
+func TestPlacementRunsDueMoveStartAtOnce(t *testing.T) {
+	n := &Node{place: newPlacementState(Config{DeadNodeTimeout: 5 * time.Minute}, prometheus.NewRegistry())}
+	p := n.place
+	const due = 50 * time.Millisecond
+	last := time.Now() // the last round
+	p.lastMoveStart = last.Add(due - moveStartInterval)
+	if n.mayStartMove(last) {
+		t.Fatalf("a move may start %v before it is due", due)
+	}
+	n.kickPlacement() // a step finished: a kick waits out placementMinInterval
+	timer := time.NewTimer(placementInterval)
+	defer timer.Stop()
+	stop := make(chan struct{})
+	if !p.awaitRound(stop, timer, last) {
+		t.Fatal("awaitRound returned false with stop open")
+	}
+	if took := time.Since(last); took >= placementMinInterval || took < due {
+		t.Fatalf("the round came %v after the last; want it when the move is due, %v (not at the kick's %v)", took, due, placementMinInterval)
+	}
+	if !n.mayStartMove(time.Now()) {
+		t.Fatal("the due move may not start in its round")
+	}
+	// That round served the kick too; a kick after it waits out
+	// placementMinInterval.
+	last = time.Now()
+	n.kickPlacement()
+	if !p.awaitRound(stop, timer, last) {
+		t.Fatal("awaitRound returned false with stop open")
+	}
+	if took := time.Since(last); took < placementMinInterval-5*time.Millisecond || took >= placementInterval/2 {
+		t.Fatalf("the kicked round came %v after the last; want %v", took, placementMinInterval)
+	}
+	close(stop)
+	if p.awaitRound(stop, timer, time.Now()) {
+		t.Fatal("awaitRound returned true after stop")
 	}
 }
 

@@ -225,6 +225,50 @@ func balancedWithin(st *shalev1.PlacementStatusResponse, nodes int) (bool, strin
 	return true, ""
 }
 
+// TestPlacementHearsJoiningNodeAtOnce: a node heartbeats to the placement
+// leader as it starts, not a second later: the placement leader gives a
+// node replicas from its first heartbeat on, and in rebalances onto two
+// joining nodes the first move came 0.8 s after both had joined while
+// their first heartbeats waited out the loop's first second (issue 24).
+func TestPlacementHearsJoiningNodeAtOnce(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	waitFor(t, time.Minute, func() (bool, string) {
+		st, err := placementStatus(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		live := 0
+		for _, n := range st.GetNodes() {
+			if n.GetState() == "live" {
+				live++
+			}
+		}
+		return live == 3, fmt.Sprintf("%d live nodes in the placement leader's view", live)
+	})
+	id := c.AddNode()
+	added := time.Now()
+	var first time.Time
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		st, err := placementStatus(t, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range st.GetNodes() {
+			if n.GetNode().GetNodeId() == id && n.GetState() == "live" && n.GetLastHeartbeatUnixNanos() != 0 {
+				first = time.Unix(0, n.GetLastHeartbeatUnixNanos())
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("node %d not live in the placement leader's view", id)
+	})
+	t.Logf("node %d's first heartbeat: %v after AddNode returned", id, first.Sub(added))
+	// Without the heartbeat at start it came a second after the start
+	// (placementInterval), which is before AddNode returns.
+	if gap := first.Sub(added); gap > 500*time.Millisecond {
+		t.Fatalf("node %d's first heartbeat reached the placement leader %v after AddNode returned; want it at the node's start", id, gap)
+	}
+}
+
 // TestPlacementRebalancesAddedNodes is the issue's "add 2 nodes" proof: a
 // 3-node cluster with 13 shards gets two more nodes, and placement evens
 // replicas and leaderships while clients keep reading and writing.
