@@ -208,6 +208,18 @@ type Config struct {
 	// not yet sent; a stream past it is ended with ResourceExhausted and
 	// the revision to resume from (default 8 MiB).
 	WatchQueueBytes int
+	// HistoryWindow and HistoryWindowBytes bound the history each shard
+	// engine keeps (shard.Options.HistoryWindow and HistoryWindowBytes):
+	// the values writes replaced or deleted within the last HistoryWindow
+	// (default shard.DefaultHistoryWindow, 5m) and the last
+	// HistoryWindowBytes of the engine's WAL (default
+	// shard.DefaultHistoryWindowBytes), the tighter bound winning; negative:
+	// no such bound. A watch with prev_kv reads previous values there, so
+	// it can start or resume from revisions within the window and no
+	// older; the space of deleted, overwritten and expired values comes
+	// back once the window passes them.
+	HistoryWindow      time.Duration
+	HistoryWindowBytes int64
 	// TracerProvider, when set, traces the node's requests with
 	// OpenTelemetry: a span per call it serves (joining the caller's trace
 	// when the call carries one), per call it makes to another node for

@@ -667,9 +667,11 @@ func (n *Node) shardOptions() shard.Options {
 			WALPreallocateSize:    -1,
 			WALFlushThreshold:     64 << 10,
 		},
-		Logger:      n.log,
-		ShardsDir:   n.shardsDir(),
-		RecordCache: n.records,
+		Logger:             n.log,
+		ShardsDir:          n.shardsDir(),
+		RecordCache:        n.records,
+		HistoryWindow:      n.cfg.HistoryWindow,
+		HistoryWindowBytes: n.cfg.HistoryWindowBytes,
 	}
 }
 

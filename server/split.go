@@ -132,8 +132,10 @@ func randomID() []byte {
 }
 
 // splitLargeShards splits, at most one per call, a shard this node leads
-// whose engine holds more than SplitSizeBytes. A shard split in the last
-// ten seconds is left alone while its moved-away half is compacted.
+// whose engine holds more than SplitSizeBytes of its own range. A shard
+// split in the last ten seconds is left alone, and so is one whose engine
+// may still keep a range a split gave away (it keeps it for its history
+// window, and SizeBytes counts it: shard.Shard.OwnSizeBytes).
 func (n *Node) splitLargeShards(ctx context.Context) {
 	if n.cfg.SplitSizeBytes < 0 {
 		return
@@ -145,8 +147,8 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 			continue
 		}
 		desc := sm.Descriptor()
-		size := sm.SizeBytes()
-		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= size {
+		size, own := sm.OwnSizeBytes()
+		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= size || !own {
 			continue
 		}
 		if n.splitWithin(desc.GetShardId(), now, splitCooldown) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +154,22 @@ func TestManualSplit(t *testing.T) {
 	check(newClient(t, c))
 }
 
+// userShardCount returns how many user shards the cluster has.
+func userShardCount(ctx context.Context, t *testing.T, cl *client.Client) int {
+	t.Helper()
+	shards, err := cl.ListShards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := 0
+	for _, s := range shards {
+		if !s.GetDescriptor_().GetSystem() {
+			u++
+		}
+	}
+	return u
+}
+
 // TestAutomaticSplitBySize loads a cluster whose split threshold is tiny:
 // the shard splits by itself, more than once, and every key reads back and
 // scans in order across the new boundaries.
@@ -176,19 +193,7 @@ func TestAutomaticSplitBySize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	userShards := func() int {
-		shards, err := cl.ListShards(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := 0
-		for _, s := range shards {
-			if !s.GetDescriptor_().GetSystem() {
-				u++
-			}
-		}
-		return u
-	}
+	userShards := func() int { return userShardCount(ctx, t, cl) }
 	deadline := time.Now().Add(60 * time.Second)
 	for userShards() < 4 {
 		if time.Now().After(deadline) {
@@ -224,6 +229,51 @@ func TestAutomaticSplitBySize(t *testing.T) {
 		}
 	}
 	t.Logf("%d user shards", userShards())
+}
+
+// TestSizeSplitNotRepeated: a shard split by size keeps the range it gave
+// away for its engine's history window, and its SST bytes count it until
+// then: its leader does not split it again (both halves are under the
+// threshold) while they do, nor after.
+func TestSizeSplitNotRepeated(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Configure: func(cfg *server.Config) {
+		cfg.ShardMemTableBytes = 64 << 10
+		cfg.SplitSizeBytes = 1 << 20
+		cfg.MergeSizeBytes = -1
+		cfg.HistoryWindow = 20 * time.Second
+	}})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// About 1.5 MiB of random values (the engine's compression keeps them
+	// whole), in an order that fills both halves alike: over the
+	// threshold, each half under it.
+	rng := mrand.New(mrand.NewPCG(1, 1))
+	for _, i := range rng.Perm(1500) {
+		val := make([]byte, 1024)
+		for j := range val {
+			val[j] = byte(rng.Uint32())
+		}
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("key-%05d", i)), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	userShards := func() int { return userShardCount(ctx, t, cl) }
+	deadline := time.Now().Add(60 * time.Second)
+	for userShards() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no size split within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	split := time.Now()
+	// Past the split cooldown (10 s) and the history window (20 s).
+	for time.Since(split) < 35*time.Second {
+		if u := userShards(); u != 2 {
+			t.Fatalf("%d user shards %v after the first size split, want 2", u, time.Since(split).Round(time.Second))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // TestLoadBasedSplit hammers a key range with reads: its shard splits at

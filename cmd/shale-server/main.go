@@ -23,6 +23,7 @@ import (
 	"github.com/shale-db/shale/placement"
 	"github.com/shale-db/shale/security/tlsconfig"
 	"github.com/shale-db/shale/server"
+	"github.com/shale-db/shale/server/shard"
 	"github.com/shale-db/shale/storage/vfs"
 )
 
@@ -47,6 +48,8 @@ type flags struct {
 	diskLatencyFile                           string
 	watchProgressInterval                     time.Duration
 	watchQueueBytes                           int
+	historyWindow                             time.Duration
+	historyWindowBytes                        int64
 	electionTicks                             int
 	leaseReads, noQuiesce, snapshotRateAlways bool
 	snapshotRate, blockCache, recordCache     int64
@@ -144,6 +147,8 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.DurationVar(&f.watchProgressInterval, "watch-progress-interval", time.Second, "how long a watch stream that asked for progress notifications stays idle before it gets one")
 	fl.IntVar(&f.watchQueueBytes, "watch-queue-bytes", 8<<20, "bytes of changes queued for one watch stream before it is ended as too slow (the client resumes from the revision in the error)")
+	fl.DurationVar(&f.historyWindow, "history-window", shard.DefaultHistoryWindow, "how long each shard engine keeps the values writes replaced or deleted: watches with prev_kv start or resume within it, and deleted, overwritten and expired data's space comes back after it (negative: no time bound)")
+	fl.Int64Var(&f.historyWindowBytes, "history-window-bytes", shard.DefaultHistoryWindowBytes, "bound of the same history in bytes of each shard engine's WAL, the tighter of the two winning (negative: no bytes bound)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "how far ahead of this node's clock a peer's hybrid-logical-clock reading may be and still advance it; farther readings are refused and logged")
 	fl.StringVar(&f.tls.certFile, "cert-file", "", "TLS: certificate (PEM) the node presents to clients and on the HTTP port; TLS is on when any TLS flag is given, and then --cert-file, --key-file and the three --peer-* files are required")
 	fl.StringVar(&f.tls.keyFile, "key-file", "", "TLS: private key (PEM) of --cert-file")
@@ -320,6 +325,8 @@ func run(ctx context.Context, f flags) error {
 		MaxClockOffset:           f.maxClockOffset,
 		WatchProgressInterval:    f.watchProgressInterval,
 		WatchQueueBytes:          f.watchQueueBytes,
+		HistoryWindow:            f.historyWindow,
+		HistoryWindowBytes:       f.historyWindowBytes,
 		AuthTokenTTL:             f.authTokenTTL,
 		PasswordCost:             f.passwordCost,
 		TracerProvider:           tracerProvider,

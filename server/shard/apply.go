@@ -269,23 +269,22 @@ type applier struct {
 // getData returns the stored record of the user key whose engine key is ek,
 // or nil when it is physically absent (expired records are returned).
 func (a *applier) getData(ek []byte) (*storedValue, error) {
-	v, _, err := a.getDataRaw(ek, new(storedValue))
-	return v, err
+	return a.getDataInto(ek, new(storedValue))
 }
 
-// getDataRaw is getData that decodes the record into dst (returning dst,
-// or nil) and also returns the record's encoding.
-func (a *applier) getDataRaw(ek []byte, dst *storedValue) (*storedValue, []byte, error) {
+// getDataInto is getData that decodes the record into dst (returning dst,
+// or nil).
+func (a *applier) getDataInto(ek []byte, dst *storedValue) (*storedValue, error) {
 	raw, ok, err := a.ov.get(ek)
 	if err != nil || !ok {
-		return nil, nil, err
+		return nil, err
 	}
 	v, err := decodeValue(raw)
 	if err != nil {
-		return nil, nil, fmt.Errorf("key %q: %w", ek[1:], err)
+		return nil, fmt.Errorf("key %q: %w", ek[1:], err)
 	}
 	*dst = v
-	return dst, raw, nil
+	return dst, nil
 }
 
 // dataKeyBuf returns the engine key of a user key, built in a buffer of
@@ -630,22 +629,22 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 		p := o.Put
 		ek := a.dataKeyBuf(p.GetKey())
 		var oldV storedValue
-		old, oldRaw, err := a.getDataRaw(ek, &oldV)
+		old, err := a.getDataInto(ek, &oldV)
 		if err != nil {
 			return nil, err
 		}
 		nv := storedValue{createRev: rev, modRev: rev, version: 1, expire: expiryOf(now, p.GetTtlMs()), value: p.GetValue()}
 		out := &putResult{}
 		resp := &out.resp
-		var prev []byte
+		change := byte(changePutNew)
 		if live(old, now) {
 			nv.createRev, nv.version = old.createRev, old.version+1
-			prev = oldRaw
+			change = changePutOver
 			if p.GetPrevKv() {
 				resp.PrevKv = keyValue(p.GetKey(), old, false)
 			}
 		}
-		a.noteChange(changePut, p.GetKey(), prev)
+		a.noteChange(change, p.GetKey())
 		a.ov.set(a.b, ek, encodeValue(make([]byte, 0, nv.encodedSize()), &nv))
 		if nv.expire != 0 {
 			a.s.ttlWrites.Add(1)
@@ -659,13 +658,13 @@ func (a *applier) execOp(op *shalev1.RequestOp, rng keyRange, now int64, rev uin
 		d := o.Delete
 		ek := a.dataKeyBuf(d.GetKey())
 		var oldV storedValue
-		old, oldRaw, err := a.getDataRaw(ek, &oldV)
+		old, err := a.getDataInto(ek, &oldV)
 		if err != nil {
 			return nil, err
 		}
 		resp := &shalev1.DeleteResponse{}
 		if live(old, now) {
-			a.noteChange(changeDelete, d.GetKey(), oldRaw)
+			a.noteChange(changeDeleteOf, d.GetKey())
 			resp.Deleted = 1
 			if d.GetPrevKv() {
 				resp.PrevKv = keyValue(d.GetKey(), old, false)

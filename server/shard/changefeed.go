@@ -26,6 +26,7 @@ type ChangeLogPosition struct {
 // for DecodeBatch. It ends at the last batch written when it was opened.
 type ChangeReader struct {
 	it  *storage.UpdatesIterator
+	sh  *Shard
 	gen uint64
 }
 
@@ -46,6 +47,67 @@ func (r *ChangeReader) Position() ChangeLogPosition {
 
 // Close releases the reader.
 func (r *ChangeReader) Close() error { return r.it.Close() }
+
+// ReadPrev sets ev.Prev, for an event decoded from a batch this reader
+// returned whose previous value the change log does not hold
+// (ev.PrevUnread), to the key's value in the engine just before the
+// change (as of ev.Seq-1, decoded as the log's previous values are: an
+// expired record an expiry deleted is returned as it was), and clears
+// ev.PrevUnread; other events are left as they are. It may be called after
+// Close. It fails, leaving ev as it is, with an error matching
+// storage.ErrHistoryUnavailable once the engine's history horizon has
+// passed ev.Seq (see Shard.HistoryHorizon), ErrChangeLogReset when a
+// snapshot replaced the engine since the reader was opened, ErrClosed, and
+// ErrCorruptChangeLog when the engine holds no value there.
+func (r *ChangeReader) ReadPrev(ev *Event) error {
+	if !ev.PrevUnread {
+		return nil
+	}
+	s := r.sh
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	if r.gen != s.logGen {
+		return ErrChangeLogReset
+	}
+	key := ev.KV.GetKey()
+	if ev.Seq == 0 {
+		return fmt.Errorf("%w: the previous value of %q: no sequence number", ErrCorruptChangeLog, key)
+	}
+	raw, err := s.db.GetAt(dataKey(key), ev.Seq-1)
+	if errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("%w: the previous value of %q at sequence number %d is not in the engine", ErrCorruptChangeLog, key, ev.Seq-1)
+	}
+	if err != nil {
+		return fmt.Errorf("shard %s: the previous value of %q: %w", s.dir, key, err)
+	}
+	sv, err := decodeValue(raw)
+	if err != nil {
+		return fmt.Errorf("%w: the previous value of %q: %v", ErrCorruptChangeLog, key, err)
+	}
+	ev.Prev, ev.PrevUnread = keyValue(key, &sv, false), false
+	return nil
+}
+
+// HistoryHorizon returns the engine's history horizon: ChangeReader.ReadPrev
+// reads the previous value of an event whose Seq is at least this, and
+// fails for one below it. It only grows (the history window moves it, see
+// Options.HistoryWindow); 0 when the shard is closed.
+func (s *Shard) HistoryHorizon() storage.SeqNum {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return 0
+	}
+	return s.db.HistoryHorizon()
+}
+
+// NextSeq returns the engine sequence number of the first write after the
+// position: every event read from the log after it has a Seq at least
+// this.
+func (p ChangeLogPosition) NextSeq() storage.SeqNum { return p.pos.NextSeq() }
 
 // Changed returns a channel closed when the shard next applies entries,
 // restores a snapshot or closes.
@@ -109,7 +171,7 @@ func (s *Shard) ReadChanges(p ChangeLogPosition) (*ChangeReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: read change log: %w", s.dir, err)
 	}
-	return &ChangeReader{it: it, gen: s.logGen}, nil
+	return &ChangeReader{it: it, sh: s, gen: s.logGen}, nil
 }
 
 // ReadOldestChanges opens a reader of the change log from the oldest batch
@@ -135,7 +197,7 @@ func (s *Shard) ReadOldestChanges() (*ChangeReader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard %s: read change log: %w", s.dir, err)
 		}
-		return &ChangeReader{it: it, gen: s.logGen}, nil
+		return &ChangeReader{it: it, sh: s, gen: s.logGen}, nil
 	}
 }
 

@@ -33,12 +33,24 @@ const (
 
 // Change kinds in a logKindChanges record and items of an entry record.
 const (
+	// changePut and changeDelete items hold the key's previous stored
+	// value (appendPrev): formats 3 to 7, read only.
 	changePut    = 1
 	changeDelete = 2
 	// changeRevision is no change: the deletes after it, up to the next
 	// one, are at the revision it holds (a uvarint), not the entry's
 	// (format 5; entry records only).
 	changeRevision = 3
+	// Format 8's items hold no previous value: the engine keeps it, as the
+	// key's version just before the item's write (ChangeReader.ReadPrev).
+	// changePutNew is a put of a key that had no live value (absent,
+	// deleted or expired).
+	changePutNew = 4
+	// changePutOver is a put that replaced a live value.
+	changePutOver = 5
+	// changeDeleteOf is the deletion of a key that had a stored value: a
+	// live one, or an expired one that an expiry deleted.
+	changeDeleteOf = 6
 )
 
 // ErrCorruptChangeLog is matched (errors.Is) by the errors of DecodeBatch
@@ -56,17 +68,19 @@ func appendChange(b []byte, kind byte, userKey, prev []byte) []byte {
 	return appendPrev(b, prev)
 }
 
-// appendChangeItem appends one change item of an entry record to b: the
-// change kind, the user key of a delete (a put's key is its Set's, the
-// entry's puts and Sets of user keys matching one for one, in order) and
-// the key's previous stored value (appendPrev).
-func appendChangeItem(b []byte, kind byte, userKey, prev []byte) []byte {
+// appendChangeItem appends one change item of a format 8 entry record to
+// b: the change kind (changePutNew, changePutOver or changeDeleteOf), then
+// the user key of a delete (a put's key is its Set's, the entry's puts and
+// Sets of user keys matching one for one, in order). No previous value: a
+// reader that wants it reads the key in the engine just before the item's
+// write.
+func appendChangeItem(b []byte, kind byte, userKey []byte) []byte {
 	b = append(b, kind)
-	if kind != changePut {
+	if kind == changeDeleteOf {
 		b = binary.AppendUvarint(b, uint64(len(userKey)))
 		b = append(b, userKey...)
 	}
-	return appendPrev(b, prev)
+	return b
 }
 
 // appendRevisionItem appends a revision item (changeRevision) to b.
@@ -74,9 +88,9 @@ func appendRevisionItem(b []byte, rev uint64) []byte {
 	return binary.AppendUvarint(append(b, changeRevision), rev)
 }
 
-// appendPrev appends a key's previous stored value to a change item: its
-// length+1 as a uvarint (0 when the key was absent or expired), then its
-// bytes.
+// appendPrev appends a key's previous stored value to a change item of
+// format 7 or older: its length+1 as a uvarint (0 when the key was absent
+// or expired), then its bytes. Only tests write such items now.
 func appendPrev(b, prev []byte) []byte {
 	if prev == nil {
 		return binary.AppendUvarint(b, 0)
@@ -134,8 +148,17 @@ type Event struct {
 	// or, in a packed Raft entry, its command's (at most the entry's).
 	Revision uint64
 	// Prev is the key's value before the change, nil when it was absent
-	// (never written, deleted or expired).
+	// (never written, deleted or expired), or while PrevUnread is set.
 	Prev *shalev1.KeyValue
+	// PrevUnread is set when the key had a value before the change that
+	// the change log does not hold (format 8): Prev is nil until
+	// ChangeReader.ReadPrev reads it from the engine, as of Seq-1.
+	PrevUnread bool
+	// Seq is the engine sequence number of the write that made the change
+	// (for each key a range deletion removed, the range deletion's). It is
+	// 0 only for a delete of format 7 or older whose write the decoder did
+	// not find among the entry's; such a delete holds its previous value.
+	Seq storage.SeqNum
 }
 
 // AppliedEntry is what one applied Raft entry left in the shard's WAL. A
@@ -179,6 +202,8 @@ func DecodeBatch(b *storage.Batch, fn func(*AppliedEntry) error) error {
 type entryRecords struct {
 	mark EntryMark
 	ops  []LoggedOp
+	// seqs are the engine sequence numbers of ops, one for one.
+	seqs []storage.SeqNum
 	// changes are the entry's change items: an entry record's (keyed
 	// false), or a format 3 logKindChanges record, still sealed (keyed
 	// true: its put items name their keys).
@@ -196,15 +221,22 @@ type entryRecords struct {
 func walkEntries(b *storage.Batch, fn func(*entryRecords) error) (trailing int, err error) {
 	r := b.Reader()
 	var e entryRecords
+	// seq is the sequence number of the next record that takes one (every
+	// record but LogData, in order from the batch's).
+	seq := b.SeqNum()
 	for {
 		kind, key, value, ok := r.Next()
 		if !ok {
 			break
 		}
+		if kind != storage.KindLogData {
+			seq++
+		}
 		switch kind {
 		case storage.KindSet, storage.KindDelete, storage.KindRangeDelete:
 			if isDataKey(key) {
 				e.ops = append(e.ops, LoggedOp{Kind: kind, Key: key, Value: value})
+				e.seqs = append(e.seqs, seq-1)
 			}
 		case storage.KindLogData:
 			if len(key) == 0 {
@@ -234,7 +266,7 @@ func walkEntries(b *storage.Batch, fn func(*entryRecords) error) (trailing int, 
 			if err := fn(&e); err != nil {
 				return 0, err
 			}
-			e.ops, e.changes, e.keyed, e.rng = e.ops[:0], nil, false, nil
+			e.ops, e.seqs, e.changes, e.keyed, e.rng = e.ops[:0], e.seqs[:0], nil, false, nil
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -257,8 +289,11 @@ func decodeRange(rng []byte) (*shalev1.ShardDescriptor, error) {
 	return d, nil
 }
 
-// decodeEntry builds an entry's events from its change items and its sets
-// of user keys, which match the items' puts one for one, in order.
+// decodeEntry builds an entry's events from its change items and its
+// writes of user keys. Items and writes come in the same order: an entry's
+// puts and Sets of user keys match one for one, and a delete's write is the
+// next Delete of its key or range deletion covering it, before the next
+// Set.
 func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 	m := r.mark
 	e := &AppliedEntry{Mark: m}
@@ -269,12 +304,34 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 		}
 		e.Range = d
 	}
-	// nextSet moves next to the entry's next set (deletes have no value).
+	// next is the first write not yet matched to an item.
 	next := 0
+	// nextSet moves next to the entry's next set (deletes have no value).
 	nextSet := func() {
 		for next < len(r.ops) && r.ops[next].Kind != storage.KindSet {
 			next++
 		}
+	}
+	// deleteOf returns the index of the write that deleted key: the next
+	// Delete of it or range deletion covering it, before the next Set; -1
+	// when there is none.
+	deleteOf := func(key []byte) int {
+		for i := next; i < len(r.ops); i++ {
+			op := &r.ops[i]
+			switch op.Kind {
+			case storage.KindSet:
+				return -1
+			case storage.KindDelete:
+				if bytes.Equal(op.Key[1:], key) {
+					return i
+				}
+			case storage.KindRangeDelete:
+				if deletesRange(op, key) {
+					return i
+				}
+			}
+		}
+		return -1
 	}
 	if len(r.changes) == 0 {
 		// No user-visible change (keys a split or merge moves are not).
@@ -309,18 +366,24 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 			rev, p = v, p[w:]
 			continue
 		}
+		format8 := kind == changePutNew || kind == changePutOver || kind == changeDeleteOf
+		if format8 && r.keyed {
+			return nil, fmt.Errorf("%w: change kind %d in a format 3 changes record", ErrCorruptChangeLog, kind)
+		}
+		isPut := kind == changePut || kind == changePutNew || kind == changePutOver
+		var ev Event
 		var key []byte
 		var set *LoggedOp
-		if kind == changePut {
+		if isPut {
 			nextSet()
 			if next >= len(r.ops) {
 				return nil, fmt.Errorf("%w: a put has no matching write", ErrCorruptChangeLog)
 			}
-			set = &r.ops[next]
+			set, ev.Seq = &r.ops[next], r.seqs[next]
 			next++
 			key = set.Key[1:]
 		}
-		if r.keyed || kind != changePut {
+		if r.keyed || !isPut {
 			k, ok := readBytes()
 			if !ok {
 				return nil, fmt.Errorf("%w: bad key length", ErrCorruptChangeLog)
@@ -330,29 +393,43 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 			}
 			key = k
 		}
-		n, w := binary.Uvarint(p)
-		if w <= 0 || (n > 0 && n-1 > uint64(len(p)-w)) {
-			return nil, fmt.Errorf("%w: bad previous value length", ErrCorruptChangeLog)
-		}
-		p = p[w:]
-		var ev Event
-		if n > 0 {
-			raw := p[:n-1]
-			p = p[n-1:]
-			sv, err := decodeValue(raw)
-			if err != nil {
-				return nil, fmt.Errorf("%w: previous value of %q: %v", ErrCorruptChangeLog, key, err)
+		if !isPut && !r.keyed {
+			switch i := deleteOf(key); {
+			case i >= 0:
+				ev.Seq = r.seqs[i]
+				if r.ops[i].Kind == storage.KindDelete {
+					next = i + 1 // a range deletion may remove more keys
+				}
+			case format8:
+				return nil, fmt.Errorf("%w: a delete of %q has no matching write", ErrCorruptChangeLog, key)
 			}
-			ev.Prev = keyValue(key, &sv, false)
+		}
+		if format8 {
+			ev.PrevUnread = kind != changePutNew
+		} else {
+			n, w := binary.Uvarint(p)
+			if w <= 0 || (n > 0 && n-1 > uint64(len(p)-w)) {
+				return nil, fmt.Errorf("%w: bad previous value length", ErrCorruptChangeLog)
+			}
+			p = p[w:]
+			if n > 0 {
+				raw := p[:n-1]
+				p = p[n-1:]
+				sv, err := decodeValue(raw)
+				if err != nil {
+					return nil, fmt.Errorf("%w: previous value of %q: %v", ErrCorruptChangeLog, key, err)
+				}
+				ev.Prev = keyValue(key, &sv, false)
+			}
 		}
 		switch kind {
-		case changePut:
+		case changePut, changePutNew, changePutOver:
 			sv, err := decodeValue(set.Value)
 			if err != nil {
 				return nil, fmt.Errorf("%w: value of %q: %v", ErrCorruptChangeLog, key, err)
 			}
 			ev.Kind, ev.KV, ev.Revision = EventPut, keyValue(key, &sv, false), sv.modRev
-		case changeDelete:
+		case changeDelete, changeDeleteOf:
 			ev.Kind, ev.KV, ev.Revision = EventDelete, &shalev1.KeyValue{Key: bytes.Clone(key), ModRevision: rev}, rev
 		default:
 			return nil, fmt.Errorf("%w: change kind %d", ErrCorruptChangeLog, kind)
@@ -365,15 +442,24 @@ func decodeEntry(r *entryRecords) (*AppliedEntry, error) {
 	return e, nil
 }
 
+// deletesRange reports whether the range deletion op (engine keys [Key,
+// Value)) covers the user key key.
+func deletesRange(op *LoggedOp, key []byte) bool {
+	if bytes.Compare(op.Key[1:], key) > 0 || len(op.Value) == 0 {
+		return false
+	}
+	return op.Value[0] > prefixData || (op.Value[0] == prefixData && bytes.Compare(key, op.Value[1:]) < 0)
+}
+
 // noteChange records a change of the current entry for the change log. In
 // a packed entry, a delete at another revision than the record's last
 // revision item gets one first (a put's revision is its value's).
-func (a *applier) noteChange(kind byte, userKey, prev []byte) {
-	if a.packed && kind != changePut && a.logRev != a.st.rev {
+func (a *applier) noteChange(kind byte, userKey []byte) {
+	if a.packed && kind == changeDeleteOf && a.logRev != a.st.rev {
 		a.logRev = a.st.rev
 		a.changes = appendRevisionItem(a.changes, a.st.rev)
 	}
-	a.changes = appendChangeItem(a.changes, kind, userKey, prev)
+	a.changes = appendChangeItem(a.changes, kind, userKey)
 }
 
 // endEntryLog writes the current entry's range record, before its entry
@@ -396,9 +482,9 @@ func (a *applier) endEntryLog(before *shalev1.ShardDescriptor) error {
 	return nil
 }
 
-// noteRangeDeletes records a deletion, with its value, of every live key in
-// the engine-key span [lo, hi), as the current Apply call sees it: the
-// writes staged so far over the engine's state before the call.
+// noteRangeDeletes records a deletion of every live key in the engine-key
+// span [lo, hi), as the current Apply call sees it: the writes staged so
+// far over the engine's state before the call.
 func (a *applier) noteRangeDeletes(lo, hi []byte, now int64) error {
 	var staged []string
 	for k := range a.ov.writes {
@@ -413,7 +499,7 @@ func (a *applier) noteRangeDeletes(lo, hi []byte, now int64) error {
 			return fmt.Errorf("key %q: %w", ek[1:], err)
 		}
 		if live(&v, now) {
-			a.noteChange(changeDelete, ek[1:], raw)
+			a.noteChange(changeDeleteOf, ek[1:])
 		}
 		return nil
 	}

@@ -2,7 +2,11 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shale-db/shale/replication/hlc"
@@ -22,6 +26,18 @@ func changeLogBatch(records ...[]byte) *storage.Batch {
 	return b
 }
 
+// appendChangeItemV7 appends one change item of an entry record as formats
+// 4 to 7 wrote it: the change kind (changePut, changeDelete), the user key
+// of a delete and the key's previous stored value (appendPrev).
+func appendChangeItemV7(b []byte, kind byte, userKey, prev []byte) []byte {
+	b = append(b, kind)
+	if kind != changePut {
+		b = binary.AppendUvarint(b, uint64(len(userKey)))
+		b = append(b, userKey...)
+	}
+	return appendPrev(b, prev)
+}
+
 // entryBatch builds a WAL batch of one entry as Apply writes it: a put of
 // key "a" (when put), then the entry record holding items.
 func entryBatch(put bool, items []byte) *storage.Batch {
@@ -39,7 +55,7 @@ func entryBatch(put bool, items []byte) *storage.Batch {
 // format 4 one read in order.
 func TestDecodeEntryRecord(t *testing.T) {
 	prev := encodeValue(nil, &storedValue{createRev: 3, modRev: 4, version: 1, value: []byte("old")})
-	items := appendChangeItem(appendChangeItem(nil, changePut, []byte("a"), prev), changeDelete, []byte("b"), prev)
+	items := appendChangeItemV7(appendChangeItemV7(nil, changePut, []byte("a"), prev), changeDelete, []byte("b"), prev)
 	legacy := changeLogBatch(sealRecord(appendChange([]byte{logKindChanges}, changePut, []byte("a"), nil), 0))
 	var got []*AppliedEntry
 	for _, b := range []*storage.Batch{legacy, entryBatch(true, items)} {
@@ -62,15 +78,15 @@ func TestDecodeEntryRecord(t *testing.T) {
 	damaged := entryBatch(true, items)
 	rec := damaged.Repr()
 	rec[len(rec)-6] ^= 1 // inside the entry record's body
-	twoPuts := appendChangeItem(appendChangeItem(nil, changePut, nil, nil), changePut, nil, nil)
+	twoPuts := appendChangeItemV7(appendChangeItemV7(nil, changePut, nil, nil), changePut, nil, nil)
 	mixed := changeLogBatch(sealRecord(appendChange([]byte{logKindChanges}, changePut, []byte("a"), nil), 0))
 	mixed.LogData(sealRecord(appendChange([]byte{logKindChanges}, changePut, []byte("a"), nil), 0))
 	mixed.LogData(EntryMark{Index: 10}.Append(nil))
 	for name, b := range map[string]*storage.Batch{
 		"damaged":                       damaged,
-		"a put without its write":       entryBatch(false, appendChangeItem(nil, changePut, nil, nil)),
+		"a put without its write":       entryBatch(false, appendChangeItemV7(nil, changePut, nil, nil)),
 		"two puts, one write":           entryBatch(true, twoPuts),
-		"a write without its put":       entryBatch(true, appendChangeItem(nil, changeDelete, []byte("a"), nil)),
+		"a write without its put":       entryBatch(true, appendChangeItemV7(nil, changeDelete, []byte("a"), nil)),
 		"unknown change kind":           entryBatch(true, []byte{9, 0}),
 		"truncated previous value":      entryBatch(true, []byte{changePut, 5, 1}),
 		"a format 3 changes record too": mixed,
@@ -78,6 +94,92 @@ func TestDecodeEntryRecord(t *testing.T) {
 		if err := DecodeBatch(b, func(*AppliedEntry) error { return nil }); !errors.Is(err, ErrCorruptChangeLog) {
 			t.Errorf("%s: %v, want ErrCorruptChangeLog", name, err)
 		}
+	}
+}
+
+// atSeq returns b with its first record at sequence number seq, as the
+// WAL holds it.
+func atSeq(t *testing.T, b *storage.Batch, seq uint64) *storage.Batch {
+	t.Helper()
+	repr := bytes.Clone(b.Repr())
+	binary.LittleEndian.PutUint64(repr, seq)
+	out := storage.NewBatch()
+	if err := out.SetRepr(repr); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDecodeFormat8Items: format 8's items hold no previous values; each
+// event says whether the key had one (PrevUnread) and carries the sequence
+// number of its own write, counted over every write of the batch (metadata
+// too): a put's Set, a delete's Delete, the range deletion that removed a
+// key. A format 7 entry in the same log still decodes with its logged
+// values, and items that do not match the entry's writes are reported.
+func TestDecodeFormat8Items(t *testing.T) {
+	stored := func(v string) []byte {
+		return encodeValue(nil, &storedValue{createRev: 3, modRev: 5, version: 2, value: []byte(v)})
+	}
+	mark := EntryMark{ShardID: 1, Index: 9, Term: 2, Revision: 5, HLC: hlc.Timestamp{WallNanos: 1}}
+	b := storage.NewBatch()
+	b.Set(dataKey([]byte("a")), stored("a2"))                 // 100
+	b.Set([]byte("mapplied"), []byte{1})                      // 101: not user data
+	b.Delete(dataKey([]byte("b")))                            // 102
+	b.Delete(dataKey([]byte("x")))                            // 103: an expired key's, no item
+	b.DeleteRange(dataKey([]byte("c")), dataKey([]byte("e"))) // 104
+	b.Set(dataKey([]byte("c1")), stored("c1 again"))          // 105
+	b.Delete(dataKey([]byte("c1")))                           // 106
+	var items []byte
+	items = appendChangeItem(items, changePutOver, nil)
+	items = appendChangeItem(items, changeDeleteOf, []byte("b"))
+	items = appendChangeItem(items, changeDeleteOf, []byte("c1"))
+	items = appendChangeItem(items, changeDeleteOf, []byte("c2"))
+	items = appendChangeItem(items, changePutNew, nil)
+	items = appendChangeItem(items, changeDeleteOf, []byte("c1"))
+	b.LogData(appendEntryRecord(nil, mark, items))
+	// A format 7 entry after it.
+	b.Set(dataKey([]byte("f")), stored("f2"))
+	mark.Index++
+	b.LogData(appendEntryRecord(nil, mark, appendChangeItemV7(nil, changePut, nil, stored("f1"))))
+	var got []*AppliedEntry
+	if err := DecodeBatch(atSeq(t, b, 100), func(e *AppliedEntry) error { got = append(got, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var evs []string
+	for _, e := range got {
+		for _, ev := range e.Events {
+			evs = append(evs, fmt.Sprintf("%d:%s@%d unread=%v prev=%q", ev.Kind, ev.KV.GetKey(), ev.Seq, ev.PrevUnread, ev.Prev.GetValue()))
+		}
+	}
+	want := []string{
+		`1:a@100 unread=true prev=""`, `2:b@102 unread=true prev=""`, `2:c1@104 unread=true prev=""`, `2:c2@104 unread=true prev=""`,
+		`1:c1@105 unread=false prev=""`, `2:c1@106 unread=true prev=""`, `1:f@107 unread=false prev="f1"`,
+	}
+	if !slices.Equal(evs, want) {
+		t.Fatalf("events\n%s\nwant\n%s", strings.Join(evs, "\n"), strings.Join(want, "\n"))
+	}
+	put := func() *storage.Batch {
+		b := storage.NewBatch()
+		b.Set(dataKey([]byte("a")), stored("a2"))
+		return b
+	}
+	for name, tc := range map[string]struct {
+		b     *storage.Batch
+		items []byte
+	}{
+		"a delete without its write":            {put(), appendChangeItem(appendChangeItem(nil, changePutNew, nil), changeDeleteOf, []byte("b"))},
+		"a delete whose write is after a put's": {put(), appendChangeItem(appendChangeItem(nil, changeDeleteOf, []byte("a")), changePutOver, nil)},
+		"a put without its write":               {storage.NewBatch(), appendChangeItem(nil, changePutOver, nil)},
+		"a write without its put":               {put(), appendChangeItem(nil, changeDeleteOf, []byte("a"))},
+	} {
+		tc.b.LogData(appendEntryRecord(nil, mark, tc.items))
+		if err := DecodeBatch(tc.b, func(*AppliedEntry) error { return nil }); !errors.Is(err, ErrCorruptChangeLog) {
+			t.Errorf("%s: %v, want ErrCorruptChangeLog", name, err)
+		}
+	}
+	keyed := changeLogBatch(sealRecord(append([]byte{logKindChanges}, changePutOver, 1, 'a'), 0))
+	if err := DecodeBatch(keyed, func(*AppliedEntry) error { return nil }); !errors.Is(err, ErrCorruptChangeLog) {
+		t.Errorf("a format 8 item in a format 3 changes record: %v, want ErrCorruptChangeLog", err)
 	}
 }
 
@@ -114,7 +216,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	prev := encodeValue(nil, &storedValue{createRev: 1, modRev: 1, version: 1, value: []byte("x")})
 	f.Add(sealRecord(appendChange([]byte{logKindChanges}, changePut, []byte("a"), prev), 0), []byte{logKindRange})
 	f.Add(sealRecord(appendChange([]byte{logKindChanges}, changeDelete, []byte("z"), nil), 0), sealRecord([]byte{logKindRange, 0x08, 0x01}, 0))
-	f.Add(appendChangeItem(appendChangeItem(nil, changePut, nil, prev), changeDelete, []byte("z"), prev), []byte(nil))
+	f.Add(appendChangeItemV7(appendChangeItemV7(nil, changePut, nil, prev), changeDelete, []byte("z"), prev), []byte(nil))
+	f.Add(appendChangeItem(appendChangeItem(nil, changePutOver, nil), changeDeleteOf, []byte("z")), []byte(nil))
 	f.Fuzz(func(t *testing.T, changes, rng []byte) {
 		for _, put := range []bool{true, false} {
 			err := DecodeBatch(entryBatch(put, changes), func(*AppliedEntry) error { return nil })

@@ -75,21 +75,31 @@ func walMarks(t *testing.T, s *Shard) ([]EntryMark, [][]string) {
 	return marks, puts
 }
 
-// walEntries decodes the entries left in the shard engine's WAL, in order.
+// walEntries decodes the entries left in the shard engine's WAL, in order,
+// with their events' previous values (read from the engine where the log
+// does not hold them).
 func walEntries(t *testing.T, s *Shard) []*AppliedEntry {
 	t.Helper()
-	it := oldestUpdates(t, s)
-	defer it.Close()
+	r, err := s.ReadOldestChanges()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	var out []*AppliedEntry
-	for it.Next() {
-		if err := DecodeBatch(it.Batch(), func(e *AppliedEntry) error {
+	for r.Next() {
+		if err := DecodeBatch(r.Batch(), func(e *AppliedEntry) error {
+			for i := range e.Events {
+				if err := r.ReadPrev(&e.Events[i]); err != nil {
+					return err
+				}
+			}
 			out = append(out, e)
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := it.Error(); err != nil {
+	if err := r.Error(); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -182,7 +192,7 @@ func appendMarkV1(b []byte, m EntryMark) []byte {
 func FuzzDecodeEntryMark(f *testing.F) {
 	m := EntryMark{ShardID: 7, Index: 11, Term: 5, HLC: hlc.Timestamp{WallNanos: 1 << 60, Logical: 3}, Revision: 9}
 	f.Add(m.Append(nil))
-	f.Add(appendEntryRecord(nil, m, appendChangeItem(appendChangeItem(nil, changePut, []byte("k"), []byte("old")), changeDelete, []byte("j"), nil)))
+	f.Add(appendEntryRecord(nil, m, appendChangeItemV7(appendChangeItemV7(nil, changePut, []byte("k"), []byte("old")), changeDelete, []byte("j"), nil)))
 	f.Add(appendMarkV1(nil, m))
 	f.Add(EntryMark{}.Append(nil))
 	f.Add([]byte{1})

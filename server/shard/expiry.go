@@ -81,7 +81,9 @@ func (s *Shard) ExpiredKeys(from []byte, limit int, now int64) (expired []Expire
 }
 
 // expireCompactKeys is how many keys one ExpireKeys command must delete for
-// its replicas to compact the span it deleted right away.
+// its replicas to compact the span it deleted once their engine's history
+// horizon passes the deletion (storage.DB.CompactAfterHorizon): within the
+// history window, not at the next compactions that happen to reach it.
 const expireCompactKeys = 256
 
 // applyExpire deletes the keys of an ExpireKeys command that are still as
@@ -107,14 +109,14 @@ func (a *applier) applyExpire(ex *shalev1.ExpireKeys, now int64) (*shalev1.Comma
 		}
 		ek := dataKey(k)
 		var oldV storedValue
-		old, oldRaw, err := a.getDataRaw(ek, &oldV)
+		old, err := a.getDataInto(ek, &oldV)
 		if err != nil {
 			return nil, false, err
 		}
 		if old == nil || old.modRev != ex.GetModRevisions()[i] || !old.expired(now) {
 			continue
 		}
-		a.noteChange(changeDelete, k, oldRaw)
+		a.noteChange(changeDeleteOf, k)
 		a.ov.del(a.b, ek)
 		deleted++
 		if lo == nil || bytes.Compare(ek, lo) < 0 {
@@ -130,7 +132,14 @@ func (a *applier) applyExpire(ex *shalev1.ExpireKeys, now int64) (*shalev1.Comma
 		a.st.rev = rev
 		if deleted >= expireCompactKeys {
 			lo, hi := bytes.Clone(lo), append(bytes.Clone(hi), 0)
-			a.after = append(a.after, func() error { a.s.compactAway(lo, hi); return nil })
+			a.after = append(a.after, func() error {
+				// After the call's batch, which holds the deletions, is written.
+				last := a.b.SeqNum() + storage.SeqNum(a.b.Count()) - 1
+				if err := a.s.db.CompactAfterHorizon(lo, hi, last); err != nil {
+					a.s.log.Warn("schedule the compaction of expired keys", "shard", a.s.dir, "err", err)
+				}
+				return nil
+			})
 		}
 	}
 	return &shalev1.CommandResult{Txn: &shalev1.TxnResponse{

@@ -1,7 +1,10 @@
 package shard
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -153,4 +156,58 @@ func TestNoTTL(t *testing.T) {
 	if l := e.open("shards/2", 0); !l.NoTTL() {
 		t.Fatal("the left shard lost its mark in a reopen")
 	}
+}
+
+// TestExpiryReclaimedAfterTheWindow: an expiry of 256 keys or more keeps
+// their values for the engine's history window (a watch reads the expired
+// values as the deletions' previous values), then the engine compacts
+// their span by itself (storage.DB.CompactAfterHorizon), with no write or
+// call after the expiry.
+func TestExpiryReclaimedAfterTheWindow(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.keepWAL = true // as a node's shards keep theirs: the history reaches back past flushes
+	e.historyWindow = 2 * time.Second
+	s := e.bootstrap("s", userDesc(2, "", ""), 0)
+	f := newFeeder(s)
+	val := strings.Repeat("x", 512)
+	for i := range 2 * expireCompactKeys {
+		applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(fmt.Sprintf("k%04d", i), val, 1000, false)}}))
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := s.SizeBytes()
+	now := ts0 + 2_000_000_000
+	expired, _, _, err := s.ExpiredKeys(nil, 10_000, now)
+	if err != nil || len(expired) != 2*expireCompactKeys {
+		t.Fatalf("ExpiredKeys: %d keys, %v", len(expired), err)
+	}
+	if r := applyOne(t, s, f, expireCmd(now, expired)); r.GetTxn().GetResults()[0].GetDelete().GetDeleted() != uint64(len(expired)) {
+		t.Fatalf("expire: %v", r)
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deletes := 0
+	for _, le := range walEntries(t, s) {
+		for _, ev := range le.Events {
+			if ev.Kind == EventDelete {
+				deletes++
+				if string(ev.Prev.GetValue()) != val || ev.Prev.GetExpireUnixNanos() != ts0+1_000_000_000 {
+					t.Fatalf("the expiry of %s: previous value %.10q expiring at %d", ev.KV.GetKey(), ev.Prev.GetValue(), ev.Prev.GetExpireUnixNanos())
+				}
+			}
+		}
+	}
+	if deletes != len(expired) {
+		t.Fatalf("%d deletes in the change log, want %d", deletes, len(expired))
+	}
+	if n := s.SizeBytes(); n < before/2 {
+		t.Fatalf("%d SST bytes right after the expiry, from %d: the history window keeps the expired values", n, before)
+	}
+	waitUntil(t, 20*time.Second, func() (bool, string) {
+		n := s.SizeBytes()
+		return n < before/10, fmt.Sprintf("%d SST bytes, %d before the expiry", n, before)
+	})
+	t.Logf("SST bytes: %d before the expiry, %d once the window passed it", before, s.SizeBytes())
 }

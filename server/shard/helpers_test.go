@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -31,6 +32,8 @@ type testEnv struct {
 	// records is the shards' record cache: small, so that entries are
 	// evicted all the time (nil: none).
 	records *RecordCache
+	// historyWindow is the shards' Options.HistoryWindow (0: the default).
+	historyWindow time.Duration
 }
 
 func newTestEnv(t testing.TB, fs vfs.FS) *testEnv {
@@ -62,6 +65,7 @@ func (e *testEnv) opts(dedupCap int) Options {
 		DedupCapacity: dedupCap,
 		Logger:        quietLogger,
 		RecordCache:   e.records,
+		HistoryWindow: e.historyWindow,
 	}
 }
 

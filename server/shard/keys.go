@@ -94,10 +94,14 @@ var (
 // uvarint (dedupPrefix), 13 bytes less per entry, and reads the entries
 // older versions wrote (legacyDedupPrefix) until they are evicted; version
 // 7 adds keyNoTTL, which a version 6 binary would not delete when it writes
-// a record with an expiry, so it must refuse the engine. An
-// engine of an older version is read as it is (its WAL's records too) and
-// moves to the current version at its next write of metadata.
-const formatVersion = 7
+// a record with an expiry, so it must refuse the engine; version 8 writes
+// change items without the values they replaced (changePutNew,
+// changePutOver, changeDeleteOf: the engine, which keeps a history window,
+// holds those values), which a version 7 binary could not decode, so it
+// must refuse the engine. An engine of an older version is read as it is
+// (its WAL's records too) and moves to the current version at its next
+// write of metadata, in the batch of the first entry it writes.
+const formatVersion = 8
 
 // dedupFormat is the first format whose dedup entries are under
 // dedupPrefix.

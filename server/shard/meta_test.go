@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -476,4 +477,87 @@ func FuzzDedupEntry(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFormat8WithItsFirstEntry: an engine moves to format 8 in the batch of
+// the first entry this binary applies to it, so a change item without its
+// previous value (which a format 7 binary could not decode) is never in an
+// engine marked format 7, and a format 7 binary, which refuses formats
+// above its own, refuses the engine from then on. The entry written before
+// (format 7's item, with its value) still decodes, with the value it logged.
+func TestFormat8WithItsFirstEntry(t *testing.T) {
+	env := newTestEnv(t, nil)
+	env.keepWAL = true
+	s := env.bootstrap("a", userDesc(1, "", ""), 0)
+	f := newFeeder(s)
+	applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", "v1", 0, false)}}))
+	// What a format 7 binary left: the engine marked 7, and an entry whose
+	// item holds the value it replaced.
+	old := encodeValue(nil, &storedValue{createRev: 1, modRev: 1, version: 1, value: []byte("v1")})
+	b := storage.NewBatch()
+	b.Set(keyFormat, []byte{7})
+	b.Set(dataKey([]byte("k")), encodeValue(nil, &storedValue{createRev: 1, modRev: 2, version: 2, value: []byte("v2")}))
+	f.index++
+	b.LogData(appendEntryRecord(nil, EntryMark{ShardID: 1, Index: f.index, Term: f.term, Revision: 2}, appendChangeItemV7(nil, changePut, nil, old)))
+	b.Set(keyApplied, (&state{index: f.index, term: f.term, rev: 2}).appliedRecord(nil))
+	if err := s.db.Apply(b, storage.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = env.open("a", 0)
+	if got := s.st.Load().format; got != 7 {
+		t.Fatalf("reopened as format %d, want 7", got)
+	}
+	applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp("k", "v3", 0, false)}}))
+	if dump := engineDump(t, s); dump[string(keyFormat)] != string([]byte{8}) || formatVersion != 8 {
+		t.Fatalf("after a write: format %x, this binary's %d", dump[string(keyFormat)], formatVersion)
+	}
+	it := oldestUpdates(t, s)
+	defer it.Close()
+	found := false
+	for it.Next() {
+		var format []byte
+		var unread bool
+		r := it.Batch().Reader()
+		for {
+			kind, key, value, ok := r.Next()
+			if !ok {
+				break
+			}
+			if kind == storage.KindSet && bytes.Equal(key, keyFormat) {
+				format = value
+			}
+		}
+		if err := DecodeBatch(it.Batch(), func(e *AppliedEntry) error {
+			for _, ev := range e.Events {
+				unread = unread || ev.PrevUnread
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if unread {
+			found = true
+			if !bytes.Equal(format, []byte{8}) {
+				t.Fatalf("a format 8 item in a batch that sets the format to %x", format)
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatal("no format 8 item in the WAL")
+	}
+	var prevs []string
+	for _, e := range walEntries(t, s) {
+		for _, ev := range e.Events {
+			prevs = append(prevs, string(ev.Prev.GetValue()))
+		}
+	}
+	if want := []string{"", "v1", "v2"}; !slices.Equal(prevs, want) {
+		t.Fatalf("previous values %q, want %q (format 7's logged, format 8's read from the engine)", prevs, want)
+	}
 }

@@ -88,7 +88,28 @@ type Options struct {
 	// the engine read of the key's previous record when the key was
 	// written recently. Nil: no cache.
 	RecordCache *RecordCache
+	// HistoryWindow and HistoryWindowBytes bound the history the engine
+	// keeps (storage.Options.HistoryWindow and HistoryWindowBytes; the
+	// engine always keeps a history horizon, whatever Storage says): the
+	// values that writes replaced or deleted within the last HistoryWindow
+	// and the last HistoryWindowBytes of the engine's WAL, the tighter
+	// bound winning. Watch reads the previous values of changes there
+	// (ChangeReader.ReadPrev), and the space of deleted, overwritten and
+	// expired values comes back once it passes them. 0 means
+	// DefaultHistoryWindow and DefaultHistoryWindowBytes; negative means no
+	// such bound (the WAL archive still bounds the history).
+	HistoryWindow      time.Duration
+	HistoryWindowBytes int64
 }
+
+// DefaultHistoryWindow is the time bound of the history a shard engine
+// keeps (Options.HistoryWindow), when its options leave it 0.
+const DefaultHistoryWindow = 5 * time.Minute
+
+// DefaultHistoryWindowBytes is the bound, in bytes of the engine's WAL, of
+// the history a shard engine keeps (Options.HistoryWindowBytes), when its
+// options leave it 0.
+const DefaultHistoryWindowBytes = 8 << 20
 
 // Dir returns the directory of the engine of shard id among a node's
 // shards (in shardsDir).
@@ -498,6 +519,10 @@ type Shard struct {
 	// dedup entries below it (dedupFilter).
 	dedupFloor atomic.Uint64
 
+	// away is where the engine stands with the range the shard's last
+	// split gave away (nil: none kept), see OwnSizeBytes.
+	away atomic.Pointer[givenAway]
+
 	// changed is the channel Changed handed out (nil when none is
 	// waiting), closed at the next change.
 	changed atomic.Pointer[chan struct{}]
@@ -553,8 +578,23 @@ func newShard(dir string, opts Options) *Shard {
 	if s.engOpts.PeriodicCompaction == 0 {
 		s.engOpts.PeriodicCompaction = DefaultPeriodicCompaction
 	}
+	s.engOpts.HistoryHorizon = true
+	s.engOpts.HistoryWindow = historyBound(opts.HistoryWindow, DefaultHistoryWindow)
+	s.engOpts.HistoryWindowBytes = historyBound(opts.HistoryWindowBytes, DefaultHistoryWindowBytes)
 	s.engOpts.CompactionFilter = dedupFilter{s: s, next: s.engOpts.CompactionFilter}
 	return s
+}
+
+// historyBound maps a history bound of Options to the engine's: 0 is def,
+// negative is none (0 for the engine).
+func historyBound[T time.Duration | int64](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // publish makes st the shard's applied state.

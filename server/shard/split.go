@@ -72,25 +72,24 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 		if err := a.flushStaged(); err != nil {
 			return nil, false, err
 		}
-		var deletedAt storage.SeqNum
 		var rs *Shard
-		rs, deletedAt, phases, err = a.s.makeRight(dir, right, a.st)
+		rs, phases, err = a.s.makeRight(dir, right, a.st)
 		if err != nil {
 			return nil, false, fmt.Errorf("split: create shard %d: %w", rightID, err)
 		}
 		a.effects = append(a.effects, replication.HostShard{StateMachine: rs, LeaderNodeID: sc.GetRightLeaderNodeId()})
-		a.after = append(a.after, func() error {
-			rs.dropAway(dataKey(nil), dataKey(key), deletedAt)
-			if len(desc.GetEndKey()) > 0 {
-				rs.dropAway(dataKey(desc.GetEndKey()), dataUpper, deletedAt)
-			}
-			return nil
-		})
 	}
+	// The left engine keeps the range it gives away for its history
+	// window: a watch of it may still read previous values from before
+	// the split. The engine reclaims the range by itself once its horizon
+	// passes the deletion (a range deletion's space is scheduled so).
 	a.ov.delRange(a.b, dataKey(key), dataBound(desc.GetEndKey()))
-	lo, hi := dataKey(key), dataBound(desc.GetEndKey())
+	reclaims := a.s.db.Metrics().HorizonReclaims
 	// After the call's batch (which deletes the range) is written.
-	a.after = append(a.after, func() error { a.s.dropAway(lo, hi, a.b.SeqNum()); return nil })
+	a.after = append(a.after, func() error {
+		a.s.noteGivenAway(a.b.SeqNum()+storage.SeqNum(a.b.Count())-1, reclaims)
+		return nil
+	})
 	if err := a.st.setDesc(left); err != nil {
 		return nil, false, err
 	}
@@ -138,42 +137,41 @@ type splitPhases struct{ flush, checkpoint, open time.Duration }
 // group (as a bootstrapped shard's) with the left shard's configuration,
 // revision and dedup table. The engine is opened once, in place (its WAL
 // replayed once, nothing flushed): the directory carries splitMarker until
-// its state is durable.
-// deletedAt is the sequence number of the batch that deleted the keys
-// outside right's range from the new engine.
-func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (rs *Shard, deletedAt storage.SeqNum, phases splitPhases, err error) {
+// its state is durable. Its history horizon starts after the batch that
+// deleted the keys outside right's range, so it reclaims them at once.
+func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *state) (rs *Shard, phases splitPhases, err error) {
 	tmp := dir + ".split"
 	if err := s.fs.RemoveAll(tmp); err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	if err := s.fs.RemoveAll(dir); err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	// Flush first: the checkpoint then holds SSTs only, and the new engine
 	// opens without replaying (and flushing again) a copy of the memtable.
 	t := time.Now()
 	if err := s.db.Flush(); err != nil {
-		return nil, 0, phases, fmt.Errorf("flush: %w", err)
+		return nil, phases, fmt.Errorf("flush: %w", err)
 	}
 	phases.flush, t = time.Since(t), time.Now()
 	if _, err := s.db.Checkpoint(tmp); err != nil {
-		return nil, 0, phases, fmt.Errorf("checkpoint: %w", err)
+		return nil, phases, fmt.Errorf("checkpoint: %w", err)
 	}
 	marker, err := s.fs.Create(s.fs.Join(tmp, splitMarker))
 	if err == nil {
 		err = marker.Close()
 	}
 	if err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	if err := s.fs.Rename(tmp, dir); err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	if err := vfs.SyncDir(s.fs, filepath.Dir(dir)); err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	phases.checkpoint, t = time.Since(t), time.Now()
 	rs = newShard(dir, s.opts)
@@ -181,7 +179,7 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	o.ErrorIfNotExists = true
 	db, err := storage.Open(dir, o)
 	if err != nil {
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	st := *left
 	st.index, st.term = replication.InitialIndex, replication.InitialTerm
@@ -189,15 +187,24 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	if err == nil {
 		err = st.setDesc(right)
 	}
+	var b *storage.Batch
 	if err == nil {
-		b := storage.NewBatch()
+		b = storage.NewBatch()
 		b.DeleteRange(dataKey(nil), dataKey(right.GetStartKey()))
 		if len(right.GetEndKey()) > 0 {
 			b.DeleteRange(dataKey(right.GetEndKey()), dataUpper)
 		}
 		st.writeMeta(b, nil)
 		err = db.Apply(b, storage.Sync)
-		deletedAt = b.SeqNum()
+	}
+	var reclaims int64
+	if err == nil {
+		// The new shard's change log starts after this batch, so nothing
+		// reads its history before it: the engine may drop the keys it
+		// deleted at once (it schedules that by itself once its horizon
+		// passes the deletion).
+		reclaims = db.Metrics().HorizonReclaims
+		db.AdvanceHistoryHorizon(db.LastSeq() + 1)
 	}
 	if err == nil {
 		err = s.fs.Remove(s.fs.Join(dir, splitMarker))
@@ -215,12 +222,13 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	if err != nil {
 		_ = db.Close()
-		return nil, 0, phases, err
+		return nil, phases, err
 	}
 	rs.db = db
 	rs.publish(loaded)
+	rs.noteGivenAway(b.SeqNum()+storage.SeqNum(b.Count())-1, reclaims)
 	phases.open = time.Since(t)
-	return rs, deletedAt, phases, nil
+	return rs, phases, nil
 }
 
 // SplitKey returns a user key strictly inside the shard's range that
@@ -248,48 +256,59 @@ func (s *Shard) SplitKey() ([]byte, error) {
 	return uk, nil
 }
 
-// dropAway reclaims, in the background, the engine keys in [lo, hi) that a
-// split deleted with a range deletion in the batch of sequence number
-// deletedAt, and which the shard never writes or reads again: the SSTs
-// lying wholly inside are dropped without compaction work (after the read
-// snapshots older than the deletion close, waiting up to a second), then
-// what is left is compacted (compactAway). Close and Restore wait for it;
-// a Restore's new engine is left alone.
-func (s *Shard) dropAway(lo, hi []byte, deletedAt storage.SeqNum) {
-	s.dbMu.RLock()
-	db := s.db
-	s.dbMu.RUnlock()
-	if db == nil {
-		return
-	}
-	go func() {
-		for try := 0; ; try++ {
-			s.dbMu.RLock()
-			if s.db != db {
-				s.dbMu.RUnlock()
-				return // closed or restored
-			}
-			files, size, err := db.DeleteFilesInRange(lo, hi, deletedAt)
-			s.dbMu.RUnlock()
-			if errors.Is(err, storage.ErrOlderSnapshot) && try < 50 {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			if err != nil && !errors.Is(err, storage.ErrOlderSnapshot) {
-				s.log.Warn("drop the files of a deleted range", "shard", s.dir, "err", err)
-			}
-			if files > 0 {
-				s.log.Debug("dropped the files of a deleted range", "shard", s.dir, "files", files, "bytes", size)
-			}
-			break
-		}
-		s.compactAway(lo, hi)
-	}()
+// givenAway is where a shard's engine stands with the range a split gave
+// away: the last sequence number of the batch that deleted it, and how
+// many reclaims the engine had run then (storage.Metrics.HorizonReclaims),
+// for the engine of generation gen.
+type givenAway struct {
+	seq      storage.SeqNum
+	reclaims int64
+	gen      uint64
 }
 
-// compactAway compacts the engine keys in [lo, hi), which a split, a merge
-// or an expiry deleted, in the background, so that the space (and the
-// shard's size) is reclaimed. Close and Restore wait for it.
+// noteGivenAway records that the engine's write ending at sequence number
+// seq deleted a range the shard gave away by a split, when the engine had
+// run reclaims reclaims (counted before the write): the engine keeps that
+// range's data until its history horizon passes seq and its reclaim of the
+// range runs, and SizeBytes counts it until then (OwnSizeBytes).
+func (s *Shard) noteGivenAway(seq storage.SeqNum, reclaims int64) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	s.away.Store(&givenAway{seq: seq, reclaims: reclaims, gen: s.logGen})
+}
+
+// OwnSizeBytes returns SizeBytes, and whether that measures the shard's own
+// range only: false while its engine may still hold a range a split of it
+// gave away, which it keeps for the history window (until its horizon
+// passes the split and its reclaim of the range has run; a right-hand
+// shard's engine reclaims the rest of its parent at once). A size split
+// waits for it. The record is in memory: after a reopen the engine's
+// SizeBytes counts what it still keeps of such a range.
+func (s *Shard) OwnSizeBytes() (uint64, bool) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return 0, false
+	}
+	n, _ := s.db.SSTBytes()
+	a := s.away.Load()
+	if a == nil || a.gen != s.logGen {
+		return n, true
+	}
+	if s.db.HistoryHorizon() <= a.seq {
+		return n, false
+	}
+	m := s.db.Metrics()
+	if m.HorizonReclaimsPending > 0 || m.HorizonReclaims <= a.reclaims {
+		return n, false
+	}
+	s.away.CompareAndSwap(a, nil)
+	return n, true
+}
+
+// compactAway compacts the engine keys in [lo, hi), which a merge deleted,
+// in the background, so that the space (and the shard's size) is
+// reclaimed. Close and Restore wait for it.
 func (s *Shard) compactAway(lo, hi []byte) {
 	go func() {
 		s.dbMu.RLock()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -58,6 +60,14 @@ func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
 	t.Helper()
 	e := newTestEnv(t, nil)
 	e.keepWAL = true
+	sp, s := splittingShardIn(t, e)
+	return e, sp, s
+}
+
+// splittingShardIn bootstraps shard 2 over [b, y) among the node's shards
+// in "shards" of e.
+func splittingShardIn(t *testing.T, e *testEnv) (*testSplitter, *Shard) {
+	t.Helper()
 	sp := &testSplitter{hosted: map[uint64]*Shard{}}
 	opts := e.opts(0)
 	opts.ShardsDir = "shards"
@@ -66,7 +76,7 @@ func newSplittingShard(t *testing.T) (*testEnv, *testSplitter, *Shard) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return e, sp, s
+	return sp, s
 }
 
 func splitCmd(key string, right uint64) *shalev1.RaftCommand {
@@ -332,4 +342,80 @@ func TestSplitCarriesDedupTable(t *testing.T) {
 	check(right)
 	delete(sp.hosted, 7)
 	check(reopen(t, e, right, "shards/7"))
+}
+
+// waitUntil polls cond every 20 ms until it holds, failing the test with
+// cond's last description after limit.
+func waitUntil(t *testing.T, limit time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", limit, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSplitKeepsHistory: the left shard of a split keeps the range it gave
+// away for its history window, so previous values of its changes there
+// from before the split still read, and its size does not measure its own
+// range until the engine reclaims that range, once the window passed it,
+// with no call from the shard. The right shard keeps no history from before
+// it exists and reclaims its parent's other keys at once.
+func TestSplitKeepsHistory(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.keepWAL = true
+	e.historyWindow = 2 * time.Second
+	sp, s := splittingShardIn(t, e)
+	f := newFeeder(s)
+	val := strings.Repeat("v", 1<<10)
+	for round := range 2 {
+		for i := range 200 {
+			k := fmt.Sprintf("%c%03d", 'c'+i%20, i)
+			applyOne(t, s, f, txnCmd(ts0, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, fmt.Sprint(round, val), 0, false)}}))
+		}
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := s.SizeBytes()
+	right := sp.splitOne(t, s, f.entry(marshalCmd(t, splitCmd("m", 7))), 7)
+	if n, own := s.OwnSizeBytes(); own || n < before*9/10 {
+		t.Fatalf("left shard right after the split: %d SST bytes (own range only: %v); before %d", n, own, before)
+	}
+	// Every overwrite's previous value still reads, on both sides of the
+	// split key.
+	var prevs, gone int
+	for _, le := range walEntries(t, s) {
+		for _, ev := range le.Events {
+			if ev.Prev != nil {
+				prevs++
+				if k := string(ev.KV.GetKey()); k >= "m" {
+					gone++
+				}
+				if want := "0" + val; string(ev.Prev.GetValue()) != want {
+					t.Fatalf("the previous value of %s: %.10q, want %.10q", ev.KV.GetKey(), ev.Prev.GetValue(), want)
+				}
+			}
+		}
+	}
+	if prevs != 200 || gone == 0 {
+		t.Fatalf("%d previous values read (%d in the range given away), want 200", prevs, gone)
+	}
+	waitUntil(t, 10*time.Second, func() (bool, string) {
+		n, own := right.OwnSizeBytes()
+		return own && n < before*7/10, fmt.Sprintf("right shard: %d SST bytes (own range only: %v), parent's %d", n, own, before)
+	})
+	waitUntil(t, 20*time.Second, func() (bool, string) {
+		n, own := s.OwnSizeBytes()
+		return own && n < before*7/10, fmt.Sprintf("left shard: %d SST bytes (own range only: %v), before the split %d", n, own, before)
+	})
+	ln, _ := s.OwnSizeBytes()
+	rn, _ := right.OwnSizeBytes()
+	t.Logf("SST bytes: %d before the split; %d left and %d right once reclaimed", before, ln, rn)
 }

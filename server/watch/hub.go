@@ -203,7 +203,7 @@ func (h *Hub) tail() error {
 		if err != nil {
 			return err
 		}
-		h.publish(entries, r.Position())
+		h.publish(entries, shareAll(entries, r), r.Position())
 	}
 	if err := r.Error(); err != nil {
 		return fmt.Errorf("shard %d change log: %w", h.id, err)
@@ -211,14 +211,14 @@ func (h *Hub) tail() error {
 	return nil
 }
 
-// publish hands one batch's entries to the live watchers and moves the
-// hub's position past the batch.
-func (h *Hub) publish(entries []*shard.AppliedEntry, next shard.ChangeLogPosition) {
-	evs := shareAll(entries)
+// publish hands one batch's entries (evs: their events in wire form) to
+// the live watchers and moves the hub's position past the batch.
+func (h *Hub) publish(entries []*shard.AppliedEntry, evs [][]sharedEvent, next shard.ChangeLogPosition) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	compact := sync.OnceValue(func() uint64 { return h.prevCompactAfter(next, entries) })
 	for w := range h.live {
-		if !w.deliver(entries, evs) {
+		if !w.deliver(entries, evs, compact) {
 			delete(h.live, w)
 		}
 	}
@@ -245,30 +245,92 @@ func (h *Hub) publish(entries []*shard.AppliedEntry, next shard.ChangeLogPositio
 	}
 }
 
-// sharedEvent is an event in wire form, shared by every watcher: bare
-// (without the previous value) and full.
-type sharedEvent struct {
-	key        []byte
-	rev        uint64
-	bare, full *shalev1.WatchEvent
-	size       int
+// prevCompactAfter returns the oldest revision from which a watch with
+// PrevKV can start now, for a watcher that met a change older than the
+// shard engine's history horizon in one of entries, the entries of the
+// batch before pos: the revision after the last entry written below the
+// horizon (the log is read on from pos up to the first batch at or past
+// it), or after the last one in the log.
+func (h *Hub) prevCompactAfter(pos shard.ChangeLogPosition, entries []*shard.AppliedEntry) uint64 {
+	var rev uint64
+	if len(entries) > 0 {
+		rev = entries[len(entries)-1].Mark.Revision
+	}
+	hz := h.sh.HistoryHorizon()
+	if pos.NextSeq() >= hz {
+		return rev + 1
+	}
+	r, err := h.sh.ReadChanges(pos)
+	if err != nil {
+		return rev + 1
+	}
+	defer r.Close()
+	for r.Next() && r.Batch().SeqNum() < hz {
+		_ = shard.DecodeBatch(r.Batch(), func(e *shard.AppliedEntry) error {
+			rev = e.Mark.Revision
+			return nil
+		})
+	}
+	return rev + 1
 }
 
-func shareEvents(e *shard.AppliedEntry) []sharedEvent {
+// sharedEvent is an event in wire form, shared by every watcher that
+// receives it: bare (without the previous value) and full, with their
+// encoded sizes.
+type sharedEvent struct {
+	key  []byte
+	rev  uint64
+	bare *shalev1.WatchEvent
+	// full is nil until withPrev read the previous value that the change
+	// log does not hold (ev.PrevUnread) from the engine.
+	full               *shalev1.WatchEvent
+	bareSize, fullSize int
+	// ev is the decoded event, and src the reader of the log it came from.
+	ev  *shard.Event
+	src *shard.ChangeReader
+}
+
+// shareEvents puts e's events (read from src) in wire form.
+func shareEvents(e *shard.AppliedEntry, src *shard.ChangeReader) []sharedEvent {
 	out := make([]sharedEvent, 0, len(e.Events))
-	for _, ev := range e.Events {
+	for i := range e.Events {
+		ev := &e.Events[i]
 		typ := shalev1.WatchEvent_TYPE_PUT_UNSPECIFIED
 		if ev.Kind == shard.EventDelete {
 			typ = shalev1.WatchEvent_TYPE_DELETE
 		}
 		bare := &shalev1.WatchEvent{Type: typ, Kv: ev.KV}
-		full := bare
-		if ev.Prev != nil {
-			full = &shalev1.WatchEvent{Type: typ, Kv: ev.KV, PrevKv: ev.Prev}
+		se := sharedEvent{key: ev.KV.GetKey(), rev: ev.Revision, bare: bare, bareSize: codec.Size(bare), ev: ev, src: src}
+		if !ev.PrevUnread {
+			se.setFull()
 		}
-		out = append(out, sharedEvent{key: ev.KV.GetKey(), rev: ev.Revision, bare: bare, full: full, size: codec.Size(full)})
+		out = append(out, se)
 	}
 	return out
+}
+
+// setFull makes se.full of the event's previous value (bare when the key
+// had none).
+func (se *sharedEvent) setFull() {
+	se.full, se.fullSize = se.bare, se.bareSize
+	if p := se.ev.Prev; p != nil {
+		se.full = &shalev1.WatchEvent{Type: se.bare.GetType(), Kv: se.bare.GetKv(), PrevKv: p}
+		se.fullSize = codec.Size(se.full)
+	}
+}
+
+// withPrev returns the event with its previous value and its size,
+// reading the value from the shard's engine the first time when the change
+// log does not hold it (see shard.ChangeReader.ReadPrev for the errors).
+// The caller holds the lock under which the event is delivered.
+func (se *sharedEvent) withPrev() (*shalev1.WatchEvent, int, error) {
+	if se.full == nil {
+		if err := se.src.ReadPrev(se.ev); err != nil {
+			return nil, 0, err
+		}
+		se.setFull()
+	}
+	return se.full, se.fullSize, nil
 }
 
 // Request describes what a watcher follows.
@@ -383,6 +445,9 @@ func (h *Hub) Watch(ctx context.Context, req Request) (*Watcher, uint64, error) 
 	h.catching[w] = struct{}{}
 	h.mu.Unlock()
 	r, err := w.startCatchUp(from)
+	if err == nil && req.PrevKV {
+		err = w.catchUpToStart(r)
+	}
 	if err != nil {
 		h.mu.Lock()
 		delete(h.catching, w)
@@ -440,9 +505,14 @@ func (w *Watcher) startCatchUp(from *shard.ChangeLogPosition) (*shard.ChangeRead
 				r.Close()
 				return nil, err
 			}
-			w.mu.Lock()
-			w.deliverLocked(entries, shareAll(entries), true)
-			w.mu.Unlock()
+			if !w.deliverCatchUp(entries, r) {
+				if err := w.endErr(); err != nil {
+					// A start below the history window of a watch with
+					// PrevKV ends the watch before it began.
+					r.Close()
+					return nil, err
+				}
+			}
 			return r, nil
 		}
 		var rerr error
@@ -474,6 +544,29 @@ func (w *Watcher) startCatchUp(from *shard.ChangeLogPosition) (*shard.ChangeRead
 	return r, nil
 }
 
+// catchUpToStart reads the log with r for w, which wants previous values,
+// until it read the entries of its start revision (or the log's end), so
+// that a start whose changes are older than the shard engine's history
+// window fails Watch itself (ErrCompacted). It closes r when it fails.
+func (w *Watcher) catchUpToStart(r *shard.ChangeReader) error {
+	for {
+		w.mu.Lock()
+		through, finished := w.through, w.finished
+		w.mu.Unlock()
+		if finished || through >= w.from || !r.Next() {
+			return nil
+		}
+		entries, err := decode(w.hub.id, r.Batch())
+		if err == nil && !w.deliverCatchUp(entries, r) {
+			err = w.endErr()
+		}
+		if err != nil {
+			r.Close()
+			return err
+		}
+	}
+}
+
 // catchUp goes on reading the log for w, as fast as its consumer takes
 // the changes, until it reaches the hub's position; then w joins the live
 // watchers. Errors end w.
@@ -497,10 +590,7 @@ func (w *Watcher) catchUp(r *shard.ChangeReader) {
 				fail(err)
 				return
 			}
-			w.mu.Lock()
-			ok := w.deliverLocked(entries, shareAll(entries), true)
-			w.mu.Unlock()
-			if !ok {
+			if !w.deliverCatchUp(entries, r) {
 				r.Close()
 				return // finished: a range change, or closed
 			}
@@ -554,10 +644,11 @@ func decode(shardID uint64, b *storage.Batch) ([]*shard.AppliedEntry, error) {
 	return entries, nil
 }
 
-func shareAll(entries []*shard.AppliedEntry) [][]sharedEvent {
+// shareAll puts the events of entries, read from src, in wire form.
+func shareAll(entries []*shard.AppliedEntry, src *shard.ChangeReader) [][]sharedEvent {
 	evs := make([][]sharedEvent, len(entries))
 	for i, e := range entries {
-		evs[i] = shareEvents(e)
+		evs[i] = shareEvents(e, src)
 	}
 	return evs
 }
@@ -573,6 +664,23 @@ func (w *Watcher) checkAvailable(first *shard.AppliedEntry) error {
 	}
 	return &InterruptedError{Err: ErrCompacted, Compact: first.Mark.Revision + 1,
 		Detail: fmt.Sprintf("shard %d: the change log starts at revision %d", w.hub.id, first.Mark.Revision)}
+}
+
+// prevErr is the error that ends w (w.mu held) when the previous value of
+// the change at revision rev to key could not be read (err, from
+// shard.ChangeReader.ReadPrev), or, with a nil err, was older than the
+// shard engine's history horizon when w started to read it; compact
+// computes the oldest revision a watch with PrevKV can start from then.
+func (w *Watcher) prevErr(err error, key []byte, rev uint64, compact func() uint64) error {
+	h := w.hub
+	switch {
+	case err == nil || errors.Is(err, storage.ErrHistoryUnavailable):
+		return &InterruptedError{Err: ErrCompacted, Compact: compact(),
+			Detail: fmt.Sprintf("shard %d: the change of %q at revision %d is older than the shard's history window, which keeps previous values", h.id, key, rev)}
+	case errors.Is(err, shard.ErrChangeLogReset) || errors.Is(err, shard.ErrClosed):
+		return &InterruptedError{Err: ErrStopped, Resume: w.through + 1, Detail: err.Error()}
+	}
+	return fmt.Errorf("shard %d change log: %w", h.id, err)
 }
 
 func (w *Watcher) readErr(err error) error {

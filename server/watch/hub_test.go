@@ -67,20 +67,31 @@ func newTestShard(t *testing.T, archiveWAL int64, splits *splitter) *testShard {
 // newTestShardTo bootstraps shard 1 over ["", end).
 func newTestShardTo(t *testing.T, archiveWAL int64, splits *splitter, end []byte) *testShard {
 	t.Helper()
-	shardsDir := ""
+	return newTestShardWith(t, testShardOptions(archiveWAL), splits, end)
+}
+
+// testShardOptions are the options of a test shard: 64 KiB memtables, WAL
+// files archived up to archiveWAL bytes (negative: none), the default
+// history window.
+func testShardOptions(archiveWAL int64) shard.Options {
+	return shard.Options{
+		Storage: &storage.Options{FS: vfs.NewMem(), MemTableSize: 64 << 10, WALArchiveMaxBytes: archiveWAL,
+			DisableWritePacing: true, Logger: quiet},
+		Logger: quiet,
+	}
+}
+
+// newTestShardWith bootstraps shard 1 over ["", end) with opts.
+func newTestShardWith(t *testing.T, opts shard.Options, splits *splitter, end []byte) *testShard {
+	t.Helper()
 	if splits != nil {
-		shardsDir = "shards"
+		opts.ShardsDir = "shards"
 	}
 	sh, err := shard.Bootstrap("shard", replication.AppliedState{
 		Index: 10, Term: 1, ConfState: &raftpb.ConfState{Voters: []uint64{1}},
 		Descriptor: &shalev1.ShardDescriptor{ShardId: 1, Epoch: 1, NextReplicaId: 2, EndKey: end,
 			Replicas: []*shalev1.ReplicaDescriptor{{NodeId: 1, ReplicaId: 1}}},
-	}, shard.Options{
-		Storage: &storage.Options{FS: vfs.NewMem(), MemTableSize: 64 << 10, WALArchiveMaxBytes: archiveWAL,
-			DisableWritePacing: true, Logger: quiet},
-		Logger:    quiet,
-		ShardsDir: shardsDir,
-	})
+	}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +141,21 @@ func (s *testShard) write(rng *rand.Rand) {
 // its own revision.
 func (s *testShard) writePacked(rng *rand.Rand, n int) {
 	s.t.Helper()
-	s.index++
 	ops := make([][]*shalev1.RequestOp, n)
-	ents := make([]replication.Entry, n)
 	for i := range n {
 		ops[i] = s.randomOps(rng)
+	}
+	s.applyPacked(ops)
+}
+
+// applyPacked applies the transactions of ops packed into one Raft entry,
+// and records their events, each at its own revision.
+func (s *testShard) applyPacked(ops [][]*shalev1.RequestOp) {
+	s.t.Helper()
+	s.index++
+	n := len(ops)
+	ents := make([]replication.Entry, n)
+	for i := range n {
 		payload, err := proto.Marshal(&shalev1.RaftCommand{Command: &shalev1.RaftCommand_Txn{Txn: &shalev1.TxnRequest{Success: ops[i]}}})
 		if err != nil {
 			s.t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server/shard"
+	"github.com/shale-db/shale/storage"
 )
 
 // Watcher is one subscriber of a Hub: a bounded queue of the changes to
@@ -58,17 +59,46 @@ type Update struct {
 }
 
 // deliver queues the watched changes of entries; false means the watcher
-// is finished and leaves the hub.
-func (w *Watcher) deliver(entries []*shard.AppliedEntry, evs [][]sharedEvent) bool {
+// is finished and leaves the hub. compact is prevErr's.
+func (w *Watcher) deliver(entries []*shard.AppliedEntry, evs [][]sharedEvent, compact func() uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.deliverLocked(entries, evs, false)
+	return w.deliverLocked(entries, evs, false, 0, compact)
+}
+
+// deliverCatchUp queues the watched changes of entries, the batch r
+// returned last, for a watcher reading the log on its own; false means it
+// is finished (a range change, closed, or an error: endErr).
+func (w *Watcher) deliverCatchUp(entries []*shard.AppliedEntry, r *shard.ChangeReader) bool {
+	var horizon storage.SeqNum
+	if w.req.PrevKV {
+		horizon = w.hub.sh.HistoryHorizon()
+	}
+	evs := shareAll(entries, r)
+	next := r.Position()
+	compact := sync.OnceValue(func() uint64 { return w.hub.prevCompactAfter(next, entries) })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deliverLocked(entries, evs, true, horizon, compact)
+}
+
+// endErr returns the error that finished the watcher, nil when it is not
+// finished or finished with a range change.
+func (w *Watcher) endErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // deliverLocked queues the changes (w.mu held). A live watcher whose queue
 // would exceed its bound is cancelled; a catching-up one (catchUp) queues
-// the batch and its reader waits for the consumer (waitDrained).
-func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEvent, catchUp bool) bool {
+// the batch and its reader waits for the consumer (waitDrained). A watcher
+// with PrevKV gets each change's previous value, read from the shard's
+// engine when the log does not hold it; it ends with ErrCompacted when the
+// engine no longer has it, or (horizon, when not 0) when the change was
+// written below the engine's history horizon as read before the batch;
+// compact is prevErr's.
+func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEvent, catchUp bool, horizon storage.SeqNum, compact func() uint64) bool {
 	if w.finished {
 		return false
 	}
@@ -81,17 +111,26 @@ func (w *Watcher) deliverLocked(entries []*shard.AppliedEntry, evs [][]sharedEve
 			var add []*shalev1.WatchEvent
 			var revs []uint64
 			size := 0
-			for _, se := range evs[i] {
+			for j := range evs[i] {
+				se := &evs[i][j]
 				if se.rev <= w.through || !w.req.contains(se.key) {
 					continue
 				}
-				ev := se.bare
+				ev, n := se.bare, se.bareSize
 				if w.req.PrevKV {
-					ev = se.full
+					if se.ev.Seq != 0 && se.ev.Seq < horizon {
+						w.finish(w.prevErr(nil, se.key, se.rev, compact), nil)
+						return false
+					}
+					var err error
+					if ev, n, err = se.withPrev(); err != nil {
+						w.finish(w.prevErr(err, se.key, se.rev, compact), nil)
+						return false
+					}
 				}
 				add = append(add, ev)
 				revs = append(revs, se.rev)
-				size += se.size
+				size += n
 			}
 			if !catchUp && len(add) > 0 && len(w.queue) > 0 && w.queued+size > w.maxQueue {
 				w.finish(&InterruptedError{Err: ErrTooSlow, Resume: revs[0],
