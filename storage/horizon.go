@@ -206,12 +206,18 @@ func (d *DB) historyTick() {
 	if d.closed {
 		return
 	}
-	sampled := d.sampleHistoryLocked()
-	wait, armed := d.nextHistoryTickLocked(sampled)
-	d.historyWake = !sampled
-	if armed {
+	if wait, armed := d.historyTickLocked(); armed {
 		d.historyTimer.Reset(wait)
 	}
+}
+
+// historyTickLocked is historyTick's work with d.mu held: it samples, sets
+// historyWake (a write wakes the timer unless the tick found writes), and
+// returns how long the timer is to wait, or false when it rests.
+func (d *DB) historyTickLocked() (time.Duration, bool) {
+	sampled := d.sampleHistoryLocked()
+	d.historyWake = !sampled
+	return d.nextHistoryTickLocked(sampled)
 }
 
 // nextHistoryTickLocked returns how long historyTick's timer waits after a

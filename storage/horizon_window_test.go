@@ -135,12 +135,11 @@ func historyTickOnce(d *DB) (time.Duration, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.historyTimer.Stop()
-	sampled := d.sampleHistoryLocked()
-	wait, armed := d.nextHistoryTickLocked(sampled)
+	wait, armed := d.historyTickLocked()
 	if !armed {
 		wait = -1
 	}
-	return wait, !sampled
+	return wait, d.historyWake
 }
 
 // TestHistoryWindowTimerRestsWhenIdle: while a DB is written to its
