@@ -92,9 +92,12 @@ type DB struct {
 	atRestArmed bool
 	atRestDue   bool
 	atRestSeq   SeqNum
-	// atRestOpen is set once Open has succeeded: a DB that failed to open
-	// arms no timer.
-	atRestOpen bool
+	// opened is set once Open has recovered and written its OPTIONS file:
+	// no at-rest timer is armed and no reclaim starts before (recovery may
+	// raise the history horizon past recorded reclaims, and open's own
+	// steps still run unguarded by mu), and a DB that failed to open
+	// starts neither.
+	opened bool
 
 	// rsMu guards readState, the consistent set of memtables and version
 	// that readers take a reference on.
@@ -301,7 +304,7 @@ func open(dirname string, o *Options, readOnly bool) (_ *DB, err error) {
 		d.deleteObsoleteFiles(true)
 		d.maybeScheduleFlushLocked()
 		d.maybeScheduleCompactionLocked()
-		d.atRestOpen = true
+		d.opened = true
 		d.armAtRestLocked()
 		d.maybeStartReclaimsLocked() // those the MANIFEST and the WALs recorded
 	}
@@ -797,7 +800,7 @@ func (d *DB) atRestEnabled() bool {
 // armAtRestLocked starts the at-rest check when L0 is above its at-rest
 // bound and no check is pending or due.
 func (d *DB) armAtRestLocked() {
-	if !d.atRestEnabled() || !d.atRestOpen || d.closed || d.atRestArmed || d.atRestDue || d.vers == nil {
+	if !d.atRestEnabled() || !d.opened || d.closed || d.atRestArmed || d.atRestDue || d.vers == nil {
 		return
 	}
 	if d.picker.AtRestL0Bytes(levelsView(d.vers)) == 0 {

@@ -423,7 +423,7 @@ func (d *DB) reclaimDueLocked(r manifest.Reclaim) bool {
 // maybeStartReclaimsLocked starts the reclaim worker when a reclaim is due
 // and none runs. It counts as background work, so Close waits for it.
 func (d *DB) maybeStartReclaimsLocked() {
-	if d.reclaimRunning || d.closed || d.readOnly || d.bgErr != nil {
+	if d.reclaimRunning || !d.opened || d.closed || d.readOnly || d.bgErr != nil {
 		return
 	}
 	if !slices.ContainsFunc(d.reclaims, d.reclaimDueLocked) {
