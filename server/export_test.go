@@ -61,3 +61,19 @@ func EncodeCommand(n *Node, id uint64, cmd *shalev1.RaftCommand) ([]byte, error)
 	}
 	return n.encodeCommand(r, cmd)
 }
+
+// ScanPageRoutedBy reads one page of [start, end) (reverse: from end down)
+// on n's replica of shard id as a Scan routed by desc would, desc being
+// perhaps a descriptor from before a split, and returns the page's keys,
+// the key the rest of the scan resumes at, and whether the scan is done.
+func ScanPageRoutedBy(n *Node, ctx context.Context, id uint64, desc *shalev1.ShardDescriptor, start, end []byte, reverse bool) (keys []string, resume []byte, done bool, err error) {
+	r, sm := n.store.Replica(id), n.Shard(id)
+	if r == nil || sm == nil {
+		return nil, nil, false, n.shardNotFoundErr(id)
+	}
+	kvs, _, rest, done, _, err := n.scanPage(ctx, target{r: r, sm: sm, desc: desc}, scanPlan{start: start, end: end, reverse: reverse})
+	for _, kv := range kvs {
+		keys = append(keys, string(kv.GetKey()))
+	}
+	return keys, rest.resumeKey(), done, err
+}

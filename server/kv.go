@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"sync/atomic"
 	"time"
@@ -669,39 +670,57 @@ func (n *Node) routeScan(ctx context.Context, h *shalev1.RequestHeader, p scanPl
 }
 
 // scanPage reads one page of p within t's shard and returns it with the
-// plan of the rest (done when nothing is left anywhere).
-func (n *Node) scanPage(ctx context.Context, t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint64, rest scanPlan, done bool, err error) {
+// plan of the rest (done when nothing is left anywhere). The rest continues
+// from the shard's range at the read, not from t's descriptor: a split or
+// merge applied since the scan was routed moved the boundary, and what lies
+// beyond the shard's range then is for the next page to find; a page whose
+// start the shard no longer holds fails as a stale epoch, for the client to
+// route again. leaving says the rest starts beyond that range, in another
+// shard.
+func (n *Node) scanPage(ctx context.Context, t target, p scanPlan) (kvs []*shalev1.KeyValue, rev uint64, rest scanPlan, done, leaving bool, err error) {
 	limit := n.cfg.MaxScanPageKeys
 	if p.remaining > 0 && int(p.remaining) < limit {
 		limit = int(p.remaining)
 	}
-	kvs, resume, more, rev, err := t.sm.Scan(shard.ScanParams{
+	page, err := t.sm.Scan(shard.ScanParams{
 		Start: p.start, End: p.end, Reverse: p.reverse, Limit: limit,
 		KeysOnly: p.keysOnly, MaxBytes: n.cfg.MaxScanPageBytes, Now: n.wallNanos(),
 	})
 	if err != nil {
-		return nil, 0, p, true, n.shardErr(ctx, t, err)
+		return nil, 0, p, true, false, n.shardErr(ctx, t, err)
 	}
+	// Scan clips the range to the shard's: the near end (where the page
+	// starts) must be in it, or the keys between it and the shard's
+	// boundary would be skipped (a reverse scan routed before a split that
+	// moved the shard's end down).
+	if (!p.reverse && bytes.Compare(p.start, page.Start) < 0) ||
+		(p.reverse && len(page.End) > 0 && (len(p.end) == 0 || bytes.Compare(p.end, page.End) > 0)) {
+		return nil, 0, p, true, false, n.shardErr(ctx, t, fmt.Errorf("%w: scan from %q (reverse %v), shard [%q, %q)",
+			shard.ErrKeyOutsideShard, p.resumeKey(), p.reverse, page.Start, page.End))
+	}
+	kvs, rev = page.KVs, page.Revision
 	rest = p
 	if p.remaining > 0 {
 		rest.remaining -= uint32(min(len(kvs), int(p.remaining)))
 		if rest.remaining == 0 {
-			return kvs, rev, rest, true, nil
+			return kvs, rev, rest, true, false, nil
 		}
 	}
 	switch {
-	case more && !p.reverse:
-		rest.start = resume
-	case more && p.reverse:
-		rest.end = resume
-	case !p.reverse && len(t.desc.GetEndKey()) > 0 && (len(p.end) == 0 || bytes.Compare(p.end, t.desc.GetEndKey()) > 0):
-		rest.start = t.desc.GetEndKey()
-	case p.reverse && len(t.desc.GetStartKey()) > 0 && bytes.Compare(p.start, t.desc.GetStartKey()) < 0:
-		rest.end = t.desc.GetStartKey()
+	case page.More && !p.reverse:
+		rest.start = page.ResumeKey
+	case page.More && p.reverse:
+		rest.end = page.ResumeKey
+	case !p.reverse && len(page.End) > 0 && (len(p.end) == 0 || bytes.Compare(p.end, page.End) > 0):
+		rest.start = page.End
+		leaving = true
+	case p.reverse && len(page.Start) > 0 && bytes.Compare(p.start, page.Start) < 0:
+		rest.end = page.Start
+		leaving = true
 	default:
-		return kvs, rev, rest, true, nil
+		return kvs, rev, rest, true, false, nil
 	}
-	return kvs, rev, rest, false, nil
+	return kvs, rev, rest, false, leaving, nil
 }
 
 func (p scanPlan) resumeKey() []byte {
@@ -726,7 +745,7 @@ func (s *kvService) Scan(ctx context.Context, req *shalev1.ScanRequest) (*shalev
 	if err != nil {
 		return nil, err
 	}
-	kvs, rev, rest, done, err := n.scanPage(ctx, t, p)
+	kvs, rev, rest, done, _, err := n.scanPage(ctx, t, p)
 	if err != nil {
 		return nil, err
 	}
@@ -755,14 +774,13 @@ func (s *kvService) ScanStream(req *shalev1.ScanRequest, stream shalev1.KV_ScanS
 		return err
 	}
 	for {
-		kvs, rev, rest, done, err := n.scanPage(ctx, t, p)
+		kvs, rev, rest, done, leaving, err := n.scanPage(ctx, t, p)
 		if err != nil {
 			return err
 		}
 		resp := &shalev1.ScanResponse{Header: n.readHeader(t, rev), Kvs: kvs}
 		// Stay within the shard; the last message hands over to the next one.
-		leaving := !done && ((!rest.reverse && !contains(t.desc, rest.start)) || (rest.reverse && bytes.Equal(rest.end, t.desc.GetStartKey())))
-		if !done && leaving {
+		if leaving {
 			resp.ResumeKey = rest.resumeKey()
 			resp.ContinuationToken = encodeToken(resp.ResumeKey, rest.remaining)
 		}

@@ -424,3 +424,56 @@ func TestStaleEpochNamesTheNewShard(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRoutedBeforeASplit reads a scan page on the left shard of a
+// split as a scan routed just before the split would (the split applied
+// between routing and reading): a forward page stops at the new boundary
+// and hands the rest on from there, and a reverse page, whose first keys
+// the shard no longer holds, fails as a stale epoch; neither skips the keys
+// the new shard took.
+func TestScanRoutedBeforeASplit(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	cl := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 200 {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := c.Node(c.NodeIDs()[0])
+	var before *shalev1.ShardDescriptor
+	for _, id := range c.ShardIDs() {
+		if d := n.Shard(id).Descriptor(); !d.GetSystem() && bytes.Compare(d.GetStartKey(), []byte("k100")) <= 0 &&
+			(len(d.GetEndKey()) == 0 || bytes.Compare(d.GetEndKey(), []byte("k150")) >= 0) {
+			before = d
+		}
+	}
+	if before == nil {
+		t.Fatal("no shard holds [k100, k150)")
+	}
+	left, _, err := cl.SplitShard(ctx, []byte("k100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left.GetShardId() != before.GetShardId() {
+		t.Fatalf("left shard %d, want %d", left.GetShardId(), before.GetShardId())
+	}
+	for string(n.Shard(left.GetShardId()).Descriptor().GetEndKey()) != "k100" {
+		if ctx.Err() != nil {
+			t.Fatal("node 1 did not apply the split")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	keys, resume, done, err := server.ScanPageRoutedBy(n, ctx, left.GetShardId(), before, []byte("k050"), []byte("k150"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 50 || keys[0] != "k050" || keys[49] != "k099" || done || string(resume) != "k100" {
+		t.Fatalf("forward page: %d keys (%v ... ), resume %q, done %v; want k050-k099, resuming at k100", len(keys), keys[:min(len(keys), 3)], resume, done)
+	}
+	keys, _, _, err = server.ScanPageRoutedBy(n, ctx, left.GetShardId(), before, []byte("k050"), []byte("k150"), true)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("reverse page from k150: %d keys, %v; want FailedPrecondition (stale epoch)", len(keys), err)
+	}
+}

@@ -246,7 +246,8 @@ func TestConcurrentReadsAndLifecycle(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			for !stop.Load() {
-				kvs, _, _, rev, err := a.Scan(ScanParams{Reverse: rng.IntN(2) == 0, Limit: 1 + rng.IntN(10), Now: ts0})
+				page, err := a.Scan(ScanParams{Reverse: rng.IntN(2) == 0, Limit: 1 + rng.IntN(10), Now: ts0})
+				kvs, rev := page.KVs, page.Revision
 				if err != nil {
 					report(err)
 					return

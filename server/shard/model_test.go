@@ -507,7 +507,8 @@ func checkReads(t *testing.T, s *Shard, m *model, rng *rand.Rand, now int64) {
 		}
 	}
 	for _, reverse := range []bool{false, true} {
-		kvs, _, more, rev, err := s.Scan(ScanParams{Reverse: reverse, Now: now})
+		page, err := s.Scan(ScanParams{Reverse: reverse, Now: now})
+		kvs, more, rev := page.KVs, page.More, page.Revision
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -176,39 +176,56 @@ type ScanParams struct {
 	Now int64
 }
 
+// ScanPage is one page of a range scan.
+type ScanPage struct {
+	// KVs are the page's keys, in scan order.
+	KVs []*shalev1.KeyValue
+	// More is true when the page stopped early, within the asked range
+	// clipped to the shard's: ResumeKey says where to continue, the first
+	// key not yet read (forward: the next page's Start) or the last key
+	// returned (reverse: the next page's exclusive End). More can be true
+	// when the keys left are all expired.
+	More      bool
+	ResumeKey []byte
+	// Revision is the shard revision at the scan's point.
+	Revision uint64
+	// Start and End are the shard's range at the scan's point (a nil End is
+	// the end of the key space): the page covers the asked range clipped to
+	// them, and what the asked range holds beyond them is another shard's,
+	// whatever descriptor the caller routed the scan by.
+	Start, End []byte
+}
+
 // Scan returns one page of the keys in the range at one point of the
 // shard's history, in key order (descending with Reverse), skipping expired
-// keys, bounded by Limit and MaxBytes. When the page stops early, more is
-// true and resumeKey says where to continue within the clipped range: the
-// first key not yet read (forward: the next page's Start) or the last key
-// returned (reverse: the next page's exclusive End). more can be true when
-// the keys left are all expired. A range with no overlap with the shard
-// returns an error wrapping ErrKeyOutsideShard, unless it is empty itself.
-// revision is the shard revision at the scan's point.
-func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, more bool, revision uint64, err error) {
+// keys, bounded by Limit and MaxBytes. A range with no overlap with the
+// shard returns an error wrapping ErrKeyOutsideShard, unless it is empty
+// itself.
+func (s *Shard) Scan(p ScanParams) (page ScanPage, err error) {
 	v, err := s.view()
 	if err != nil {
-		return nil, nil, false, 0, err
+		return ScanPage{}, err
 	}
 	defer v.release()
 	rng, err := v.userRange()
 	if err != nil {
-		return nil, nil, false, 0, err
+		return ScanPage{}, err
 	}
+	page.Start, page.End = bytes.Clone(rng.start), bytes.Clone(rng.end)
 	want := keyRange{start: p.Start, end: endOrNil(p.End)}
 	if want.start == nil {
 		want.start = []byte{}
 	}
-	revision, err = v.revision()
+	page.Revision, err = v.revision()
 	if err != nil {
-		return nil, nil, false, 0, err
+		return ScanPage{}, err
 	}
 	if want.end != nil && bytes.Compare(want.start, want.end) >= 0 {
-		return nil, nil, false, revision, nil
+		return page, nil
 	}
 	r, ok := rng.intersect(want)
 	if !ok {
-		return nil, nil, false, 0, fmt.Errorf("%w: range [%q, %q), shard [%q, %q)",
+		return ScanPage{}, fmt.Errorf("%w: range [%q, %q), shard [%q, %q)",
 			ErrKeyOutsideShard, want.start, want.end, rng.start, rng.end)
 	}
 	maxBytes := p.MaxBytes
@@ -217,7 +234,7 @@ func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, m
 	}
 	it, err := v.snap.NewIter(&storage.IterOptions{LowerBound: dataKey(r.start), UpperBound: dataBound(r.end)})
 	if err != nil {
-		return nil, nil, false, 0, err
+		return ScanPage{}, err
 	}
 	defer func() {
 		if cerr := it.Close(); cerr != nil && err == nil {
@@ -229,6 +246,8 @@ func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, m
 	if p.Reverse {
 		valid, step = it.Last, it.Prev
 	}
+	var kvs []*shalev1.KeyValue
+	more := false
 	for ok := valid(); ok; ok = step() {
 		ek := it.Key()
 		if p.Limit > 0 && len(kvs) >= p.Limit {
@@ -237,7 +256,7 @@ func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, m
 		}
 		sv, derr := decodeValue(it.Value())
 		if derr != nil {
-			return nil, nil, false, 0, fmt.Errorf("shard: key %q: %w", ek[1:], derr)
+			return ScanPage{}, fmt.Errorf("shard: key %q: %w", ek[1:], derr)
 		}
 		if sv.expired(p.Now) {
 			continue
@@ -254,19 +273,20 @@ func (s *Shard) Scan(p ScanParams) (kvs []*shalev1.KeyValue, resumeKey []byte, m
 		kvs = append(kvs, keyValue(ek[1:], &sv, p.KeysOnly))
 	}
 	if err := it.Error(); err != nil {
-		return nil, nil, false, 0, fmt.Errorf("shard: scan: %w", err)
+		return ScanPage{}, fmt.Errorf("shard: scan: %w", err)
 	}
+	page.KVs, page.More = kvs, more
 	if more {
 		if p.Reverse {
-			resumeKey = bytes.Clone(kvs[len(kvs)-1].Key)
+			page.ResumeKey = bytes.Clone(kvs[len(kvs)-1].Key)
 		} else {
-			resumeKey = bytes.Clone(it.Key()[1:])
+			page.ResumeKey = bytes.Clone(it.Key()[1:])
 		}
-		if resumeKey == nil {
-			resumeKey = []byte{}
+		if page.ResumeKey == nil {
+			page.ResumeKey = []byte{}
 		}
 	}
-	return kvs, resumeKey, more, revision, nil
+	return page, nil
 }
 
 // SizeBytes returns the engine's on-disk size: the bytes of its SST files

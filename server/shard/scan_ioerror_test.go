@@ -56,7 +56,8 @@ func TestScanPagination(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	all, _, more, rev, err := s.Scan(ScanParams{Limit: 0, MaxBytes: 1 << 30, Now: now})
+	page, err := s.Scan(ScanParams{Limit: 0, MaxBytes: 1 << 30, Now: now})
+	all, more, rev := page.KVs, page.More, page.Revision
 	if err != nil || more || rev != s.Revision() {
 		t.Fatal(err, more, rev)
 	}
@@ -101,14 +102,15 @@ func TestScanPagination(t *testing.T) {
 		}
 		lo, hi := string(p.Start), string(p.End)
 		if hi != "" && lo >= hi {
-			kvs, _, more, _, err := s.Scan(p)
+			pg, err := s.Scan(p)
+			kvs, more := pg.KVs, pg.More
 			if err != nil || more || len(kvs) != 0 {
 				t.Fatalf("empty range [%q, %q): %d keys, %v, %v", lo, hi, len(kvs), more, err)
 			}
 			continue
 		}
 		if lo >= "y" || (hi != "" && hi <= "b") {
-			if _, _, _, _, err := s.Scan(p); !errors.Is(err, ErrKeyOutsideShard) {
+			if _, err := s.Scan(p); !errors.Is(err, ErrKeyOutsideShard) {
 				t.Fatalf("range [%q, %q) outside the shard: %v", lo, hi, err)
 			}
 			continue
@@ -118,10 +120,11 @@ func TestScanPagination(t *testing.T) {
 			if page > 400 {
 				t.Fatal("scan does not terminate")
 			}
-			kvs, resume, more, _, err := s.Scan(p)
+			pg, err := s.Scan(p)
 			if err != nil {
 				t.Fatal(err)
 			}
+			kvs, resume, more := pg.KVs, pg.ResumeKey, pg.More
 			if p.Limit > 0 && len(kvs) > p.Limit {
 				t.Fatalf("page of %d keys over limit %d", len(kvs), p.Limit)
 			}
