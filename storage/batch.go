@@ -132,6 +132,11 @@ func (b *Batch) SeqNum() SeqNum {
 	return SeqNum(binary.LittleEndian.Uint64(b.data))
 }
 
+// LastSeqNum returns the sequence number of the batch's last record (of
+// its one position, for a batch of LogData alone); like SeqNum, it is set
+// by Apply and for batches returned by UpdatesSince.
+func (b *Batch) LastSeqNum() SeqNum { return b.SeqNum() + b.seqSpan() - 1 }
+
 func (b *Batch) setSeqNum(seq SeqNum) {
 	b.init()
 	binary.LittleEndian.PutUint64(b.data, uint64(seq))

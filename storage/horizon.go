@@ -345,7 +345,7 @@ func (d *DB) CompactAfterHorizon(start, end []byte, seq SeqNum) error {
 // deletions cover: due once the horizon passes b.
 func rangeDeletionReclaims(b *Batch) []manifest.Reclaim {
 	first := b.SeqNum()
-	last := first + b.seqSpan() - 1
+	last := b.LastSeqNum()
 	var spans []manifest.Reclaim
 	r := b.Reader()
 	for {

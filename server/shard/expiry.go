@@ -134,8 +134,7 @@ func (a *applier) applyExpire(ex *shalev1.ExpireKeys, now int64) (*shalev1.Comma
 			lo, hi := bytes.Clone(lo), append(bytes.Clone(hi), 0)
 			a.after = append(a.after, func() error {
 				// After the call's batch, which holds the deletions, is written.
-				last := a.b.SeqNum() + storage.SeqNum(a.b.Count()) - 1
-				if err := a.s.db.CompactAfterHorizon(lo, hi, last); err != nil {
+				if err := a.s.db.CompactAfterHorizon(lo, hi, a.b.LastSeqNum()); err != nil {
 					a.s.log.Warn("schedule the compaction of expired keys", "shard", a.s.dir, "err", err)
 				}
 				return nil

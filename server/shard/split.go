@@ -87,7 +87,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	reclaims := a.s.db.Metrics().HorizonReclaims
 	// After the call's batch (which deletes the range) is written.
 	a.after = append(a.after, func() error {
-		a.s.noteGivenAway(a.b.SeqNum()+storage.SeqNum(a.b.Count())-1, reclaims)
+		a.s.noteGivenAway(a.b.LastSeqNum(), reclaims)
 		return nil
 	})
 	if err := a.st.setDesc(left); err != nil {
@@ -226,7 +226,7 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	rs.db = db
 	rs.publish(loaded)
-	rs.noteGivenAway(b.SeqNum()+storage.SeqNum(b.Count())-1, reclaims)
+	rs.noteGivenAway(b.LastSeqNum(), reclaims)
 	phases.open = time.Since(t)
 	return rs, phases, nil
 }
