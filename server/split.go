@@ -132,10 +132,10 @@ func randomID() []byte {
 }
 
 // splitLargeShards splits, at most one per call, a shard this node leads
-// whose engine holds more than SplitSizeBytes of its own range. A shard
-// split in the last ten seconds is left alone, and so is one whose engine
-// may still keep a range a split gave away (it keeps it for its history
-// window, and SizeBytes counts it: shard.Shard.OwnSizeBytes).
+// whose engine holds more than SplitSizeBytes of its own range
+// (shard.Shard.OwnSizeBytes, which leaves out a range a split gave away
+// and the engine keeps for its history window). A shard split in the last
+// ten seconds is left alone.
 func (n *Node) splitLargeShards(ctx context.Context) {
 	if n.cfg.SplitSizeBytes < 0 {
 		return
@@ -147,11 +147,15 @@ func (n *Node) splitLargeShards(ctx context.Context) {
 			continue
 		}
 		desc := sm.Descriptor()
-		size, own := sm.OwnSizeBytes()
-		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= size || !own {
+		// SizeBytes bounds OwnSizeBytes and is cheaper: most shards stop here.
+		if desc == nil || desc.GetSystem() || uint64(n.cfg.SplitSizeBytes) >= sm.SizeBytes() {
 			continue
 		}
 		if n.splitWithin(desc.GetShardId(), now, splitCooldown) {
+			continue
+		}
+		size := sm.OwnSizeBytes()
+		if uint64(n.cfg.SplitSizeBytes) >= size {
 			continue
 		}
 		key, err := sm.SplitKey()

@@ -13,32 +13,18 @@ import (
 // from the SSTs' index blocks, which the open tables keep in memory: no
 // data block is read. Data still in memtables is not counted.
 func (d *DB) SplitKey(lower, upper []byte) ([]byte, error) {
-	rs := d.loadReadState()
-	if rs == nil {
-		return nil, ErrClosed
-	}
-	defer rs.unref()
 	type sample struct {
 		key  []byte
 		size uint64
 	}
 	var samples []sample
 	var total uint64
-	for _, files := range rs.vers.Levels {
-		for _, f := range files {
-			if !fileOverlaps(f, lower, upper) {
-				continue
-			}
-			h, err := d.openTable(f)
-			if err != nil {
-				return nil, fmt.Errorf("split key: %w", err)
-			}
-			h.Reader().DataBlockBounds(lower, upper, func(sep []byte, size uint64) {
-				samples = append(samples, sample{bytes.Clone(sep), size})
-				total += size
-			})
-			h.Release()
-		}
+	err := d.dataBlocksIn(lower, upper, func(sep []byte, size uint64) {
+		samples = append(samples, sample{bytes.Clone(sep), size})
+		total += size
+	})
+	if err != nil {
+		return nil, fmt.Errorf("split key: %w", err)
 	}
 	if len(samples) < 2 {
 		return nil, nil
@@ -60,6 +46,45 @@ func (d *DB) SplitKey(lower, upper []byte) ([]byte, error) {
 		break
 	}
 	return nil, nil
+}
+
+// SSTBytesIn returns an estimate of the SST bytes that hold keys in
+// [lower, upper) (nil bounds are open): the stored size of every data
+// block whose last key lies there, the blocks SplitKey divides. Unlike
+// SSTBytes it leaves out data outside the bounds that the engine still
+// keeps (a range deleted but not yet compacted away). It reads only the
+// SSTs' index blocks, which the open tables keep in memory.
+func (d *DB) SSTBytesIn(lower, upper []byte) (uint64, error) {
+	var n uint64
+	if err := d.dataBlocksIn(lower, upper, func(_ []byte, size uint64) { n += size }); err != nil {
+		return 0, fmt.Errorf("sst bytes in a range: %w", err)
+	}
+	return n, nil
+}
+
+// dataBlocksIn calls fn for every data block of the live SSTs whose index
+// separator lies in [lower, upper), as sstable.Reader.DataBlockBounds does,
+// table by table (not in key order across tables).
+func (d *DB) dataBlocksIn(lower, upper []byte, fn func(sep []byte, size uint64)) error {
+	rs := d.loadReadState()
+	if rs == nil {
+		return ErrClosed
+	}
+	defer rs.unref()
+	for _, files := range rs.vers.Levels {
+		for _, f := range files {
+			if !fileOverlaps(f, lower, upper) {
+				continue
+			}
+			h, err := d.openTable(f)
+			if err != nil {
+				return err
+			}
+			h.Reader().DataBlockBounds(lower, upper, fn)
+			h.Release()
+		}
+	}
+	return nil
 }
 
 // SSTBytes returns the total size of the live SST files: what SplitKey

@@ -53,6 +53,23 @@ func TestSplitKey(t *testing.T) {
 	if got, err := d.SSTBytes(); err != nil || got != want || got == 0 {
 		t.Fatalf("SSTBytes = %d, %v; Metrics says %d", got, err, want)
 	}
+	// SSTBytesIn counts the data blocks a range holds: all of them over the
+	// whole key space (most of SSTBytes, which adds the index and filter
+	// blocks), about 1000×400 bytes below key 1000 and 3000×100 above (plus
+	// the keys and the entries' overhead), and
+	// the two parts add up to the whole.
+	all, err := d.SSTBytesIn(nil, nil)
+	if err != nil || all > want || all < want*8/10 {
+		t.Fatalf("SSTBytesIn(nil, nil) = %d, %v; SSTBytes %d", all, err, want)
+	}
+	below, err1 := d.SSTBytesIn(nil, key(1000))
+	above, err2 := d.SSTBytesIn(key(1000), nil)
+	if err1 != nil || err2 != nil || below+above != all {
+		t.Fatalf("SSTBytesIn below key 1000 %d (%v) and above %d (%v); together %d, want %d", below, err1, above, err2, below+above, all)
+	}
+	if below < 380_000 || below > 450_000 || above < 280_000 || above > 370_000 {
+		t.Fatalf("SSTBytesIn below key 1000 %d, want about 400,000; above %d, want about 300,000", below, above)
+	}
 	// Total ≈ 1000×400 + 3000×100 = 700,000 bytes; half (350,000) is at
 	// about key 875 (by count it would be key 2000).
 	k, err := d.SplitKey(nil, nil)

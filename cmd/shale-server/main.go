@@ -133,7 +133,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.Int64Var(&f.recordCache, "record-cache-bytes", 64<<20, "record cache shared by the node's shards: recently written records, so that the next write to the key reads no engine (-1: none)")
 	fl.IntVar(&f.splitQPS, "split-qps", 2500, "requests per second above which (for 5 s) a shard splits at its median requested key (negative: no load-based splits)")
 	fl.IntVar(&f.shardMemTable, "shard-memtable-bytes", 16<<20, "memtable size of each shard's storage engine")
-	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size above which a shard splits in two (negative: no automatic splits)")
+	fl.Int64Var(&f.splitSize, "split-size-bytes", 128<<20, "size (SST bytes of its own range) above which a shard splits in two (negative: no automatic splits)")
 	fl.Int64Var(&f.mergeSize, "merge-size-bytes", 0, "combined size under which two adjacent shards split automatically merge again (0: a quarter of --split-size-bytes; negative: no automatic merges)")
 	fl.DurationVar(&f.mergeDelay, "merge-delay", 5*time.Minute, "how long after a split an automatic merge of its shards waits")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")

@@ -519,10 +519,6 @@ type Shard struct {
 	// dedup entries below it (dedupFilter).
 	dedupFloor atomic.Uint64
 
-	// away is where the engine stands with the range the shard's last
-	// split gave away (nil: none kept), see OwnSizeBytes.
-	away atomic.Pointer[givenAway]
-
 	// changed is the channel Changed handed out (nil when none is
 	// waiting), closed at the next change.
 	changed atomic.Pointer[chan struct{}]

@@ -83,13 +83,8 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	// window: a watch of it may still read previous values from before
 	// the split. The engine reclaims the range by itself once its horizon
 	// passes the deletion (a range deletion's space is scheduled so).
+	// Until then SizeBytes counts it; OwnSizeBytes does not.
 	a.ov.delRange(a.b, dataKey(key), dataBound(desc.GetEndKey()))
-	reclaims := a.s.db.Metrics().HorizonReclaims
-	// After the call's batch (which deletes the range) is written.
-	a.after = append(a.after, func() error {
-		a.s.noteGivenAway(a.b.LastSeqNum(), reclaims)
-		return nil
-	})
 	if err := a.st.setDesc(left); err != nil {
 		return nil, false, err
 	}
@@ -197,13 +192,11 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 		st.writeMeta(b, nil)
 		err = db.Apply(b, storage.Sync)
 	}
-	var reclaims int64
 	if err == nil {
 		// The new shard's change log starts after this batch, so nothing
 		// reads its history before it: the engine may drop the keys it
 		// deleted at once (it schedules that by itself once its horizon
 		// passes the deletion).
-		reclaims = db.Metrics().HorizonReclaims
 		db.AdvanceHistoryHorizon(db.LastSeq() + 1)
 	}
 	if err == nil {
@@ -226,7 +219,6 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	rs.db = db
 	rs.publish(loaded)
-	rs.noteGivenAway(b.LastSeqNum(), reclaims)
 	phases.open = time.Since(t)
 	return rs, phases, nil
 }
@@ -256,54 +248,22 @@ func (s *Shard) SplitKey() ([]byte, error) {
 	return uk, nil
 }
 
-// givenAway is where a shard's engine stands with the range a split gave
-// away: the last sequence number of the batch that deleted it, and how
-// many reclaims the engine had run then (storage.Metrics.HorizonReclaims),
-// for the engine of generation gen.
-type givenAway struct {
-	seq      storage.SeqNum
-	reclaims int64
-	gen      uint64
-}
-
-// noteGivenAway records that the engine's write ending at sequence number
-// seq deleted a range the shard gave away by a split, when the engine had
-// run reclaims reclaims (counted before the write): the engine keeps that
-// range's data until its history horizon passes seq and its reclaim of the
-// range runs, and SizeBytes counts it until then (OwnSizeBytes).
-func (s *Shard) noteGivenAway(seq storage.SeqNum, reclaims int64) {
+// OwnSizeBytes returns an estimate of the SST bytes that hold the
+// shard's own range (storage.DB.SSTBytesIn): unlike SizeBytes it leaves
+// out a range a split gave away, which the engine keeps for its history
+// window (a right-hand shard's engine reclaims the rest of its parent at
+// once), and the shard's metadata. It is what a size split compares with
+// its threshold. It reads the SSTs' in-memory indexes, so it costs more
+// than SizeBytes; 0 when the shard is closed.
+func (s *Shard) OwnSizeBytes() uint64 {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
-	s.away.Store(&givenAway{seq: seq, reclaims: reclaims, gen: s.logGen})
-}
-
-// OwnSizeBytes returns SizeBytes, and whether that measures the shard's own
-// range only: false while its engine may still hold a range a split of it
-// gave away, which it keeps for the history window (until its horizon
-// passes the split and its reclaim of the range has run; a right-hand
-// shard's engine reclaims the rest of its parent at once). A size split
-// waits for it. The record is in memory: after a reopen the engine's
-// SizeBytes counts what it still keeps of such a range.
-func (s *Shard) OwnSizeBytes() (uint64, bool) {
-	s.dbMu.RLock()
-	defer s.dbMu.RUnlock()
-	if s.db == nil {
-		return 0, false
+	desc := s.st.Load().desc
+	if s.db == nil || desc == nil {
+		return 0
 	}
-	n, _ := s.db.SSTBytes()
-	a := s.away.Load()
-	if a == nil || a.gen != s.logGen {
-		return n, true
-	}
-	if s.db.HistoryHorizon() <= a.seq {
-		return n, false
-	}
-	m := s.db.Metrics()
-	if m.HorizonReclaimsPending > 0 || m.HorizonReclaims <= a.reclaims {
-		return n, false
-	}
-	s.away.CompareAndSwap(a, nil)
-	return n, true
+	n, _ := s.db.SSTBytesIn(dataKey(desc.GetStartKey()), dataBound(desc.GetEndKey()))
+	return n
 }
 
 // compactAway compacts the engine keys in [lo, hi), which a merge deleted,
