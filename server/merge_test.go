@@ -653,7 +653,12 @@ func TestMergeFinishedWhenTheLeftLeaderLacksTheRight(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := waitFor(t, 30*time.Second, func() (bool, string) {
-		d := c.Node(c.Leader(left.GetShardId())).Shard(left.GetShardId()).Descriptor()
+		// The finishing node takes the left's leadership: no leader for a moment.
+		s := c.LeaderShard(left.GetShardId())
+		if s == nil {
+			return false, fmt.Sprintf("shard %d has no leader", left.GetShardId())
+		}
+		d := s.Descriptor()
 		return len(d.GetEndKey()) == 0, fmt.Sprintf("shard %d is %v", left.GetShardId(), d)
 	})
 	t.Logf("the frozen shard was absorbed %v after the freeze", took)

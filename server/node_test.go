@@ -64,7 +64,8 @@ func TestRestartFindsEngineSetAsideByRestore(t *testing.T) {
 	var applied uint64
 	waitFor(t, 10*time.Second, func() (bool, string) {
 		applied = c.Node(node).Shard(id).AppliedState().Index
-		return applied >= c.Node(c.Leader(id)).Shard(id).AppliedState().Index, "the follower has not applied the put"
+		l := c.LeaderShard(id)
+		return l != nil && applied >= l.AppliedState().Index, "the follower has not applied the put"
 	})
 	c.Stop(node)
 	dir := shard.Dir(filepath.Join(c.Dir(), fmt.Sprintf("node%d", node), "shards"), id)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shale-db/shale/internal/freeport"
 	"github.com/shale-db/shale/server"
+	"github.com/shale-db/shale/server/shard"
 )
 
 // Options configure a Cluster.
@@ -348,6 +349,17 @@ func (c *Cluster) Leader(shardID uint64) uint64 {
 		}
 	}
 	return 0
+}
+
+// LeaderShard returns the state machine of shard id on the running node
+// that leads it, or nil while none does (an election, a leadership
+// transfer): a condition polled across such moments reads it so.
+func (c *Cluster) LeaderShard(shardID uint64) *shard.Shard {
+	n := c.Node(c.Leader(shardID))
+	if n == nil {
+		return nil
+	}
+	return n.Shard(shardID)
 }
 
 // MoveLeader makes node to the leader of shardID and fails the test if it
