@@ -128,10 +128,10 @@ endif
 	$(GO) test -count=1 ./internal/lint/
 	SHALE_TEST_VERSITYGW=$(VERSITYGW) $(GO) test $(RACE) -timeout $(TEST_TIMEOUT) ./...
 # The allocation checks the race detector skips (it makes sync.Pool drop objects), and the storage
-# model test at its full seeds (under -race it runs two per option set), run without it.
+# model and crash tests at their full seeds (under -race they run two per option set), run without it.
 ifneq ($(RACE),)
 	$(GO) test -count=1 -run '^(TestIterZeroAllocs|TestDirectCalls)$$' ./storage/sstable/ ./client/
-	$(GO) test -count=1 -run '^TestModel$$' ./storage/
+	$(GO) test -count=1 -run '^(TestModel|TestCrash)$$' ./storage/
 endif
 	@for m in $(SUBMODULES); do \
 		echo "cd $$m && $(GO) vet ./... && $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
