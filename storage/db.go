@@ -413,6 +413,7 @@ func mkdirAllDurable(fs vfs.FS, dir string) error {
 // not cover, and (unless read-only) flushes what it replayed and starts a
 // fresh WAL and MANIFEST.
 func (d *DB) recover() error {
+	t0 := time.Now()
 	manifestNum, err := manifest.ReadCurrentFile(d.fs, d.dirname)
 	if err != nil {
 		return err
@@ -487,6 +488,7 @@ func (d *DB) recover() error {
 		}
 		logBytes += uint64(fi.Size())
 	}
+	t1 := time.Now()
 	d.mem = newMemTable(d.recoveryMemTableSize(logBytes), 0, d.shared, false, d.opts.MemTable)
 	for i, num := range logs {
 		// Only the tail of the last log holding data may be torn by a
@@ -514,6 +516,7 @@ func (d *DB) recover() error {
 	if d.readOnly {
 		return nil
 	}
+	t2 := time.Now()
 
 	// Persist what was replayed: flush the recovered memtables to L0 (or
 	// keep the last one, see keepRecovered), then a new WAL and a new
@@ -572,6 +575,9 @@ func (d *DB) recover() error {
 	for _, e := range edit.NewFiles {
 		delete(d.pendingOut, e.Meta.FileNum)
 	}
+	t3 := time.Now()
+	d.log.Debug("recovered", "took", t3.Sub(t0), "manifest", t1.Sub(t0), "logs", len(logs), "log_bytes", logBytes,
+		"replay", t2.Sub(t1), "memtable_kept", kept != nil, "l0_flushed", len(edit.NewFiles), "persist", t3.Sub(t2))
 	return nil
 }
 
@@ -673,7 +679,10 @@ func (d *DB) replayWAL(num manifest.FileNum, tolerateTail bool, edit *manifest.V
 			}
 			return false, fmt.Errorf("replay wal %s: %w", name, err)
 		}
-		b, err := decodeBatch(append([]byte(nil), rec...))
+		// rec is valid until the next record is read, and nothing keeps
+		// b past this one: the memtable copies its keys and values, the
+		// reclaims clone theirs.
+		b, err := decodeBatch(rec)
 		if err != nil {
 			return false, base.Corruptf(path, -1, "batch: %v", err)
 		}

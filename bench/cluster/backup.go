@@ -84,6 +84,12 @@ type RestoreResult struct {
 	// takes beyond it is the first elections and the client finding the
 	// leaders. Zero when the logs do not say.
 	StartedSeconds float64
+	// ServerCPUSeconds is the CPU time (user + system, from /proc) the
+	// restored nodes' processes used from their start until the last key
+	// read back: with Seconds, how busy the restore kept the machine's
+	// cores. It leaves out shalectl's processes. Zero when /proc cannot
+	// be read.
+	ServerCPUSeconds float64
 }
 
 // BackupResult is what RunBackup measured.
@@ -300,8 +306,8 @@ func RunBackup(ctx context.Context, cfg BackupConfig) (res BackupResult, err err
 		}
 		r.ReplicaBytes = replicaBytes
 		res.Restores = append(res.Restores, r)
-		logf("restore (%s): %.2fs; %d MB written from the backup (%d MB the replicas need), copying %.2fs; all served %.2fs after their start",
-			method, r.Seconds, r.WrittenBytes/1e6, r.ReplicaBytes/1e6, r.CopySeconds, r.StartedSeconds)
+		logf("restore (%s): %.2fs; %d MB written from the backup (%d MB the replicas need), copying %.2fs; all served %.2fs after their start; the nodes used %.2f CPU-s",
+			method, r.Seconds, r.WrittenBytes/1e6, r.ReplicaBytes/1e6, r.CopySeconds, r.StartedSeconds, r.ServerCPUSeconds)
 	}
 
 	res.DiskWriteSeconds, err = diskWrite(filepath.Join(dir, "disk-speed"), res.FullBytes)
@@ -392,6 +398,9 @@ func restoreOnce(ctx context.Context, cfg BackupConfig, o ShaleOptions, loc *bac
 		time.Sleep(50 * time.Millisecond)
 	}
 	r.Seconds = time.Since(start).Seconds()
+	// The processes started with the restore: their whole CPU time.
+	cpu := &cpuMeter{pids: restored.Pids(), before: make([]uint64, len(restored.Pids()))}
+	r.ServerCPUSeconds = cpu.used().Seconds()
 	copied, copySeconds, started := restorePhases(dir, nodesStart)
 	r.WrittenBytes += copied
 	if method == RestoreServer {

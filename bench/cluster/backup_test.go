@@ -55,6 +55,9 @@ func TestRunBackup(t *testing.T) {
 			srv.ReplicaBytes < 3*(r.FullBytes/2) || srv.Seconds <= 0 || ctl.Seconds <= 0 || ctl.CopySeconds <= 0 {
 			t.Fatalf("restores %+v", r.Restores)
 		}
+		if _, err := os.Stat("/proc/self/stat"); err == nil && (srv.ServerCPUSeconds <= 0 || ctl.ServerCPUSeconds <= 0) {
+			t.Fatalf("the restored nodes' CPU time: %v s (server), %v s (shalectl)", srv.ServerCPUSeconds, ctl.ServerCPUSeconds)
+		}
 		if ctl.WrittenBytes != ctl.ReplicaBytes || srv.WrittenBytes <= 0 || srv.WrittenBytes > srv.ReplicaBytes {
 			t.Fatalf("restores wrote %d (shalectl) and %d (server) bytes for %d bytes of replicas", ctl.WrittenBytes, srv.WrittenBytes, srv.ReplicaBytes)
 		}

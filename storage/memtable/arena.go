@@ -33,6 +33,11 @@ type arena struct {
 	base unsafe.Pointer
 }
 
+// minHugeArena is the smallest arena whose pages are huge pages where the
+// platform allows (adviseHugePages): an arena this large is a memtable
+// that filled a smaller one before, or a recovery's, and fills.
+const minHugeArena = 8 << 20
+
 // maxArenaSize keeps every offset (plus the slack below) inside uint32.
 const maxArenaSize = math.MaxUint32 - 2*maxNodeSize - nodeAlign
 
@@ -47,6 +52,7 @@ func newArena(size uint32) *arena {
 	total := uint64(size) + uint64(maxNodeSize) + nodeAlign
 	words := make([]uint64, (total+7)/8)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	adviseHugePages(buf)
 	a := &arena{cap: size, buf: buf, base: unsafe.Pointer(&words[0])}
 	a.lo.Store(nodeAlign) // offset 0 is nil
 	a.hi.Store(size)

@@ -78,7 +78,7 @@ the rate.`,
 					// the copying alone.
 					restores = append(restores, map[string]any{
 						"method": x.Method, "seconds": x.Seconds, "replica_bytes": x.ReplicaBytes, "written_bytes": x.WrittenBytes,
-						"copy_seconds": x.CopySeconds, "started_seconds": x.StartedSeconds,
+						"copy_seconds": x.CopySeconds, "started_seconds": x.StartedSeconds, "server_cpu_seconds": x.ServerCPUSeconds,
 						"mbps": cluster.MBps(x.ReplicaBytes, x.Seconds), "vs_disk": cluster.MBps(x.ReplicaBytes, x.Seconds) / disk,
 						"copy_mbps": cluster.MBps(x.WrittenBytes, x.CopySeconds),
 					})
@@ -104,7 +104,7 @@ the rate.`,
 			}
 			row("disk sequential write", r.FullBytes, r.DiskWriteSeconds)
 			for _, x := range r.Restores {
-				fmt.Fprintf(out, "restore (%s): the nodes served %.2f s after their start; the restore took %.2f s in all\n", x.Method, x.StartedSeconds, x.Seconds)
+				fmt.Fprintf(out, "restore (%s): the nodes served %.2f s after their start; the restore took %.2f s in all; the nodes used %.2f CPU-s\n", x.Method, x.StartedSeconds, x.Seconds, x.ServerCPUSeconds)
 			}
 			return nil
 		},
