@@ -64,7 +64,7 @@ func (c *Cluster) createDisk(ctx context.Context, n *Node, size int64) error {
 	if _, err := c.docker.ContainerStart(ctx, n.holder, mobyclient.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("harness: start the disk holder of node %s: %w", n.Host, err)
 	}
-	if _, err := c.docker.ContainerPause(ctx, n.holder, mobyclient.ContainerPauseOptions{}); err != nil {
+	if err := c.pauseContainer(ctx, n.holder); err != nil {
 		return fmt.Errorf("harness: pause the disk holder of node %s: %w", n.Host, err)
 	}
 	return nil

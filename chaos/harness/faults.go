@@ -97,10 +97,38 @@ func (c *Cluster) Pause(ctx context.Context, id uint64) error {
 	if n == nil {
 		return fmt.Errorf("harness: no node %d", id)
 	}
-	if _, err := c.docker.ContainerPause(ctx, n.container.GetContainerID(), mobyclient.ContainerPauseOptions{}); err != nil {
+	if err := c.pauseContainer(ctx, n.container.GetContainerID()); err != nil {
 		return fmt.Errorf("harness: pause node %d: %w", id, err)
 	}
 	return nil
+}
+
+// pauseAttempts is how many times pauseContainer asks Docker to pause.
+const pauseAttempts = 5
+
+// pauseContainer pauses container id, asking again when the runtime could
+// not freeze it in time: runc's freeze fails ("unable to freeze") when a
+// process of the container does not stop within its timeout, as one busy
+// in the kernel on a loaded machine may not (CI at 2e4f04c: a disk holder
+// paused just after its start), and runc's maintainers leave the retry to
+// the caller. A container found paused after a failed attempt (the kernel
+// may finish a freeze that runc gave up on) counts as paused.
+func (c *Cluster) pauseContainer(ctx context.Context, id string) error {
+	var err error
+	for attempt := 1; attempt <= pauseAttempts; attempt++ {
+		if _, err = c.docker.ContainerPause(ctx, id, mobyclient.ContainerPauseOptions{}); err == nil {
+			return nil
+		}
+		if ins, ierr := c.docker.ContainerInspect(ctx, id, mobyclient.ContainerInspectOptions{}); ierr == nil && ins.Container.State != nil && ins.Container.State.Paused {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (then %v)", err, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%d attempts: %w", pauseAttempts, err)
 }
 
 // Unpause resumes a paused node.
