@@ -258,11 +258,11 @@ func (s *Shard) SplitKey() ([]byte, error) {
 func (s *Shard) OwnSizeBytes() uint64 {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
-	desc := s.st.Load().desc
-	if s.db == nil || desc == nil {
+	st := s.st.Load()
+	if s.db == nil || st == nil || st.desc == nil {
 		return 0
 	}
-	n, _ := s.db.SSTBytesIn(dataKey(desc.GetStartKey()), dataBound(desc.GetEndKey()))
+	n, _ := s.db.SSTBytesIn(dataKey(st.desc.GetStartKey()), dataBound(st.desc.GetEndKey()))
 	return n
 }
 
