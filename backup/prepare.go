@@ -215,7 +215,7 @@ type PrepareResult struct {
 // backup, as of o.AsOf when it is set. It copies the backup's manifest and
 // the files of the parts of the shards the node hosts (PartsHostedBy),
 // o.Parallel files at once, each checked against the manifest's size and
-// CRC-32C as it is copied, written around the page cache to a temporary
+// CRC-32C as it is copied, written through the page cache to a temporary
 // name, synced and renamed into place. Before anything is written it
 // checks the time against every part and the node against the founding
 // nodes, so a restore that would not found is refused with nothing
@@ -268,6 +268,11 @@ func Prepare(ctx context.Context, src *Location, id string, dataDir string, o Pr
 	dst, err := Open(ctx, rec.Location, true)
 	if err != nil {
 		return nil, err
+	}
+	if d, ok := dst.st.(*dirStore); ok {
+		// The node links the staged files into its shards and opens them
+		// at its start.
+		d.readSoon = true
 	}
 	info := map[string]any{"id": id, "cluster": m.ClusterID, "copied_from": src.String(), "started": time.Now().UTC(),
 		"node_id": o.NodeID, "nodes": nodes, "replication_factor": o.ReplicationFactor}

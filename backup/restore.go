@@ -91,7 +91,8 @@ func (l *Location) placeParts(ctx context.Context, parts []*Part, dirs []string,
 		if err := os.Mkdir(dirs[i], 0o755); err != nil {
 			return fmt.Errorf("backup: shard %d: %w", part.ShardID, err)
 		}
-		to := &dirStore{dir: filepath.Clean(dirs[i])}
+		// The node opens the part next: its files are read back at once.
+		to := &dirStore{dir: filepath.Clean(dirs[i]), readSoon: true}
 		for _, f := range part.Files {
 			if err := validFileName(f.Name); err != nil {
 				return fmt.Errorf("%w: shard %d: %v", ErrCorrupt, part.ShardID, err)

@@ -73,6 +73,13 @@ func validObjectName(name string) error {
 // directory, so an object is durable once put returns.
 type dirStore struct {
 	dir string
+	// readSoon: the files put are read again soon (a restored part the
+	// node opens next, a restore staged for the node's start), so they are
+	// written through the page cache. Otherwise a file goes around it
+	// (internal/directfile): a backup is written once and read only by a
+	// restore or a verify, and must not push a serving node's data out of
+	// the cache.
+	readSoon bool
 }
 
 func openDir(dir string, create bool) (*dirStore, error) {
@@ -140,11 +147,17 @@ func (d *dirStore) put(ctx context.Context, name string, r io.Reader, size int64
 		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
-	// A stored file is written once and read only by a restore or a
-	// verify: it goes around the page cache where the file system allows.
-	w := directfile.New(tmp)
+	var w interface {
+		io.Writer
+		Sync() error
+		Close() error
+	} = tmp
+	if !d.readSoon {
+		w = directfile.New(tmp)
+	}
 	defer w.Close()
-	if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+	// An *os.File's ReadFrom would copy in 32 KiB writes: hide it.
+	if _, err := io.Copy(struct{ io.Writer }{w}, ctxReader{ctx, r}); err != nil {
 		return err
 	}
 	if err := w.Sync(); err != nil {

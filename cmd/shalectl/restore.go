@@ -83,8 +83,9 @@ user shard k on the nodes sorted by ID from the k-th on. restore copies into
 DIR/restore the backup's manifest and the files of the shards node N hosts
 (with 3 nodes and 3 replicas, every shard; with more nodes than replicas,
 some), --parallel files at once, each checked against the backup's size and
-CRC-32C as it is copied, written around the page cache to a temporary name,
-synced and renamed into place (a progress line on stderr, on a terminal).
+CRC-32C as it is copied, written through the page cache (the node reads the
+files at its start) to a temporary name, synced and renamed into place (a
+progress line on stderr, on a terminal).
 With --as-of TIME (RFC 3339, such as 2026-11-22T14:05:00Z) the data is
 restored as of TIME, which every shard of the backup must reach (see "backup
 describe", restorable:); it is checked here. It does not contact the cluster.
