@@ -381,3 +381,29 @@ func reportAttempts(t *testing.T, trace *logring.Handler, dir string) {
 	_ = os.WriteFile(filepath.Join(dir, "client-attempts.log"), []byte(strings.Join(out, "\n")+"\n"), 0o644)
 	t.Logf("the first client's last failed attempts (all %d in client-attempts.log):\n  %s", len(out), strings.Join(out[max(0, len(out)-30):], "\n  "))
 }
+
+// TestKeySlotsRotate: a slot moves to a fresh key after OpsPerKey
+// operations, its keys stay between its prefix and the next slot's (in the
+// slot's shard, and in a scan of its slots), and the final reads cover
+// every key used.
+func TestKeySlotsRotate(t *testing.T) {
+	w := NewWorkload(lincheck.NewRecorder(), nil, WorkloadOptions{Keys: 12, OpsPerKey: 3})
+	var got []string
+	for range 7 {
+		got = append(got, w.useKey(10))
+	}
+	want := []string{"k10/0", "k10/0", "k10/0", "k10/1", "k10/1", "k10/1", "k10/2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("slot 10's keys %v, want %v", got, want)
+	}
+	for _, k := range got {
+		if !(slotPrefix(10) < k && k < slotPrefix(11)) {
+			t.Fatalf("key %s is outside slot 10's range [%s, %s)", k, slotPrefix(10), slotPrefix(11))
+		}
+	}
+	w.useKey(3)
+	used := w.usedKeys()
+	if len(used) != 12+2 || !slices.Contains(used, "k10/2") || !slices.Contains(used, "k03/0") || slices.Contains(used, "k10/3") {
+		t.Fatalf("used keys %v", used)
+	}
+}

@@ -19,8 +19,15 @@ import (
 
 // WorkloadOptions shape a Workload.
 type WorkloadOptions struct {
-	// Keys is the number of keys, k00, k01, ... (default 40).
+	// Keys is the number of key slots, k00, k01, ... (default 40).
 	Keys int
+	// OpsPerKey is how many operations a slot's key takes before the slot
+	// moves to a fresh key (k07/0, k07/1, ...; default 300): porcupine's
+	// search grows with the writes of unknown outcome a key's history
+	// holds (each stays open to the history's end), so short histories per
+	// key keep the check decidable however long the run (as Jepsen's
+	// independent keys do).
+	OpsPerKey int
 	// Workers is the number of concurrent logical clients (default 16).
 	Workers int
 	// MaxInFlightPerKey bounds the operations in flight on one key
@@ -33,8 +40,13 @@ type WorkloadOptions struct {
 	Seed uint64
 }
 
-// Key is the i-th key of the workload.
-func Key(i int) string { return fmt.Sprintf("k%02d", i) }
+// slotPrefix is the prefix of slot i's keys; consecutive slots' keys sort
+// in slot order, so a scan of slots i to j reads [slotPrefix(i),
+// slotPrefix(j+1)).
+func slotPrefix(i int) string { return fmt.Sprintf("k%02d", i) }
+
+// slotKey is slot i's key of generation gen.
+func slotKey(i, gen int) string { return fmt.Sprintf("%s/%d", slotPrefix(i), gen) }
 
 // Workload runs get, put, compare-and-swap, delete and short scans over a
 // few keys spread over several shards, recording every operation (with a
@@ -45,8 +57,10 @@ type Workload struct {
 	clients []*client.Client
 	sems    []chan struct{}
 
-	mu   sync.Mutex
-	seen map[string]string // last value seen per key, for CAS expectations
+	mu    sync.Mutex
+	seen  map[string]string // last value seen per key, for CAS expectations
+	gen   []int             // per slot: the generation of its key
+	calls []int             // per slot: operations called on its key
 }
 
 // NewWorkload returns a workload that records into rec and spreads its
@@ -64,7 +78,11 @@ func NewWorkload(rec *lincheck.Recorder, clients []*client.Client, opts Workload
 	if opts.OpTimeout == 0 {
 		opts.OpTimeout = 2 * time.Second
 	}
-	w := &Workload{opts: opts, rec: rec, clients: clients, seen: map[string]string{}}
+	if opts.OpsPerKey == 0 {
+		opts.OpsPerKey = 300
+	}
+	w := &Workload{opts: opts, rec: rec, clients: clients, seen: map[string]string{},
+		gen: make([]int, opts.Keys), calls: make([]int, opts.Keys)}
 	for i := 0; i < opts.Keys; i++ {
 		w.sems = append(w.sems, make(chan struct{}, opts.MaxInFlightPerKey))
 	}
@@ -121,7 +139,7 @@ func (w *Workload) worker(ctx context.Context, id int) {
 			continue
 		}
 		k := rng.IntN(w.opts.Keys)
-		key := Key(k)
+		key := w.useKey(k)
 		var in lincheck.Input
 		switch {
 		case p < 45:
@@ -153,6 +171,33 @@ func (w *Workload) worker(ctx context.Context, id int) {
 	}
 }
 
+// useKey returns slot k's current key and counts an operation on it,
+// moving the slot to a fresh key after OpsPerKey operations. A slot's
+// operations in flight when it moves finish on the old key, which nothing
+// touches after them.
+func (w *Workload) useKey(k int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := slotKey(k, w.gen[k])
+	if w.calls[k]++; w.calls[k] >= w.opts.OpsPerKey {
+		w.gen[k], w.calls[k] = w.gen[k]+1, 0
+	}
+	return key
+}
+
+// usedKeys returns every key the workload has used, slot by slot.
+func (w *Workload) usedKeys() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var keys []string
+	for k, last := range w.gen {
+		for g := 0; g <= last; g++ {
+			keys = append(keys, slotKey(k, g))
+		}
+	}
+	return keys
+}
+
 // note remembers the key's value as this operation saw or left it.
 func (w *Workload) note(in lincheck.Input, out lincheck.Output) {
 	w.mu.Lock()
@@ -167,10 +212,11 @@ func (w *Workload) note(in lincheck.Input, out lincheck.Output) {
 	}
 }
 
-// scan reads 2 to maxScanKeys consecutive keys with one Scan and records
-// it as a read of each key in the range: every page of a scan is a
+// scan reads 2 to maxScanKeys consecutive slots with one Scan and records
+// it as a read of each slot's current key: every page of a scan is a
 // linearizable read, so each key's presence and value as returned held at
-// some point between the scan's call and its end.
+// some point between the scan's call and its end. (The range holds the
+// slots' earlier keys too; their reads are not recorded.)
 func (w *Workload) scan(ctx context.Context, rng *rand.Rand, cl *client.Client, cid int) {
 	n := 2 + rng.IntN(maxScanKeys-1)
 	first := rng.IntN(w.opts.Keys - n + 1)
@@ -183,35 +229,37 @@ func (w *Workload) scan(ctx context.Context, rng *rand.Rand, cl *client.Client, 
 	}
 	defer w.release(keys...)
 	ops := make([]*lincheck.Op, n)
+	names := make([]string, n)
 	for j, k := range keys {
-		ops[j] = w.rec.Call(cid+1+j, lincheck.Input{Kind: lincheck.KindGet, Key: Key(k)})
+		names[j] = w.useKey(k)
+		ops[j] = w.rec.Call(cid+1+j, lincheck.Input{Kind: lincheck.KindGet, Key: names[j]})
 	}
 	opCtx, cancel := context.WithTimeout(ctx, w.opts.OpTimeout)
 	defer cancel()
 	got := map[string]string{}
-	it := cl.Scan(opCtx, []byte(Key(first)), []byte(Key(first+n)))
+	it := cl.Scan(opCtx, []byte(slotPrefix(first)), []byte(slotPrefix(first+n)))
 	for it.Next() {
 		got[string(it.KV().Key)] = string(it.KV().Value)
 	}
 	err := it.Err()
 	it.Close()
-	for j, k := range keys {
+	for j := range keys {
 		if err != nil {
 			ops[j].Unknown(err) // a read that observed nothing
 			continue
 		}
-		v, ok := got[Key(k)]
+		v, ok := got[names[j]]
 		ops[j].Return(lincheck.Output{Found: ok, Value: v})
 	}
 }
 
-// FinalReads reads every key once more (after the faults are healed), as
-// the history's last operations, and returns what it read (absent keys are
-// missing from the map).
+// FinalReads reads every key the workload used once more (after the faults
+// are healed), as the history's last operations, and returns what it read
+// (absent keys are missing from the map).
 func (w *Workload) FinalReads(ctx context.Context, cl *client.Client) (map[string]string, error) {
 	out := map[string]string{}
-	for k := 0; k < w.opts.Keys; k++ {
-		in := lincheck.Input{Kind: lincheck.KindGet, Key: Key(k)}
+	for _, key := range w.usedKeys() {
+		in := lincheck.Input{Kind: lincheck.KindGet, Key: key}
 		var (
 			res lincheck.Output
 			err error
@@ -225,10 +273,10 @@ func (w *Workload) FinalReads(ctx context.Context, cl *client.Client) (map[strin
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("final read of %s: %w", Key(k), err)
+			return nil, fmt.Errorf("final read of %s: %w", key, err)
 		}
 		if res.Found {
-			out[Key(k)] = res.Value
+			out[key] = res.Value
 		}
 	}
 	return out, nil

@@ -24,6 +24,12 @@
 //     effect after everything else is the same as never); an unknown read
 //     observed nothing and is left out.
 //
+// Each unknown write stays open to the end of its key's history, and
+// porcupine's search grows with how many of them one key holds: a
+// workload that runs long under faults should move to fresh keys every few
+// hundred operations (the chaos workload's OpsPerKey), so that each key's
+// history stays short.
+//
 // Writes should carry unique values (Recorder.NewValue) so that a read
 // identifies the write it saw. Compare-and-swap expects a non-empty value or
 // absence (Input.ExpectAbsent).
