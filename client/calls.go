@@ -152,6 +152,17 @@ func (m *callMux) streamFor(cc *grpc.ClientConn, auth, node string, mdCtx contex
 	return s
 }
 
+// warm reports whether the mux has a stream open (or needs none: the node
+// has no KV.Calls).
+func (m *callMux) warm() bool {
+	if m.isUnary() {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cur != nil && !m.cur.isBroken()
+}
+
 // isUnary reports whether the node answered Unimplemented to KV.Calls.
 func (m *callMux) isUnary() bool { return m.unary.Load() }
 

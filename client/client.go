@@ -78,6 +78,10 @@ type options struct {
 	// given (they may hold interceptors that must see every call). The
 	// KV.Calls streams then go over connections of their own (callsConn).
 	directCalls bool
+	// noWarmConns keeps the client from connecting to nodes before a
+	// request needs them (warmConns); tests that count each stream's
+	// requests set it.
+	noWarmConns bool
 	// creds secure every connection: tlsCreds, tlsFiles' or plaintext.
 	creds credentials.TransportCredentials
 }
@@ -436,6 +440,60 @@ func (c *Client) connMux(addr string) (*grpc.ClientConn, *callMux, error) {
 		c.muxes[cc] = mux
 	}
 	return cc, mux, nil
+}
+
+// warmConns connects, in the background, to every node of the routing
+// table the client has no connection to yet, and opens its KV.Calls
+// stream: the first request a node must serve (the leader of a split's new
+// shard, or of a shard whose leadership moved) then does not wait for a
+// dial and a stream's opening, which, when many clients meet a split at
+// once, queued behind each other on a busy node. A node that cannot be
+// reached is dialed again by the first request that needs it.
+func (c *Client) warmConns() {
+	if c.opts.noWarmConns {
+		return
+	}
+	for id, addr := range c.rt.nodeAddrs() {
+		c.mu.Lock()
+		cc, have := c.conns[addr]
+		mux := c.muxes[cc]
+		closed := c.closed
+		c.mu.Unlock()
+		if addr == "" || closed || (have && (mux == nil || mux.warm())) {
+			continue
+		}
+		go c.warmConn(id, addr)
+	}
+}
+
+// warmConn opens the connection to node id at addr and its KV.Calls
+// stream, with the current token when the client logs in.
+func (c *Client) warmConn(id uint64, addr string) {
+	cc, mux, err := c.connMux(addr)
+	if err != nil {
+		return
+	}
+	if mux == nil || mux.isUnary() {
+		cc.Connect()
+		return
+	}
+	auth := ""
+	if c.auth != nil {
+		ctx, cancel := context.WithTimeout(c.ctx, DefaultTimeout)
+		tok, err := c.auth.get(ctx)
+		cancel()
+		if err != nil {
+			return
+		}
+		if tok == "" {
+			// The cluster's auth is off for now; a stream opened without a
+			// token would be refused once it is on.
+			cc.Connect()
+			return
+		}
+		auth = "Bearer " + tok
+	}
+	mux.streamFor(cc, auth, strconv.FormatUint(id, 10), nil)
 }
 
 // isClosed reports whether Close was called.

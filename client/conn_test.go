@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // TestReconnectBackoffCapped: while a node refuses connections, the client
@@ -63,4 +65,29 @@ func TestReconnectBackoffCapped(t *testing.T) {
 		t.Fatalf("%d reconnect attempts in 5 s, %v apart at the widest; want at most about 360 ms (300 ms + jitter)", len(after), widest)
 	}
 	t.Logf("%d reconnect attempts in 5 s, at most %v apart", len(after), widest)
+}
+
+// TestClientConnectsToEveryNodeAhead: once it has the routing table, a
+// client opens a KV.Calls stream to every node in the background, before
+// any request needs one, so that the first request a node serves (the
+// leader of a split's new shard) does not wait for a dial.
+func TestClientConnectsToEveryNodeAhead(t *testing.T) {
+	var mu sync.Mutex
+	opened := map[uint64]int{}
+	fc := newFakeClusterWith(t, 3, fakeServerSetup{opts: func(n *fakeNode) []grpc.ServerOption {
+		return []grpc.ServerOption{grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if info.FullMethod == shalev1.KV_Calls_FullMethodName {
+				mu.Lock()
+				opened[n.id]++
+				mu.Unlock()
+			}
+			return handler(srv, ss)
+		})}
+	}}, "g", "p")
+	fc.client()
+	waitFor(t, "a KV.Calls stream opened to each of the three nodes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(opened) == len(fc.nodes)
+	})
 }

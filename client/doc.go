@@ -33,7 +33,10 @@
 // is given, the KV.Calls stream goes over a connection of its own to the
 // node, on which the client speaks HTTP/2 itself: the goroutine that sends
 // writes to the socket, and the stream's receiver reads from it, with no
-// goroutines of gRPC's transport in between.
+// goroutines of gRPC's transport in between. Once it has the routing
+// table, the client connects to every node it names, in the background,
+// and opens each one's stream, so that the first request a node serves
+// (the leader of a split's new shard, say) does not wait for a dial.
 //
 // Security: WithTLSFiles (or WithTLS) connects with TLS, re-reading the
 // files so that rotated certificates need no restart; a refused handshake

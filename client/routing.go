@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -255,6 +256,13 @@ func (r *routing) age() time.Duration {
 	return time.Since(r.refreshed)
 }
 
+// nodeAddrs copies the node addresses by node ID.
+func (r *routing) nodeAddrs() map[uint64]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.nodes)
+}
+
 // snapshot copies the routing table for Client.Routing.
 func (r *routing) snapshot() ([]*shalev1.RoutedShard, map[uint64]string) {
 	r.mu.RLock()
@@ -362,6 +370,7 @@ func (c *Client) fetchRouting() error {
 			continue
 		}
 		c.rt.replace(resp, addr)
+		c.warmConns()
 		c.log.Debug("shale client: routing refreshed", "address", addr, "shards", len(resp.GetShards()),
 			"nodes", len(resp.GetNodes()), "took", time.Since(start))
 		return nil
