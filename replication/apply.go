@@ -387,7 +387,7 @@ func (s *Store) campaignNew(nr *Replica, wait time.Duration) {
 			return
 		}
 	}
-	deadline := time.Now().Add(s.cfg.TickInterval * time.Duration(s.cfg.ElectionTicks))
+	deadline := time.Now().Add(s.electionTimeout())
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), retry)
 		err := nr.campaignUnlessStanding(ctx)

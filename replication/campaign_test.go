@@ -1,8 +1,11 @@
 package replication
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
+
+	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 )
 
 // TestCampaignNewKeepsElectionWhoseVotesAreSlow: a split's new shard
@@ -43,5 +46,66 @@ func TestCampaignNewKeepsElectionWhoseVotesAreSlow(t *testing.T) {
 	}
 	if bound := 5 * rtt; took > bound {
 		t.Fatalf("the election took %v; want at most %v (two round trips of %v)", took, bound, rtt)
+	}
+}
+
+// TestCampaignNewReachesReplicasHostedLater: the replica named to lead a
+// split's new shard campaigns as soon as it hosts the shard, while the
+// other replicas are still applying the split and host none yet. Their
+// nodes hold its vote requests and deliver them when the shard's replica
+// joins, so the shard has a leader as soon as a quorum hosts it, not a
+// tick later when the candidate stands again (a second with this test's
+// ticks; before, with 100-ms ticks, 100 ms of every load split's requests
+// waited for it).
+func TestCampaignNewReachesReplicasHostedLater(t *testing.T) {
+	const tick, later = time.Second, 50 * time.Millisecond
+	c := newTestCluster(t, func(cfg *Config) {
+		cfg.TickInterval = tick
+		cfg.ElectionTicks = 10
+	})
+	for id := uint64(1); id <= 3; id++ {
+		c.startNode(id)
+	}
+	desc := &shalev1.ShardDescriptor{ShardId: 7, Epoch: 1, NextReplicaId: 4}
+	for i := uint64(1); i <= 3; i++ {
+		desc.Replicas = append(desc.Replicas, &shalev1.ReplicaDescriptor{NodeId: i, ReplicaId: i})
+	}
+	host := func(id uint64) *Replica {
+		n := c.get(id)
+		sm, err := newMemSM(filepath.Join(n.dir, "shard7"), BootstrapState(desc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := n.store.AddReplica(sm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.mu.Lock()
+		n.sms[7] = sm
+		n.mu.Unlock()
+		return r
+	}
+	n1 := c.get(1)
+	r := host(1)
+	term := r.Status().Term
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n1.store.campaignNew(r, 0)
+	}()
+	time.Sleep(later)
+	host(2)
+	host(3)
+	c.waitFor("a leader of shard 7", 10*time.Second, func() bool { return r.Status().LeaderNodeID != 0 })
+	took := time.Since(start)
+	<-done
+	st := r.Status()
+	t.Logf("leader node %d at term %d (from %d) %v after node 1 stood, %v after the others hosted the shard", st.LeaderNodeID, st.Term, term, took, took-later)
+	if st.LeaderNodeID != 1 || st.Term != term+1 {
+		t.Fatalf("leader node %d at term %d; want node 1 elected at term %d, by its first election", st.LeaderNodeID, st.Term, term+1)
+	}
+	if bound := tick / 2; took > bound {
+		t.Fatalf("the election took %v; want well under the %v tick after which node 1 would stand again", took, tick)
 	}
 }

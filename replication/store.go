@@ -250,6 +250,9 @@ type Store struct {
 	// the opens done, for the loop to take in (guarded by mu).
 	hosting map[uint64]*hostChange
 	opened  []*hostChange
+	// earlyVotes are vote requests for shards this node does not host yet
+	// (guarded by mu; see holdEarlyVote).
+	earlyVotes map[uint64]*earlyVotes
 	// peers caches peerNodes (loop only), computed at peersAt.
 	peers   []uint64
 	peersAt time.Time
@@ -305,6 +308,7 @@ func NewStore(cfg Config) (*Store, error) {
 		lastHeard:   make(map[uint64]time.Time),
 		truncating:  make(map[uint64]bool),
 		hosting:     make(map[uint64]*hostChange),
+		earlyVotes:  make(map[uint64]*earlyVotes),
 		active:      make(map[*Replica]struct{}),
 		workSpare:   make(map[*Replica]struct{}),
 		activeSpare: make(map[*Replica]struct{}),
@@ -572,12 +576,70 @@ func (s *Store) addReplica(shardID, replicaID uint64, sm StateMachine, persistID
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.stopped {
+		s.mu.Unlock()
 		return nil, ErrStopped
 	}
 	s.replicas[shardID] = r
+	early := s.earlyVotes[shardID]
+	delete(s.earlyVotes, shardID)
+	s.mu.Unlock()
+	if early != nil && time.Since(early.since) < s.electionTimeout() {
+		s.requeue(early.held, nil)
+	}
 	return r, nil
+}
+
+// electionTimeout is the Raft election timeout (the shortest: Raft
+// randomizes each replica's in [1, 2) of it).
+func (s *Store) electionTimeout() time.Duration {
+	return s.cfg.TickInterval * time.Duration(s.cfg.ElectionTicks)
+}
+
+// earlyVotes are the vote requests held for a shard not hosted here yet,
+// the first of them held at since.
+type earlyVotes struct {
+	held  heldMessages
+	since time.Time
+}
+
+// Bounds of the vote requests held for shards not hosted here: how many
+// shards, and how many requests each.
+const (
+	maxEarlyVoteShards = 64
+	maxEarlyVotes      = 8
+)
+
+// holdEarlyVote keeps env, a pre-vote or vote request from node from, for
+// shardID, which this node does not host. A split's new shard is hosted
+// by each replica when it applies the split, and the replica named to
+// lead it campaigns as soon as it has: its requests reach replicas still
+// applying the split, which would drop them and leave the shard without a
+// leader until the candidate stands again a tick later (a request for the
+// shard's keys waits meanwhile). They are delivered when the shard's
+// replica joins (addReplica), if within an election timeout of the first;
+// requests held longer, or beyond the bounds, are dropped, as before:
+// Raft tolerates late and lost votes.
+func (s *Store) holdEarlyVote(shardID, from uint64, env *shalev1.RaftEnvelope) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.earlyVotes[shardID]
+	if e == nil || now.Sub(e.since) >= s.electionTimeout() {
+		for id, old := range s.earlyVotes {
+			if now.Sub(old.since) >= s.electionTimeout() {
+				delete(s.earlyVotes, id)
+			}
+		}
+		if len(s.earlyVotes) >= maxEarlyVoteShards {
+			return
+		}
+		e = &earlyVotes{since: now}
+		s.earlyVotes[shardID] = e
+	}
+	if len(e.held) < maxEarlyVotes {
+		e.held.hold(from, env)
+	}
 }
 
 // logHas reports whether lg holds the entry (index, term) or was
@@ -1038,6 +1100,10 @@ func (s *Store) deliver(b *shalev1.RaftMessageBatch) {
 			if w := s.createOnDemand(env.GetShardId(), m); w != nil {
 				w.held.hold(from, env)
 				w.heldCount.Store(int64(len(w.held)))
+			} else if m.GetType() == raftpb.MsgPreVote || m.GetType() == raftpb.MsgVote {
+				// Perhaps for a split's new shard, which this node hosts
+				// once it applies the split: delivered then, if soon.
+				s.holdEarlyVote(env.GetShardId(), from, env)
 			}
 			continue
 		}
@@ -1419,7 +1485,7 @@ func (s *Store) nodeLive(nodeID uint64) bool {
 	s.mu.Lock()
 	t, ok := s.lastHeard[nodeID]
 	s.mu.Unlock()
-	return ok && time.Since(t) < s.cfg.TickInterval*time.Duration(s.cfg.ElectionTicks)
+	return ok && time.Since(t) < s.electionTimeout()
 }
 
 // removeReplica drops a replica that left its shard: its log state is
