@@ -443,8 +443,7 @@ func (c *Client) connMux(addr string) (*grpc.ClientConn, *callMux, error) {
 }
 
 // warmConns connects, in the background, to every node of the routing
-// table the client has no connection to yet, and opens its KV.Calls
-// stream: the first request a node must serve (the leader of a split's new
+// table to which the client has no open KV.Calls stream, and opens one: the first request a node must serve (the leader of a split's new
 // shard, or of a shard whose leadership moved) then does not wait for a
 // dial and a stream's opening, which, when many clients meet a split at
 // once, queued behind each other on a busy node. A node that cannot be
