@@ -101,6 +101,17 @@ func (n *Node) proposeSplit(ctx context.Context, target *shalev1.ShardDescriptor
 			SplitKey: req.GetSplitKey(), RightShardId: req.GetRightShardId(), Automatic: req.GetAutomatic(), RightLeaderNodeId: req.GetRightLeaderNodeId(),
 		}},
 	}
+	// The split's apply flushes the engine's memtable before its
+	// checkpoint, and the shard's requests wait behind that apply.
+	// Flushing here first leaves the leader's apply only what arrives
+	// meanwhile.
+	if sm := n.Shard(id); sm != nil {
+		t := time.Now()
+		if err := sm.FlushMemTables(); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "shard %d: flush before the split: %v", id, err)
+		}
+		n.log.Debug("flushed before a split", "shard", id, "took", time.Since(t))
+	}
 	ctx, inner, cancel := n.requestCtx(ctx)
 	defer cancel()
 	cr, err := n.proposeCmd(ctx, inner, r, cmd)

@@ -979,6 +979,27 @@ func (s *Shard) Flush() (uint64, error) {
 	return index, nil
 }
 
+// FlushMemTables writes what the engine holds in memory to SSTs and waits
+// until they are durable. A split's apply checkpoints the engine after
+// flushing it, inside the shard's apply: a leader calls this before it
+// proposes a split, so that the apply flushes only what was written since
+// and requests behind the split wait less. It may run concurrently with
+// Apply and changes no applied state.
+func (s *Shard) FlushMemTables() error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("shard: flush %s: %w", s.dir, err)
+	}
+	return nil
+}
+
 // Checkpoint writes an openable copy of the engine into dir (which must not
 // exist; on the same filesystem) and returns the applied state the copy
 // holds, read at the copy's cut (from a snapshot of the engine taken with

@@ -423,3 +423,38 @@ func TestSplitKeepsHistory(t *testing.T) {
 	t.Logf("SST bytes: %d before the split; %d left and %d right once reclaimed (own range: %d and %d)",
 		before, s.SizeBytes(), right.SizeBytes(), s.OwnSizeBytes(), right.OwnSizeBytes())
 }
+
+// TestFlushMemTablesLeavesTheSplitLittleToFlush checks FlushMemTables, which
+// a leader calls before it proposes a split: it writes the applied puts to
+// an SST, and the split's apply, which flushes again before its checkpoint,
+// then flushes only the metadata written since, while the right shard
+// still gets every key of its half.
+func TestFlushMemTablesLeavesTheSplitLittleToFlush(t *testing.T) {
+	_, sp, s := newSplittingShard(t)
+	f := newFeeder(s)
+	value := strings.Repeat("v", 1000)
+	var keys []string
+	for i := range 30 {
+		k := fmt.Sprintf("k%02d", i)
+		keys = append(keys, k)
+		applyOne(t, s, f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, value, 0, false)}}))
+	}
+	before := s.EngineMetrics()
+	if err := s.FlushMemTables(); err != nil {
+		t.Fatal(err)
+	}
+	flushed := s.EngineMetrics()
+	if in := flushed.FlushBytesIn - before.FlushBytesIn; flushed.Flushes != before.Flushes+1 || in < 30*1000 {
+		t.Fatalf("FlushMemTables: %d flushes of %d bytes; want 1 of the 30 puts (>= 30000 bytes)", flushed.Flushes-before.Flushes, in)
+	}
+	right := sp.splitOne(t, s, f.entry(marshalCmd(t, splitCmd("k15", 7))), 7)
+	if in := s.EngineMetrics().FlushBytesIn - flushed.FlushBytesIn; in > 4096 {
+		t.Errorf("the split's apply flushed %d bytes after FlushMemTables; want only the metadata written since (< 4096)", in)
+	}
+	rk := dataDump(t, right)
+	for _, k := range keys {
+		if _, ok := rk[k]; ok != (k >= "k15") {
+			t.Errorf("key %s in the right shard: %v", k, ok)
+		}
+	}
+}
