@@ -153,6 +153,10 @@ type overlay struct {
 	// rangeDels are the engine-key spans [lo, hi) deleted in this batch;
 	// a data key in one of them that has no later point write is absent.
 	rangeDels [][2][]byte
+	// forget is set when one of rangeDels deleted records of the shard's
+	// own range (delRange, not giveAway): remember then forgets every
+	// cached record.
+	forget bool
 	// records is the node's record cache (nil: none), in which the shard's
 	// entries are in *space; keys are built in *keyBuf.
 	records *RecordCache
@@ -182,14 +186,15 @@ func (o *overlay) get(key []byte) ([]byte, bool, error) {
 }
 
 // remember puts the staged writes of user keys into the record cache,
-// once the engine holds them; a batch that deleted a range makes the shard
-// forget every cached record instead. The cache keeps the staged values,
-// which nothing modifies once staged (each is a new encoding, or a copy).
+// once the engine holds them; a batch that deleted a range of the shard's
+// own (delRange) makes the shard forget every cached record instead. The
+// cache keeps the staged values, which nothing modifies once staged (each
+// is a new encoding, or a copy).
 func (o *overlay) remember() {
 	if o.records == nil {
 		return
 	}
-	if len(o.rangeDels) > 0 {
+	if o.forget {
 		*o.space = o.records.namespace()
 		return
 	}
@@ -224,6 +229,18 @@ func (o *overlay) del(b *storage.Batch, key []byte) {
 }
 
 func (o *overlay) delRange(b *storage.Batch, lo, hi []byte) {
+	o.giveAway(b, lo, hi)
+	o.forget = true
+}
+
+// giveAway deletes [lo, hi), a range the shard stops holding in this
+// batch (the half a split gives to its new shard), as delRange does, but
+// keeps the shard's cached records: no later apply of this shard reads a
+// key of that range (its commands there are refused, and a merge that
+// brings the range back deletes it first, with delRange), so the records
+// cached for the rest of the shard stay exact, and a shard that knew every
+// key it held still does.
+func (o *overlay) giveAway(b *storage.Batch, lo, hi []byte) {
 	b.DeleteRange(lo, hi)
 	for k := range o.writes {
 		if k >= string(lo) && k < string(hi) {

@@ -21,6 +21,19 @@ func absorbCmd(m *shalev1.MergeAbsorb) *shalev1.RaftCommand {
 	return &shalev1.RaftCommand{Command: &shalev1.RaftCommand_MergeAbsorb{MergeAbsorb: m}}
 }
 
+// scanRecords returns copies of the records s.ScanRecords gives, in order:
+// what a merge copies from s.
+func scanRecords(t *testing.T, s *Shard) (keys, vals [][]byte) {
+	t.Helper()
+	if err := s.ScanRecords(func(k, v []byte) error {
+		keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys, vals
+}
+
 // TestMergeCommands drives a merge through its three commands on two shard
 // engines: the frozen right refuses writes, the left copies its records
 // with their revisions and takes its range, and each step refuses what is
@@ -218,13 +231,7 @@ func TestMergeCarriesDedupTable(t *testing.T) {
 	// A first copy of one entry, then the copy restarts from begin.
 	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{DedupIds: ids[:1], DedupResults: results[:1]}))
 	applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: frozen}))
-	var keys, vals [][]byte
-	if err := right.ScanRecords(func(k, v []byte) error {
-		keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := scanRecords(t, right)
 	r := applyOne(t, left, lf, absorbCmd(&shalev1.MergeAbsorb{Keys: keys, Values: vals, DedupIds: ids, DedupResults: results, Commit: true, RightRevision: right.Revision()}))
 	if code(r) != codes.OK {
 		t.Fatalf("commit: %v", r)

@@ -84,7 +84,7 @@ func (a *applier) applySplit(sc *shalev1.SplitCommand) (*shalev1.CommandResult, 
 	// the split. The engine reclaims the range by itself once its horizon
 	// passes the deletion (a range deletion's space is scheduled so).
 	// Until then SizeBytes counts it; OwnSizeBytes does not.
-	a.ov.delRange(a.b, dataKey(key), dataBound(desc.GetEndKey()))
+	a.ov.giveAway(a.b, dataKey(key), dataBound(desc.GetEndKey()))
 	if err := a.st.setDesc(left); err != nil {
 		return nil, false, err
 	}
@@ -106,7 +106,7 @@ func (a *applier) flushStaged() error {
 	a.written = &published
 	a.b.Reset()
 	clear(a.ov.writes)
-	a.ov.rangeDels = a.ov.rangeDels[:0]
+	a.ov.rangeDels, a.ov.forget = a.ov.rangeDels[:0], false
 	return nil
 }
 
@@ -219,6 +219,13 @@ func (s *Shard) makeRight(dir string, right *shalev1.ShardDescriptor, left *stat
 	}
 	rs.db = db
 	rs.publish(loaded)
+	// The new shard's user keys are this shard's in [split key, end), and
+	// so are their cached records: it shares this shard's space in the
+	// record cache (the two ranges are disjoint), and with it the knowledge
+	// that a key the cache does not hold is absent, where this shard had it.
+	// Either shard takes a space of its own when it forgets (delRange, a
+	// snapshot), and any eviction ends that knowledge for both.
+	rs.recordSpace = s.recordSpace
 	phases.open = time.Since(t)
 	return rs, phases, nil
 }

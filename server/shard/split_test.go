@@ -458,3 +458,74 @@ func TestFlushMemTablesLeavesTheSplitLittleToFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitKeepsTheRecordCache checks that a split keeps what the record
+// cache knows of both halves: after it, a put of a new key on either side
+// and an overwrite on the right (of a key written before the split) read
+// no engine, and the overwrite keeps the key's create revision and counts
+// its version on. Without it, every put of a new key after a load split
+// read the engine's SSTs.
+func TestSplitKeepsTheRecordCache(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.keepWAL = true
+	e.records = NewRecordCache(16 << 20)
+	sp, s := splittingShardIn(t, e)
+	f := newFeeder(s)
+	put := func(s *Shard, f *feeder, k string) {
+		t.Helper()
+		if r := applyOne(t, s, f, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{putOp(k, "v"+k, 0, false)}})); r.GetErrorCode() != 0 {
+			t.Fatalf("put %s: %s", k, r.GetErrorMessage())
+		}
+	}
+	for i := range 30 {
+		put(s, f, fmt.Sprintf("k%02d", i))
+	}
+	created := dataDump(t, s)["k20"]
+	right := sp.splitOne(t, s, f.entry(marshalCmd(t, splitCmd("k15", 7))), 7)
+	rf := newFeeder(right)
+	misses := e.records.Metrics().Misses
+	put(s, f, "k05x")      // a new key on the left
+	put(right, rf, "k25x") // a new key on the right
+	put(right, rf, "k20")  // an overwrite on the right
+	put(s, f, "k03")       // an overwrite on the left
+	if m := e.records.Metrics().Misses; m != misses {
+		t.Errorf("%d record cache misses after the split; want 0 (each a read of the engine)", m-misses)
+	}
+	got := dataDump(t, right)["k20"]
+	if got.create != created.create || got.version != created.version+1 || got.value != "vk20" {
+		t.Fatalf("k20 after an overwrite on the right: %+v; created as %+v", got, created)
+	}
+	if _, ok := dataDump(t, right)["k25x"]; !ok {
+		t.Fatal("k25x missing on the right")
+	}
+	if _, ok := dataDump(t, s)["k05x"]; !ok {
+		t.Fatal("k05x missing on the left")
+	}
+	// Merged back, the left's cached records of the range it absorbs are
+	// not taken for current: overwrites count on from the right's records.
+	attempt := []byte("a")
+	if r := applyOne(t, right, rf, freezeCmd(2)); r.GetErrorCode() != 0 {
+		t.Fatalf("freeze: %s", r.GetErrorMessage())
+	}
+	if r := applyOne(t, s, f, absorbCmd(&shalev1.MergeAbsorb{Begin: true, Right: right.Descriptor(), Attempt: attempt})); r.GetErrorCode() != 0 {
+		t.Fatalf("begin: %s", r.GetErrorMessage())
+	}
+	keys, vals := scanRecords(t, right)
+	for _, m := range []*shalev1.MergeAbsorb{
+		{Keys: keys, Values: vals, Attempt: attempt},
+		{Commit: true, RightRevision: right.Revision(), Attempt: attempt},
+	} {
+		if r := applyOne(t, s, f, absorbCmd(m)); r.GetErrorCode() != 0 {
+			t.Fatalf("merge step %v: %s", m, r.GetErrorMessage())
+		}
+	}
+	put(s, f, "k20")
+	put(s, f, "k25x")
+	merged := dataDump(t, s)
+	if k := merged["k20"]; k.create != created.create || k.version != created.version+2 {
+		t.Fatalf("k20 after the merge and an overwrite: %+v; created as %+v", k, created)
+	}
+	if k := merged["k25x"]; k.version != 2 {
+		t.Fatalf("k25x after the merge and an overwrite: %+v; want version 2", k)
+	}
+}
