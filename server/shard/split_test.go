@@ -501,8 +501,16 @@ func TestSplitKeepsTheRecordCache(t *testing.T) {
 	if _, ok := dataDump(t, s)["k05x"]; !ok {
 		t.Fatal("k05x missing on the left")
 	}
-	// Merged back, the left's cached records of the range it absorbs are
-	// not taken for current: overwrites count on from the right's records.
+	// A range deletion on the right makes it forget (a namespace of its
+	// own), so the namespace it shared with the left still holds k26 as
+	// present. Merged back, the left must not take that record for
+	// current (the merge copies no record of k26): its merge's begin
+	// forgets too, so k26 is written anew and overwrites count on from the
+	// right's records.
+	if r := applyOne(t, right, rf, txnCmd(1, &shalev1.TxnRequest{Success: []*shalev1.RequestOp{delRangeOp("k26", "k27")}})); r.GetErrorCode() != 0 {
+		t.Fatalf("delete range on the right: %s", r.GetErrorMessage())
+	}
+	put(right, rf, "k20")
 	attempt := []byte("a")
 	if r := applyOne(t, right, rf, freezeCmd(2)); r.GetErrorCode() != 0 {
 		t.Fatalf("freeze: %s", r.GetErrorMessage())
@@ -521,8 +529,12 @@ func TestSplitKeepsTheRecordCache(t *testing.T) {
 	}
 	put(s, f, "k20")
 	put(s, f, "k25x")
+	put(s, f, "k26")
 	merged := dataDump(t, s)
-	if k := merged["k20"]; k.create != created.create || k.version != created.version+2 {
+	if k := merged["k26"]; k.version != 1 || k.create != k.mod {
+		t.Fatalf("k26, deleted on the right, put again after the merge: %+v; want a new key (version 1)", k)
+	}
+	if k := merged["k20"]; k.create != created.create || k.version != created.version+3 {
 		t.Fatalf("k20 after the merge and an overwrite: %+v; created as %+v", k, created)
 	}
 	if k := merged["k25x"]; k.version != 2 {
