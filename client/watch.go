@@ -50,7 +50,9 @@ func WithProgressNotify() WatchOption {
 // WithStartRevision starts the watch at revision rev of every shard the
 // range covers (revisions are per shard: use it for a range inside one
 // shard, or with the revisions of an earlier watch's responses). By
-// default a watch starts after each shard's current revision.
+// default a watch starts after the revision each shard is at when the
+// watch's stream reaches it, which can be after Watch returns: to see a
+// write made just after Watch, watch from that write's revision.
 func WithStartRevision(rev uint64) WatchOption {
 	return watchOptionFunc(func(o *watchOptions) { o.startRev = rev })
 }

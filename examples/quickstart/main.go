@@ -40,11 +40,6 @@ func run(ctx context.Context, endpoints []string, out io.Writer) error {
 	}
 	defer c.Close()
 
-	// Watch the prefix before writing, to see the write arrive.
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	events := c.Watch(wctx, []byte("quickstart/"), []byte("quickstart0"))
-
 	put, err := c.Put(ctx, []byte("quickstart/greeting"), []byte("hello"))
 	if err != nil {
 		return fmt.Errorf("put: %w", err)
@@ -85,6 +80,15 @@ func run(ctx context.Context, endpoints []string, out io.Writer) error {
 		return fmt.Errorf("scan: %w", err)
 	}
 
+	// Watch the greeting from the revision of its first put: the watch
+	// replays that put and the compare-and-swap, then follows new changes.
+	// (A watch without a start revision sees changes after the revision the
+	// shard is at when its stream reaches the shard, which can be after
+	// Watch returns: a write made right after Watch might not be seen.)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	greeting := []byte("quickstart/greeting")
+	events := c.Watch(wctx, greeting, append(greeting, 0), client.WithStartRevision(put.Revision))
 	for resp := range events {
 		if resp.Err != nil {
 			return fmt.Errorf("watch: %w", resp.Err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,5 +30,14 @@ func TestQuickstart(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The watch replays the put itself, at the revision the put returned.
+	var putRev, watchRev uint64
+	for _, line := range strings.Split(out.String(), "\n") {
+		fmt.Sscanf(line, "put quickstart/greeting at revision %d", &putRev)
+		fmt.Sscanf(line, "watch saw PUT of quickstart/greeting = hello at revision %d", &watchRev)
+	}
+	if putRev == 0 || watchRev != putRev {
+		t.Errorf("the put was at revision %d, the watch saw it at %d:\n%s", putRev, watchRev, out.String())
 	}
 }
