@@ -491,7 +491,8 @@ func TestMinorityPartition(t *testing.T) {
 }
 
 func TestSnapshotCatchUp(t *testing.T) {
-	c := newThreeNodeCluster(t, nil)
+	// Without a tail kept for quiet nodes: the lagger is cut off for good.
+	c := newThreeNodeCluster(t, func(cfg *Config) { cfg.LogKeepForDownNodes = -1 })
 	c.propose(1, "a", "1")
 	lead := c.leader(1)
 	lagger := lead%3 + 1
@@ -1475,6 +1476,92 @@ func TestHaltedFollowerAcknowledgesOnlyItsLog(t *testing.T) {
 		t.Fatalf("the leader counts entries up to %d as replicated on node %d, whose Raft log ends at %d after a restart", match, f, last)
 	}
 	t.Logf("leader's match for node %d: %d; its log after a restart ends at %d", f, match, last)
+}
+
+// TestLeaderTransferWaitsForALaggingTarget: a transfer to a replica more
+// than maxTransferLag entries behind is not requested until the target
+// catches up (Raft would drop the shard's proposals meanwhile): the shard
+// keeps taking writes while it waits, a target that stays behind fails the
+// call with ErrTargetBehind and the leadership stays, and a target that
+// catches up takes it.
+func TestLeaderTransferWaitsForALaggingTarget(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	target := lead%3 + 1
+	c.net.Isolate(target)
+	for i := 0; i < 2*maxTransferLag; i++ {
+		c.propose(1, fmt.Sprintf("k%04d", i), "x")
+	}
+	lr := c.get(lead).store.Replica(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- lr.TransferLeader(ctx, target) }()
+	// Writes go on while the transfer waits.
+	var slowest time.Duration
+	for i := 0; i < 50; i++ {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		_, err := lr.Propose(pctx, []byte(fmt.Sprintf("during%02d=x", i)))
+		pcancel()
+		if err != nil {
+			t.Fatalf("write %d during the transfer's wait: %v", i, err)
+		}
+		slowest = max(slowest, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if slowest > time.Second {
+		t.Errorf("the slowest write during the transfer's wait took %v", slowest)
+	}
+	if err := <-errc; !errors.Is(err, ErrTargetBehind) {
+		t.Fatalf("transfer to the cut-off replica: %v, want ErrTargetBehind", err)
+	}
+	if got := c.leader(1, lead, 6-lead-target); got != lead {
+		t.Fatalf("leader is %d after a refused transfer, want %d", got, lead)
+	}
+	// Back on the network, the target catches up within the wait and
+	// takes over.
+	c.net.Heal()
+	if err := lr.TransferLeader(ctx, target); err != nil {
+		t.Fatalf("transfer after the target's return: %v", err)
+	}
+	if got := c.leader(1); got != target {
+		t.Fatalf("leader is %d after the transfer to %d", got, target)
+	}
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+}
+
+// TestRestartedFollowerCatchesUpFromTheLog: a follower's node that stops
+// while its shard takes more writes than LogTruncateEntries comes back to
+// a leader that kept the log tail it needs, and catches up from the log,
+// without a snapshot, while the other follower truncated its own log
+// past that point.
+func TestRestartedFollowerCatchesUpFromTheLog(t *testing.T) {
+	c := newThreeNodeCluster(t, nil)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	down := lead%3 + 1
+	other := 6 - lead - down
+	c.converged(1, 1, 2, 3)
+	downAt := c.get(down).sm(1).AppliedState().Index
+	c.stopNode(down)
+	for i := 0; i < 600; i++ {
+		c.propose(1, fmt.Sprintf("k%04d", i), fmt.Sprint(i))
+	}
+	// Truncation ran: the other follower's own log is past the stopped one.
+	c.waitFor("the other follower's truncation", 10*time.Second, func() bool {
+		return c.get(other).store.Replica(1).log.TruncatedIndex() > downAt
+	})
+	if ti := c.get(lead).store.Replica(1).log.TruncatedIndex(); ti > downAt {
+		t.Fatalf("the leader truncated its log to %d, past the stopped follower's %d", ti, downAt)
+	}
+	c.startNode(down)
+	c.converged(1, 1, 2, 3)
+	if n, r := c.net.Snapshots(), c.get(down).sm(1).restores; n != 0 || r != 0 {
+		t.Fatalf("the restarted follower caught up by snapshot (snapshots sent %d, restores %d)", n, r)
+	}
 }
 
 // TestSnapshotsOfOneCycleAllAnswered: two snapshots of one shard reaching a

@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // NotLeaderError is returned by operations that need the shard's leader when
@@ -33,4 +34,23 @@ var (
 	ErrProposalTooLarge = errors.New("replication: proposal too large")
 	// ErrBusy is returned when the replica has too many proposals in flight.
 	ErrBusy = errors.New("replication: too many proposals in flight")
+	// ErrTargetBehind is matched by TransferLeader's error when the target
+	// replica's log stayed too far behind the leader's to hand it the
+	// leadership without stalling writes; the leadership did not move.
+	ErrTargetBehind = errors.New("replication: leadership target behind")
+)
+
+// errTargetBehind tells TransferLeader's wait that the target is still
+// catching up (the transfer was not requested).
+var errTargetBehind = errors.New("replication: target catching up")
+
+const (
+	// maxTransferLag is how many entries a leadership transfer's target may
+	// lag the leader's log: Raft drops proposals from the transfer's start
+	// until the target holds the whole log and takes over, so a target
+	// further behind would stall the shard's writes while it catches up.
+	maxTransferLag = 128
+	// transferCatchUpWait is how long TransferLeader waits for a target
+	// more than maxTransferLag entries behind to catch up.
+	transferCatchUpWait = 5 * time.Second
 )

@@ -25,7 +25,9 @@ func newRestoreGate() *restoreGate { return &restoreGate{open: make(chan struct{
 func startGatedCluster(t *testing.T) (*testCluster, *restoreGate) {
 	t.Helper()
 	gate := newRestoreGate()
-	c := newTestCluster(t, nil)
+	// Its tests make a node catch up by snapshot: no log tail is kept for
+	// the node they cut off.
+	c := newTestCluster(t, func(cfg *Config) { cfg.LogKeepForDownNodes = -1 })
 	t.Cleanup(gate.release) // runs before the cluster's close
 	for id := uint64(1); id <= 3; id++ {
 		c.startNode(id)
@@ -144,6 +146,33 @@ func TestSnapshotInstallDoesNotStallOtherShards(t *testing.T) {
 	c.propose(2, "after", "x")
 	c.converged(1, 1, 2, 3)
 	c.converged(2, 2, 3)
+}
+
+// TestSnapshotInFlightKeepsTheLogAfterIt: while a follower installs a
+// snapshot (held at its Restore), the leader takes more writes than
+// LogTruncateEntries; it keeps the log after the snapshot's index, so the
+// follower continues from the log once installed: one snapshot, not one
+// more for every truncation that passed it during the install.
+func TestSnapshotInFlightKeepsTheLogAfterIt(t *testing.T) {
+	c, gate := startGatedCluster(t)
+	c.propose(1, "a", "0")
+	c.lagBehind(1, 3, 1, 2)
+	c.net.Heal()
+	c.waitFor("node 3's restore to block", 10*time.Second, func() bool { return gate.waiting.Load() > 0 })
+	lead := c.leader(1, 1, 2)
+	first := c.get(lead).store.Replica(1).log.TruncatedIndex()
+	for i := 0; i < 600; i++ {
+		c.propose(1, fmt.Sprintf("m%04d", i), "x")
+	}
+	other := 3 - lead // of nodes 1 and 2
+	c.waitFor("the other follower's truncation", 10*time.Second, func() bool {
+		return c.get(other).store.Replica(1).log.TruncatedIndex() > first+200
+	})
+	gate.release()
+	c.converged(1, 1, 2, 3)
+	if n := c.net.Snapshots(); n != 1 {
+		t.Fatalf("node 3 was sent %d snapshots, want 1", n)
+	}
 }
 
 // TestCrashDuringSnapshotInstall: a node stopped while its Restore is held

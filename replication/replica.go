@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shale-db/shale/proto/codec"
@@ -600,7 +601,11 @@ func (r *Replica) ProgressStatus(ctx context.Context) (Status, error) {
 }
 
 // TransferLeader asks the leader to hand leadership to the replica on
-// targetNode and waits until it has, or ctx ends.
+// targetNode and waits until it has, or ctx ends. A target more than a
+// few entries behind the leader's log is first given up to 5 seconds to
+// catch up, while the shard keeps taking writes; one still behind then
+// fails the call with an error matching ErrTargetBehind, the leadership
+// unmoved.
 func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 	var target uint64
 	r.mu.Lock()
@@ -616,11 +621,17 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 	// One request: Raft gives the target an election timeout to take over
 	// (catching it up first if it is behind) and drops proposals until then,
 	// so the request is not repeated: a target that cannot take over (down,
-	// far behind, refusing, or with configuration changes still to apply)
-	// fails the call after two election timeouts, and the shard serves
-	// writes again while the caller decides whether to retry.
+	// refusing, or with configuration changes still to apply) fails the
+	// call after two election timeouts, and the shard serves writes again
+	// while the caller decides whether to retry. Nor is it made while the
+	// target is more than maxTransferLag entries behind (a node just back
+	// from a restart, catching up from the log): the shard keeps taking
+	// writes while the target catches up, for up to transferCatchUpWait,
+	// and a target still behind then fails the call with ErrTargetBehind.
 	requested := false
 	var giveUp time.Time
+	catchUpBy := time.Now().Add(transferCatchUpWait)
+	var lag uint64
 	for {
 		st := r.Status()
 		if st.LeaderReplicaID == target {
@@ -633,9 +644,13 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 			}
 			// Leadership is in transit.
 		case !requested:
-			requested = true
-			giveUp = time.Now().Add(2 * time.Duration(r.store.cfg.ElectionTicks) * r.store.cfg.TickInterval)
-			if err := r.runOnLoop(ctx, func() error {
+			err := r.runOnLoop(ctx, func() error {
+				rs := r.rn.Status()
+				if lead, to := rs.Progress[r.replicaID].Match, rs.Progress[target].Match; lead > to+maxTransferLag {
+					lag = lead - to
+					return errTargetBehind
+				}
+				requested = true
 				r.unquiesce()
 				// The target may win without waiting out the voters'
 				// refusal to vote for others: no lease from here on.
@@ -645,8 +660,16 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 				r.transferTo = target
 				r.mu.Unlock()
 				return nil
-			}); err != nil {
+			})
+			switch {
+			case errors.Is(err, errTargetBehind):
+				if time.Now().After(catchUpBy) {
+					return fmt.Errorf("replication: shard %d: the replica on node %d is %d entries behind the leader after %v: %w", r.shardID, targetNode, lag, transferCatchUpWait, ErrTargetBehind)
+				}
+			case err != nil:
 				return err
+			default:
+				giveUp = time.Now().Add(2 * time.Duration(r.store.cfg.ElectionTicks) * r.store.cfg.TickInterval)
 			}
 		case time.Now().After(giveUp):
 			return fmt.Errorf("replication: shard %d: the replica on node %d did not take the leadership within two election timeouts", r.shardID, targetNode)
@@ -1631,11 +1654,33 @@ func (r *Replica) maybeTruncate() {
 				return nil
 			}
 			idx := min(durable, r.applied)
-			// Keep a tail for lagging live followers unless the log is large.
-			if r.rn.BasicStatus().RaftState == raft.StateLeader && uint64(r.log.SizeBytes()) < 2*s.cfg.LogTruncateBytes {
+			// Keep the tail lagging followers need unless the log is large:
+			// a live follower's up to twice LogTruncateBytes, that of a
+			// follower whose node went quiet (restarting, cut off) up to
+			// LogTruncateBytes for LogKeepForDownNodes. A follower being
+			// sent a snapshot (or probed after one) needs the log after the
+			// snapshot's index: truncating past it while the snapshot
+			// streams and installs (seconds) would send another.
+			if r.rn.BasicStatus().RaftState == raft.StateLeader {
+				size := uint64(r.log.SizeBytes())
 				for id, pr := range r.rn.Status().Progress {
-					if id != r.replicaID && pr.Match > r.log.TruncatedIndex() && pr.Match < idx && s.nodeLive(r.NodeOf(id)) {
-						idx = pr.Match
+					if id == r.replicaID {
+						continue
+					}
+					need := pr.Match
+					switch pr.State {
+					case tracker.StateSnapshot:
+						need = pr.PendingSnapshot
+					case tracker.StateProbe:
+						need = max(pr.Match, pr.Next-1)
+					}
+					if need < r.log.TruncatedIndex() || need >= idx {
+						continue
+					}
+					node := r.NodeOf(id)
+					if (size < 2*s.cfg.LogTruncateBytes && (s.nodeLive(node) || pr.State == tracker.StateSnapshot)) ||
+						(size < s.cfg.LogTruncateBytes && s.nodeHeardWithin(node, s.cfg.LogKeepForDownNodes)) {
+						idx = need
 					}
 				}
 			}

@@ -86,10 +86,17 @@ type Config struct {
 	// 10,000); beyond it Propose returns ErrBusy.
 	MaxInflightProposals int
 	// LogTruncateEntries is how many applied entries a replica keeps before
-	// its log is truncated (default 10,000); LogTruncateBytes bounds the
+	// its log is truncated (default 1,000); LogTruncateBytes bounds the
 	// log's size the same way (default 64 MiB).
 	LogTruncateEntries uint64
 	LogTruncateBytes   uint64
+	// LogKeepForDownNodes is how long a leader keeps the log tail a
+	// follower still needs after the follower's node was last heard from
+	// (default 5 minutes; negative: not at all), while the log is under
+	// LogTruncateBytes: a node restarted or cut off for less catches up
+	// from the log, not by a snapshot. A live follower's tail is kept
+	// until the log holds twice LogTruncateBytes.
+	LogKeepForDownNodes time.Duration
 	// OpenReplica creates the (empty) state machine of a replica this node
 	// learns of from a message — a replica just added to a shard, which
 	// will be filled by a snapshot. It runs off the Raft loop, in two
@@ -155,10 +162,13 @@ func (c *Config) applyDefaults() {
 		c.MaxInflightProposals = 10000
 	}
 	if c.LogTruncateEntries == 0 {
-		c.LogTruncateEntries = 10000
+		c.LogTruncateEntries = 1000
 	}
 	if c.LogTruncateBytes == 0 {
 		c.LogTruncateBytes = 64 << 20
+	}
+	if c.LogKeepForDownNodes == 0 {
+		c.LogKeepForDownNodes = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -1479,13 +1489,19 @@ func (s *Store) LastHeard(nodeID uint64) time.Time {
 }
 
 func (s *Store) nodeLive(nodeID uint64) bool {
+	return s.nodeHeardWithin(nodeID, s.electionTimeout())
+}
+
+// nodeHeardWithin reports whether node nodeID (this one always) was heard
+// from within the last d.
+func (s *Store) nodeHeardWithin(nodeID uint64, d time.Duration) bool {
 	if nodeID == s.cfg.NodeID {
 		return true
 	}
 	s.mu.Lock()
 	t, ok := s.lastHeard[nodeID]
 	s.mu.Unlock()
-	return ok && time.Since(t) < s.electionTimeout()
+	return ok && time.Since(t) < d
 }
 
 // removeReplica drops a replica that left its shard: its log state is

@@ -149,7 +149,9 @@ type Config struct {
 	GRPCWindowBytes     int32
 	GRPCConnWindowBytes int32
 	// DeadNodeTimeout is how long a node may miss heartbeats before the
-	// placement leader replaces its replicas on other nodes (default 5m).
+	// placement leader replaces its replicas on other nodes (default 5m),
+	// and how long shard leaders keep the Raft log tail its replicas need
+	// (replication.Config.LogKeepForDownNodes).
 	DeadNodeTimeout time.Duration
 	// PlacementMaxMovesPerNode caps the replica moves (new replicas
 	// catching up by snapshot) a node takes part in at once, as receiver or

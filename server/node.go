@@ -314,6 +314,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		TickInterval:         cfg.TickInterval,
 		ElectionTicks:        cfg.ElectionTicks,
 		LeaseReads:           cfg.LeaseReads,
+		LogKeepForDownNodes:  cfg.DeadNodeTimeout,
 		DisableQuiescence:    cfg.DisableQuiescence,
 		StateMachineFeatures: smFeatures,
 		SnapshotDir:          filepath.Join(cfg.DataDir, "snapshots", "out"),

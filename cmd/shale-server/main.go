@@ -138,7 +138,7 @@ flag's name in upper case with dashes as underscores (SHALE_DATA_DIR, ...).`,
 	fl.DurationVar(&f.mergeDelay, "merge-delay", 5*time.Minute, "how long after a split an automatic merge of its shards waits")
 	fl.Int32Var(&f.grpcWindow, "grpc-window-bytes", 2<<20, "HTTP/2 flow-control window per gRPC stream, for clients and peers (at least 65535)")
 	fl.Int32Var(&f.grpcConnWindow, "grpc-conn-window-bytes", 16<<20, "HTTP/2 flow-control window per gRPC connection, for clients and peers (at least 65535)")
-	fl.DurationVar(&f.deadNodeTimeout, "dead-node-timeout", 5*time.Minute, "how long a node may miss heartbeats before its replicas are replaced on other nodes")
+	fl.DurationVar(&f.deadNodeTimeout, "dead-node-timeout", 5*time.Minute, "how long a node may miss heartbeats before its replicas are replaced on other nodes (and how long shard leaders keep the Raft log its replicas need)")
 	fl.IntVar(&f.maxMovesPerNode, "placement-max-moves-per-node", 2, "replica moves (snapshots in flight) a node takes part in at once")
 	fl.IntVar(&f.maxMoves, "placement-max-moves", 8, "replica moves running at once in the cluster")
 	fl.DurationVar(&f.pinDuration, "placement-pin-duration", time.Hour, "how long a manual replica move or leader transfer keeps balancing away from its shard")
