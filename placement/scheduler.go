@@ -67,6 +67,11 @@ type Node struct {
 	// them a moment ago (killed, cut off, far behind, though not yet known
 	// dead): balancing gives them none for a while.
 	RefusedLeadership bool
+	// ApplyingBacklog nodes have committed entries of a shard they have
+	// not yet applied (catching up after a restart or a partition): a
+	// leadership moved there would answer no write until they are, so
+	// balancing gives them none meanwhile.
+	ApplyingBacklog bool
 }
 
 // Shard is one shard as the scheduler sees it.
@@ -328,7 +333,8 @@ func (s *scheduler) eligible(id uint64) bool {
 
 // mayLead reports whether a node may take leaderships.
 func (s *scheduler) mayLead(id uint64) bool {
-	return s.eligible(id) && !s.nodes[id].DrainingLeaders && !s.nodes[id].RefusedLeadership
+	n := s.nodes[id]
+	return s.eligible(id) && !n.DrainingLeaders && !n.RefusedLeadership && !n.ApplyingBacklog
 }
 
 // leaving reports why a replica on the node must be replaced ("" if not).

@@ -88,7 +88,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		_, m.cfg.LeaderBalanceDuringMoves = arg("leader-balance-during-moves")
 		return ""
 	case "node":
-		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders] [refused-leadership]
+		// node ID [zone=Z] [state=live|suspect|dead] [decommissioning] [removed] [draining-leaders] [refused-leadership] [applying-backlog]
 		id := num("id", 0)
 		if id == 0 && len(d.CmdArgs) > 0 {
 			id, _ = strconv.ParseUint(d.CmdArgs[0].Key, 10, 64)
@@ -104,6 +104,7 @@ func (m *model) cmd(t *testing.T, d *datadriven.TestData) string {
 		_, n.Removed = arg("removed")
 		_, n.DrainingLeaders = arg("draining-leaders")
 		_, n.RefusedLeadership = arg("refused-leadership")
+		_, n.ApplyingBacklog = arg("applying-backlog")
 		return ""
 	case "nodes":
 		// nodes 1-5 [zones=a,b,c]: live nodes, zones round-robin

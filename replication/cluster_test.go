@@ -1533,6 +1533,58 @@ func TestLeaderTransferWaitsForALaggingTarget(t *testing.T) {
 	c.converged(1, 1, 2, 3)
 }
 
+// TestLeaderTransferWaitsForATargetApplyingABacklog: a target that holds
+// the whole log but has not applied much of it (a node back from a
+// restart, its apply workers catching up) says so on its batches, and the
+// leader does not hand it the leadership until it has applied them: as
+// leader it would answer no write before then. Writes go on meanwhile.
+func TestLeaderTransferWaitsForATargetApplyingABacklog(t *testing.T) {
+	gate := newApplyGate(1)
+	c := newGatedCluster(t, gate, nil)
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1)
+	target := lead%3 + 1
+	c.converged(1, 1, 2, 3)
+	gate.close(target)
+	for i := 0; i < applyBacklogEntries+50; i++ {
+		c.propose(1, fmt.Sprintf("k%04d", i), "x")
+	}
+	ls, ts := c.get(lead).store, c.get(target).store
+	c.waitFor("the target's node to say it applies a backlog", 10*time.Second, func() bool {
+		return ts.ApplyingBacklog() && ls.nodeApplyingBacklog(target)
+	})
+	lr := ls.Replica(1)
+	if st, err := lr.ProgressStatus(context.Background()); err != nil || st.Progress[ts.Replica(1).ReplicaID()].Match+maxTransferLag < st.Commit {
+		t.Fatalf("the target's log is behind (status %+v, %v); the test wants it caught up on the log only", st, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- lr.TransferLeader(ctx, target) }()
+	for i := 0; i < 20; i++ {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := lr.Propose(pctx, []byte(fmt.Sprintf("during%02d=x", i)))
+		pcancel()
+		if err != nil {
+			t.Fatalf("write %d while the transfer waits: %v", i, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if got := c.leader(1); got != lead {
+		t.Fatalf("the leadership went to node %d while node %d still applied its backlog", got, target)
+	}
+	gate.release()
+	if err := <-errc; err != nil {
+		t.Fatalf("transfer once the target applied its backlog: %v", err)
+	}
+	if got := c.leader(1); got != target {
+		t.Fatalf("leader is %d after the transfer to %d", got, target)
+	}
+	c.propose(1, "b", "2")
+	c.converged(1, 1, 2, 3)
+}
+
 // TestRestartedFollowerCatchesUpFromTheLog: a follower's node that stops
 // while its shard takes more writes than LogTruncateEntries comes back to
 // a leader that kept the log tail it needs, and catches up from the log,

@@ -50,7 +50,14 @@ const (
 	// until the target holds the whole log and takes over, so a target
 	// further behind would stall the shard's writes while it catches up.
 	maxTransferLag = 128
+	// applyBacklogEntries is how many committed entries a replica may hold
+	// unapplied before its node counts as applying a backlog
+	// (Store.ApplyingBacklog): under load a replica's backlog is a few
+	// cycles' entries; a node back after 20 s down under load holds
+	// thousands per shard (docs/BENCHMARKS.md, issue 21).
+	applyBacklogEntries = 256
 	// transferCatchUpWait is how long TransferLeader waits for a target
-	// more than maxTransferLag entries behind to catch up.
+	// more than maxTransferLag entries behind, or applying a backlog, to
+	// catch up.
 	transferCatchUpWait = 5 * time.Second
 )

@@ -49,6 +49,9 @@ type Replica struct {
 	conflicts map[[2]uint64]bool
 	status    Status
 	stopErr   error
+	// backlogged: the replica holds more than applyBacklogEntries
+	// committed entries unapplied (counted in Store.backlogged).
+	backlogged bool
 	// transferTo is the replica this one last asked Raft to hand its
 	// leadership to, until a leader is known again: a replica that stepped
 	// down for it names it as the likely leader.
@@ -625,9 +628,11 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 	// call after two election timeouts, and the shard serves writes again
 	// while the caller decides whether to retry. Nor is it made while the
 	// target is more than maxTransferLag entries behind (a node just back
-	// from a restart, catching up from the log): the shard keeps taking
-	// writes while the target catches up, for up to transferCatchUpWait,
-	// and a target still behind then fails the call with ErrTargetBehind.
+	// from a restart, catching up from the log), or while its node says it
+	// is applying a backlog of committed entries (it would answer no write
+	// before it applied them): the shard keeps taking writes while the
+	// target catches up, for up to transferCatchUpWait, and a target still
+	// behind then fails the call with ErrTargetBehind.
 	requested := false
 	var giveUp time.Time
 	catchUpBy := time.Now().Add(transferCatchUpWait)
@@ -643,6 +648,12 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 				return r.notLeader()
 			}
 			// Leadership is in transit.
+		case !requested && r.store.nodeApplyingBacklog(targetNode):
+			// Caught up on the log, perhaps, but not on its applies: as
+			// leader it would answer no write until it applied them.
+			if time.Now().After(catchUpBy) {
+				return fmt.Errorf("replication: shard %d: node %d is still applying a backlog of committed entries after %v: %w", r.shardID, targetNode, transferCatchUpWait, ErrTargetBehind)
+			}
 		case !requested:
 			err := r.runOnLoop(ctx, func() error {
 				rs := r.rn.Status()
@@ -865,6 +876,7 @@ func (r *Replica) failAll(err error) {
 	if r.stopErr == nil {
 		r.stopErr = err
 	}
+	r.setBacklogged(false)
 	if r.firstLeader != nil {
 		close(r.firstLeader)
 		r.firstLeader = nil
@@ -1238,10 +1250,18 @@ func (r *Replica) appendQuiesceNotices(out map[uint64]*shalev1.RaftMessageBatch)
 func (s *Store) batchFor(out map[uint64]*shalev1.RaftMessageBatch, node uint64) *shalev1.RaftMessageBatch {
 	b, ok := out[node]
 	if !ok {
-		b = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: node, Features: s.features()}
+		b = s.newBatch(node)
 		out[node] = b
 	}
 	return b
+}
+
+// newBatch is an empty batch of Raft messages to node, with what every
+// batch tells its receiver of this node: its features and whether it is
+// applying a backlog.
+func (s *Store) newBatch(node uint64) *shalev1.RaftMessageBatch {
+	return &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: node,
+		Features: s.features(), ApplyingBacklog: s.ApplyingBacklog()}
 }
 
 // noteNode records which node a replica lives on, learned from traffic or a
@@ -1600,6 +1620,29 @@ func (r *Replica) afterReady(rd raft.Ready) {
 	r.resolveParked(false)
 }
 
+// setBacklogged records whether the replica holds more than
+// applyBacklogEntries committed entries unapplied, in its Store's count
+// (under r.mu).
+func (r *Replica) setBacklogged(b bool) {
+	if b == r.backlogged {
+		return
+	}
+	r.backlogged = b
+	if b {
+		r.store.backlogged.Add(1)
+	} else {
+		r.store.backlogged.Add(-1)
+	}
+}
+
+// noteCommitted records, before the status is refreshed, whether the
+// replica holds a backlog with commit as its commit index.
+func (r *Replica) noteCommitted(commit uint64) {
+	r.mu.Lock()
+	r.setBacklogged(r.stopErr == nil && commit > r.applied+applyBacklogEntries)
+	r.mu.Unlock()
+}
+
 func (r *Replica) refreshStatus() {
 	bs := r.rn.BasicStatus()
 	last, _ := r.log.LastIndex()
@@ -1617,6 +1660,7 @@ func (r *Replica) refreshStatus() {
 		LastIndex:       last,
 		Quiesced:        r.quiesced,
 	}
+	r.setBacklogged(r.stopErr == nil && bs.GetCommit() > r.applied+applyBacklogEntries)
 	if (bs.Lead != 0 && bs.Lead != r.replicaID) || (bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0) {
 		r.transferTo = 0 // a new leader is known, or the transfer ended
 	}

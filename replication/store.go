@@ -228,6 +228,12 @@ type Store struct {
 
 	// Loop-only state.
 	lastHeard map[uint64]time.Time // node → last batch received (under mu)
+	// peerBacklog holds the nodes whose last batch said they were applying
+	// a backlog (under mu).
+	peerBacklog map[uint64]bool
+	// backlogged counts the replicas holding more than applyBacklogEntries
+	// committed entries unapplied (Replica.backlogged).
+	backlogged atomic.Int64
 	// peerFeatures maps each node to the features it advertised on its
 	// last batch (see Replica.NodesRead): replaced, never changed in place,
 	// under mu, when a node's features change; read without a lock.
@@ -316,6 +322,7 @@ func NewStore(cfg Config) (*Store, error) {
 		failed:      make(chan struct{}),
 		snapSem:     make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		lastHeard:   make(map[uint64]time.Time),
+		peerBacklog: make(map[uint64]bool),
 		truncating:  make(map[uint64]bool),
 		hosting:     make(map[uint64]*hostChange),
 		earlyVotes:  make(map[uint64]*earlyVotes),
@@ -692,6 +699,11 @@ func (s *Store) HandleRaftBatch(b *shalev1.RaftMessageBatch) {
 	}
 	s.lastHeard[b.GetFromNodeId()] = time.Now()
 	s.notePeerFeatures(b.GetFromNodeId(), Feature(b.GetFeatures()))
+	if b.GetApplyingBacklog() {
+		s.peerBacklog[b.GetFromNodeId()] = true
+	} else {
+		delete(s.peerBacklog, b.GetFromNodeId())
+	}
 	if len(b.GetMessages()) > 0 || len(b.GetQuiescedShards()) > 0 {
 		s.inbox = append(s.inbox, b)
 	}
@@ -1016,7 +1028,16 @@ func (s *Store) cycle(tick bool) error {
 	}
 	s.finishSnapshots(snapIn)
 
-	// Send.
+	// Send, telling the peers whether this node applies a backlog as of
+	// this cycle's commit indexes: a follower's acknowledgement of the
+	// last of its missing log must not carry the word of the cycle before
+	// (no backlog yet), or its leader would hand it a leadership it cannot
+	// serve until it applied that log (TransferLeader).
+	for i := range readies {
+		if hs := readies[i].rd.HardState; hs != nil && hs.GetCommit() > 0 {
+			readies[i].r.noteCommitted(hs.GetCommit())
+		}
+	}
 	out := make(map[uint64]*shalev1.RaftMessageBatch)
 	for i := range readies {
 		if !readies[i].sent {
@@ -1446,11 +1467,26 @@ func (s *Store) heartbeatNodes(out map[uint64]*shalev1.RaftMessageBatch) {
 	s.lastBeat = time.Now()
 	for _, n := range s.peerNodes() {
 		if _, ok := out[n]; !ok {
-			// With the features every batch advertises: a receiver
-			// takes a batch's as the sender's (notePeerFeatures).
-			out[n] = &shalev1.RaftMessageBatch{ClusterId: s.cfg.ClusterID, FromNodeId: s.cfg.NodeID, ToNodeId: n, Features: s.features()}
+			// With what every batch tells of its sender (features, the
+			// apply backlog): a receiver takes a batch's as the sender's.
+			out[n] = s.newBatch(n)
 		}
 	}
+}
+
+// ApplyingBacklog reports whether one of the node's replicas holds more
+// than a few hundred committed entries it has not applied: the node is
+// catching up, after a restart or a partition. Its peers' leaders transfer
+// it no leadership meanwhile (TransferLeader), and placement's leader
+// balancing gives it none.
+func (s *Store) ApplyingBacklog() bool { return s.backlogged.Load() > 0 }
+
+// nodeApplyingBacklog reports whether node's last batch said it was
+// applying a backlog (ApplyingBacklog); false for this node.
+func (s *Store) nodeApplyingBacklog(node uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peerBacklog[node]
 }
 
 // peerNodes is every other node hosting a replica of a shard we host,

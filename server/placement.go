@@ -220,6 +220,7 @@ func (n *Node) heartbeat(ctx context.Context) *shalev1.HeartbeatRequest {
 		stats.AvailableBytes = fs.Bavail * uint64(fs.Bsize)
 	}
 	stats.DrainingLeaders = n.drainingLeaders()
+	stats.ApplyingBacklog = n.store.ApplyingBacklog()
 	req := &shalev1.HeartbeatRequest{Stats: stats}
 	var ops uint64
 	catchingUp := false
@@ -528,7 +529,8 @@ func (n *Node) placementNodes(reg []*shalev1.NodeDescriptor) ([]placement.Node, 
 		nodes = append(nodes, placement.Node{ID: d.GetNodeId(), Zone: zone, State: st,
 			Decommissioning: d.GetDecommissioning(), Removed: d.GetRemoved(),
 			DrainingLeaders:   ok && beat.Req.GetStats().GetDrainingLeaders(),
-			RefusedLeadership: refused})
+			RefusedLeadership: refused,
+			ApplyingBacklog:   ok && beat.Req.GetStats().GetApplyingBacklog()})
 	}
 	return nodes, states
 }

@@ -208,6 +208,8 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		QuiescedShards: first.QuiescedShards,
 		Hlc:            first.Hlc,
 		Features:       first.Features,
+		// What the batches tell of their sender, as of the last.
+		ApplyingBacklog: first.ApplyingBacklog,
 	}
 	n := 1
 	if split {
@@ -222,7 +224,8 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 		}
 		if k < len(first.Messages) {
 			out.Messages, out.QuiescedShards = first.Messages[:k], nil
-			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards, Hlc: first.Hlc, Features: first.Features}
+			p.pending = &shalev1.RaftMessageBatch{Messages: first.Messages[k:], QuiescedShards: first.QuiescedShards, Hlc: first.Hlc,
+				Features: first.Features, ApplyingBacklog: first.ApplyingBacklog}
 			return out, n
 		}
 	}
@@ -283,8 +286,8 @@ func (p *peer) coalesce(first *shalev1.RaftMessageBatch) (*shalev1.RaftMessageBa
 			// Queued in order: the later clock reading.
 			out.Hlc = b.Hlc
 		}
-		// The sender's features as of its latest batch.
-		out.Features = b.Features
+		// The sender's features and apply backlog as of its latest batch.
+		out.Features, out.ApplyingBacklog = b.Features, b.ApplyingBacklog
 	}
 	return out, n
 }

@@ -361,9 +361,9 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	}
 	at := func(wall int64) *shalev1.HlcTimestamp { return &shalev1.HlcTimestamp{WallNanos: wall} }
 	first := q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Hlc: at(1)}, 5, 6, 6)
-	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(5, "b")}, Hlc: at(2)}, 7) // wakes 5
-	p.queue <- q(&shalev1.RaftMessageBatch{Hlc: at(3)}, 6, 5)                                              // re-quiesces 5
-	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}, Features: 1})   // wakes 7; no clock
+	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(5, "b")}, Hlc: at(2)}, 7)                      // wakes 5
+	p.queue <- q(&shalev1.RaftMessageBatch{Hlc: at(3)}, 6, 5)                                                                   // re-quiesces 5
+	p.queue <- q(&shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(7, "c")}, Features: 1, ApplyingBacklog: true}) // wakes 7; no clock
 	p.queue <- &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(9, string(make([]byte, 2000)))}}
 	p.queue <- batch(2, "after")
 	firstMsgs := first.Messages
@@ -389,6 +389,9 @@ func TestCoalesceQuiescedAndSizeCap(t *testing.T) {
 	}
 	if out.GetFeatures() != 1 {
 		t.Fatalf("merged batch carries features %d, want the latest batch's, 1", out.GetFeatures())
+	}
+	if !out.GetApplyingBacklog() {
+		t.Fatal("merged batch does not say the sender applies a backlog, as its latest batch does")
 	}
 	if len(first.Messages) != 1 || &first.Messages[0] != &firstMsgs[0] || !slices.Equal(first.QuiescedShards, []uint64{5, 6, 6}) {
 		t.Fatal("coalesce modified the caller's batch")
@@ -420,9 +423,9 @@ func TestCoalesceLoneBatch(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, func() { p.coalesce(stamped) }); allocs != 0 {
 		t.Fatalf("coalescing a stamped lone batch allocates %v times", allocs)
 	}
-	bare := &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Features: 3}
+	bare := &shalev1.RaftMessageBatch{Messages: []*shalev1.RaftEnvelope{env(4, "a")}, Features: 3, ApplyingBacklog: true}
 	out, n := p.coalesce(bare)
-	if out == bare || n != 1 || out.ClusterId != "c" || out.FromNodeId != 1 || out.ToNodeId != 2 || out.Features != 3 || len(out.Messages) != 1 {
+	if out == bare || n != 1 || out.ClusterId != "c" || out.FromNodeId != 1 || out.ToNodeId != 2 || out.Features != 3 || !out.ApplyingBacklog || len(out.Messages) != 1 {
 		t.Fatalf("an unstamped lone batch: %+v (%d batches)", out, n)
 	}
 	if bare.ClusterId != "" || bare.FromNodeId != 0 || bare.ToNodeId != 0 {

@@ -1689,6 +1689,12 @@ type NodeStats struct {
 	// draining_leaders is set while the node hands its leaderships away
 	// (Admin.DrainLeaders): it is about to stop and should get none.
 	DrainingLeaders bool `protobuf:"varint,9,opt,name=draining_leaders,json=drainingLeaders,proto3" json:"draining_leaders,omitempty"`
+	// applying_backlog is set while one of the node's replicas holds more
+	// committed entries than it has applied (by more than a few hundred):
+	// the node is catching up, after a restart or a partition. A leadership
+	// moved there would answer no write until they are applied, so
+	// balancing gives it none meanwhile.
+	ApplyingBacklog bool `protobuf:"varint,10,opt,name=applying_backlog,json=applyingBacklog,proto3" json:"applying_backlog,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1782,6 +1788,13 @@ func (x *NodeStats) GetWriteBytesPerSecond() float64 {
 func (x *NodeStats) GetDrainingLeaders() bool {
 	if x != nil {
 		return x.DrainingLeaders
+	}
+	return false
+}
+
+func (x *NodeStats) GetApplyingBacklog() bool {
+	if x != nil {
+		return x.ApplyingBacklog
 	}
 	return false
 }
@@ -3833,7 +3846,7 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\x13ReportShardsRequest\x12;\n" +
 	"\vdescriptors\x18\x01 \x03(\v2\x19.shale.v1.ShardDescriptorR\vdescriptors\x12*\n" +
 	"\x11removed_shard_ids\x18\x02 \x03(\x04R\x0fremovedShardIds\"\x16\n" +
-	"\x14ReportShardsResponse\"\x80\x03\n" +
+	"\x14ReportShardsResponse\"\xab\x03\n" +
 	"\tNodeStats\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.shale.v1.NodeDescriptorR\x04node\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12'\n" +
@@ -3844,7 +3857,9 @@ const file_shale_v1_admin_proto_rawDesc = "" +
 	"\fleader_count\x18\x06 \x01(\x04R\vleaderCount\x12.\n" +
 	"\x13requests_per_second\x18\a \x01(\x01R\x11requestsPerSecond\x123\n" +
 	"\x16write_bytes_per_second\x18\b \x01(\x01R\x13writeBytesPerSecond\x12)\n" +
-	"\x10draining_leaders\x18\t \x01(\bR\x0fdrainingLeaders\"\x88\x01\n" +
+	"\x10draining_leaders\x18\t \x01(\bR\x0fdrainingLeaders\x12)\n" +
+	"\x10applying_backlog\x18\n" +
+	" \x01(\bR\x0fapplyingBacklog\"\x88\x01\n" +
 	"\bLedShard\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +

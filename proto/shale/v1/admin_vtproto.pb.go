@@ -636,6 +636,7 @@ func (m *NodeStats) CloneVT() *NodeStats {
 	r.RequestsPerSecond = m.RequestsPerSecond
 	r.WriteBytesPerSecond = m.WriteBytesPerSecond
 	r.DrainingLeaders = m.DrainingLeaders
+	r.ApplyingBacklog = m.ApplyingBacklog
 	if len(m.unknownFields) > 0 {
 		r.unknownFields = make([]byte, len(m.unknownFields))
 		copy(r.unknownFields, m.unknownFields)
@@ -2815,6 +2816,16 @@ func (m *NodeStats) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.ApplyingBacklog {
+		i--
+		if m.ApplyingBacklog {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x50
 	}
 	if m.DrainingLeaders {
 		i--
@@ -5157,6 +5168,9 @@ func (m *NodeStats) SizeVT() (n int) {
 		n += 9
 	}
 	if m.DrainingLeaders {
+		n += 2
+	}
+	if m.ApplyingBacklog {
 		n += 2
 	}
 	n += len(m.unknownFields)
@@ -9140,6 +9154,26 @@ func (m *NodeStats) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.DrainingLeaders = bool(v != 0)
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ApplyingBacklog", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.ApplyingBacklog = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -147,9 +147,15 @@ type RaftMessageBatch struct {
 	// features are what the sender's Raft layer supports, a bit set
 	// (RAFT_FEATURE_* values; 0 from nodes that predate it): a leader uses a
 	// replicated format only once every replica's node advertised it.
-	Features      uint64 `protobuf:"varint,7,opt,name=features,proto3" json:"features,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Features uint64 `protobuf:"varint,7,opt,name=features,proto3" json:"features,omitempty"`
+	// applying_backlog is set while one of the sender's replicas holds more
+	// committed entries than it has applied (by more than a few hundred): the
+	// node is catching up, after a restart or a partition. A leader does not
+	// transfer a leadership to it meanwhile, as the new leader could answer
+	// no write before it applied them.
+	ApplyingBacklog bool `protobuf:"varint,8,opt,name=applying_backlog,json=applyingBacklog,proto3" json:"applying_backlog,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RaftMessageBatch) Reset() {
@@ -229,6 +235,13 @@ func (x *RaftMessageBatch) GetFeatures() uint64 {
 		return x.Features
 	}
 	return 0
+}
+
+func (x *RaftMessageBatch) GetApplyingBacklog() bool {
+	if x != nil {
+		return x.ApplyingBacklog
+	}
+	return false
 }
 
 // HlcTimestamp is a hybrid logical clock reading: wall time in nanoseconds
@@ -1571,7 +1584,7 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\x13shale/v1/raft.proto\x12\bshale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"C\n" +
 	"\fRaftEnvelope\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"\x94\x02\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\xbf\x02\n" +
 	"\x10RaftMessageBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12 \n" +
@@ -1582,7 +1595,8 @@ const file_shale_v1_raft_proto_rawDesc = "" +
 	"\bmessages\x18\x04 \x03(\v2\x16.shale.v1.RaftEnvelopeR\bmessages\x12'\n" +
 	"\x0fquiesced_shards\x18\x05 \x03(\x04R\x0equiescedShards\x12(\n" +
 	"\x03hlc\x18\x06 \x01(\v2\x16.shale.v1.HlcTimestampR\x03hlc\x12\x1a\n" +
-	"\bfeatures\x18\a \x01(\x04R\bfeatures\"G\n" +
+	"\bfeatures\x18\a \x01(\x04R\bfeatures\x12)\n" +
+	"\x10applying_backlog\x18\b \x01(\bR\x0fapplyingBacklog\"G\n" +
 	"\fHlcTimestamp\x12\x1d\n" +
 	"\n" +
 	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +

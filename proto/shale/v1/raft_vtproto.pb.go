@@ -52,6 +52,7 @@ func (m *RaftMessageBatch) CloneVT() *RaftMessageBatch {
 	r.ToNodeId = m.ToNodeId
 	r.Hlc = m.Hlc.CloneVT()
 	r.Features = m.Features
+	r.ApplyingBacklog = m.ApplyingBacklog
 	if rhs := m.Messages; rhs != nil {
 		tmpContainer := make([]*RaftEnvelope, len(rhs))
 		for k, v := range rhs {
@@ -666,6 +667,16 @@ func (m *RaftMessageBatch) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.ApplyingBacklog {
+		i--
+		if m.ApplyingBacklog {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
 	}
 	if m.Features != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Features))
@@ -1976,6 +1987,9 @@ func (m *RaftMessageBatch) SizeVT() (n int) {
 	if m.Features != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Features))
 	}
+	if m.ApplyingBacklog {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2876,6 +2890,26 @@ func (m *RaftMessageBatch) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ApplyingBacklog", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.ApplyingBacklog = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

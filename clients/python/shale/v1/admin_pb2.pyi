@@ -294,7 +294,8 @@ class NodePlacement(_message.Message):
     def __init__(self, node: _Optional[_Union[_meta_pb2.NodeDescriptor, _Mapping]] = ..., state: _Optional[str] = ..., last_heartbeat_unix_nanos: _Optional[int] = ..., stats: _Optional[_Union[NodeStats, _Mapping]] = ..., replicas: _Optional[int] = ..., leaders: _Optional[int] = ..., bytes: _Optional[int] = ..., stuck: _Optional[_Iterable[_Union[StuckReplica, _Mapping]]] = ...) -> None: ...
 
 class NodeStats(_message.Message):
-    __slots__ = ["available_bytes", "capacity_bytes", "draining_leaders", "leader_count", "node", "replica_count", "requests_per_second", "used_bytes", "write_bytes_per_second"]
+    __slots__ = ["applying_backlog", "available_bytes", "capacity_bytes", "draining_leaders", "leader_count", "node", "replica_count", "requests_per_second", "used_bytes", "write_bytes_per_second"]
+    APPLYING_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
     DRAINING_LEADERS_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +305,7 @@ class NodeStats(_message.Message):
     REQUESTS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     WRITE_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    applying_backlog: bool
     available_bytes: int
     capacity_bytes: int
     draining_leaders: bool
@@ -313,7 +315,7 @@ class NodeStats(_message.Message):
     requests_per_second: float
     used_bytes: int
     write_bytes_per_second: float
-    def __init__(self, node: _Optional[_Union[_meta_pb2.NodeDescriptor, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., available_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., replica_count: _Optional[int] = ..., leader_count: _Optional[int] = ..., requests_per_second: _Optional[float] = ..., write_bytes_per_second: _Optional[float] = ..., draining_leaders: bool = ...) -> None: ...
+    def __init__(self, node: _Optional[_Union[_meta_pb2.NodeDescriptor, _Mapping]] = ..., capacity_bytes: _Optional[int] = ..., available_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., replica_count: _Optional[int] = ..., leader_count: _Optional[int] = ..., requests_per_second: _Optional[float] = ..., write_bytes_per_second: _Optional[float] = ..., draining_leaders: bool = ..., applying_backlog: bool = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ["last_seen_unix_nanos", "leader_count", "live", "node", "removed", "replica_count", "used_bytes"]

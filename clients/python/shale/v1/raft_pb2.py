@@ -16,7 +16,7 @@ from shale.v1 import kv_pb2 as shale_dot_v1_dot_kv__pb2
 from shale.v1 import meta_pb2 as shale_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13shale/v1/raft.proto\x12\x08shale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"1\n\x0cRaftEnvelope\x12\x10\n\x08shard_id\x18\x01 \x01(\x04\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"\xca\x01\n\x10RaftMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x02 \x01(\x04\x12\x12\n\nto_node_id\x18\x03 \x01(\x04\x12(\n\x08messages\x18\x04 \x03(\x0b\x32\x16.shale.v1.RaftEnvelope\x12\x17\n\x0fquiesced_shards\x18\x05 \x03(\x04\x12#\n\x03hlc\x18\x06 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12\x10\n\x08\x66\x65\x61tures\x18\x07 \x01(\x04\"3\n\x0cHlcTimestamp\x12\x12\n\nwall_nanos\x18\x01 \x01(\x03\x12\x0f\n\x07logical\x18\x02 \x01(\r\"\x14\n\x12RaftStreamResponse\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\x07\"\xf1\x01\n\x0eSnapshotHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66rom_node_id\x18\x03 \x01(\x04\x12\x12\n\nto_node_id\x18\x04 \x01(\x04\x12\x14\n\x0craft_message\x18\x05 \x01(\x0c\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.shale.v1.SnapshotFile\x12-\n\ndescriptor\x18\x07 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12#\n\x03hlc\x18\x08 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\"\x93\x01\n\rSnapshotChunk\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.shale.v1.SnapshotHeader\x12\x12\n\nfile_index\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x05 \x01(\x07\x12\x16\n\x0erunning_crc32c\x18\x06 \x01(\x07\"#\n\x10SnapshotResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"\xf7\x03\n\x0bRaftCommand\x12\x12\n\nrequest_id\x18\x01 \x01(\x0c\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x15\n\rfirst_attempt\x18\x04 \x01(\x08\x12#\n\x03hlc\x18\x05 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12\x19\n\x11wall_offset_nanos\x18\x07 \x01(\x12\x12#\n\x03txn\x18\n \x01(\x0b\x32\x14.shale.v1.TxnRequestH\x00\x12)\n\x06system\x18\x0b \x01(\x0b\x32\x17.shale.v1.SystemCommandH\x00\x12\x0e\n\x04noop\x18\x0c \x01(\x08H\x00\x12\'\n\x05split\x18\r \x01(\x0b\x32\x16.shale.v1.SplitCommandH\x00\x12-\n\x0cmerge_freeze\x18\x0e \x01(\x0b\x32\x15.shale.v1.MergeFreezeH\x00\x12-\n\x0cmerge_absorb\x18\x0f \x01(\x0b\x32\x15.shale.v1.MergeAbsorbH\x00\x12\x16\n\x0cmerge_retire\x18\x10 \x01(\x08H\x00\x12&\n\x06\x65xpire\x18\x11 \x01(\x0b\x32\x14.shale.v1.ExpireKeysH\x00\x12\x1e\n\x03put\x18\x06 \x01(\x0b\x32\x0f.shale.v1.PutOpH\x00\x42\t\n\x07\x63ommand\"1\n\nExpireKeys\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12\x15\n\rmod_revisions\x18\x02 \x03(\x04\"$\n\x0bMergeFreeze\x12\x15\n\rinto_shard_id\x18\x01 \x01(\x04\"\xc7\x01\n\x0bMergeAbsorb\x12(\n\x05right\x18\x01 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x08\x12\x0c\n\x04keys\x18\x03 \x03(\x0c\x12\x0e\n\x06values\x18\x04 \x03(\x0c\x12\x0e\n\x06\x63ommit\x18\x05 \x01(\x08\x12\x16\n\x0eright_revision\x18\x06 \x01(\x04\x12\x11\n\tdedup_ids\x18\x07 \x03(\x0c\x12\x15\n\rdedup_results\x18\x08 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x0c\"j\n\x0cSplitCommand\x12\x11\n\tsplit_key\x18\x01 \x01(\x0c\x12\x16\n\x0eright_shard_id\x18\x02 \x01(\x04\x12\x11\n\tautomatic\x18\x03 \x01(\x08\x12\x1c\n\x14right_leader_node_id\x18\x04 \x01(\x04\"\x93\x02\n\rSystemCommand\x12,\n\x08put_node\x18\x01 \x01(\x0b\x32\x18.shale.v1.NodeDescriptorH\x00\x12\x18\n\x0eremove_node_id\x18\x02 \x01(\x04H\x00\x12.\n\tput_shard\x18\x03 \x01(\x0b\x32\x19.shale.v1.ShardDescriptorH\x00\x12\x1b\n\x11\x61llocate_shard_id\x18\x04 \x01(\x04H\x00\x12%\n\x07put_pin\x18\x05 \x01(\x0b\x32\x12.shale.v1.ShardPinH\x00\x12\x19\n\x0fremove_shard_id\x18\x06 \x01(\x04H\x00\x12%\n\x08put_auth\x18\x07 \x01(\x0b\x32\x11.shale.v1.PutAuthH\x00\x42\x04\n\x02op\"H\n\x07PutAuth\x12\"\n\x05state\x18\x01 \x01(\x0b\x32\x13.shale.v1.AuthState\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"B\n\x11\x43onfChangeContext\x12-\n\x08replicas\x18\x01 \x03(\x0b\x32\x1b.shale.v1.ReplicaDescriptor\"\xd8\x01\n\rCommandResult\x12\"\n\x03txn\x18\x01 \x01(\x0b\x32\x15.shale.v1.TxnResponse\x12\x12\n\nerror_code\x18\x02 \x01(\r\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12-\n\ndescriptor\x18\x04 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\x14\n\x0c\x61llocated_id\x18\x05 \x01(\x04\x12\x33\n\x10right_descriptor\x18\x06 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor*o\n\x0bRaftFeature\x12\x1c\n\x18RAFT_FEATURE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x01\x12!\n\x1dRAFT_FEATURE_COMPACT_COMMANDS\x10\x02\x32\xe2\x01\n\x04Raft\x12J\n\x0cSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12\x45\n\x0cSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n\x0eStreamSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x42\x32Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13shale/v1/raft.proto\x12\x08shale.v1\x1a\x13shale/v1/auth.proto\x1a\x11shale/v1/kv.proto\x1a\x13shale/v1/meta.proto\"1\n\x0cRaftEnvelope\x12\x10\n\x08shard_id\x18\x01 \x01(\x04\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"\xe4\x01\n\x10RaftMessageBatch\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x02 \x01(\x04\x12\x12\n\nto_node_id\x18\x03 \x01(\x04\x12(\n\x08messages\x18\x04 \x03(\x0b\x32\x16.shale.v1.RaftEnvelope\x12\x17\n\x0fquiesced_shards\x18\x05 \x03(\x04\x12#\n\x03hlc\x18\x06 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12\x10\n\x08\x66\x65\x61tures\x18\x07 \x01(\x04\x12\x18\n\x10\x61pplying_backlog\x18\x08 \x01(\x08\"3\n\x0cHlcTimestamp\x12\x12\n\nwall_nanos\x18\x01 \x01(\x03\x12\x0f\n\x07logical\x18\x02 \x01(\r\"\x14\n\x12RaftStreamResponse\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\x07\"\xf1\x01\n\x0eSnapshotHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66rom_node_id\x18\x03 \x01(\x04\x12\x12\n\nto_node_id\x18\x04 \x01(\x04\x12\x14\n\x0craft_message\x18\x05 \x01(\x0c\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.shale.v1.SnapshotFile\x12-\n\ndescriptor\x18\x07 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12#\n\x03hlc\x18\x08 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\"\x93\x01\n\rSnapshotChunk\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.shale.v1.SnapshotHeader\x12\x12\n\nfile_index\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x05 \x01(\x07\x12\x16\n\x0erunning_crc32c\x18\x06 \x01(\x07\"#\n\x10SnapshotResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"\xf7\x03\n\x0bRaftCommand\x12\x12\n\nrequest_id\x18\x01 \x01(\x0c\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x15\n\rfirst_attempt\x18\x04 \x01(\x08\x12#\n\x03hlc\x18\x05 \x01(\x0b\x32\x16.shale.v1.HlcTimestamp\x12\x19\n\x11wall_offset_nanos\x18\x07 \x01(\x12\x12#\n\x03txn\x18\n \x01(\x0b\x32\x14.shale.v1.TxnRequestH\x00\x12)\n\x06system\x18\x0b \x01(\x0b\x32\x17.shale.v1.SystemCommandH\x00\x12\x0e\n\x04noop\x18\x0c \x01(\x08H\x00\x12\'\n\x05split\x18\r \x01(\x0b\x32\x16.shale.v1.SplitCommandH\x00\x12-\n\x0cmerge_freeze\x18\x0e \x01(\x0b\x32\x15.shale.v1.MergeFreezeH\x00\x12-\n\x0cmerge_absorb\x18\x0f \x01(\x0b\x32\x15.shale.v1.MergeAbsorbH\x00\x12\x16\n\x0cmerge_retire\x18\x10 \x01(\x08H\x00\x12&\n\x06\x65xpire\x18\x11 \x01(\x0b\x32\x14.shale.v1.ExpireKeysH\x00\x12\x1e\n\x03put\x18\x06 \x01(\x0b\x32\x0f.shale.v1.PutOpH\x00\x42\t\n\x07\x63ommand\"1\n\nExpireKeys\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12\x15\n\rmod_revisions\x18\x02 \x03(\x04\"$\n\x0bMergeFreeze\x12\x15\n\rinto_shard_id\x18\x01 \x01(\x04\"\xc7\x01\n\x0bMergeAbsorb\x12(\n\x05right\x18\x01 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x08\x12\x0c\n\x04keys\x18\x03 \x03(\x0c\x12\x0e\n\x06values\x18\x04 \x03(\x0c\x12\x0e\n\x06\x63ommit\x18\x05 \x01(\x08\x12\x16\n\x0eright_revision\x18\x06 \x01(\x04\x12\x11\n\tdedup_ids\x18\x07 \x03(\x0c\x12\x15\n\rdedup_results\x18\x08 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x0c\"j\n\x0cSplitCommand\x12\x11\n\tsplit_key\x18\x01 \x01(\x0c\x12\x16\n\x0eright_shard_id\x18\x02 \x01(\x04\x12\x11\n\tautomatic\x18\x03 \x01(\x08\x12\x1c\n\x14right_leader_node_id\x18\x04 \x01(\x04\"\x93\x02\n\rSystemCommand\x12,\n\x08put_node\x18\x01 \x01(\x0b\x32\x18.shale.v1.NodeDescriptorH\x00\x12\x18\n\x0eremove_node_id\x18\x02 \x01(\x04H\x00\x12.\n\tput_shard\x18\x03 \x01(\x0b\x32\x19.shale.v1.ShardDescriptorH\x00\x12\x1b\n\x11\x61llocate_shard_id\x18\x04 \x01(\x04H\x00\x12%\n\x07put_pin\x18\x05 \x01(\x0b\x32\x12.shale.v1.ShardPinH\x00\x12\x19\n\x0fremove_shard_id\x18\x06 \x01(\x04H\x00\x12%\n\x08put_auth\x18\x07 \x01(\x0b\x32\x11.shale.v1.PutAuthH\x00\x42\x04\n\x02op\"H\n\x07PutAuth\x12\"\n\x05state\x18\x01 \x01(\x0b\x32\x13.shale.v1.AuthState\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"B\n\x11\x43onfChangeContext\x12-\n\x08replicas\x18\x01 \x03(\x0b\x32\x1b.shale.v1.ReplicaDescriptor\"\xd8\x01\n\rCommandResult\x12\"\n\x03txn\x18\x01 \x01(\x0b\x32\x15.shale.v1.TxnResponse\x12\x12\n\nerror_code\x18\x02 \x01(\r\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12-\n\ndescriptor\x18\x04 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor\x12\x14\n\x0c\x61llocated_id\x18\x05 \x01(\x04\x12\x33\n\x10right_descriptor\x18\x06 \x01(\x0b\x32\x19.shale.v1.ShardDescriptor*o\n\x0bRaftFeature\x12\x1c\n\x18RAFT_FEATURE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRAFT_FEATURE_PACKED_ENTRIES\x10\x01\x12!\n\x1dRAFT_FEATURE_COMPACT_COMMANDS\x10\x02\x32\xe2\x01\n\x04Raft\x12J\n\x0cSendMessages\x12\x1a.shale.v1.RaftMessageBatch\x1a\x1c.shale.v1.RaftStreamResponse(\x01\x12\x45\n\x0cSendSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x12G\n\x0eStreamSnapshot\x12\x17.shale.v1.SnapshotChunk\x1a\x1a.shale.v1.SnapshotResponse(\x01\x42\x32Z0github.com/shale-db/shale/proto/shale/v1;shalev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shale.v1.raft_pb2', globals())
@@ -24,42 +24,42 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z0github.com/shale-db/shale/proto/shale/v1;shalev1'
-  _RAFTFEATURE._serialized_start=2460
-  _RAFTFEATURE._serialized_end=2571
+  _RAFTFEATURE._serialized_start=2486
+  _RAFTFEATURE._serialized_end=2597
   _RAFTENVELOPE._serialized_start=94
   _RAFTENVELOPE._serialized_end=143
   _RAFTMESSAGEBATCH._serialized_start=146
-  _RAFTMESSAGEBATCH._serialized_end=348
-  _HLCTIMESTAMP._serialized_start=350
-  _HLCTIMESTAMP._serialized_end=401
-  _RAFTSTREAMRESPONSE._serialized_start=403
-  _RAFTSTREAMRESPONSE._serialized_end=423
-  _SNAPSHOTFILE._serialized_start=425
-  _SNAPSHOTFILE._serialized_end=483
-  _SNAPSHOTHEADER._serialized_start=486
-  _SNAPSHOTHEADER._serialized_end=727
-  _SNAPSHOTCHUNK._serialized_start=730
-  _SNAPSHOTCHUNK._serialized_end=877
-  _SNAPSHOTRESPONSE._serialized_start=879
-  _SNAPSHOTRESPONSE._serialized_end=914
-  _RAFTCOMMAND._serialized_start=917
-  _RAFTCOMMAND._serialized_end=1420
-  _EXPIREKEYS._serialized_start=1422
-  _EXPIREKEYS._serialized_end=1471
-  _MERGEFREEZE._serialized_start=1473
-  _MERGEFREEZE._serialized_end=1509
-  _MERGEABSORB._serialized_start=1512
-  _MERGEABSORB._serialized_end=1711
-  _SPLITCOMMAND._serialized_start=1713
-  _SPLITCOMMAND._serialized_end=1819
-  _SYSTEMCOMMAND._serialized_start=1822
-  _SYSTEMCOMMAND._serialized_end=2097
-  _PUTAUTH._serialized_start=2099
-  _PUTAUTH._serialized_end=2171
-  _CONFCHANGECONTEXT._serialized_start=2173
-  _CONFCHANGECONTEXT._serialized_end=2239
-  _COMMANDRESULT._serialized_start=2242
-  _COMMANDRESULT._serialized_end=2458
-  _RAFT._serialized_start=2574
-  _RAFT._serialized_end=2800
+  _RAFTMESSAGEBATCH._serialized_end=374
+  _HLCTIMESTAMP._serialized_start=376
+  _HLCTIMESTAMP._serialized_end=427
+  _RAFTSTREAMRESPONSE._serialized_start=429
+  _RAFTSTREAMRESPONSE._serialized_end=449
+  _SNAPSHOTFILE._serialized_start=451
+  _SNAPSHOTFILE._serialized_end=509
+  _SNAPSHOTHEADER._serialized_start=512
+  _SNAPSHOTHEADER._serialized_end=753
+  _SNAPSHOTCHUNK._serialized_start=756
+  _SNAPSHOTCHUNK._serialized_end=903
+  _SNAPSHOTRESPONSE._serialized_start=905
+  _SNAPSHOTRESPONSE._serialized_end=940
+  _RAFTCOMMAND._serialized_start=943
+  _RAFTCOMMAND._serialized_end=1446
+  _EXPIREKEYS._serialized_start=1448
+  _EXPIREKEYS._serialized_end=1497
+  _MERGEFREEZE._serialized_start=1499
+  _MERGEFREEZE._serialized_end=1535
+  _MERGEABSORB._serialized_start=1538
+  _MERGEABSORB._serialized_end=1737
+  _SPLITCOMMAND._serialized_start=1739
+  _SPLITCOMMAND._serialized_end=1845
+  _SYSTEMCOMMAND._serialized_start=1848
+  _SYSTEMCOMMAND._serialized_end=2123
+  _PUTAUTH._serialized_start=2125
+  _PUTAUTH._serialized_end=2197
+  _CONFCHANGECONTEXT._serialized_start=2199
+  _CONFCHANGECONTEXT._serialized_end=2265
+  _COMMANDRESULT._serialized_start=2268
+  _COMMANDRESULT._serialized_end=2484
+  _RAFT._serialized_start=2600
+  _RAFT._serialized_end=2826
 # @@protoc_insertion_point(module_scope)

@@ -129,7 +129,8 @@ class RaftEnvelope(_message.Message):
     def __init__(self, shard_id: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
 
 class RaftMessageBatch(_message.Message):
-    __slots__ = ["cluster_id", "features", "from_node_id", "hlc", "messages", "quiesced_shards", "to_node_id"]
+    __slots__ = ["applying_backlog", "cluster_id", "features", "from_node_id", "hlc", "messages", "quiesced_shards", "to_node_id"]
+    APPLYING_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +138,7 @@ class RaftMessageBatch(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     QUIESCED_SHARDS_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    applying_backlog: bool
     cluster_id: str
     features: int
     from_node_id: int
@@ -144,7 +146,7 @@ class RaftMessageBatch(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[RaftEnvelope]
     quiesced_shards: _containers.RepeatedScalarFieldContainer[int]
     to_node_id: int
-    def __init__(self, cluster_id: _Optional[str] = ..., from_node_id: _Optional[int] = ..., to_node_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[RaftEnvelope, _Mapping]]] = ..., quiesced_shards: _Optional[_Iterable[int]] = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., features: _Optional[int] = ...) -> None: ...
+    def __init__(self, cluster_id: _Optional[str] = ..., from_node_id: _Optional[int] = ..., to_node_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[RaftEnvelope, _Mapping]]] = ..., quiesced_shards: _Optional[_Iterable[int]] = ..., hlc: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., features: _Optional[int] = ..., applying_backlog: bool = ...) -> None: ...
 
 class RaftStreamResponse(_message.Message):
     __slots__ = []
