@@ -1639,8 +1639,15 @@ func (r *Replica) setBacklogged(b bool) {
 // replica holds a backlog with commit as its commit index.
 func (r *Replica) noteCommitted(commit uint64) {
 	r.mu.Lock()
-	r.setBacklogged(r.stopErr == nil && commit > r.applied+applyBacklogEntries)
+	r.noteBacklogLocked(commit)
 	r.mu.Unlock()
+}
+
+// noteBacklogLocked records whether a serving replica with commit as its
+// commit index holds more than applyBacklogEntries entries unapplied
+// (under r.mu).
+func (r *Replica) noteBacklogLocked(commit uint64) {
+	r.setBacklogged(r.stopErr == nil && commit > r.applied+applyBacklogEntries)
 }
 
 func (r *Replica) refreshStatus() {
@@ -1660,7 +1667,7 @@ func (r *Replica) refreshStatus() {
 		LastIndex:       last,
 		Quiesced:        r.quiesced,
 	}
-	r.setBacklogged(r.stopErr == nil && bs.GetCommit() > r.applied+applyBacklogEntries)
+	r.noteBacklogLocked(bs.GetCommit())
 	if (bs.Lead != 0 && bs.Lead != r.replicaID) || (bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0) {
 		r.transferTo = 0 // a new leader is known, or the transfer ended
 	}
