@@ -152,15 +152,16 @@ func testRestoreFromBackup(t *testing.T, where string) {
 		t.Fatalf("the restored cluster's ID is %q (the backed-up one's %q)", bst.GetClusterId(), ast.GetClusterId())
 	}
 	// A watch on the restored cluster sees the next write (the change log
-	// the checkpoint brought along does not confuse it).
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	events := bcl.Watch(wctx, []byte("a"), []byte("b"))
-	time.Sleep(200 * time.Millisecond)
+	// the checkpoint brought along does not confuse it). It starts at the
+	// write's revision: one with no start revision may start after it
+	// (chaos/README bug 31).
 	res, err := bcl.Put(ctx, []byte("a0001"), []byte("new"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	events := bcl.Watch(wctx, []byte("a"), []byte("b"), client.WithStartRevision(res.Revision))
 	if res.Revision <= want["a0001"].ModRevision {
 		t.Fatalf("a write after the restore got revision %d, not after the backed-up %d", res.Revision, want["a0001"].ModRevision)
 	}
