@@ -273,7 +273,7 @@ func dumpLogsOnFailure(t *testing.T, paths ...string) {
 			return
 		}
 		for _, p := range paths {
-			t.Logf("--- last lines of %s ---\n%s", p, logTail(p, 40))
+			t.Logf("--- last lines of %s ---\n%s", p, logTail(p, 150))
 		}
 	})
 }

@@ -27,6 +27,13 @@ import (
 // cross shard boundaries.
 const pythonSDKSplits = "g,n,t"
 
+// The format of the SDK's log lines in a failing pytest's report: local
+// wall-clock times to the millisecond, as in the nodes' logs.
+const (
+	pytestLogFormat     = "log_format=%(asctime)s.%(msecs)03d %(levelname)s %(name)s %(threadName)s %(message)s"
+	pytestLogDateFormat = "log_date_format=%Y-%m-%dT%H:%M:%S"
+)
+
 // TestPythonSDK runs the Python SDK's tests (clients/python/tests, with
 // Debian's pytest) against a 3-process cluster: every call of shale.Client,
 // request IDs that make a retried write apply once, unknown outcomes, bad
@@ -54,8 +61,12 @@ func TestPythonSDK(t *testing.T) {
 	// work tree; -rs lists skipped tests, which must not happen here.
 	// clients/python/tests/tls needs a cluster with TLS and auth: see
 	// TestPythonSDKTLSAuth.
+	// A failing test's report holds the SDK's debug log (its watch streams'
+	// starts and ends, routing refreshes), timed to line up with the
+	// nodes' logs.
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-		"--basetemp", t.TempDir(), "--ignore", filepath.Join(pkg, "tests", "tls"), filepath.Join(pkg, "tests"))
+		"--basetemp", t.TempDir(), "-o", "log_level=DEBUG", "-o", pytestLogFormat, "-o", pytestLogDateFormat,
+		"--ignore", filepath.Join(pkg, "tests", "tls"), filepath.Join(pkg, "tests"))
 	cmd.Dir = bins.root
 	cmd.Env = append(os.Environ(),
 		"SHALE_ENDPOINTS="+strings.Join(c.endpoints(), ","),

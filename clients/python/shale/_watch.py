@@ -332,6 +332,13 @@ def _stream(
                 started = True
                 if not p.next:
                     p.next = rev + 1
+                log.debug(
+                    "shale client: watch stream of shard %d started on node %d at revision %d (next %d)",
+                    p.shard,
+                    m.header.node_id,
+                    rev,
+                    p.next,
+                )
                 p.rev_shard = p.shard
                 w.part_started(p)
                 continue

@@ -6,6 +6,7 @@ is gone; bad arguments at once."""
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -76,13 +77,22 @@ class Writer:
         self.done: List[Change] = []
         self.err: Optional[BaseException] = None
 
+        # The writes' request IDs settle an unknown outcome (a node killed
+        # mid-write), so they must be new to the cluster: a shard answers an
+        # ID it has applied with that write's result and applies nothing.
+        # (They were b"writer-<id(self)>-<i>"; CPython reuses a freed
+        # object's address, so a Writer could repeat the previous test's IDs
+        # on the same shard, and its puts returned that test's results
+        # without writing: chaos/README bug 34.)
+        run_id = os.urandom(8).hex().encode()
+
         def run() -> None:
             try:
                 for i in range(n):
                     if step is not None:
                         step(i)
                     k = prefix + b"%c%02d" % (ord("a") + (i * 7) % 26, i % keys)
-                    rid = b"writer-%d-%d" % (id(self), i)  # settles an unknown outcome (a node killed mid-write)
+                    rid = b"writer-%s-%d" % (run_id, i)
                     for _ in range(3):
                         try:
                             if i % 5 == 4:
