@@ -390,7 +390,14 @@ func TestSplitKeepsHistory(t *testing.T) {
 	if n, own := s.SizeBytes(), s.OwnSizeBytes(); n < before*9/10 || own < before*3/10 || own > before*7/10 {
 		t.Fatalf("left shard right after the split: %d SST bytes, %d of its own range; before %d", n, own, before)
 	}
-	if n, own := right.SizeBytes(), right.OwnSizeBytes(); own < before*3/10 || own > before*7/10 || own > n {
+	// The right shard's own range is half the parent's records; its
+	// reclaim may already have run (it starts at the split), and then that
+	// range holds only the newest version of each key (the right shard
+	// keeps no history from before it exists): a quarter of the records
+	// (on a loaded machine the CI at d63c418 checked after the reclaim:
+	// 8,145 SST bytes, 6,464 of its own range, the parent's 33,922).
+	if n, own := right.SizeBytes(), right.OwnSizeBytes(); own > n || own > before*7/10 ||
+		(n >= before*7/10 && own < before*3/10) || own < before/8 {
 		t.Fatalf("right shard right after the split: %d SST bytes, %d of its own range; parent's %d", n, own, before)
 	}
 	// Every overwrite's previous value still reads, on both sides of the
