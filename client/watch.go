@@ -28,6 +28,7 @@ type watchOptions struct {
 	prevKV    bool
 	progress  bool
 	startRev  uint64
+	created   bool
 }
 
 type watchOptionFunc func(*watchOptions)
@@ -55,6 +56,15 @@ func WithProgressNotify() WatchOption {
 // write made just after Watch, watch from that write's revision.
 func WithStartRevision(rev uint64) WatchOption {
 	return watchOptionFunc(func(o *watchOptions) { o.startRev = rev })
+}
+
+// WithCreatedNotify makes the watch's first response a Created one,
+// delivered once a stream of every shard's part of the range has started
+// (as etcd's clientv3.WithCreatedNotify): every change made after it
+// arrives is delivered, so a caller that writes after it needs no start
+// revision. No change is delivered before it.
+func WithCreatedNotify() WatchOption {
+	return watchOptionFunc(func(o *watchOptions) { o.created = true })
 }
 
 // EventType says what a change did.
@@ -103,6 +113,10 @@ type WatchResponse struct {
 	Revision uint64
 	// Events are the changes; none in a progress notification.
 	Events []Event
+	// Created is set on the first response of a watch with
+	// WithCreatedNotify, and on no other: the watch's streams have all
+	// started. It has no events, and ShardID and Revision are 0.
+	Created bool
 	// Err, set on the last response before the channel closes, says why
 	// the watch ended (nil when its context ended).
 	Err error
@@ -147,7 +161,7 @@ func (c *Client) Watch(ctx context.Context, start, end []byte, opts ...WatchOpti
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
-	ws := &watchStream{c: c, o: o, out: out, cancel: cancel}
+	ws := &watchStream{c: c, o: o, out: out, cancel: cancel, created: make(chan struct{})}
 	ws.spawn(ctx, &watchPart{lo: bytes.Clone(start), hi: bytes.Clone(end), next: o.startRev})
 	go func() {
 		ws.wg.Wait()
@@ -176,6 +190,12 @@ type watchStream struct {
 
 	mu  sync.Mutex
 	err error // the first terminal error
+	// pending counts the parts no stream of which has started yet
+	// (WithCreatedNotify), until created is closed: the Created response
+	// was sent, and the parts may deliver changes.
+	pending        int
+	createdClaimed bool // a part is sending the Created response
+	created        chan struct{}
 }
 
 // watchPart is a part of the range watched on one shard.
@@ -192,9 +212,14 @@ type watchPart struct {
 	// its parent's revisions; one that absorbed the part's shard in a merge
 	// does not, and refuses a resume that would skip changes.
 	revShard uint64
+	// begun is set once a stream of the part has started.
+	begun bool
 }
 
 func (ws *watchStream) spawn(ctx context.Context, p *watchPart) {
+	ws.mu.Lock()
+	ws.pending++
+	ws.mu.Unlock()
 	ws.wg.Add(1)
 	go func() {
 		defer ws.wg.Done()
@@ -368,7 +393,21 @@ func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uin
 				p.next = rev + 1
 			}
 			p.revShard = p.shard
+			if !p.begun {
+				p.begun = true
+				if err := ws.partStarted(ctx); err != nil {
+					return nil, started, err
+				}
+			}
 			continue
+		}
+		if ws.o.created {
+			// Nothing before the Created response.
+			select {
+			case <-ws.created:
+			case <-ctx.Done():
+				return nil, started, ctx.Err()
+			}
 		}
 		if len(m.GetEvents()) > 0 || (ws.o.progress && m.GetRangeChange() == nil) {
 			resp := WatchResponse{ShardID: p.shard, Revision: rev, Events: make([]Event, 0, len(m.GetEvents()))}
@@ -391,6 +430,31 @@ func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uin
 		if rc := m.GetRangeChange(); rc != nil {
 			return rc, started, nil
 		}
+	}
+}
+
+// partStarted counts a part's first stream as started; the last part of
+// the range to start sends the Created response (WithCreatedNotify) and
+// lets the parts deliver changes.
+func (ws *watchStream) partStarted(ctx context.Context) error {
+	if !ws.o.created {
+		return nil
+	}
+	ws.mu.Lock()
+	ws.pending--
+	// A part spawned after the Created response (a split) finds it claimed.
+	send := ws.pending == 0 && !ws.createdClaimed
+	ws.createdClaimed = ws.createdClaimed || send
+	ws.mu.Unlock()
+	if !send {
+		return nil
+	}
+	select {
+	case ws.out <- WatchResponse{Created: true}:
+		close(ws.created)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

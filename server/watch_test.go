@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shale-db/shale/client"
 	"github.com/shale-db/shale/internal/testcluster"
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
 	"github.com/shale-db/shale/server"
@@ -411,4 +413,89 @@ func TestWatchResumeAcrossTwoMergesReportsLostHistory(t *testing.T) {
 		t.Fatalf("resume of shard %d's revisions on shard %d, two merges later, skipping revisions %d..%d: %v; want OutOfRange",
 			right, left, revs[1], revs[2], err)
 	}
+}
+
+// TestWatchCreatedNotify: a watch across three shards with
+// client.WithCreatedNotify delivers a Created response first, with no
+// events, though writers were busy on every shard as it opened; every
+// write made after it arrives is delivered, and nothing is delivered
+// twice.
+func TestWatchCreatedNotify(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Splits: [][]byte{[]byte("h"), []byte("p")}})
+	cl := newClient(t, c)
+	// The watcher's streams on the third shard start 500 ms late, so the
+	// other two have changes to deliver meanwhile.
+	late := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != shalev1.KV_Watch_FullMethodName {
+			return cs, err
+		}
+		return &lateStart{ClientStream: cs}, nil
+	}
+	wcl := newClient(t, c, client.WithDialOptions(grpc.WithStreamInterceptor(late)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Writers on all three shards before and while the watch opens.
+	wctx, stopWriters := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; wctx.Err() == nil; i++ {
+			_, _ = cl.Put(wctx, []byte(fmt.Sprintf("%c-busy", "dkt"[i%3])), []byte(fmt.Sprint(i)))
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	events := wcl.Watch(ctx, nil, nil, client.WithCreatedNotify())
+	first := <-events
+	if !first.Created || len(first.Events) != 0 || first.Err != nil {
+		t.Fatalf("first response %+v; want Created with no events", first)
+	}
+	stopWriters()
+	<-done
+
+	// A write on each shard after Created: each delivered, once.
+	want := map[string]uint64{}
+	for _, k := range []string{"a-after", "k-after", "z-after"} {
+		r, err := cl.Put(ctx, []byte(k), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = r.Revision
+	}
+	got := map[string]int{}
+	for len(got) < len(want) {
+		select {
+		case r := <-events:
+			if r.Err != nil || r.Created {
+				t.Fatalf("response %+v", r)
+			}
+			for _, e := range r.Events {
+				k := string(e.KV.Key)
+				if rev, ok := want[k]; ok {
+					if e.KV.ModRevision != rev {
+						t.Fatalf("%s delivered at revision %d, written at %d", k, e.KV.ModRevision, rev)
+					}
+					if got[k]++; got[k] > 1 {
+						t.Fatalf("%s delivered twice", k)
+					}
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("delivered %v of %v", got, want)
+		}
+	}
+}
+
+// lateStart is a Watch stream whose request, on a shard whose range
+// starts at or after "p", leaves 500 ms late: the server starts it then.
+type lateStart struct {
+	grpc.ClientStream
+}
+
+func (s *lateStart) SendMsg(m any) error {
+	if r, ok := m.(*shalev1.WatchRequest); ok && bytes.Compare(r.GetStartKey(), []byte("p")) >= 0 {
+		time.Sleep(500 * time.Millisecond)
+	}
+	return s.ClientStream.SendMsg(m)
 }
