@@ -217,9 +217,11 @@ type watchPart struct {
 }
 
 func (ws *watchStream) spawn(ctx context.Context, p *watchPart) {
-	ws.mu.Lock()
-	ws.pending++
-	ws.mu.Unlock()
+	if ws.o.created {
+		ws.mu.Lock()
+		ws.pending++
+		ws.mu.Unlock()
+	}
 	ws.wg.Add(1)
 	go func() {
 		defer ws.wg.Done()
@@ -381,6 +383,7 @@ func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uin
 	if err != nil {
 		return nil, false, err
 	}
+	gated := ws.o.created // changes wait for the Created response
 	for {
 		m, err := st.Recv()
 		if err != nil {
@@ -401,10 +404,10 @@ func (ws *watchStream) stream(ctx context.Context, kv shalev1.KVClient, node uin
 			}
 			continue
 		}
-		if ws.o.created {
-			// Nothing before the Created response.
+		if gated {
 			select {
 			case <-ws.created:
+				gated = false
 			case <-ctx.Done():
 				return nil, started, ctx.Err()
 			}

@@ -638,7 +638,7 @@ func (c *ShaleNodes) waitListening(ctx context.Context, endpoints []string) erro
 
 // readyPoll is how often WaitReady asks the cluster again: it bounds how
 // late WaitReady sees a ready cluster, which the restore benchmark times
-// (200 ms until 2026-12-03, about a tenth of a restore on average).
+// (200 ms until 2026-12-03, which rounded a timed restore up by 0-200 ms).
 const readyPoll = 50 * time.Millisecond
 
 // WaitReady waits until the cluster lists wantShards shards (the system
