@@ -955,6 +955,58 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 	}
 }
 
+// TestLeaderTransferToANodeWithoutAVoter: a transfer to a node that holds
+// a learner of the shard, or held a replica since removed, fails at once
+// with ErrNotVoter (Raft ignores such a transfer, so waiting for it would
+// only run out the caller's deadline: chaos/README bug 36's round that
+// retried one for 80 s), the leadership unmoved; a transfer to a voter on
+// another node still succeeds.
+func TestLeaderTransferToANodeWithoutAVoter(t *testing.T) {
+	c := newTestCluster(t, nil)
+	for id := uint64(1); id <= 4; id++ {
+		c.startNode(id)
+	}
+	c.bootstrap(1, 1, 2, 3)
+	c.propose(1, "a", "1")
+	lead := c.leader(1, 1, 2, 3)
+	r := c.get(lead).store.Replica(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: AddLearner, NodeID: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	removed := lead%3 + 1 // a follower
+	if _, err := r.ChangeReplicas(ctx, []ReplicaChange{{Type: RemoveReplica, ReplicaID: removed}}); err != nil {
+		t.Fatalf("remove node %d's replica: %v", removed, err)
+	}
+	for _, tc := range []struct {
+		node uint64
+		want string
+	}{{4, "is a learner"}, {removed, "was removed"}, {5, "has no replica on node 5"}} {
+		start := time.Now()
+		err := r.TransferLeader(ctx, tc.node)
+		if !errors.Is(err, ErrNotVoter) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("transfer to node %d: %v, want ErrNotVoter saying %q", tc.node, err, tc.want)
+		}
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("transfer to node %d took %v to fail", tc.node, took)
+		}
+		if st := r.Status(); !st.Leader {
+			t.Fatalf("node %d lost the leadership", lead)
+		}
+	}
+	c.propose(1, "b", "2")
+	var other uint64
+	for _, n := range []uint64{1, 2, 3} {
+		if n != lead && n != removed {
+			other = n
+		}
+	}
+	if err := r.TransferLeader(ctx, other); err != nil {
+		t.Fatalf("transfer to node %d, a voter: %v", other, err)
+	}
+}
+
 // TestProposalsDuringLeaderTransfer: Raft drops proposals while a leader
 // hands its leadership over. The replica holds them instead of bouncing
 // the caller with a NotLeader naming itself: a transfer that is abandoned

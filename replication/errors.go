@@ -38,6 +38,10 @@ var (
 	// replica's log stayed too far behind the leader's to hand it the
 	// leadership without stalling writes; the leadership did not move.
 	ErrTargetBehind = errors.New("replication: leadership target behind")
+	// ErrNotVoter is matched by TransferLeader's error when the target node
+	// holds no voting replica of the shard (none, a learner, or one removed):
+	// Raft would ignore the transfer. The leadership did not move.
+	ErrNotVoter = errors.New("replication: the target node holds no voting replica")
 )
 
 // errTargetBehind tells TransferLeader's wait that the target is still

@@ -608,18 +608,13 @@ func (r *Replica) ProgressStatus(ctx context.Context) (Status, error) {
 // few entries behind the leader's log is first given up to 5 seconds to
 // catch up, while the shard keeps taking writes; one still behind then
 // fails the call with an error matching ErrTargetBehind, the leadership
-// unmoved.
+// unmoved. A node that holds no voter of the shard's current
+// configuration (no replica, a learner, or only a replica removed since)
+// fails the call at once with an error matching ErrNotVoter.
 func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
-	var target uint64
-	r.mu.Lock()
-	for rid, n := range r.nodes {
-		if n == targetNode {
-			target = rid
-		}
-	}
-	r.mu.Unlock()
-	if target == 0 {
-		return fmt.Errorf("replication: shard %d has no replica on node %d", r.shardID, targetNode)
+	target, err := r.voterOn(ctx, targetNode)
+	if err != nil {
+		return err
 	}
 	// One request: Raft gives the target an election timeout to take over
 	// (catching it up first if it is behind) and drops proposals until then,
@@ -690,6 +685,50 @@ func (r *Replica) TransferLeader(ctx context.Context, targetNode uint64) error {
 			return ctx.Err()
 		case <-time.After(r.store.cfg.TickInterval):
 		}
+	}
+}
+
+// voterOn returns the ID of the replica on node that votes in the shard's
+// current configuration (its incoming one, during a joint change): the
+// only replica Raft hands a leadership to. The node map also keeps the
+// replicas removed from the shard (a replica ID is never reused, and a node
+// may hold a newer replica of the same shard), so it alone cannot tell.
+func (r *Replica) voterOn(ctx context.Context, node uint64) (uint64, error) {
+	var voter, learner uint64
+	removed := false
+	err := r.runOnLoop(ctx, func() error {
+		cfg := r.rn.Status().Config
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for rid, n := range r.nodes {
+			if n != node {
+				continue
+			}
+			_, isVoter := cfg.Voters[0][rid]
+			_, isLearner := cfg.Learners[rid]
+			_, nextLearner := cfg.LearnersNext[rid]
+			switch {
+			case isVoter:
+				voter = rid
+			case isLearner || nextLearner:
+				learner = rid
+			default:
+				removed = true
+			}
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case voter != 0:
+		return voter, nil
+	case learner != 0:
+		return 0, fmt.Errorf("replication: shard %d: the replica on node %d is a learner, not a voter: %w", r.shardID, node, ErrNotVoter)
+	case removed:
+		return 0, fmt.Errorf("replication: shard %d: its replica on node %d was removed: %w", r.shardID, node, ErrNotVoter)
+	default:
+		return 0, fmt.Errorf("replication: shard %d has no replica on node %d: %w", r.shardID, node, ErrNotVoter)
 	}
 }
 
