@@ -323,7 +323,9 @@ func newLeaderCmd(cf *clusterFlags) *cobra.Command {
 node NODE and prints the leader afterwards. The leadership is pinned there so
 that leader balancing does not move it back: for --pin D, for the server's
 default pin duration (--placement-pin-duration) without --pin, or not at all
-with --no-pin. -o json prints {"shard_id": SHARD, "leader_node_id": N}.`,
+with --no-pin. A node that holds no voting replica of the shard (none, a
+learner, or one removed since) is refused at once (FailedPrecondition), the
+leadership unmoved. -o json prints {"shard_id": SHARD, "leader_node_id": N}.`,
 		Example: `  shalectl leader transfer 7 2
   shalectl leader transfer 7 2 --pin 1h
   shalectl leader transfer 7 2 --no-pin`,
