@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	shalev1 "github.com/shale-db/shale/proto/shale/v1"
@@ -26,7 +27,13 @@ func TestReadLogAfterReplays(t *testing.T) {
 			if i == 150 { // the only record with a TTL: after the second checkpoint
 				ttlMs = 60_000
 			}
-			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), fmt.Sprintf("v%d", i), ttlMs, false)}
+			v := fmt.Sprintf("v%d", i)
+			if i >= 120 && i < 200 {
+				// The replays after the second checkpoint write several
+				// engine batches (replayBatchBytes each).
+				v += strings.Repeat("x", 8<<10)
+			}
+			ops := []*shalev1.RequestOp{putOp(fmt.Sprintf("k%03d", i%40), v, ttlMs, false)}
 			if i%9 == 0 {
 				ops = append(ops, &shalev1.RequestOp{Op: &shalev1.RequestOp_DeleteRange{DeleteRange: &shalev1.DeleteRangeOp{StartKey: []byte(fmt.Sprintf("k%03d", i%40+1)), EndKey: []byte(fmt.Sprintf("k%03d", i%40+3))}}})
 			}
@@ -63,10 +70,17 @@ func TestReadLogAfterReplays(t *testing.T) {
 	if want := s.AppliedState().Index - base; uint64(len(log)) != want {
 		t.Fatalf("%d entries after %d, want %d", len(log), base, want)
 	}
+	logBytes := 0
 	for i, le := range log {
 		if le.Mark.Index != base+1+uint64(i) {
 			t.Fatalf("entry %d has index %d", i, le.Mark.Index)
 		}
+		for _, op := range le.Ops {
+			logBytes += len(op.Key) + len(op.Value)
+		}
+	}
+	if logBytes < 2*replayBatchBytes {
+		t.Fatalf("the log holds %d bytes: a replay of it writes one engine batch, want several", logBytes)
 	}
 	// Restored from the first checkpoint and the log up to the second's
 	// index: the second checkpoint's data.

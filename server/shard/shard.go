@@ -727,8 +727,13 @@ func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error)
 	return err
 }
 
-// replayBatchBytes is the size at which a log replay writes its batch.
-const replayBatchBytes = 4 << 20
+// replayBatchBytes is the size at which a log replay writes its batch:
+// large enough that an engine write's fixed cost is spread over hundreds of
+// entries, small enough that the batch and the WAL buffer it is copied into
+// stay in memory the replay already touched (at 4 MiB each part's replay
+// grew both into fresh pages, and a restore's nodes spent 12% more CPU;
+// docs/BENCHMARKS.md, "Smaller log-replay batches").
+const replayBatchBytes = 256 << 10
 
 // checkAbsent fails unless the shard's directory does not exist yet.
 func (s *Shard) checkAbsent() error {
