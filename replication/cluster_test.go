@@ -982,7 +982,9 @@ func TestLeaderTransferToANodeWithoutAVoter(t *testing.T) {
 	for _, tc := range []struct {
 		node uint64
 		want string
-	}{{4, "is a learner"}, {removed, "was removed"}, {5, "has no replica on node 5"}} {
+	}{{4, "node 4 holds no voting replica of the shard (its replica there is a learner)"},
+		{removed, fmt.Sprintf("node %d holds no voting replica of the shard (its replica there was removed)", removed)},
+		{5, "node 5 holds no voting replica of the shard (none at all)"}} {
 		start := time.Now()
 		err := r.TransferLeader(ctx, tc.node)
 		if !errors.Is(err, ErrNotVoter) || !strings.Contains(err.Error(), tc.want) {

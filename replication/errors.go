@@ -41,7 +41,7 @@ var (
 	// ErrNotVoter is matched by TransferLeader's error when the target node
 	// holds no voting replica of the shard (none, a learner, or one removed):
 	// Raft would ignore the transfer. The leadership did not move.
-	ErrNotVoter = errors.New("replication: the target node holds no voting replica")
+	ErrNotVoter = errors.New("no voting replica of the shard")
 )
 
 // errTargetBehind tells TransferLeader's wait that the target is still

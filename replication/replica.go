@@ -724,11 +724,11 @@ func (r *Replica) voterOn(ctx context.Context, node uint64) (uint64, error) {
 	case voter != 0:
 		return voter, nil
 	case learner != 0:
-		return 0, fmt.Errorf("replication: shard %d: the replica on node %d is a learner, not a voter: %w", r.shardID, node, ErrNotVoter)
+		return 0, fmt.Errorf("replication: shard %d: node %d holds %w (its replica there is a learner)", r.shardID, node, ErrNotVoter)
 	case removed:
-		return 0, fmt.Errorf("replication: shard %d: its replica on node %d was removed: %w", r.shardID, node, ErrNotVoter)
+		return 0, fmt.Errorf("replication: shard %d: node %d holds %w (its replica there was removed)", r.shardID, node, ErrNotVoter)
 	default:
-		return 0, fmt.Errorf("replication: shard %d has no replica on node %d: %w", r.shardID, node, ErrNotVoter)
+		return 0, fmt.Errorf("replication: shard %d: node %d holds %w (none at all)", r.shardID, node, ErrNotVoter)
 	}
 }
 
