@@ -515,6 +515,19 @@ func TestPlacementManualMove(t *testing.T) {
 	onNode4 := func() (bool, string) { return movedTo(t, c, shard, from, 4) }
 	took := waitFor(t, 2*time.Minute, onNode4)
 	t.Logf("manual move of shard %d from node %d to node 4 took %v", shard, from, took)
+	// A leadership transfer to the node the replica left is refused at once,
+	// through the SDK too (which retries Unavailable): chaos/README bug 37,
+	// where such a transfer ran out a 2-minute deadline.
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	start := time.Now()
+	_, err := newClient(t, c).TransferLeader(tctx, shard, from)
+	tcancel()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "holds no voting replica") {
+		t.Fatalf("leadership transfer of shard %d to node %d, whose replica moved away: %v, want FailedPrecondition (no voting replica)", shard, from, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the refused transfer took %v", d)
+	}
 	// A pinned leadership stays put even though it unbalances leaders.
 	if err := retryUnavailable(time.Minute, func() error {
 		_, err := a.TransferLeader(ctx, &shalev1.TransferLeaderRequest{ShardId: shard, TargetNodeId: 4})
