@@ -958,9 +958,9 @@ func TestRefusedLeaderTransfer(t *testing.T) {
 // TestLeaderTransferToANodeWithoutAVoter: a transfer to a node that holds
 // a learner of the shard, or held a replica since removed, fails at once
 // with ErrNotVoter (Raft ignores such a transfer, so waiting for it would
-// only run out the caller's deadline: chaos/README bug 36's round that
-// retried one for 80 s), the leadership unmoved; a transfer to a voter on
-// another node still succeeds.
+// only run out the caller's deadline: chaos/README bug 37, a round of the
+// server's TestWatchRandomized that retried one for 80 s), the leadership
+// unmoved; a transfer to a voter on another node still succeeds.
 func TestLeaderTransferToANodeWithoutAVoter(t *testing.T) {
 	c := newTestCluster(t, nil)
 	for id := uint64(1); id <= 4; id++ {
