@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,11 +53,23 @@ func TestSlowDiskMovesLeadership(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, sh := range c.ShardIDs() {
-		if err := retryUnavailable(time.Minute, func() error {
-			_, err := cl.TransferLeaderPinned(ctx, sh, slowNode, -1)
-			return err
-		}); err != nil {
-			t.Fatalf("transfer shard %d to node %d: %v", sh, slowNode, err)
+		// A target that did not take the leadership within two election
+		// timeouts (a loaded -race run, nodes just started: the fresh-clone
+		// CI at b3df55b) is asked again; the server does not retry it itself
+		// (chaos/README bug 3).
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := retryUnavailable(time.Minute, func() error {
+				_, err := cl.TransferLeaderPinned(ctx, sh, slowNode, -1)
+				return err
+			})
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "did not take the leadership") || time.Now().After(deadline) {
+				t.Fatalf("transfer shard %d to node %d: %v", sh, slowNode, err)
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 	}
 	if n, _ := leaders(c, slowNode); n < len(c.ShardIDs()) {
