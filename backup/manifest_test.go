@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +180,35 @@ func FuzzReadFrames(f *testing.F) {
 			t.Fatalf("re-encoded frames: %d of %d, %v", n, len(got), err)
 		}
 	})
+}
+
+// TestReadFramesEntriesOutliveTheirFrame: the entries readFrames hands
+// out stay intact after later frames are read (frames share one read
+// buffer).
+func TestReadFramesEntriesOutliveTheirFrame(t *testing.T) {
+	var in []byte
+	for i := uint64(1); i <= 4; i++ {
+		var err error
+		in, err = appendFrame(in, &shalev1.BackupLogEntry{Index: i, Ops: []*shalev1.BackupLogOp{{Kind: 1, Key: fmt.Appendf(nil, "key-%d", i), Value: bytes.Repeat([]byte{byte(i)}, int(100*i))}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*shalev1.BackupLogEntry
+	if err := readFrames(bufio.NewReader(bytes.NewReader(in)), func(e *shalev1.BackupLogEntry) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d entries, want 4", len(got))
+	}
+	for i, e := range got {
+		n := uint64(i + 1)
+		op := e.GetOps()[0]
+		if e.GetIndex() != n || string(op.GetKey()) != fmt.Sprintf("key-%d", n) || !bytes.Equal(op.GetValue(), bytes.Repeat([]byte{byte(n)}, int(100*n))) {
+			t.Fatalf("entry %d changed after later frames were read: index %d, key %q, %d-byte value", n, e.GetIndex(), op.GetKey(), len(op.GetValue()))
+		}
+	}
 }

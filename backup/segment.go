@@ -40,6 +40,7 @@ func appendFrame(b []byte, e *shalev1.BackupLogEntry) ([]byte, error) {
 // readFrames calls fn with every entry in r's frames. A damaged or
 // truncated frame is an error wrapping ErrCorrupt.
 func readFrames(r *bufio.Reader, fn func(*shalev1.BackupLogEntry) error) error {
+	var buf []byte
 	for n := 0; ; n++ {
 		size, err := binary.ReadUvarint(r)
 		if err == io.EOF {
@@ -51,7 +52,10 @@ func readFrames(r *bufio.Reader, fn func(*shalev1.BackupLogEntry) error) error {
 		if size > maxFrame {
 			return fmt.Errorf("%w: frame %d of %d bytes", ErrCorrupt, n, size)
 		}
-		buf := make([]byte, size+4)
+		if uint64(cap(buf)) < size+4 {
+			buf = make([]byte, size+4)
+		}
+		buf = buf[:size+4]
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return fmt.Errorf("%w: frame %d cut short: %v", ErrCorrupt, n, err)
 		}
@@ -59,8 +63,10 @@ func readFrames(r *bufio.Reader, fn func(*shalev1.BackupLogEntry) error) error {
 		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(buf[size:]) {
 			return fmt.Errorf("%w: frame %d: checksum mismatch", ErrCorrupt, n)
 		}
+		// The entry copies what it keeps of body (UnmarshalVT copies bytes
+		// fields), so buf is the next frame's.
 		e := &shalev1.BackupLogEntry{}
-		if err := proto.Unmarshal(body, e); err != nil {
+		if err := e.UnmarshalVT(body); err != nil {
 			return fmt.Errorf("%w: frame %d: %v", ErrCorrupt, n, err)
 		}
 		if err := fn(e); err != nil {

@@ -15,17 +15,24 @@ import (
 // write system call made on behalf of earlier commits: the background
 // flusher, or a synced commit, drains while the next group is framed.
 //
-// The buffer holding pending bytes is borrowed from a pool shared by the
-// process's DBs and given back by drain, so a DB that is not writing holds
-// none: a node hosting thousands of mostly idle shard engines would
-// otherwise keep 64 KiB or more per engine.
+// Pending bytes are held in fixed-size chunks borrowed from a pool shared by
+// the process's DBs and given back by drain, so a DB that is not writing
+// holds none (a node hosting thousands of mostly idle shard engines would
+// otherwise keep 64 KiB or more per engine), and a burst that outruns the
+// drains (a log replayed into a restored engine) takes more chunks instead
+// of growing one buffer by copying it into ever larger fresh memory.
 type walBuffer struct {
 	f    vfs.File
 	bufs *sync.Pool // of *[]byte, walBufferSize capacity
 
-	mu      sync.Mutex // guards pending and err
-	pending *[]byte    // nil when nothing is pending
-	err     error
+	mu sync.Mutex // guards pending, pendingLen, spare and err
+	// pending are the chunks holding the bytes appended and not yet
+	// drained, in order; only the last may have room left.
+	pending    []*[]byte
+	pendingLen int
+	// spare is a drained chunk list kept for reuse as pending.
+	spare []*[]byte
+	err   error
 
 	// drainMu serialises drains so bytes reach the file in order.
 	drainMu sync.Mutex
@@ -73,12 +80,8 @@ const (
 // Pebble offer the same as wal_bytes_per_sync / WALBytesPerSync.
 const walWritebackBytes = 1 << 20
 
-// walBufferSize is the capacity of a pooled WAL buffer; a buffer that a
-// burst grew past maxPooledWALBuffer is left to the garbage collector.
-const (
-	walBufferSize      = 64 << 10
-	maxPooledWALBuffer = 1 << 20
-)
+// walBufferSize is the capacity of a pooled WAL buffer chunk.
+const walBufferSize = 64 << 10
 
 // walZeroSyncs is how many syncs a preallocation step of the WAL must have
 // seen for the next steps to be zeroed ahead of the writes
@@ -160,26 +163,38 @@ func (b *walBuffer) Write(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	if b.pending == nil {
-		if buf, ok := b.bufs.Get().(*[]byte); ok {
-			b.pending = buf
+	n := len(p)
+	for len(p) > 0 {
+		var last *[]byte
+		if k := len(b.pending); k > 0 && len(*b.pending[k-1]) < cap(*b.pending[k-1]) {
+			last = b.pending[k-1]
 		} else {
-			buf := make([]byte, 0, walBufferSize)
-			b.pending = &buf
+			last = b.chunk()
+			b.pending = append(b.pending, last)
 		}
+		room := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:room]...)
+		p = p[room:]
 	}
-	*b.pending = append(*b.pending, p...)
-	return len(p), nil
+	b.pendingLen += n
+	return n, nil
+}
+
+// chunk borrows an empty chunk from the pool (a new one when it has none).
+func (b *walBuffer) chunk() *[]byte {
+	if c, ok := b.bufs.Get().(*[]byte); ok && cap(*c) == walBufferSize {
+		*c = (*c)[:0]
+		return c
+	}
+	c := make([]byte, 0, walBufferSize)
+	return &c
 }
 
 // pendingBytes returns how many appended bytes have not reached the file.
 func (b *walBuffer) pendingBytes() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pending == nil {
-		return 0
-	}
-	return len(*b.pending)
+	return b.pendingLen
 }
 
 // drain writes every byte appended so far to the file (no sync).
@@ -187,24 +202,32 @@ func (b *walBuffer) drain() error {
 	b.drainMu.Lock()
 	defer b.drainMu.Unlock()
 	b.mu.Lock()
-	if b.err != nil || b.pending == nil || len(*b.pending) == 0 {
+	if b.err != nil || b.pendingLen == 0 {
 		err := b.err
 		b.mu.Unlock()
 		return err
 	}
-	// Writes made during the file write go to another buffer.
-	buf := b.pending
-	b.pending = nil
+	// Writes made during the file writes go to other chunks.
+	chunks, total := b.pending, b.pendingLen
+	b.pending, b.pendingLen, b.spare = b.spare, 0, nil
 	b.mu.Unlock()
 
-	data := *buf
-	b.reserve(b.written + int64(len(data)))
-	n, err := b.f.Write(data)
-	b.written += int64(n)
-	if cap(data) <= maxPooledWALBuffer {
-		*buf = data[:0]
-		b.bufs.Put(buf)
+	b.reserve(b.written + int64(total))
+	var err error
+	for i, c := range chunks {
+		if err == nil {
+			var n int
+			n, err = b.f.Write(*c)
+			b.written += int64(n)
+		}
+		b.bufs.Put(c)
+		chunks[i] = nil
 	}
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = chunks[:0]
+	}
+	b.mu.Unlock()
 	if err == nil && !b.noWriteback && b.written-b.writtenBack >= walWritebackBytes {
 		// Only an optimisation: a failure to start the writing changes
 		// nothing that the next sync would not report itself.

@@ -230,7 +230,7 @@ func TestWALHeldBytesWrittenWhenIdle(t *testing.T) {
 	held := func() bool {
 		db.logBuf.mu.Lock()
 		defer db.logBuf.mu.Unlock()
-		return db.logBuf.pending != nil
+		return db.logBuf.pendingLen != 0
 	}
 	if !held() {
 		t.Fatal("1 KB of writes under a 64 KiB threshold was handed to the file at once")

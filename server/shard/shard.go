@@ -729,9 +729,9 @@ func (s *Shard) replayLog(ns *state, replay func(apply func(*LoggedEntry) error)
 
 // replayBatchBytes is the size at which a log replay writes its batch:
 // large enough that an engine write's fixed cost is spread over hundreds of
-// entries, small enough that the batch and the WAL buffer it is copied into
-// stay in memory the replay already touched (at 4 MiB each part's replay
-// grew both into fresh pages: at 256 KiB a restore's nodes spent 0.88x the CPU;
+// entries, small enough that the batch stays in memory the replay already
+// touched (at 4 MiB each part's replay grew it, and the engine's WAL buffer
+// then, into fresh pages: at 256 KiB a restore's nodes spent 0.88x the CPU;
 // docs/BENCHMARKS.md, "Smaller log-replay batches").
 const replayBatchBytes = 256 << 10
 
